@@ -1,0 +1,335 @@
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use super::KeyedAlgorithm;
+use crate::{Decision, Outcome, Quota};
+
+enum Verdict {
+    /// Allowed; store this TAT.
+    Charge(u64),
+    /// Allowed at no cost; nothing changes.
+    Free,
+    /// Denied or cannot fit; nothing changes.
+    Refuse(Outcome),
+}
+
+/// The generic cell rate algorithm (GCRA), a token bucket held in one number.
+///
+/// Terms (ITU-T I.371 and the ATM Forum TM 4.0 "virtual scheduling" form; see also
+/// Brandur Leach, "Rate limiting, cells, and GCRA", 2015): emission interval
+/// `T = period / limit`, tolerance `tau = burst * T`, theoretical arrival time `TAT`.
+/// All values are `u64` nanoseconds and all arithmetic saturates.
+///
+/// For a request of cost `n` at `now`:
+///
+/// ```text
+/// tat      = max(stored_tat, now)          // an idle bucket refills, never beyond burst
+/// new_tat  = tat + n * T
+/// allow_at = new_tat - tau
+/// allowed  = allow_at <= now               // then stored_tat := new_tat
+/// retry_after (denied) = allow_at - now    // exact
+/// remaining = floor((now + tau - tat') / T)  with tat' = new_tat if allowed, else tat
+/// reset_after = tat' - now                 // time until the bucket is full again
+/// ```
+///
+/// `n > burst` can never pass ([`Outcome::CannotFit`]) and `n = 0` always passes without
+/// charging. Neither changes the state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gcra {
+    t: u64,
+    tau: u64,
+    limit: u32,
+    burst: u32,
+}
+
+impl Gcra {
+    /// GCRA parameters for a quota.
+    pub const fn new(quota: &Quota) -> Self {
+        Self {
+            t: quota.emission_interval_nanos(),
+            tau: quota.tolerance_nanos(),
+            limit: quota.limit(),
+            burst: quota.burst(),
+        }
+    }
+
+    /// Emission interval `T` in nanoseconds.
+    pub const fn emission_interval_nanos(&self) -> u64 {
+        self.t
+    }
+
+    /// Tolerance `tau = burst * T` in nanoseconds.
+    pub const fn tolerance_nanos(&self) -> u64 {
+        self.tau
+    }
+
+    #[inline]
+    fn remaining(&self, tat: u64, now: u64) -> u32 {
+        let room = (now as u128 + self.tau as u128).saturating_sub(tat as u128);
+        let whole = room / self.t as u128;
+        // Never more than the burst (saturation near u64::MAX could otherwise overstate it).
+        whole.min(self.burst as u128) as u32
+    }
+
+    /// The pure decision: `stored_tat` is the key's state (0 when absent). Returns the
+    /// decision and, when the state changes, the new TAT to store.
+    #[inline]
+    pub fn decide(&self, stored_tat: u64, now: u64, cost: u64) -> (Decision, Option<u64>) {
+        let tat = stored_tat.max(now);
+        match self.verdict(tat, now, cost) {
+            Verdict::Charge(new_tat) => {
+                (self.report(Outcome::Allowed, new_tat, now), Some(new_tat))
+            }
+            Verdict::Free => (self.report(Outcome::Allowed, tat, now), None),
+            Verdict::Refuse(outcome) => (self.report(outcome, tat, now), None),
+        }
+    }
+
+    /// What [`Gcra::decide`] would answer, without charging: the outcome for `cost`, with
+    /// `remaining` and `reset_after` of the state as it is.
+    #[inline]
+    pub fn peek(&self, stored_tat: u64, now: u64, cost: u64) -> Decision {
+        let tat = stored_tat.max(now);
+        let outcome = match self.verdict(tat, now, cost) {
+            Verdict::Charge(_) | Verdict::Free => Outcome::Allowed,
+            Verdict::Refuse(outcome) => outcome,
+        };
+        self.report(outcome, tat, now)
+    }
+
+    /// `tat` is already `max(stored, now)`. Works in `u128` so that no intermediate value
+    /// saturates into a wrong "allowed"; only a stored TAT beyond `u64::MAX` ns is clamped.
+    #[inline]
+    fn verdict(&self, tat: u64, now: u64, cost: u64) -> Verdict {
+        if cost > u64::from(self.burst) {
+            return Verdict::Refuse(Outcome::CannotFit);
+        }
+        if cost == 0 {
+            return Verdict::Free;
+        }
+        let new_tat = u128::from(tat) + u128::from(cost) * u128::from(self.t);
+        let allow_at = new_tat.saturating_sub(u128::from(self.tau));
+        if allow_at > u128::from(now) {
+            let wait = u64::try_from(allow_at - u128::from(now)).unwrap_or(u64::MAX);
+            Verdict::Refuse(Outcome::Denied {
+                retry_after: Duration::from_nanos(wait),
+            })
+        } else {
+            Verdict::Charge(u64::try_from(new_tat).unwrap_or(u64::MAX))
+        }
+    }
+
+    #[inline]
+    fn report(&self, outcome: Outcome, tat: u64, now: u64) -> Decision {
+        Decision::new(
+            outcome,
+            self.limit,
+            self.remaining(tat, now),
+            Duration::from_nanos(tat.saturating_sub(now)),
+        )
+    }
+
+    /// The TAT after refunding `cost` units from `stored_tat`.
+    #[inline]
+    pub fn refunded(&self, stored_tat: u64, cost: u64) -> u64 {
+        let decrement = u64::try_from(u128::from(cost) * u128::from(self.t)).unwrap_or(u64::MAX);
+        stored_tat.saturating_sub(decrement)
+    }
+}
+
+impl KeyedAlgorithm for Gcra {
+    type State = AtomicU64;
+
+    #[inline]
+    fn check(&self, state: &AtomicU64, now: u64, cost: u64) -> Decision {
+        let mut current = state.load(Ordering::Acquire);
+        loop {
+            let (decision, next) = self.decide(current, now, cost);
+            let Some(next) = next else { return decision };
+            match state.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return decision,
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
+    fn peek(&self, state: &AtomicU64, now: u64, cost: u64) -> Decision {
+        Gcra::peek(self, state.load(Ordering::Acquire), now, cost)
+    }
+
+    fn refund(&self, state: &AtomicU64, _now: u64, cost: u64) {
+        let _ = state.fetch_update(Ordering::AcqRel, Ordering::Acquire, |tat| {
+            Some(self.refunded(tat, cost))
+        });
+    }
+
+    fn is_idle(&self, state: &AtomicU64, now: u64) -> bool {
+        state.load(Ordering::Acquire) <= now
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::num::NonZeroU32;
+
+    const S: u64 = 1_000_000_000;
+
+    fn gcra(limit: u32, period: Duration, burst: u32) -> Gcra {
+        Gcra::new(
+            &Quota::new(limit, period)
+                .unwrap()
+                .with_burst(burst)
+                .unwrap(),
+        )
+    }
+
+    /// Runs `cost` at `now` against `tat`, storing the new TAT when allowed.
+    fn run(g: &Gcra, tat: &mut u64, now: u64, cost: u64) -> Decision {
+        let (d, next) = g.decide(*tat, now, cost);
+        if let Some(n) = next {
+            *tat = n;
+        }
+        d
+    }
+
+    #[test]
+    fn burst_then_deny_with_exact_retry_after() {
+        let g = gcra(10, Duration::from_secs(60), 10);
+        let mut tat = 0;
+        for rem in (0..10).rev() {
+            let d = run(&g, &mut tat, 0, 1);
+            assert!(d.is_allowed());
+            assert_eq!(d.remaining(), rem);
+            assert_eq!(d.limit(), 10);
+        }
+        let d = run(&g, &mut tat, 0, 1);
+        assert_eq!(d.retry_after(), Some(Duration::from_secs(6)));
+        assert_eq!(d.remaining(), 0);
+        assert_eq!(d.reset_after(), Duration::from_secs(60));
+        // Exactly at retry_after it passes; one ns earlier it does not.
+        assert!(run(&g, &mut tat.clone(), 6 * S - 1, 1).is_denied());
+        assert!(run(&g, &mut tat, 6 * S, 1).is_allowed());
+    }
+
+    #[test]
+    fn refill_after_idle_gives_no_extra_request() {
+        let g = gcra(10, Duration::from_secs(60), 10);
+        let mut tat = 0;
+        run(&g, &mut tat, 0, 1);
+        // Idle for an hour: the bucket is full (burst 10), not 10 + 600.
+        let now = 3_600 * S;
+        for rem in (0..10).rev() {
+            assert_eq!(run(&g, &mut tat, now, 1).remaining(), rem);
+        }
+        assert!(run(&g, &mut tat, now, 1).is_denied());
+    }
+
+    #[test]
+    fn cost_n_charges_n_and_denial_charges_nothing() {
+        let g = gcra(10, Duration::from_secs(10), 10);
+        let mut tat = 0;
+        let d = run(&g, &mut tat, 0, 4);
+        assert_eq!(d.remaining(), 6);
+        assert_eq!(d.reset_after(), Duration::from_secs(4));
+        let d = run(&g, &mut tat, 0, 7);
+        assert_eq!(d.retry_after(), Some(Duration::from_secs(1)));
+        assert_eq!(d.remaining(), 6);
+        assert_eq!(run(&g, &mut tat, 0, 6).remaining(), 0);
+    }
+
+    #[test]
+    fn cost_larger_than_burst_can_never_fit_and_changes_nothing() {
+        // Case B10: burst 10, 1 per 100 ms.
+        let g = gcra(10, Duration::from_secs(1), 10);
+        let mut tat = 0;
+        let d = run(&g, &mut tat, 0, 11);
+        assert!(d.is_cannot_fit());
+        assert_eq!(d.retry_after(), None);
+        assert_eq!(d.remaining(), 10);
+        assert_eq!(tat, 0);
+        assert_eq!(run(&g, &mut tat, 1_000_000, 1).remaining(), 9);
+        let d = run(&g, &mut tat, 2_000_000, 11);
+        assert!(d.is_cannot_fit());
+        assert_eq!(d.remaining(), 9);
+        assert_eq!(run(&g, &mut tat, 3_000_000, 1).remaining(), 8);
+        assert!(run(&g, &mut tat, 0, u64::MAX).is_cannot_fit());
+    }
+
+    #[test]
+    fn cost_zero_is_a_free_probe() {
+        let g = gcra(2, Duration::from_secs(1), 2);
+        let mut tat = 0;
+        assert_eq!(run(&g, &mut tat, 0, 0).remaining(), 2);
+        assert_eq!(tat, 0);
+    }
+
+    #[test]
+    fn remaining_never_negative_and_never_above_burst() {
+        let g = gcra(5, Duration::from_secs(1), 3);
+        let mut tat = 0;
+        for i in 0..100u64 {
+            let d = run(&g, &mut tat, i * 7_000_000, 1 + i % 3);
+            assert!(d.remaining() <= 3);
+        }
+    }
+
+    #[test]
+    fn saturating_at_extreme_quotas_and_clocks() {
+        let extremes = [
+            gcra(1, Duration::from_nanos(1), 1),
+            gcra(u32::MAX, Duration::from_nanos(1), u32::MAX),
+            gcra(1, Duration::from_nanos(u64::MAX), u32::MAX),
+            gcra(u32::MAX, Duration::from_nanos(u64::MAX), 1),
+        ];
+        for g in extremes {
+            for now in [0, 1, u64::MAX / 2, u64::MAX - 1, u64::MAX] {
+                for tat0 in [0, now, u64::MAX] {
+                    for cost in [0, 1, 2, u64::from(u32::MAX), u64::MAX] {
+                        let mut tat = tat0;
+                        let d = run(&g, &mut tat, now, cost);
+                        assert!(d.remaining() <= g.burst);
+                        if let Some(r) = d.retry_after() {
+                            assert!(r > Duration::ZERO);
+                        }
+                        let _ = g.refunded(tat, cost);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn limit_one_per_huge_period_denies_second_with_finite_retry() {
+        // Case B11 C8 (within u64 ns): 1 per ~584 years.
+        let g = gcra(1, Duration::from_nanos(u64::MAX), 1);
+        let mut tat = 0;
+        assert!(run(&g, &mut tat, 0, 1).is_allowed());
+        let d = run(&g, &mut tat, 0, 1);
+        assert_eq!(d.retry_after(), Some(Duration::from_nanos(u64::MAX)));
+    }
+
+    #[test]
+    fn huge_rate_admits_all_at_frozen_time() {
+        // Case B11 C7, scaled: 2e9 per second with burst 2e9 at t = 0.
+        let q = Quota::per_second(NonZeroU32::new(2_000_000_000).unwrap());
+        let g = Gcra::new(&q);
+        let mut tat = 0;
+        for _ in 0..100_000 {
+            assert!(run(&g, &mut tat, 0, 1).is_allowed());
+        }
+    }
+
+    #[test]
+    fn atomic_check_and_refund() {
+        let g = gcra(2, Duration::from_secs(1), 2);
+        let s = AtomicU64::new(0);
+        assert!(g.check(&s, 0, 2).is_allowed());
+        assert!(g.check(&s, 0, 1).is_denied());
+        assert_eq!(KeyedAlgorithm::peek(&g, &s, 0, 1).remaining(), 0);
+        g.refund(&s, 0, 1);
+        assert_eq!(KeyedAlgorithm::peek(&g, &s, 0, 1).remaining(), 1);
+        assert!(!g.is_idle(&s, 0));
+        assert!(g.is_idle(&s, S));
+    }
+}

@@ -1,0 +1,148 @@
+//! Clocks: where "now" comes from.
+//!
+//! Algorithms never read a clock; stores read one and pass `now` in. Time is `u64`
+//! nanoseconds since an arbitrary origin and never goes backwards.
+//!
+//! - [`MonotonicClock`] (the default) reads [`std::time::Instant`].
+//! - [`ManualClock`] is set by tests; its clones share one time, so a test can hold a clone
+//!   while the limiter holds another.
+//!
+//! # Example
+//!
+//! ```
+//! use std::time::Duration;
+//! use ratekeeper_core::clock::{Clock, ManualClock};
+//!
+//! let clock = ManualClock::new();
+//! let shared = clock.clone();
+//! assert_eq!(clock.now(), 0);
+//! shared.advance(Duration::from_millis(1500));
+//! assert_eq!(clock.now(), 1_500_000_000);
+//! ```
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// A source of monotonic time in nanoseconds, plus wall-clock time for epoch headers.
+pub trait Clock: Send + Sync + 'static {
+    /// Nanoseconds since this clock's origin. Never decreases.
+    fn now(&self) -> u64;
+
+    /// Wall-clock time since the Unix epoch at this clock's `now`. Only used to format
+    /// epoch-style reset headers; the default reads [`SystemTime::now`].
+    fn unix_now(&self) -> Duration {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or(Duration::ZERO)
+    }
+}
+
+/// The default clock: nanoseconds since the clock was created, read from [`Instant`].
+#[derive(Debug, Clone, Copy)]
+pub struct MonotonicClock {
+    origin: Instant,
+}
+
+impl MonotonicClock {
+    /// A clock whose origin is now.
+    pub fn new() -> Self {
+        Self {
+            origin: Instant::now(),
+        }
+    }
+}
+
+impl Default for MonotonicClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for MonotonicClock {
+    #[inline]
+    fn now(&self) -> u64 {
+        // 2^64 ns is about 584 years of uptime; saturate rather than wrap.
+        u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+}
+
+/// A clock that only moves when told to. Clones share the same time.
+///
+/// Its wall clock is `unix_origin + now` (default origin: the Unix epoch itself).
+#[derive(Debug, Clone, Default)]
+pub struct ManualClock {
+    now: Arc<AtomicU64>,
+    unix_origin: Duration,
+}
+
+impl ManualClock {
+    /// A clock at 0 ns whose wall clock starts at the Unix epoch.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A clock at 0 ns whose wall clock reads `unix_origin` at 0 ns.
+    pub fn with_unix_origin(unix_origin: Duration) -> Self {
+        Self {
+            now: Arc::default(),
+            unix_origin,
+        }
+    }
+
+    /// Sets the time in nanoseconds. Setting an earlier time is ignored (time never goes back).
+    pub fn set(&self, now_ns: u64) {
+        self.now.fetch_max(now_ns, Ordering::SeqCst);
+    }
+
+    /// Sets the time to `at` after the origin (saturating at `u64::MAX` ns).
+    pub fn set_elapsed(&self, at: Duration) {
+        self.set(u64::try_from(at.as_nanos()).unwrap_or(u64::MAX));
+    }
+
+    /// Moves the time forward by `by` (saturating at `u64::MAX` ns).
+    pub fn advance(&self, by: Duration) {
+        let by = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
+        let _ = self
+            .now
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |t| {
+                Some(t.saturating_add(by))
+            });
+    }
+}
+
+impl Clock for ManualClock {
+    #[inline]
+    fn now(&self) -> u64 {
+        self.now.load(Ordering::SeqCst)
+    }
+
+    fn unix_now(&self) -> Duration {
+        self.unix_origin
+            .saturating_add(Duration::from_nanos(self.now()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manual_clock_never_goes_back_and_saturates() {
+        let c = ManualClock::with_unix_origin(Duration::from_secs(1_700_000_000));
+        c.set(10);
+        c.set(5);
+        assert_eq!(c.now(), 10);
+        c.advance(Duration::MAX);
+        assert_eq!(c.now(), u64::MAX);
+        assert!(c.unix_now() >= Duration::from_secs(1_700_000_000));
+    }
+
+    #[test]
+    fn monotonic_clock_moves_forward() {
+        let c = MonotonicClock::new();
+        let a = c.now();
+        let b = c.now();
+        assert!(b >= a);
+    }
+}

@@ -1,0 +1,127 @@
+//! Decisions: what a limiter answers for one request against one policy.
+//!
+//! A [`Decision`] carries everything the response headers need: the policy's `limit`, the
+//! whole cost-1 requests still `remaining` (never negative), `reset_after` (time until the
+//! key's state is back to "as if absent") and, for a denial, the exact `retry_after`.
+//! "Denied now" ([`Outcome::Denied`]) and "can never fit" ([`Outcome::CannotFit`], cost larger
+//! than the burst) are different outcomes: the second has no retry time.
+//!
+//! # Example
+//!
+//! ```
+//! use std::num::NonZeroU32;
+//! use std::time::Duration;
+//! use ratekeeper_core::algorithm::Gcra;
+//! use ratekeeper_core::Quota;
+//!
+//! let gcra = Gcra::new(&Quota::per_minute(NonZeroU32::new(10).unwrap()));
+//! let (decision, tat) = gcra.decide(0, 0, 1);
+//! assert!(decision.is_allowed());
+//! assert_eq!(decision.remaining(), 9);
+//! assert_eq!(decision.reset_after(), Duration::from_secs(6));
+//! assert_eq!(tat, Some(6_000_000_000));
+//!
+//! let (never, _) = gcra.decide(0, 0, 11);
+//! assert!(never.is_cannot_fit());
+//! assert_eq!(never.retry_after(), None);
+//! ```
+
+use std::time::Duration;
+
+/// Allowed, denied for now, or never satisfiable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// The request passes; its cost was charged.
+    Allowed,
+    /// The request is denied now and charged nothing; the same request passes after
+    /// `retry_after`.
+    Denied {
+        /// Exact time until the same request (same cost) would pass.
+        retry_after: Duration,
+    },
+    /// The cost is larger than the burst: it can never pass. Nothing was charged.
+    CannotFit,
+}
+
+/// One policy's answer for one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Decision {
+    outcome: Outcome,
+    limit: u32,
+    remaining: u32,
+    reset_after: Duration,
+}
+
+impl Decision {
+    /// Builds a decision. `remaining` is whole cost-1 requests that would pass now.
+    pub const fn new(outcome: Outcome, limit: u32, remaining: u32, reset_after: Duration) -> Self {
+        Self {
+            outcome,
+            limit,
+            remaining,
+            reset_after,
+        }
+    }
+
+    /// The outcome.
+    pub const fn outcome(&self) -> Outcome {
+        self.outcome
+    }
+
+    /// Whether the request passes.
+    pub const fn is_allowed(&self) -> bool {
+        matches!(self.outcome, Outcome::Allowed)
+    }
+
+    /// Whether the request is refused (for now or for ever).
+    pub const fn is_denied(&self) -> bool {
+        !self.is_allowed()
+    }
+
+    /// Whether the cost is larger than the burst, so the request can never pass.
+    pub const fn is_cannot_fit(&self) -> bool {
+        matches!(self.outcome, Outcome::CannotFit)
+    }
+
+    /// For [`Outcome::Denied`], the exact time until the same request would pass.
+    pub const fn retry_after(&self) -> Option<Duration> {
+        match self.outcome {
+            Outcome::Denied { retry_after } => Some(retry_after),
+            _ => None,
+        }
+    }
+
+    /// The policy's limit (units per period).
+    pub const fn limit(&self) -> u32 {
+        self.limit
+    }
+
+    /// Whole cost-1 requests that would pass right now (after this request, if allowed).
+    pub const fn remaining(&self) -> u32 {
+        self.remaining
+    }
+
+    /// Time until the key's state is back to "as if absent" (bucket full, window over).
+    pub const fn reset_after(&self) -> Duration {
+        self.reset_after
+    }
+}
+
+/// Rounds a duration up to whole seconds, as `Retry-After` and reset headers need
+/// (RFC 9110 §10.2.3 delay-seconds). Sub-second durations round up to 1; zero stays 0.
+///
+/// ```
+/// use std::time::Duration;
+/// use ratekeeper_core::decision::ceil_secs;
+/// assert_eq!(ceil_secs(Duration::from_millis(5_800)), 6);
+/// assert_eq!(ceil_secs(Duration::from_nanos(1)), 1);
+/// assert_eq!(ceil_secs(Duration::ZERO), 0);
+/// ```
+pub const fn ceil_secs(d: Duration) -> u64 {
+    if d.subsec_nanos() == 0 {
+        d.as_secs()
+    } else {
+        d.as_secs().saturating_add(1)
+    }
+}

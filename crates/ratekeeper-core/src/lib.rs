@@ -1,0 +1,61 @@
+//! # ratekeeper-core
+//!
+//! The algorithms, quotas, decisions, clocks and stores behind
+//! [ratekeeper](https://crates.io/crates/ratekeeper-axum)'s HTTP rate limiting. This crate has
+//! no HTTP dependency: it answers "may `key` spend `cost` units under `policy` now?".
+//!
+//! - [`Quota`]: `limit` per `period` with a `burst`; invalid values are [`QuotaError`]s.
+//! - [`Policy`]: a named quota plus an [`Algorithm`] (GCRA by default).
+//! - [`Decision`]: allowed / denied with an exact `retry_after` / can never fit, plus
+//!   `limit`, `remaining` and `reset_after` for headers.
+//! - [`clock`]: the [`Clock`](clock::Clock) trait, a monotonic clock and a manual clock.
+//! - [`store`]: the [`Store`](store::Store) trait and the in-memory [`MemoryStore`](store::MemoryStore).
+//!
+//! Time is integer nanoseconds; all arithmetic saturates, so no quota, cost or clock value
+//! can panic or overflow.
+//!
+//! # Example
+//!
+//! ```
+//! use std::num::NonZeroU32;
+//! use std::time::Duration;
+//! use ratekeeper_core::clock::ManualClock;
+//! use ratekeeper_core::store::{Charge, MemoryStore, Store};
+//! use ratekeeper_core::{Key, Policy, Quota};
+//!
+//! let clock = ManualClock::new();
+//! let mut store = MemoryStore::with_clock(clock.clone());
+//! let quota = Quota::per_minute(NonZeroU32::new(10).unwrap());
+//! let api = store.register(&Policy::new("api", quota))?;
+//! let client = Key::from("198.51.100.7");
+//!
+//! for _ in 0..10 {
+//!     assert!(store.check_now(&[Charge::new(api, &client, 1)])?.is_allowed());
+//! }
+//! let denied = store.check_now(&[Charge::new(api, &client, 1)])?;
+//! assert_eq!(denied.retry_after(), Some(Duration::from_secs(6)));
+//!
+//! clock.advance(Duration::from_secs(6));
+//! assert!(store.check_now(&[Charge::new(api, &client, 1)])?.is_allowed());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Features
+//!
+//! | feature | adds |
+//! |---|---|
+//! | (none yet) | |
+
+pub mod algorithm;
+pub mod clock;
+pub mod decision;
+pub mod key;
+pub mod policy;
+pub mod quota;
+pub mod store;
+
+pub use algorithm::Algorithm;
+pub use decision::{Decision, Outcome};
+pub use key::Key;
+pub use policy::{Policy, PolicyError};
+pub use quota::{Quota, QuotaError};

@@ -1,0 +1,86 @@
+//! Policies: a named quota plus an algorithm.
+//!
+//! # Example
+//!
+//! ```
+//! use std::num::NonZeroU32;
+//! use ratekeeper_core::{Algorithm, Policy, Quota};
+//!
+//! let api = Policy::new("api", Quota::per_minute(NonZeroU32::new(1000).unwrap()));
+//! assert_eq!(api.name(), "api");
+//! assert_eq!(api.algorithm(), Algorithm::Gcra);
+//! ```
+
+use std::sync::Arc;
+
+use crate::{Algorithm, Quota};
+
+/// Why a policy name was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PolicyError {
+    /// Names appear in headers (`RateLimit-Policy`) and store keys, so they must be 1..=64
+    /// characters from `[A-Za-z0-9_.-]`.
+    #[error("invalid policy name {0:?}: use 1 to 64 characters from A-Z a-z 0-9 _ . -")]
+    InvalidName(String),
+}
+
+/// A named quota plus an algorithm. Cheap to clone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    name: Arc<str>,
+    quota: Quota,
+    algorithm: Algorithm,
+}
+
+impl Policy {
+    /// A GCRA policy. The name is checked by [`Policy::validate`] when a limiter is built.
+    pub fn new(name: impl Into<Arc<str>>, quota: Quota) -> Self {
+        Self {
+            name: name.into(),
+            quota,
+            algorithm: Algorithm::default(),
+        }
+    }
+
+    /// The same policy with another algorithm.
+    pub fn with_algorithm(mut self, algorithm: Algorithm) -> Self {
+        self.algorithm = algorithm;
+        self
+    }
+
+    /// The policy's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The policy's quota.
+    pub fn quota(&self) -> &Quota {
+        &self.quota
+    }
+
+    /// The policy's algorithm.
+    pub fn algorithm(&self) -> Algorithm {
+        self.algorithm
+    }
+
+    /// Checks the name.
+    ///
+    /// # Errors
+    ///
+    /// [`PolicyError::InvalidName`] when the name is empty, longer than 64 bytes or has a
+    /// character outside `[A-Za-z0-9_.-]`.
+    pub fn validate(&self) -> Result<(), PolicyError> {
+        let ok = !self.name.is_empty()
+            && self.name.len() <= 64
+            && self
+                .name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+        if ok {
+            Ok(())
+        } else {
+            Err(PolicyError::InvalidName(self.name.to_string()))
+        }
+    }
+}

@@ -1,0 +1,231 @@
+//! Stores: where per-key state lives.
+//!
+//! A [`Store`] registers policies when a limiter is built (so misconfiguration is caught
+//! then), and at request time checks a list of [`Charge`]s all-or-nothing: if any policy
+//! denies, none is charged. A store that can answer at once (the [`MemoryStore`]) returns
+//! [`Checked::Ready`], so the HTTP layer decides inside `call` without allocating or boxing;
+//! a networked store returns [`Checked::Pending`] with its future.
+//!
+//! # Example
+//!
+//! ```
+//! use std::num::NonZeroU32;
+//! use ratekeeper_core::store::{Charge, Checked, MemoryStore, Store};
+//! use ratekeeper_core::{Key, Policy, Quota};
+//!
+//! let mut store = MemoryStore::<Key>::new();
+//! let api = store.register(&Policy::new("api", Quota::per_second(NonZeroU32::new(2).unwrap())))?;
+//! let key = Key::from("alice");
+//! let check = |store: &MemoryStore<Key>| match store.check(&[Charge::new(api, &key, 1)]) {
+//!     Checked::Ready(result) => result.unwrap(),
+//!     Checked::Pending(_) => unreachable!("the memory store always answers at once"),
+//! };
+//! assert!(check(&store).is_allowed());
+//! assert!(check(&store).is_allowed());
+//! assert!(!check(&store).is_allowed());
+//! # Ok::<(), ratekeeper_core::store::StoreError>(())
+//! ```
+
+mod memory;
+
+pub use memory::MemoryStore;
+
+use std::future::Future;
+
+use smallvec::SmallVec;
+
+use crate::{Decision, policy::PolicyError};
+
+/// Identifies a policy registered with a store. Cheap to copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PolicyId(u32);
+
+impl PolicyId {
+    /// A policy id from its registration index.
+    pub const fn from_index(index: u32) -> Self {
+        Self(index)
+    }
+
+    /// The registration index.
+    pub const fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// One policy to charge for one key.
+#[derive(Debug)]
+pub struct Charge<'a, K: ?Sized> {
+    /// The registered policy.
+    pub policy: PolicyId,
+    /// Who is charged.
+    pub key: &'a K,
+    /// Units to charge (0 is a free probe; more than the burst can never fit).
+    pub cost: u64,
+}
+
+impl<K: ?Sized> Clone for Charge<'_, K> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<K: ?Sized> Copy for Charge<'_, K> {}
+
+impl<'a, K: ?Sized> Charge<'a, K> {
+    /// A charge of `cost` units to `key` under `policy`.
+    pub const fn new(policy: PolicyId, key: &'a K, cost: u64) -> Self {
+        Self { policy, key, cost }
+    }
+}
+
+/// The decisions for a list of charges, in the same order. Inline up to 4 policies.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Decisions {
+    items: SmallVec<[Decision; 4]>,
+}
+
+impl Decisions {
+    /// Wraps decisions given in charge order.
+    pub fn new(items: impl IntoIterator<Item = Decision>) -> Self {
+        Self {
+            items: items.into_iter().collect(),
+        }
+    }
+
+    /// Whether every policy allowed (and so every policy was charged).
+    pub fn is_allowed(&self) -> bool {
+        self.items.iter().all(Decision::is_allowed)
+    }
+
+    /// Whether some policy said the cost can never fit.
+    pub fn is_cannot_fit(&self) -> bool {
+        self.items.iter().any(Decision::is_cannot_fit)
+    }
+
+    /// The decisions, in charge order.
+    pub fn as_slice(&self) -> &[Decision] {
+        &self.items
+    }
+
+    /// The number of decisions.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether there are no decisions (no policy applied).
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Time until the whole request would pass: the longest `retry_after` among the denials.
+    /// `None` when allowed or when the cost can never fit.
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        if self.is_cannot_fit() {
+            return None;
+        }
+        self.items.iter().filter_map(Decision::retry_after).max()
+    }
+
+    /// The index of the decision that headers report: when denied, the denial that lasts
+    /// longest (a "cannot fit" first); when allowed, the policy closest to exhaustion
+    /// (fewest remaining, then the longest reset).
+    pub fn deciding(&self) -> Option<usize> {
+        if let Some(i) = self.items.iter().position(Decision::is_cannot_fit) {
+            return Some(i);
+        }
+        if self.is_allowed() {
+            self.items
+                .iter()
+                .enumerate()
+                .min_by(|(_, a), (_, b)| {
+                    a.remaining()
+                        .cmp(&b.remaining())
+                        .then(b.reset_after().cmp(&a.reset_after()))
+                })
+                .map(|(i, _)| i)
+        } else {
+            self.items
+                .iter()
+                .enumerate()
+                .filter(|(_, d)| d.is_denied())
+                .max_by_key(|(_, d)| d.retry_after())
+                .map(|(i, _)| i)
+        }
+    }
+}
+
+/// A store's answer: at once, or a future.
+#[derive(Debug)]
+pub enum Checked<F> {
+    /// The answer is known now (memory store).
+    Ready(Result<Decisions, StoreError>),
+    /// The answer needs I/O.
+    Pending(F),
+}
+
+/// A store failed to decide.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// A charge named a policy this store never registered.
+    #[error("unknown policy id {0:?}")]
+    UnknownPolicy(PolicyId),
+    /// A policy was refused when registered.
+    #[error("invalid policy: {0}")]
+    Policy(#[from] PolicyError),
+    /// The store cannot run this algorithm.
+    #[error("the store does not support algorithm {0:?}")]
+    UnsupportedAlgorithm(crate::Algorithm),
+    /// The store did not answer within the decision deadline.
+    #[error("store did not answer within the decision deadline")]
+    Timeout,
+    /// The store is unreachable or returned an error.
+    #[error("store unavailable: {0}")]
+    Unavailable(Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl StoreError {
+    /// Whether the error is a configuration problem (found when building a limiter).
+    pub fn is_config(&self) -> bool {
+        matches!(
+            self,
+            Self::UnknownPolicy(_) | Self::Policy(_) | Self::UnsupportedAlgorithm(_)
+        )
+    }
+
+    /// Whether the store was unreachable, failed or too slow at request time.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, Self::Timeout | Self::Unavailable(_))
+    }
+}
+
+/// Per-key state for registered policies.
+///
+/// Implementations: [`MemoryStore`] (answers synchronously; the default). A networked store
+/// implements the same trait with an async future, so the HTTP layer's API does not change.
+pub trait Store<K: ?Sized>: Send + Sync + 'static {
+    /// The future of a check that needs I/O. A store that always answers at once uses
+    /// [`std::future::Ready`].
+    type Future: Future<Output = Result<Decisions, StoreError>> + Send + 'static;
+
+    /// Registers a policy and returns its id. Called while a limiter is built.
+    ///
+    /// # Errors
+    ///
+    /// A [`StoreError::is_config`] error when the policy is invalid or unsupported.
+    fn register(&mut self, policy: &crate::Policy) -> Result<PolicyId, StoreError>;
+
+    /// Checks every charge all-or-nothing: if any policy denies, none is charged. The
+    /// decisions come back in charge order.
+    fn check(&self, charges: &[Charge<'_, K>]) -> Checked<Self::Future>;
+
+    /// Gives back charges made earlier (a response-based refund, or a dropped reservation).
+    /// Never fails visibly: a networked store logs and counts errors.
+    fn refund(&self, charges: &[Charge<'_, K>]);
+
+    /// Wall-clock time since the Unix epoch, for epoch-style reset headers.
+    fn unix_now(&self) -> std::time::Duration {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+    }
+}
