@@ -1,0 +1,239 @@
+//! Key extractors: who a request is charged to.
+//!
+//! A [`KeyExtractor`] turns a request into a [`Key`], or says why it cannot
+//! ([`KeyError`]). Closures `Fn(&Request<B>) -> Result<Key, KeyError>` are extractors too.
+//!
+//! - [`PeerIp`] (the default): the TCP peer address, IPv4-mapped IPv6 addresses normalised
+//!   to IPv4, IPv6 grouped by prefix (default /64) so one host cannot rotate through its
+//!   2^64 addresses. Reads axum's `ConnectInfo<SocketAddr>` (feature `axum`), a
+//!   [`SocketAddr`] extension, or a [`PeerAddr`] extension.
+//! - [`GlobalKey`]: one budget for everyone.
+//!
+//! # Example
+//!
+//! ```
+//! use std::net::SocketAddr;
+//! use http::Request;
+//! use ratekeeper_tower::key::{KeyExtractor, PeerAddr, PeerIp};
+//! use ratekeeper_core::Key;
+//!
+//! let mut req = Request::new(());
+//! req.extensions_mut().insert(PeerAddr("[2001:db8:aa:1::9]:4711".parse::<SocketAddr>().unwrap()));
+//! let key = PeerIp::new().extract(&req).unwrap();
+//! assert_eq!(key.to_string(), "net:2001:db8:aa:1::/64");
+//!
+//! let mut req = Request::new(());
+//! req.extensions_mut().insert(PeerAddr("[::ffff:192.0.2.1]:80".parse().unwrap()));
+//! assert_eq!(PeerIp::new().extract(&req).unwrap().to_string(), "ip:192.0.2.1");
+//! ```
+
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+
+use http::{Request, StatusCode};
+use ratekeeper_core::Key;
+
+/// Why no key could be extracted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum KeyError {
+    /// The request does not carry what the extractor reads (a header, a user). A fallback
+    /// extractor may supply a key instead; without one the request gets `400 Bad Request`.
+    #[error("rate-limit key missing: {0}")]
+    Missing(&'static str),
+    /// The server is not set up to provide the key (for example no peer address because the
+    /// app was not served with connect info). Answered with `500` and an error log line.
+    #[error("rate-limit key unavailable: {0}")]
+    Misconfigured(&'static str),
+}
+
+impl KeyError {
+    /// Whether a fallback extractor should be tried.
+    pub fn is_missing(&self) -> bool {
+        matches!(self, Self::Missing(_))
+    }
+
+    /// The status the request is answered with when no extractor supplies a key.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::Missing(_) => StatusCode::BAD_REQUEST,
+            Self::Misconfigured(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+/// Extracts the rate-limit key from a request.
+pub trait KeyExtractor<B>: Send + Sync + 'static {
+    /// The key, or why there is none.
+    ///
+    /// # Errors
+    ///
+    /// [`KeyError::Missing`] when the request lacks the input, [`KeyError::Misconfigured`]
+    /// when the server cannot provide it.
+    fn extract(&self, req: &Request<B>) -> Result<Key, KeyError>;
+}
+
+impl<B, F> KeyExtractor<B> for F
+where
+    F: Fn(&Request<B>) -> Result<Key, KeyError> + Send + Sync + 'static,
+{
+    fn extract(&self, req: &Request<B>) -> Result<Key, KeyError> {
+        self(req)
+    }
+}
+
+/// The peer address of a connection, for servers that are not axum: insert it into request
+/// extensions (hyper-util, a custom accept loop). A bare [`SocketAddr`] extension works too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PeerAddr(pub SocketAddr);
+
+/// Keys by the TCP peer address (the safe default): IPv4 as the full address, IPv6 grouped
+/// by a prefix (default /64). IPv4-mapped IPv6 (`::ffff:a.b.c.d`, recognised by address
+/// range, not notation) is keyed as the IPv4 address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerIp {
+    v6_prefix: u8,
+}
+
+impl Default for PeerIp {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl PeerIp {
+    /// Peer IP with IPv6 grouped by /64.
+    pub const fn new() -> Self {
+        Self { v6_prefix: 64 }
+    }
+
+    /// Groups IPv6 peers by a `/prefix` (clamped to 1..=128; 128 keys every address).
+    pub const fn ipv6_prefix(prefix: u8) -> Self {
+        let p = if prefix == 0 {
+            1
+        } else if prefix > 128 {
+            128
+        } else {
+            prefix
+        };
+        Self { v6_prefix: p }
+    }
+
+    /// The peer address of a request, if the server provided one.
+    pub fn peer_addr<B>(req: &Request<B>) -> Option<SocketAddr> {
+        let ext = req.extensions();
+        #[cfg(feature = "axum")]
+        if let Some(axum::extract::ConnectInfo(addr)) =
+            ext.get::<axum::extract::ConnectInfo<SocketAddr>>()
+        {
+            return Some(*addr);
+        }
+        ext.get::<PeerAddr>()
+            .map(|p| p.0)
+            .or_else(|| ext.get::<SocketAddr>().copied())
+    }
+
+    /// The key for an address under this extractor's IPv6 prefix.
+    pub fn key_for(&self, ip: IpAddr) -> Key {
+        ip_key(ip, self.v6_prefix)
+    }
+}
+
+/// Keys an address: IPv4 (and IPv4-mapped IPv6) as the full IPv4 address; other IPv6
+/// masked to `v6_prefix` bits (`Key::Net`), or `Key::Ip` when the prefix is 128.
+pub fn ip_key(ip: IpAddr, v6_prefix: u8) -> Key {
+    match ip {
+        IpAddr::V4(v4) => Key::Ip(IpAddr::V4(v4)),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => Key::Ip(IpAddr::V4(v4)),
+            None if v6_prefix >= 128 => Key::Ip(IpAddr::V6(v6)),
+            None => {
+                let bits = u128::from(v6);
+                let mask = if v6_prefix == 0 {
+                    0
+                } else {
+                    u128::MAX << (128 - u32::from(v6_prefix))
+                };
+                Key::Net(IpAddr::V6(Ipv6Addr::from(bits & mask)), v6_prefix)
+            }
+        },
+    }
+}
+
+impl<B> KeyExtractor<B> for PeerIp {
+    #[inline]
+    fn extract(&self, req: &Request<B>) -> Result<Key, KeyError> {
+        Self::peer_addr(req)
+            .map(|addr| self.key_for(addr.ip()))
+            .ok_or(KeyError::Misconfigured(
+                "no peer address in request extensions; serve the app with \
+                 `into_make_service_with_connect_info::<SocketAddr>()` or insert `PeerAddr`",
+            ))
+    }
+}
+
+/// One key for every request: a global budget.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GlobalKey;
+
+impl<B> KeyExtractor<B> for GlobalKey {
+    fn extract(&self, _req: &Request<B>) -> Result<Key, KeyError> {
+        Ok(Key::Global)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(addr: &str) -> String {
+        let mut req = Request::new(());
+        req.extensions_mut()
+            .insert(addr.parse::<SocketAddr>().unwrap());
+        PeerIp::new().extract(&req).unwrap().to_string()
+    }
+
+    #[test]
+    fn ipv6_is_grouped_by_64_and_mapped_v4_is_v4() {
+        // Case B02's addresses.
+        assert_eq!(key("[2001:db8:aa:1::1]:1"), "net:2001:db8:aa:1::/64");
+        assert_eq!(
+            key("[2001:db8:aa:1:ffff:ffff:ffff:ffff]:1"),
+            "net:2001:db8:aa:1::/64"
+        );
+        assert_eq!(
+            key("[2001:0db8:00aa:0001:0000:0000:0000:0003]:1"),
+            "net:2001:db8:aa:1::/64"
+        );
+        assert_eq!(key("[2001:db8:aa:2::1]:1"), "net:2001:db8:aa:2::/64");
+        assert_eq!(key("[::ffff:192.0.2.1]:1"), "ip:192.0.2.1");
+        assert_eq!(key("192.0.2.1:1"), "ip:192.0.2.1");
+        assert_eq!(key("[::ffff:c000:202]:1"), "ip:192.0.2.2");
+        assert_eq!(
+            key("[2001:db8:1234:5678::1.2.3.4]:1"),
+            "net:2001:db8:1234:5678::/64"
+        );
+    }
+
+    #[test]
+    fn missing_peer_is_a_misconfiguration() {
+        let req = Request::new(());
+        let err = PeerIp::new().extract(&req).unwrap_err();
+        assert_eq!(err.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(!err.is_missing());
+    }
+
+    #[test]
+    fn prefix_is_clamped() {
+        let mut req = Request::new(());
+        req.extensions_mut()
+            .insert(PeerAddr("[2001:db8::1]:1".parse().unwrap()));
+        assert_eq!(
+            PeerIp::ipv6_prefix(200).extract(&req).unwrap().to_string(),
+            "ip:2001:db8::1"
+        );
+        assert_eq!(
+            PeerIp::ipv6_prefix(0).extract(&req).unwrap().to_string(),
+            "net:::/1"
+        );
+    }
+}

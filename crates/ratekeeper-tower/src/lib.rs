@@ -1,0 +1,37 @@
+//! # ratekeeper-tower
+//!
+//! HTTP rate limiting as a [`tower`](https://docs.rs/tower) layer, generic over request and
+//! response bodies, so it works for axum, hyper and tonic services.
+//!
+//! ```
+//! use std::num::NonZeroU32;
+//! use ratekeeper_core::Quota;
+//! use ratekeeper_tower::RateLimitLayer;
+//!
+//! // 10 requests per minute per client IP, burst 10, in memory.
+//! let layer = RateLimitLayer::new(Quota::per_minute(NonZeroU32::new(10).unwrap()));
+//! # let _ = layer;
+//! ```
+//!
+//! See [`rate_limit`] for a complete example, [`key`] for who is limited, [`cost`] for what a
+//! request costs and [`report`] for the headers and 429 bodies clients see.
+//!
+//! Design note: headers and problem+json bodies are rendered here rather than in
+//! `ratekeeper-axum`, because they are plain `http` and hyper and tonic users need them too;
+//! `ratekeeper-axum` re-exports this crate and adds axum-only pieces.
+//!
+//! # Features
+//!
+//! | feature | adds |
+//! |---|---|
+//! | `axum` | [`PeerIp`] also reads axum's `ConnectInfo<SocketAddr>` |
+
+pub mod body;
+pub mod cost;
+pub mod key;
+pub mod rate_limit;
+pub mod report;
+
+pub use key::{GlobalKey, KeyError, KeyExtractor, PeerIp};
+pub use rate_limit::{BuildError, Builder as RateLimitBuilder, RateLimit, RateLimitLayer};
+pub use ratekeeper_core as core;

@@ -1,0 +1,315 @@
+use std::fmt;
+use std::sync::Arc;
+
+use ratekeeper_core::store::{MemoryStore, PolicyId, Store, StoreError};
+use ratekeeper_core::{Key, Policy, Quota};
+use smallvec::SmallVec;
+use tower_layer::Layer;
+
+use super::RateLimit;
+use crate::key::PeerIp;
+use crate::report::{HeaderStyle, Reporter, ResetFormat};
+
+/// Why a [`RateLimitLayer`] could not be built.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// No policy was added.
+    #[error("a rate limit needs at least one policy")]
+    NoPolicy,
+    /// Two policies share a name.
+    #[error("policy name {0:?} is used twice")]
+    DuplicatePolicy(String),
+    /// The store refused a policy (invalid name, unsupported algorithm).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A fixed cost of 0 would make every policy unlimited.
+    #[error("a fixed request cost of 0 would never limit anything")]
+    ZeroCost,
+    /// A fixed cost larger than a policy's burst would deny every request.
+    #[error("fixed request cost {cost} is larger than the burst {burst} of policy {policy:?}")]
+    CostExceedsBurst {
+        /// The policy.
+        policy: String,
+        /// The fixed cost.
+        cost: u64,
+        /// The policy's burst.
+        burst: u32,
+    },
+}
+
+pub(crate) struct Shared<K, Co, St> {
+    pub(crate) store: St,
+    pub(crate) ids: SmallVec<[PolicyId; 4]>,
+    pub(crate) reporter: Reporter,
+    pub(crate) key: K,
+    pub(crate) cost: Co,
+}
+
+/// A [`tower_layer::Layer`] that rate limits requests (see the [module docs](super)).
+///
+/// Every service the layer builds, and every clone of those services, shares one state
+/// behind an [`Arc`], so one budget holds however many connections a server opens.
+pub struct RateLimitLayer<K = PeerIp, Co = u64, St = MemoryStore<Key>> {
+    shared: Arc<Shared<K, Co, St>>,
+}
+
+impl RateLimitLayer {
+    /// Limits each client IP (IPv6 by /64) to `quota`, with the GCRA algorithm, the
+    /// in-memory store, cost 1 per request and `X-RateLimit-*` headers. The policy is named
+    /// `"default"`.
+    pub fn new(quota: Quota) -> Self {
+        let mut store = MemoryStore::new();
+        let policy = Policy::new("default", quota);
+        // "default" is a valid name and GCRA is always supported by the memory store.
+        let id = store.register(&policy).unwrap_or(PolicyId::from_index(0));
+        Self::from_parts(
+            store,
+            SmallVec::from_elem(id, 1),
+            Reporter::new(&[policy], HeaderStyle::default(), ResetFormat::default()),
+            PeerIp::new(),
+            1,
+        )
+    }
+
+    /// A builder for several policies, another key, cost, store or header style.
+    pub fn builder() -> Builder {
+        Builder::new()
+    }
+}
+
+impl<K, Co, St> RateLimitLayer<K, Co, St> {
+    fn from_parts(
+        store: St,
+        ids: SmallVec<[PolicyId; 4]>,
+        reporter: Reporter,
+        key: K,
+        cost: Co,
+    ) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                store,
+                ids,
+                reporter,
+                key,
+                cost,
+            }),
+        }
+    }
+
+    pub(crate) fn from_shared(shared: Arc<Shared<K, Co, St>>) -> Self {
+        Self { shared }
+    }
+
+    /// The store, to inspect or reset keys (for example [`MemoryStore::reset`]).
+    pub fn store(&self) -> &St {
+        &self.shared.store
+    }
+
+    /// The ids of this layer's policies, in the order they were added.
+    pub fn policy_ids(&self) -> &[PolicyId] {
+        &self.shared.ids
+    }
+}
+
+impl<K, Co, St> Clone for RateLimitLayer<K, Co, St> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<K, Co, St> fmt::Debug for RateLimitLayer<K, Co, St> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitLayer")
+            .field("policies", &self.shared.reporter.names)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, K, Co, St> Layer<S> for RateLimitLayer<K, Co, St> {
+    type Service = RateLimit<S, K, Co, St>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RateLimit::from_shared(inner, Arc::clone(&self.shared))
+    }
+}
+
+/// Builds a [`RateLimitLayer`]: policies, key extractor, cost, store, headers.
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use ratekeeper_core::{Policy, Quota};
+/// use ratekeeper_tower::{GlobalKey, RateLimitLayer};
+///
+/// let layer = RateLimitLayer::builder()
+///     .policy(Policy::new("burst", Quota::per_second(NonZeroU32::new(50).unwrap())))
+///     .policy(Policy::new("daily", Quota::per_day(NonZeroU32::new(10_000).unwrap())))
+///     .key(GlobalKey)
+///     .build()?;
+/// assert_eq!(layer.policy_ids().len(), 2);
+/// # Ok::<(), ratekeeper_tower::BuildError>(())
+/// ```
+pub struct Builder<K = PeerIp, Co = u64, St = MemoryStore<Key>> {
+    policies: Vec<Policy>,
+    key: K,
+    cost: Co,
+    fixed_cost: Option<u64>,
+    store: St,
+    style: HeaderStyle,
+    reset: ResetFormat,
+}
+
+impl Builder {
+    /// Peer-IP key, cost 1, memory store, `X-RateLimit-*` headers, no policy yet.
+    pub fn new() -> Self {
+        Self {
+            policies: Vec::new(),
+            key: PeerIp::new(),
+            cost: 1,
+            fixed_cost: Some(1),
+            store: MemoryStore::new(),
+            style: HeaderStyle::default(),
+            reset: ResetFormat::default(),
+        }
+    }
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<K, Co, St> Builder<K, Co, St> {
+    /// Adds a policy. Every policy is checked on every request, all-or-nothing.
+    pub fn policy(mut self, policy: Policy) -> Self {
+        self.policies.push(policy);
+        self
+    }
+
+    /// Adds a GCRA policy named `"default"` with `quota`.
+    pub fn quota(self, quota: Quota) -> Self {
+        self.policy(Policy::new("default", quota))
+    }
+
+    /// Sets the key extractor.
+    pub fn key<K2>(self, key: K2) -> Builder<K2, Co, St> {
+        Builder {
+            policies: self.policies,
+            key,
+            cost: self.cost,
+            fixed_cost: self.fixed_cost,
+            store: self.store,
+            style: self.style,
+            reset: self.reset,
+        }
+    }
+
+    /// Sets a fixed cost per request (checked against every policy's burst at build time).
+    pub fn cost(self, cost: u64) -> Builder<K, u64, St> {
+        Builder {
+            policies: self.policies,
+            key: self.key,
+            cost,
+            fixed_cost: Some(cost),
+            store: self.store,
+            style: self.style,
+            reset: self.reset,
+        }
+    }
+
+    /// Sets a per-request cost function (see [`crate::cost::Cost`]). A cost above a policy's
+    /// burst gets the "cost can never fit" 429.
+    pub fn cost_fn<Co2>(self, cost: Co2) -> Builder<K, Co2, St> {
+        Builder {
+            policies: self.policies,
+            key: self.key,
+            cost,
+            fixed_cost: None,
+            store: self.store,
+            style: self.style,
+            reset: self.reset,
+        }
+    }
+
+    /// Sets the store (default: a new [`MemoryStore`]).
+    pub fn store<St2>(self, store: St2) -> Builder<K, Co, St2> {
+        Builder {
+            policies: self.policies,
+            key: self.key,
+            cost: self.cost,
+            fixed_cost: self.fixed_cost,
+            store,
+            style: self.style,
+            reset: self.reset,
+        }
+    }
+
+    /// Sets the rate-limit header style (default [`HeaderStyle::XRateLimit`]).
+    pub fn headers(mut self, style: HeaderStyle) -> Self {
+        self.style = style;
+        self
+    }
+
+    /// Sets how reset values are written (default [`ResetFormat::DeltaSeconds`]).
+    pub fn reset_format(mut self, reset: ResetFormat) -> Self {
+        self.reset = reset;
+        self
+    }
+
+    /// Registers the policies with the store and builds the layer.
+    ///
+    /// # Errors
+    ///
+    /// [`BuildError`] when there is no policy, a name is reused or invalid, the store
+    /// refuses a policy, or a fixed cost is 0 or larger than a policy's burst.
+    pub fn build(mut self) -> Result<RateLimitLayer<K, Co, St>, BuildError>
+    where
+        St: Store<Key>,
+    {
+        if self.policies.is_empty() {
+            return Err(BuildError::NoPolicy);
+        }
+        for (i, p) in self.policies.iter().enumerate() {
+            if self.policies[..i].iter().any(|q| q.name() == p.name()) {
+                return Err(BuildError::DuplicatePolicy(p.name().to_owned()));
+            }
+        }
+        if let Some(cost) = self.fixed_cost {
+            if cost == 0 {
+                return Err(BuildError::ZeroCost);
+            }
+            if let Some(p) = self
+                .policies
+                .iter()
+                .find(|p| cost > u64::from(p.quota().burst()))
+            {
+                return Err(BuildError::CostExceedsBurst {
+                    policy: p.name().to_owned(),
+                    cost,
+                    burst: p.quota().burst(),
+                });
+            }
+        }
+        let mut ids = SmallVec::new();
+        for p in &self.policies {
+            ids.push(self.store.register(p)?);
+        }
+        let reporter = Reporter::new(&self.policies, self.style, self.reset);
+        Ok(RateLimitLayer::from_parts(
+            self.store, ids, reporter, self.key, self.cost,
+        ))
+    }
+}
+
+impl<K, Co, St> fmt::Debug for Builder<K, Co, St> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Builder")
+            .field("policies", &self.policies)
+            .field("style", &self.style)
+            .field("reset", &self.reset)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,52 @@
+//! Rate-limit middleware: [`RateLimitLayer`] and the [`RateLimit`] service.
+//!
+//! For each request the service extracts a key (default: the peer IP, IPv6 by /64), computes
+//! a cost (default 1), and checks every policy in the store all-or-nothing, in `call`.
+//! Allowed requests go to the inner service and get rate-limit headers on the response;
+//! denied ones get a `429 Too Many Requests` with `Retry-After` (whole seconds, rounded up),
+//! the headers, `Cache-Control: no-store` and an RFC 9457 problem+json body, without the
+//! inner service being called. All clones share one state, and `poll_ready` never
+//! consumes quota.
+//!
+//! # Example
+//!
+//! ```
+//! use std::convert::Infallible;
+//! use std::num::NonZeroU32;
+//! use http::{Request, Response, StatusCode};
+//! use ratekeeper_core::Quota;
+//! use ratekeeper_tower::key::PeerAddr;
+//! use ratekeeper_tower::RateLimitLayer;
+//! use tower::{ServiceBuilder, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let svc = ServiceBuilder::new()
+//!     .layer(RateLimitLayer::new(Quota::per_minute(NonZeroU32::new(2).unwrap())))
+//!     .service_fn(|_req: Request<String>| async {
+//!         Ok::<_, Infallible>(Response::new(String::from("hello")))
+//!     });
+//!
+//! let request = || {
+//!     let mut req = Request::new(String::new());
+//!     req.extensions_mut().insert(PeerAddr("192.0.2.1:5000".parse().unwrap()));
+//!     req
+//! };
+//! let ok = svc.clone().oneshot(request()).await.unwrap();
+//! assert_eq!(ok.status(), StatusCode::OK);
+//! assert_eq!(ok.headers()["x-ratelimit-remaining"], "1");
+//! svc.clone().oneshot(request()).await.unwrap();
+//! let limited = svc.clone().oneshot(request()).await.unwrap();
+//! assert_eq!(limited.status(), StatusCode::TOO_MANY_REQUESTS);
+//! assert_eq!(limited.headers()["retry-after"], "30");
+//! assert_eq!(limited.headers()["content-type"], "application/problem+json");
+//! # }
+//! ```
+
+mod future;
+mod layer;
+mod service;
+
+pub use future::ResponseFuture;
+pub use layer::{BuildError, Builder, RateLimitLayer};
+pub use service::RateLimit;
