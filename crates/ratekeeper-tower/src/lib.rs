@@ -27,6 +27,7 @@
 //! | `axum` | [`PeerIp`] also reads axum's `ConnectInfo<SocketAddr>` |
 
 pub mod body;
+pub mod info;
 pub mod cost;
 pub mod key;
 pub mod rate_limit;

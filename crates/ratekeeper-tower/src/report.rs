@@ -1,26 +1,92 @@
-//! What clients see: rate-limit headers, `Retry-After`, and the 429 problem+json body.
+//! What clients see: rate-limit headers, `Retry-After`, and the 429 body.
 //!
 //! Header syntax follows `HEADERS.md` of the project:
 //!
 //! - `Retry-After` (RFC 9110 §10.2.3) as delay-seconds rounded **up**, at least 1, on every
 //!   429 except "cost can never fit" (which has no honest retry time).
-//! - `X-RateLimit-Limit` / `-Remaining` / `-Reset` (the de-facto headers; the default): the
-//!   policy closest to exhaustion is reported (the denying one on a 429). Reset is
-//!   delta-seconds rounded up ([`ResetFormat::DeltaSeconds`], the default) or Unix epoch
-//!   seconds ([`ResetFormat::UnixEpoch`]).
-//! - 429 responses carry `Cache-Control: no-store` (RFC 6585 §4) and an RFC 9457
-//!   `application/problem+json` body with the quota-exceeded type of
-//!   draft-ietf-httpapi-ratelimit-headers and `violated-policies`.
+//! - [`HeaderStyle::XRateLimit`] (the default): `X-RateLimit-Limit` / `-Remaining` / `-Reset`,
+//!   the de-facto headers. The policy closest to exhaustion is reported (the denying one on a
+//!   429). Reset is delta-seconds rounded up ([`ResetFormat::DeltaSeconds`], the default) or
+//!   Unix epoch seconds ([`ResetFormat::UnixEpoch`]).
+//! - [`HeaderStyle::Ietf`]: `RateLimit-Policy` and `RateLimit` of
+//!   draft-ietf-httpapi-ratelimit-headers-11, both Structured Field Lists (RFC 9651 §3.1) with
+//!   one named item per policy: `"name";q=<limit>;w=<period s>` and `"name";r=<remaining>;t=<reset s>`.
+//!   With [`PartitionKey`] set, each item also carries `pk`, a Byte Sequence (RFC 9651 §3.3.5)
+//!   holding a salted SHA-256 of the key, never the key itself.
+//! - [`HeaderStyle::IetfLegacy`]: the three fields of drafts -00 to -03 (`RateLimit-Limit`,
+//!   `RateLimit-Remaining`, `RateLimit-Reset` as delta seconds), for older clients.
+//! - [`HeaderStyle::Both`] (X-RateLimit and IETF -11) and [`HeaderStyle::None`].
+//! - 429 responses carry `Cache-Control: no-store` (RFC 6585 §4) and, by default
+//!   ([`ProblemJson`]), an RFC 9457 `application/problem+json` body with the quota-exceeded type
+//!   of the draft and `violated-policies`. A [`Rejection`] replaces the body; the layer still
+//!   sets the rate-limit headers, `Retry-After` and `Cache-Control` on whatever it returns, each
+//!   exactly once.
+//!
+//! Every header is written with `insert`, never `append`, so a header the inner service (or
+//! a rejection) already set is replaced rather than duplicated.
+//!
+//! # Example
+//!
+//! ```
+//! use std::convert::Infallible;
+//! use std::num::NonZeroU32;
+//! use bytes::Bytes;
+//! use http::{Request, Response, StatusCode};
+//! use ratekeeper_core::{Policy, Quota};
+//! use ratekeeper_tower::report::{HeaderStyle, Limited, PartitionKey};
+//! use ratekeeper_tower::{GlobalKey, RateLimitLayer};
+//! use tower::{ServiceBuilder, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let layer = RateLimitLayer::builder()
+//!     .policy(Policy::new("burst", Quota::per_second(NonZeroU32::new(1).unwrap())))
+//!     .policy(Policy::new("daily", Quota::per_day(NonZeroU32::new(1000).unwrap())))
+//!     .key(GlobalKey)
+//!     .headers(HeaderStyle::Ietf)
+//!     .partition_key(PartitionKey::salted("demo-salt"))
+//!     .rejection(|limited: &Limited<'_>| {
+//!         let mut res = Response::new(Bytes::from_static(b"{\"error\":\"slow down\"}"));
+//!         *res.status_mut() = limited.status();
+//!         res
+//!     })
+//!     .build()?;
+//! let svc = ServiceBuilder::new()
+//!     .layer(layer)
+//!     .service_fn(|_req: Request<String>| async { Ok::<_, Infallible>(Response::new(String::new())) });
+//!
+//! let ok = svc.clone().oneshot(Request::new(String::new())).await?;
+//! let pk = "pk=:ROw3Wtu/rODmmtQpnU+h5w==:";
+//! assert_eq!(
+//!     ok.headers()["ratelimit-policy"],
+//!     format!("\"burst\";q=1;w=1;{pk}, \"daily\";q=1000;w=86400;{pk}").as_str()
+//! );
+//! assert_eq!(ok.headers()["ratelimit"], format!("\"burst\";r=0;t=1;{pk}, \"daily\";r=999;t=87;{pk}").as_str());
+//!
+//! let limited = svc.clone().oneshot(Request::new(String::new())).await?;
+//! assert_eq!(limited.status(), StatusCode::TOO_MANY_REQUESTS);
+//! assert_eq!(limited.headers()["retry-after"], "1");
+//! assert_eq!(limited.headers()["cache-control"], "no-store");
+//! # Ok(())
+//! # }
+//! ```
 
+use std::fmt;
+use std::fmt::Write as _;
+use std::sync::Arc;
 use std::time::Duration;
 
+use base64::Engine as _;
 use bytes::Bytes;
 use http::header::{CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
-use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 use ratekeeper_core::decision::ceil_secs;
 use ratekeeper_core::store::Decisions;
-use ratekeeper_core::{Decision, Policy};
+use ratekeeper_core::{Decision, Key, Policy};
 use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::rate_limit::Mode;
 
 /// `X-RateLimit-Limit`.
 pub static X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
@@ -28,6 +94,21 @@ pub static X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-
 pub static X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
 /// `X-RateLimit-Reset`.
 pub static X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+/// `RateLimit` (draft-ietf-httpapi-ratelimit-headers-11 §4): current state per policy.
+pub static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+/// `RateLimit-Policy` (draft-ietf-httpapi-ratelimit-headers-11 §3): the policies.
+pub static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// `RateLimit-Limit` (drafts -00 to -03; [`HeaderStyle::IetfLegacy`]).
+pub static RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("ratelimit-limit");
+/// `RateLimit-Remaining` (drafts -00 to -03; [`HeaderStyle::IetfLegacy`]).
+pub static RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("ratelimit-remaining");
+/// `RateLimit-Reset` (drafts -00 to -03, delta seconds; [`HeaderStyle::IetfLegacy`]).
+pub static RATELIMIT_RESET: HeaderName = HeaderName::from_static("ratelimit-reset");
+/// `RateLimit-Degraded`: set on a response that a degraded-response fallback produced
+/// instead of a 429 (see [`crate::rate_limit::Fallback`]). Its value is a Structured Field
+/// String (RFC 9651 §3.3.3) naming the policy that limited the request, e.g.
+/// `RateLimit-Degraded: "burst"`. This field is ratekeeper's own, not part of any standard.
+pub static RATELIMIT_DEGRADED: HeaderName = HeaderName::from_static("ratelimit-degraded");
 
 /// The problem type of a 429 (draft-ietf-httpapi-ratelimit-headers, IANA HTTP problem types).
 pub const QUOTA_EXCEEDED_TYPE: &str =
@@ -40,6 +121,14 @@ pub enum HeaderStyle {
     /// `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` (the default).
     #[default]
     XRateLimit,
+    /// `RateLimit-Policy` and `RateLimit` per draft-ietf-httpapi-ratelimit-headers-11: one
+    /// named item per policy.
+    Ietf,
+    /// `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` (delta seconds) as in
+    /// drafts -00 to -03, reporting the policy closest to exhaustion.
+    IetfLegacy,
+    /// [`HeaderStyle::XRateLimit`] and [`HeaderStyle::Ietf`] together.
+    Both,
     /// No rate-limit headers (a 429 still carries `Retry-After`).
     None,
 }
@@ -51,103 +140,122 @@ pub enum ResetFormat {
     /// Seconds until the quota is fully available again, rounded up (the default).
     #[default]
     DeltaSeconds,
-    /// Unix time in seconds at which the quota is fully available again, rounded up.
+    /// Unix time in seconds at which the quota is fully available again, rounded up. Only
+    /// `X-RateLimit-Reset` uses it; the IETF fields are always delta seconds.
     UnixEpoch,
 }
 
-/// Renders decisions into headers and 429 responses. Built once per layer; nothing is
-/// allocated per request except the header values and the 429 body.
-#[derive(Debug, Clone)]
-pub(crate) struct Reporter {
-    pub(crate) names: Vec<Box<str>>,
-    pub(crate) style: HeaderStyle,
-    pub(crate) reset: ResetFormat,
+/// Adds the `pk` (partition key) parameter to the IETF fields.
+///
+/// The value is the first 16 bytes of `SHA-256(salt || 0x00 || key)` (FIPS 180-4, via the
+/// RustCrypto `sha2` crate), written as a Byte Sequence (RFC 9651 §3.3.5, base64 between
+/// colons). The raw key (an IP address, an API key) never appears. Use a secret salt: an
+/// unsalted hash of an IPv4 address can be reversed by trying all 2^32 addresses. Servers
+/// that share a budget should share the salt so clients see one `pk`.
+///
+/// ```
+/// use ratekeeper_core::Key;
+/// use ratekeeper_tower::report::PartitionKey;
+///
+/// let pk = PartitionKey::salted("s3cret");
+/// let value = pk.param(&Key::from("198.51.100.7"));
+/// assert!(value.starts_with(':') && value.ends_with(':'));
+/// assert!(!value.contains("198.51"));
+/// assert_eq!(value, pk.param(&Key::from("198.51.100.7")));
+/// assert_ne!(value, pk.param(&Key::from("198.51.100.8")));
+/// ```
+#[derive(Clone)]
+pub struct PartitionKey {
+    salt: Arc<[u8]>,
 }
 
-#[derive(Serialize)]
-struct Problem<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    title: &'static str,
-    status: u16,
-    detail: String,
-    #[serde(rename = "violated-policies")]
-    violated_policies: Vec<&'a str>,
-}
-
-impl Reporter {
-    pub(crate) fn new(policies: &[Policy], style: HeaderStyle, reset: ResetFormat) -> Self {
+impl PartitionKey {
+    /// Hashes keys with `salt`.
+    pub fn salted(salt: impl AsRef<[u8]>) -> Self {
         Self {
-            names: policies.iter().map(|p| p.name().into()).collect(),
-            style,
-            reset,
+            salt: Arc::from(salt.as_ref()),
         }
     }
 
-    fn reset_value(&self, d: &Decision, unix_now: impl FnOnce() -> Duration) -> u64 {
-        match self.reset {
-            ResetFormat::DeltaSeconds => ceil_secs(d.reset_after()),
-            ResetFormat::UnixEpoch => ceil_secs(unix_now().saturating_add(d.reset_after())),
-        }
+    /// The Structured Field Byte Sequence for `key`: `:<base64 of 16 bytes>:`.
+    pub fn param(&self, key: &Key) -> String {
+        let mut hasher = Sha256::new();
+        hasher.update(&self.salt);
+        hasher.update([0u8]);
+        hasher.update(key.to_string().as_bytes());
+        let digest = hasher.finalize();
+        let mut out = String::with_capacity(26);
+        out.push(':');
+        base64::engine::general_purpose::STANDARD
+            .encode_string(digest.get(..16).unwrap_or(&[]), &mut out);
+        out.push(':');
+        out
+    }
+}
+
+impl fmt::Debug for PartitionKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PartitionKey").finish_non_exhaustive()
+    }
+}
+
+/// A denied request, as a [`Rejection`] sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Limited<'a> {
+    decisions: &'a Decisions,
+    names: &'a [Box<str>],
+}
+
+impl<'a> Limited<'a> {
+    pub(crate) fn new(decisions: &'a Decisions, names: &'a [Box<str>]) -> Self {
+        Self { decisions, names }
     }
 
-    /// Adds the rate-limit headers for `decisions` (replacing any the inner service set, so a
-    /// header never appears twice).
-    pub(crate) fn headers(
-        &self,
-        decisions: &Decisions,
-        unix_now: impl FnOnce() -> Duration,
-        headers: &mut HeaderMap,
-    ) {
-        let Some(i) = decisions.deciding() else {
-            return;
-        };
-        let d = &decisions.as_slice()[i];
-        match self.style {
-            HeaderStyle::XRateLimit => {
-                headers.insert(X_RATELIMIT_LIMIT.clone(), HeaderValue::from(d.limit()));
-                headers.insert(
-                    X_RATELIMIT_REMAINING.clone(),
-                    HeaderValue::from(d.remaining()),
-                );
-                headers.insert(
-                    X_RATELIMIT_RESET.clone(),
-                    HeaderValue::from(self.reset_value(d, unix_now)),
-                );
-            }
-            HeaderStyle::None => {}
-        }
+    /// The status to answer with: always `429 Too Many Requests`, whatever the reason
+    /// (it never depends on a message).
+    pub const fn status(&self) -> StatusCode {
+        StatusCode::TOO_MANY_REQUESTS
     }
 
-    /// The 429 for a denial: status, headers and the problem+json body.
-    pub(crate) fn limited(
-        &self,
-        decisions: &Decisions,
-        unix_now: impl FnOnce() -> Duration,
-    ) -> (StatusCode, HeaderMap, Bytes) {
-        let mut headers = HeaderMap::new();
-        self.headers(decisions, unix_now, &mut headers);
-        headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
-        headers.insert(
-            CONTENT_TYPE,
-            HeaderValue::from_static("application/problem+json"),
-        );
-        let violated: Vec<&str> = decisions
-            .as_slice()
+    /// Every policy's decision, in policy order.
+    pub fn decisions(&self) -> &'a Decisions {
+        self.decisions
+    }
+
+    /// `(policy name, decision)` for every policy, in policy order.
+    pub fn policies(&self) -> impl Iterator<Item = (&'a str, &'a Decision)> + 'a {
+        self.names
             .iter()
-            .zip(&self.names)
-            .filter(|(d, _)| d.is_denied())
-            .map(|(_, n)| &**n)
-            .collect();
-        let detail = match decisions.retry_after() {
-            Some(wait) => {
-                let secs = ceil_secs(wait).max(1);
-                headers.insert(RETRY_AFTER, HeaderValue::from(secs));
-                format!(
-                    "quota exceeded for policy {}; retry after {secs} s",
-                    violated.join(", ")
-                )
-            }
+            .map(|n| &**n)
+            .zip(self.decisions.as_slice())
+    }
+
+    /// The names of the policies that denied the request.
+    pub fn violated_policies(&self) -> impl Iterator<Item = &'a str> + 'a {
+        self.policies()
+            .filter(|(_, d)| d.is_denied())
+            .map(|(n, _)| n)
+    }
+
+    /// Whether the cost can never fit (then there is no `Retry-After`).
+    pub fn is_cannot_fit(&self) -> bool {
+        self.decisions.is_cannot_fit()
+    }
+
+    /// The `Retry-After` value in whole seconds (rounded up, at least 1), or `None` when the
+    /// cost can never fit.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        self.decisions.retry_after().map(|d| ceil_secs(d).max(1))
+    }
+
+    /// The RFC 9457 problem details document of the default rejection.
+    pub fn problem_json(&self) -> Bytes {
+        let violated: Vec<&str> = self.violated_policies().collect();
+        let detail = match self.retry_after_secs() {
+            Some(secs) => format!(
+                "quota exceeded for policy {}; retry after {secs} s",
+                violated.join(", ")
+            ),
             None => format!(
                 "the request's cost is larger than the burst of policy {}: it can never be \
                  allowed",
@@ -162,8 +270,286 @@ impl Reporter {
             violated_policies: violated,
         };
         // Serialising a struct of strings and integers cannot fail.
-        let body = serde_json::to_vec(&problem).unwrap_or_default();
-        (StatusCode::TOO_MANY_REQUESTS, headers, Bytes::from(body))
+        Bytes::from(serde_json::to_vec(&problem).unwrap_or_default())
+    }
+}
+
+/// Builds the response for a denied request (the 429), replacing the default
+/// [`ProblemJson`]. Closures `Fn(&Limited<'_>) -> Response<Bytes>` are rejections.
+///
+/// The status is the one you return (use [`Limited::status`]); the layer then sets the
+/// rate-limit headers, `Retry-After` and `Cache-Control: no-store` on the response, replacing
+/// any you set, so none is lost and none appears twice.
+pub trait Rejection: Send + Sync + 'static {
+    /// The response for `limited`.
+    fn reject(&self, limited: &Limited<'_>) -> Response<Bytes>;
+}
+
+impl<F> Rejection for F
+where
+    F: Fn(&Limited<'_>) -> Response<Bytes> + Send + Sync + 'static,
+{
+    fn reject(&self, limited: &Limited<'_>) -> Response<Bytes> {
+        self(limited)
+    }
+}
+
+/// The default rejection: `429` with an RFC 9457 `application/problem+json` body of type
+/// [`QUOTA_EXCEEDED_TYPE`], `violated-policies` and a plain-words `detail`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProblemJson;
+
+impl Rejection for ProblemJson {
+    fn reject(&self, limited: &Limited<'_>) -> Response<Bytes> {
+        let mut res = Response::new(limited.problem_json());
+        *res.status_mut() = limited.status();
+        res.headers_mut().insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        res
+    }
+}
+
+/// Renders decisions into headers and 429 responses. Built once per layer; per request only
+/// the header values (and the 429 body) are allocated.
+#[derive(Clone)]
+pub(crate) struct Reporter {
+    pub(crate) names: Arc<[Box<str>]>,
+    pub(crate) style: HeaderStyle,
+    pub(crate) reset: ResetFormat,
+    /// Per policy: `"name";q=..;w=..` (and `;qu=..`), without `pk`.
+    policy_items: Vec<String>,
+    /// The `RateLimit-Policy` value without `pk`.
+    policy_value: Option<HeaderValue>,
+    /// No window: concurrency limits have no reset time, so reset / `t` are left out.
+    windowless: bool,
+    pub(crate) partition_key: Option<PartitionKey>,
+    pub(crate) rejection: Option<Arc<dyn Rejection>>,
+    pub(crate) mode: Mode,
+}
+
+impl fmt::Debug for Reporter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reporter")
+            .field("names", &self.names)
+            .field("style", &self.style)
+            .field("reset", &self.reset)
+            .field("partition_key", &self.partition_key)
+            .field("custom_rejection", &self.rejection.is_some())
+            .field("mode", &self.mode)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Serialize)]
+struct Problem<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    title: &'static str,
+    status: u16,
+    detail: String,
+    #[serde(rename = "violated-policies")]
+    violated_policies: Vec<&'a str>,
+}
+
+fn join_items<'a>(items: impl Iterator<Item = &'a str>, pk: Option<&str>) -> String {
+    let mut out = String::new();
+    for item in items {
+        if !out.is_empty() {
+            out.push_str(", ");
+        }
+        out.push_str(item);
+        if let Some(pk) = pk {
+            out.push_str(";pk=");
+            out.push_str(pk);
+        }
+    }
+    out
+}
+
+impl Reporter {
+    pub(crate) fn new(policies: &[Policy], style: HeaderStyle, reset: ResetFormat) -> Self {
+        let items = policies
+            .iter()
+            .map(|p| {
+                let q = p.quota();
+                // `w` must be a positive integer: sub-second periods round up to 1 s.
+                let w = ceil_secs(q.period()).max(1);
+                format!("\"{}\";q={};w={w}", p.name(), q.limit())
+            })
+            .collect();
+        Self::from_items(
+            policies.iter().map(|p| p.name().into()).collect(),
+            items,
+            style,
+            reset,
+            false,
+        )
+    }
+
+    /// A reporter for a concurrency limit: `q` is the number of concurrent requests, with
+    /// `qu="concurrent-requests"` and no window.
+    pub(crate) fn concurrency(name: &str, max: u32, style: HeaderStyle) -> Self {
+        let item = format!("\"{name}\";q={max};qu=\"concurrent-requests\"");
+        Self::from_items(
+            Arc::from([Box::<str>::from(name)]),
+            vec![item],
+            style,
+            ResetFormat::DeltaSeconds,
+            true,
+        )
+    }
+
+    fn from_items(
+        names: Arc<[Box<str>]>,
+        policy_items: Vec<String>,
+        style: HeaderStyle,
+        reset: ResetFormat,
+        windowless: bool,
+    ) -> Self {
+        // Names are checked by `Policy::validate` (`[A-Za-z0-9_.-]`), so they are valid
+        // sf-strings and header values.
+        let policy_value =
+            HeaderValue::try_from(join_items(policy_items.iter().map(|s| &**s), None)).ok();
+        Self {
+            names,
+            style,
+            reset,
+            policy_items,
+            policy_value,
+            windowless,
+            partition_key: None,
+            rejection: None,
+            mode: Mode::Reject,
+        }
+    }
+
+    /// The `pk` parameter for `key`, when partition keys are on and an IETF style is used.
+    pub(crate) fn pk(&self, key: &Key) -> Option<Arc<str>> {
+        match self.style {
+            HeaderStyle::Ietf | HeaderStyle::Both => {
+                self.partition_key.as_ref().map(|p| p.param(key).into())
+            }
+            _ => None,
+        }
+    }
+
+    fn reset_value(&self, d: &Decision, unix_now: impl FnOnce() -> Duration) -> u64 {
+        match self.reset {
+            ResetFormat::DeltaSeconds => ceil_secs(d.reset_after()),
+            ResetFormat::UnixEpoch => ceil_secs(unix_now().saturating_add(d.reset_after())),
+        }
+    }
+
+    /// Adds the rate-limit headers for `decisions` (replacing any already set, so a header
+    /// never appears twice).
+    pub(crate) fn headers(
+        &self,
+        decisions: &Decisions,
+        pk: Option<&str>,
+        unix_now: impl FnOnce() -> Duration,
+        headers: &mut HeaderMap,
+    ) {
+        let Some(i) = decisions.deciding() else {
+            return;
+        };
+        let Some(d) = decisions.as_slice().get(i) else {
+            return;
+        };
+        let (x, ietf, legacy) = match self.style {
+            HeaderStyle::XRateLimit => (true, false, false),
+            HeaderStyle::Ietf => (false, true, false),
+            HeaderStyle::IetfLegacy => (false, false, true),
+            HeaderStyle::Both => (true, true, false),
+            HeaderStyle::None => (false, false, false),
+        };
+        if x {
+            headers.insert(X_RATELIMIT_LIMIT.clone(), HeaderValue::from(d.limit()));
+            headers.insert(
+                X_RATELIMIT_REMAINING.clone(),
+                HeaderValue::from(d.remaining()),
+            );
+            if !self.windowless {
+                headers.insert(
+                    X_RATELIMIT_RESET.clone(),
+                    HeaderValue::from(self.reset_value(d, unix_now)),
+                );
+            }
+        }
+        if legacy {
+            headers.insert(RATELIMIT_LIMIT.clone(), HeaderValue::from(d.limit()));
+            headers.insert(RATELIMIT_REMAINING.clone(), HeaderValue::from(d.remaining()));
+            if !self.windowless {
+                headers.insert(
+                    RATELIMIT_RESET.clone(),
+                    HeaderValue::from(ceil_secs(d.reset_after())),
+                );
+            }
+        }
+        if ietf {
+            self.ietf_headers(decisions, pk, headers);
+        }
+    }
+
+    fn ietf_headers(&self, decisions: &Decisions, pk: Option<&str>, headers: &mut HeaderMap) {
+        let policy = match pk {
+            None => self.policy_value.clone(),
+            Some(pk) => HeaderValue::try_from(join_items(
+                self.policy_items.iter().map(|s| &**s),
+                Some(pk),
+            ))
+            .ok(),
+        };
+        if let Some(policy) = policy {
+            headers.insert(RATELIMIT_POLICY.clone(), policy);
+        }
+        let mut state = String::new();
+        for (name, d) in self.names.iter().zip(decisions.as_slice()) {
+            if !state.is_empty() {
+                state.push_str(", ");
+            }
+            // Writing to a String cannot fail.
+            let _ = write!(state, "\"{name}\";r={}", d.remaining());
+            if !self.windowless {
+                let _ = write!(state, ";t={}", ceil_secs(d.reset_after()));
+            }
+            if let Some(pk) = pk {
+                state.push_str(";pk=");
+                state.push_str(pk);
+            }
+        }
+        if let Ok(value) = HeaderValue::try_from(state) {
+            headers.insert(RATELIMIT.clone(), value);
+        }
+    }
+
+    /// The 429 for a denial: the rejection's response, then the rate-limit headers,
+    /// `Retry-After` (unless the cost can never fit) and `Cache-Control: no-store`.
+    pub(crate) fn limited(
+        &self,
+        decisions: &Decisions,
+        pk: Option<&str>,
+        unix_now: impl FnOnce() -> Duration,
+    ) -> (StatusCode, HeaderMap, Bytes) {
+        let limited = Limited::new(decisions, &self.names);
+        let res = match &self.rejection {
+            Some(rejection) => rejection.reject(&limited),
+            None => ProblemJson.reject(&limited),
+        };
+        let (parts, body) = res.into_parts();
+        let mut headers = parts.headers;
+        self.headers(decisions, pk, unix_now, &mut headers);
+        headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        match limited.retry_after_secs() {
+            Some(secs) => {
+                headers.insert(RETRY_AFTER, HeaderValue::from(secs));
+            }
+            None => {
+                headers.remove(RETRY_AFTER);
+            }
+        }
+        (parts.status, headers, body)
     }
 }
 
@@ -192,7 +578,8 @@ mod tests {
             0,
             Duration::from_millis(1),
         );
-        let (status, headers, body) = reporter().limited(&Decisions::new([d]), || Duration::ZERO);
+        let (status, headers, body) =
+            reporter().limited(&Decisions::new([d]), None, || Duration::ZERO);
         assert_eq!(status, 429);
         assert_eq!(headers[RETRY_AFTER], "1");
         assert_eq!(headers[&X_RATELIMIT_RESET], "1");
@@ -205,7 +592,7 @@ mod tests {
     #[test]
     fn cannot_fit_has_no_retry_after() {
         let d = Decision::new(Outcome::CannotFit, 10, 10, Duration::ZERO);
-        let (_, headers, body) = reporter().limited(&Decisions::new([d]), || Duration::ZERO);
+        let (_, headers, body) = reporter().limited(&Decisions::new([d]), None, || Duration::ZERO);
         assert!(headers.get(RETRY_AFTER).is_none());
         assert!(String::from_utf8(body.to_vec()).unwrap().contains("never"));
     }
@@ -218,9 +605,72 @@ mod tests {
         let mut h = HeaderMap::new();
         r.headers(
             &Decisions::new([d]),
+            None,
             || Duration::from_millis(1_700_000_009_999),
             &mut h,
         );
         assert_eq!(h[&X_RATELIMIT_RESET], "1700000010");
+    }
+
+    #[test]
+    fn ietf_lists_every_policy_once() {
+        let mut r = Reporter::new(
+            &[
+                Policy::new("burst", Quota::per_minute(NonZeroU32::new(100).unwrap())),
+                Policy::new("daily", Quota::per_day(NonZeroU32::new(1000).unwrap())),
+            ],
+            HeaderStyle::Both,
+            ResetFormat::DeltaSeconds,
+        );
+        let ds = Decisions::new([
+            Decision::new(Outcome::Allowed, 100, 42, Duration::from_millis(17_200)),
+            Decision::new(Outcome::Allowed, 1000, 999, Duration::from_secs(87)),
+        ]);
+        let mut h = HeaderMap::new();
+        h.insert(RATELIMIT.clone(), HeaderValue::from_static("stale"));
+        r.headers(&ds, None, || Duration::ZERO, &mut h);
+        assert_eq!(
+            h[&RATELIMIT_POLICY],
+            "\"burst\";q=100;w=60, \"daily\";q=1000;w=86400"
+        );
+        assert_eq!(h[&RATELIMIT], "\"burst\";r=42;t=18, \"daily\";r=999;t=87");
+        assert_eq!(h.get_all(&RATELIMIT).iter().count(), 1);
+        assert_eq!(h[&X_RATELIMIT_REMAINING], "42");
+
+        r.style = HeaderStyle::IetfLegacy;
+        let mut h = HeaderMap::new();
+        r.headers(&ds, None, || Duration::ZERO, &mut h);
+        assert_eq!(h[&RATELIMIT_LIMIT], "100");
+        assert_eq!(h[&RATELIMIT_REMAINING], "42");
+        assert_eq!(h[&RATELIMIT_RESET], "18");
+        assert!(h.get(&RATELIMIT).is_none());
+    }
+
+    #[test]
+    fn custom_rejection_keeps_status_and_gets_headers_once() {
+        let mut r = reporter();
+        r.rejection = Some(Arc::new(|l: &Limited<'_>| {
+            let mut res = Response::new(Bytes::from_static(b"{}"));
+            *res.status_mut() = l.status();
+            res.headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from_static("0"));
+            res.headers_mut()
+                .append(X_RATELIMIT_LIMIT.clone(), HeaderValue::from_static("1000"));
+            res
+        }));
+        let d = Decision::new(
+            Outcome::Denied {
+                retry_after: Duration::from_millis(2_500),
+            },
+            10,
+            0,
+            Duration::from_secs(60),
+        );
+        let (status, headers, body) = r.limited(&Decisions::new([d]), None, || Duration::ZERO);
+        assert_eq!(status, 429);
+        assert_eq!(&body[..], b"{}");
+        assert_eq!(headers[RETRY_AFTER], "3");
+        assert_eq!(headers.get_all(&X_RATELIMIT_LIMIT).iter().count(), 1);
+        assert_eq!(headers[&X_RATELIMIT_LIMIT], "10");
     }
 }

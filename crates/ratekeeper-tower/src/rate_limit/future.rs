@@ -7,10 +7,15 @@ use bytes::Bytes;
 use http::header::CONTENT_TYPE;
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use pin_project_lite::pin_project;
-use ratekeeper_core::store::{Decisions, StoreError};
+use ratekeeper_core::Key;
+use ratekeeper_core::store::{Checked, Decisions, StoreError};
+use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
+use super::fallback::Degrade;
+use super::mode::{Limiter, Mode};
 use crate::body::ResponseBody;
+use crate::info::Info;
 use crate::key::KeyError;
 
 /// A response the layer writes itself.
@@ -30,11 +35,33 @@ impl Answer {
     }
 }
 
+/// What the headers of one response report: the decisions and the hashed partition key.
+#[derive(Debug)]
+pub(crate) struct Reported {
+    pub(crate) decisions: Decisions,
+    pub(crate) pk: Option<Arc<str>>,
+}
+
 /// Renders decisions; implemented by the layer's shared state (type-erased so the future does
 /// not carry the key, cost and store types).
 pub(crate) trait Report: Send + Sync {
-    fn headers(&self, decisions: &Decisions, headers: &mut HeaderMap);
-    fn limited(&self, decisions: &Decisions) -> Answer;
+    fn headers(&self, reported: &Reported, headers: &mut HeaderMap);
+    fn limited(&self, reported: &Reported) -> Answer;
+}
+
+/// A request the layer still holds: waiting for an async store, or for capacity in
+/// [`Mode::Delay`], or being routed after a denial.
+pub(crate) struct Pending<S, Req, SF> {
+    pub(crate) inner: S,
+    pub(crate) req: Req,
+    pub(crate) key: Key,
+    pub(crate) cost: u64,
+    pub(crate) pk: Option<Arc<str>>,
+    pub(crate) limiter: Arc<dyn Limiter<SF>>,
+    /// Set when a [`Mode::Delay`] wait starts: the request is rejected after it.
+    pub(crate) deadline: Option<Instant>,
+    /// The inner service is a [`Fallback`](super::Fallback): route denials to it.
+    pub(crate) degrade: bool,
 }
 
 pin_project! {
@@ -52,7 +79,7 @@ pin_project! {
         Called {
             #[pin]
             future: F,
-            report: Option<(Arc<dyn Report>, Decisions)>,
+            report: Option<(Arc<dyn Report>, Reported)>,
         },
         // The layer answers itself (429, or a key error).
         Answered {
@@ -62,19 +89,23 @@ pin_project! {
         Checking {
             #[pin]
             check: SF,
-            inner: Option<S>,
-            req: Option<Req>,
-            report: Arc<dyn Report>,
+            pending: Option<Pending<S, Req, SF>>,
+        },
+        // Delay mode: sleeping until the store said the request would pass.
+        Waiting {
+            #[pin]
+            sleep: Sleep,
+            pending: Option<Pending<S, Req, SF>>,
         },
     }
 }
 
 impl<F, S, Req, SF> ResponseFuture<F, S, Req, SF> {
-    pub(crate) fn called(future: F, report: Arc<dyn Report>, decisions: Decisions) -> Self {
+    pub(crate) fn called(future: F, report: Arc<dyn Report>, reported: Reported) -> Self {
         Self {
             kind: Kind::Called {
                 future,
-                report: Some((report, decisions)),
+                report: Some((report, reported)),
             },
         }
     }
@@ -117,16 +148,120 @@ impl<F, S, Req, SF> ResponseFuture<F, S, Req, SF> {
         })
     }
 
-    pub(crate) fn checking(check: SF, inner: S, req: Req, report: Arc<dyn Report>) -> Self {
+    pub(crate) fn checking(check: SF, pending: Pending<S, Req, SF>) -> Self {
         Self {
             kind: Kind::Checking {
                 check,
-                inner: Some(inner),
-                req: Some(req),
-                report,
+                pending: Some(pending),
             },
         }
     }
+}
+
+impl<F, S, ReqB, SF> ResponseFuture<F, S, Request<ReqB>, SF>
+where
+    S: Service<Request<ReqB>, Future = F>,
+{
+    /// Continues with a store's answer for a request the layer holds.
+    pub(crate) fn decided(
+        pending: Pending<S, Request<ReqB>, SF>,
+        result: Result<Decisions, StoreError>,
+    ) -> Self {
+        Self {
+            kind: pending.decided(result),
+        }
+    }
+}
+
+impl<S, ReqB, SF> Pending<S, Request<ReqB>, SF>
+where
+    S: Service<Request<ReqB>>,
+{
+    fn decided(self, result: Result<Decisions, StoreError>) -> Kind<S::Future, S, Request<ReqB>, SF> {
+        match result {
+            Ok(decisions) if decisions.is_allowed() => self.pass(decisions),
+            Ok(decisions) => self.denied(decisions),
+            Err(err) => {
+                tracing::warn!(error = %err, "rate-limit store failed; allowing the request (fail open)");
+                let Self { mut inner, req, .. } = self;
+                Kind::Called {
+                    future: inner.call(req),
+                    report: None,
+                }
+            }
+        }
+    }
+
+    /// Calls the inner service with the decisions in the request's extensions.
+    fn pass(self, decisions: Decisions) -> Kind<S::Future, S, Request<ReqB>, SF> {
+        let Self {
+            mut inner,
+            mut req,
+            pk,
+            limiter,
+            ..
+        } = self;
+        let names = limiter.reporter().names.clone();
+        req.extensions_mut()
+            .insert(Info::new(names, decisions.clone()));
+        Kind::Called {
+            future: inner.call(req),
+            report: Some((limiter.as_report(), Reported { decisions, pk })),
+        }
+    }
+
+    fn denied(mut self, decisions: Decisions) -> Kind<S::Future, S, Request<ReqB>, SF> {
+        match self.limiter.reporter().mode {
+            Mode::Shadow => {
+                let policy = deciding_name(&self.limiter, &decisions);
+                tracing::info!(target: "ratekeeper::shadow", policy, "shadow mode: request over the limit let through");
+                self.pass(decisions)
+            }
+            Mode::Delay { max_wait } => {
+                let now = Instant::now();
+                let deadline = *self
+                    .deadline
+                    .get_or_insert_with(|| now.checked_add(max_wait).unwrap_or(now));
+                match decisions.retry_after() {
+                    Some(wait)
+                        if now.checked_add(wait).is_some_and(|at| at <= deadline)
+                            && tokio::runtime::Handle::try_current().is_ok() =>
+                    {
+                        tracing::debug!(?wait, "delay mode: waiting for capacity");
+                        Kind::Waiting {
+                            sleep: tokio::time::sleep(wait),
+                            pending: Some(self),
+                        }
+                    }
+                    _ => self.reject(decisions),
+                }
+            }
+            Mode::Reject => self.reject(decisions),
+        }
+    }
+
+    fn reject(mut self, decisions: Decisions) -> Kind<S::Future, S, Request<ReqB>, SF> {
+        if self.degrade {
+            let policy = deciding_name(&self.limiter, &decisions);
+            self.req.extensions_mut().insert(Degrade::new(policy));
+            self.pass(decisions)
+        } else {
+            let reported = Reported {
+                decisions,
+                pk: self.pk,
+            };
+            Kind::Answered {
+                answer: Some(self.limiter.limited(&reported)),
+            }
+        }
+    }
+}
+
+fn deciding_name<'a, SF>(limiter: &'a Arc<dyn Limiter<SF>>, decisions: &Decisions) -> &'a str {
+    decisions
+        .deciding()
+        .and_then(|i| limiter.reporter().names.get(i))
+        .map_or("", |n| &**n)
 }
 
 impl<F, S, ReqB, SF, ResB, E> Future for ResponseFuture<F, S, Request<ReqB>, SF>
@@ -144,49 +279,46 @@ where
                 KindProj::Called { future, report } => {
                     let res = ready!(future.poll(cx))?;
                     let (mut parts, body) = res.into_parts();
-                    if let Some((report, decisions)) = report.take() {
-                        report.headers(&decisions, &mut parts.headers);
+                    if let Some((report, reported)) = report.take() {
+                        report.headers(&reported, &mut parts.headers);
                     }
                     return Poll::Ready(Ok(Response::from_parts(parts, ResponseBody::inner(body))));
                 }
                 KindProj::Answered { answer } => {
-                    let answer = answer.take().unwrap_or(Answer {
-                        status: StatusCode::INTERNAL_SERVER_ERROR,
-                        headers: HeaderMap::new(),
-                        body: Bytes::from_static(b"response future polled after completion\n"),
-                    });
+                    let answer = answer.take().unwrap_or_else(polled_after_completion);
                     return Poll::Ready(Ok(answer.into_response()));
                 }
-                KindProj::Checking {
-                    check,
-                    inner,
-                    req,
-                    report,
-                } => {
+                KindProj::Checking { check, pending } => {
                     let result = ready!(check.poll(cx));
-                    let (Some(mut inner), Some(req)) = (inner.take(), req.take()) else {
-                        this.kind.set(Kind::Answered { answer: None });
-                        continue;
+                    let next = match pending.take() {
+                        Some(pending) => pending.decided(result),
+                        None => Kind::Answered { answer: None },
                     };
-                    let next = match result {
-                        Ok(decisions) if decisions.is_allowed() => Kind::Called {
-                            future: inner.call(req),
-                            report: Some((Arc::clone(report), decisions)),
+                    this.kind.set(next);
+                }
+                KindProj::Waiting { sleep, pending } => {
+                    ready!(sleep.poll(cx));
+                    let next = match pending.take() {
+                        Some(pending) => match pending.limiter.recheck(&pending.key, pending.cost) {
+                            Checked::Ready(result) => pending.decided(result),
+                            Checked::Pending(check) => Kind::Checking {
+                                check,
+                                pending: Some(pending),
+                            },
                         },
-                        Ok(decisions) => Kind::Answered {
-                            answer: Some(report.limited(&decisions)),
-                        },
-                        Err(err) => {
-                            tracing::warn!(error = %err, "rate-limit store failed; allowing the request (fail open)");
-                            Kind::Called {
-                                future: inner.call(req),
-                                report: None,
-                            }
-                        }
+                        None => Kind::Answered { answer: None },
                     };
                     this.kind.set(next);
                 }
             }
         }
+    }
+}
+
+fn polled_after_completion() -> Answer {
+    Answer {
+        status: StatusCode::INTERNAL_SERVER_ERROR,
+        headers: HeaderMap::new(),
+        body: Bytes::from_static(b"response future polled after completion\n"),
     }
 }

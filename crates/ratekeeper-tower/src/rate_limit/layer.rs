@@ -7,6 +7,7 @@ use smallvec::SmallVec;
 use tower_layer::Layer;
 
 use super::RateLimit;
+use super::mode::Options;
 use crate::key::PeerIp;
 use crate::report::{HeaderStyle, Reporter, ResetFormat};
 
@@ -101,6 +102,10 @@ impl<K, Co, St> RateLimitLayer<K, Co, St> {
         Self { shared }
     }
 
+    pub(crate) fn shared(&self) -> Arc<Shared<K, Co, St>> {
+        Arc::clone(&self.shared)
+    }
+
     /// The store, to inspect or reset keys (for example [`MemoryStore::reset`]).
     pub fn store(&self) -> &St {
         &self.shared.store
@@ -159,6 +164,7 @@ pub struct Builder<K = PeerIp, Co = u64, St = MemoryStore<Key>> {
     store: St,
     style: HeaderStyle,
     reset: ResetFormat,
+    pub(super) options: Options,
 }
 
 impl Builder {
@@ -172,6 +178,7 @@ impl Builder {
             store: MemoryStore::new(),
             style: HeaderStyle::default(),
             reset: ResetFormat::default(),
+            options: Options::default(),
         }
     }
 }
@@ -204,6 +211,7 @@ impl<K, Co, St> Builder<K, Co, St> {
             store: self.store,
             style: self.style,
             reset: self.reset,
+            options: self.options,
         }
     }
 
@@ -217,6 +225,7 @@ impl<K, Co, St> Builder<K, Co, St> {
             store: self.store,
             style: self.style,
             reset: self.reset,
+            options: self.options,
         }
     }
 
@@ -231,6 +240,7 @@ impl<K, Co, St> Builder<K, Co, St> {
             store: self.store,
             style: self.style,
             reset: self.reset,
+            options: self.options,
         }
     }
 
@@ -244,6 +254,7 @@ impl<K, Co, St> Builder<K, Co, St> {
             store,
             style: self.style,
             reset: self.reset,
+            options: self.options,
         }
     }
 
@@ -297,7 +308,9 @@ impl<K, Co, St> Builder<K, Co, St> {
         for p in &self.policies {
             ids.push(self.store.register(p)?);
         }
-        let reporter = Reporter::new(&self.policies, self.style, self.reset);
+        let reporter = self
+            .options
+            .apply(Reporter::new(&self.policies, self.style, self.reset));
         Ok(RateLimitLayer::from_parts(
             self.store, ids, reporter, self.key, self.cost,
         ))
@@ -310,6 +323,7 @@ impl<K, Co, St> fmt::Debug for Builder<K, Co, St> {
             .field("policies", &self.policies)
             .field("style", &self.style)
             .field("reset", &self.reset)
+            .field("options", &self.options)
             .finish_non_exhaustive()
     }
 }

@@ -43,10 +43,14 @@
 //! # }
 //! ```
 
+mod fallback;
 mod future;
 mod layer;
+mod mode;
 mod service;
 
+pub use fallback::{Fallback, FallbackFuture, FallbackLayer};
 pub use future::ResponseFuture;
 pub use layer::{BuildError, Builder, RateLimitLayer};
+pub use mode::{Mode, TokioClock};
 pub use service::RateLimit;

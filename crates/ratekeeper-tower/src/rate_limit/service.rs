@@ -8,10 +8,12 @@ use ratekeeper_core::store::{Charge, Checked, Decisions, Store};
 use smallvec::SmallVec;
 use tower_service::Service;
 
-use super::future::{Answer, Report, ResponseFuture};
+use super::future::{Answer, Pending, Report, ResponseFuture, Reported};
 use super::layer::Shared;
+use super::mode::Mode;
 use crate::body::ResponseBody;
 use crate::cost::Cost;
+use crate::info::Info;
 use crate::key::{KeyExtractor, PeerIp};
 
 /// The rate-limiting service: decides in `call`, answers a denied request with a 429 without
@@ -21,11 +23,25 @@ use crate::key::{KeyExtractor, PeerIp};
 pub struct RateLimit<S, K = PeerIp, Co = u64, St = ratekeeper_core::store::MemoryStore<Key>> {
     inner: S,
     shared: Arc<Shared<K, Co, St>>,
+    /// The inner service is a [`Fallback`](super::Fallback): denied requests go to it.
+    degrade: bool,
 }
 
 impl<S, K, Co, St> RateLimit<S, K, Co, St> {
     pub(crate) fn from_shared(inner: S, shared: Arc<Shared<K, Co, St>>) -> Self {
-        Self { inner, shared }
+        Self {
+            inner,
+            shared,
+            degrade: false,
+        }
+    }
+
+    pub(crate) fn degrading(inner: S, shared: Arc<Shared<K, Co, St>>) -> Self {
+        Self {
+            inner,
+            shared,
+            degrade: true,
+        }
     }
 
     /// The inner service.
@@ -54,6 +70,7 @@ impl<S: Clone, K, Co, St> Clone for RateLimit<S, K, Co, St> {
         Self {
             inner: self.inner.clone(),
             shared: Arc::clone(&self.shared),
+            degrade: self.degrade,
         }
     }
 }
@@ -73,13 +90,21 @@ where
     Co: Send + Sync + 'static,
     St: Store<Key>,
 {
-    fn headers(&self, decisions: &Decisions, headers: &mut http::HeaderMap) {
-        self.reporter
-            .headers(decisions, || self.store.unix_now(), headers);
+    fn headers(&self, reported: &Reported, headers: &mut http::HeaderMap) {
+        self.reporter.headers(
+            &reported.decisions,
+            reported.pk.as_deref(),
+            || self.store.unix_now(),
+            headers,
+        );
     }
 
-    fn limited(&self, decisions: &Decisions) -> Answer {
-        let (status, headers, body) = self.reporter.limited(decisions, || self.store.unix_now());
+    fn limited(&self, reported: &Reported) -> Answer {
+        let (status, headers, body) = self.reporter.limited(
+            &reported.decisions,
+            reported.pk.as_deref(),
+            || self.store.unix_now(),
+        );
         Answer {
             status,
             headers,
@@ -104,26 +129,41 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+    fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
         let shared = &*self.shared;
         let key = match shared.key.extract(&req) {
             Ok(key) => key,
             Err(err) => return ResponseFuture::key_error(&err),
         };
         let cost = shared.cost.cost(&req);
+        let pk = shared.reporter.pk(&key);
         let charges: SmallVec<[Charge<'_, Key>; 4]> = shared
             .ids
             .iter()
             .map(|&id| Charge::new(id, &key, cost))
             .collect();
-        match shared.store.check(&charges) {
+        let checked = shared.store.check(&charges);
+        drop(charges);
+        match checked {
             Checked::Ready(Ok(decisions)) => {
                 if decisions.is_allowed() {
+                    req.extensions_mut()
+                        .insert(Info::new(shared.reporter.names.clone(), decisions.clone()));
                     let report: Arc<dyn Report> = self.shared.clone();
-                    ResponseFuture::called(self.inner.call(req), report, decisions)
+                    ResponseFuture::called(self.inner.call(req), report, Reported { decisions, pk })
                 } else {
                     log_denial(&key, cost, &decisions, &shared.reporter.names);
-                    ResponseFuture::answered(shared.limited(&decisions))
+                    if shared.reporter.mode == Mode::Reject && !self.degrade {
+                        return ResponseFuture::answered(
+                            shared.limited(&Reported { decisions, pk }),
+                        );
+                    }
+                    // Shadow, Delay or a fallback: the request goes on with the ready inner
+                    // service (this one gets a fresh clone).
+                    let clone = self.inner.clone();
+                    let ready = std::mem::replace(&mut self.inner, clone);
+                    let pending = self.pending(ready, req, key, cost, pk);
+                    ResponseFuture::decided(pending, Ok(decisions))
                 }
             }
             Checked::Ready(Err(err)) => {
@@ -135,9 +175,36 @@ where
                 // (see the tower-service docs, "Be careful when cloning inner services").
                 let clone = self.inner.clone();
                 let ready = std::mem::replace(&mut self.inner, clone);
-                let report: Arc<dyn Report> = self.shared.clone();
-                ResponseFuture::checking(check, ready, req, report)
+                let pending = self.pending(ready, req, key, cost, pk);
+                ResponseFuture::checking(check, pending)
             }
+        }
+    }
+}
+
+impl<S, K, Co, St> RateLimit<S, K, Co, St>
+where
+    K: Send + Sync + 'static,
+    Co: Send + Sync + 'static,
+    St: Store<Key>,
+{
+    fn pending<Req>(
+        &self,
+        inner: S,
+        req: Req,
+        key: Key,
+        cost: u64,
+        pk: Option<Arc<str>>,
+    ) -> Pending<S, Req, St::Future> {
+        Pending {
+            inner,
+            req,
+            key,
+            cost,
+            pk,
+            limiter: self.shared.clone(),
+            deadline: None,
+            degrade: self.degrade,
         }
     }
 }

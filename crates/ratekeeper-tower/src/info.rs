@@ -1,0 +1,94 @@
+//! [`Info`]: the rate-limit decision for a request, readable by handlers.
+//!
+//! The [`RateLimit`](crate::RateLimit) service inserts an [`Info`] into the request's
+//! extensions before it calls the inner service (on every request it lets through: allowed,
+//! shadow-mode overruns and degraded fallbacks), so a handler can tell a client how much
+//! budget is left or serve a cheaper answer near the limit. axum users read it with the
+//! `RateLimitInfo` extractor of `ratekeeper-axum`.
+//!
+//! # Example
+//!
+//! ```
+//! use std::convert::Infallible;
+//! use std::num::NonZeroU32;
+//! use http::{Request, Response};
+//! use ratekeeper_core::Quota;
+//! use ratekeeper_tower::info::Info;
+//! use ratekeeper_tower::{GlobalKey, RateLimitLayer};
+//! use tower::{ServiceBuilder, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let layer = RateLimitLayer::builder()
+//!     .quota(Quota::per_minute(NonZeroU32::new(5).unwrap()))
+//!     .key(GlobalKey)
+//!     .build()?;
+//! let svc = ServiceBuilder::new().layer(layer).service_fn(|req: Request<()>| async move {
+//!     let info = req.extensions().get::<Info>().cloned();
+//!     let left = info.map_or(0, |i| i.remaining());
+//!     Ok::<_, Infallible>(Response::new(format!("{left} left")))
+//! });
+//! let res = svc.oneshot(Request::new(())).await?;
+//! let body = http_body_util::BodyExt::collect(res.into_body()).await?.to_bytes();
+//! assert_eq!(&body[..], b"4 left");
+//! # Ok(())
+//! # }
+//! ```
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ratekeeper_core::Decision;
+use ratekeeper_core::store::Decisions;
+
+/// The decisions of every policy of one rate limit for one request. Cheap to clone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Info {
+    names: Arc<[Box<str>]>,
+    decisions: Decisions,
+    limited: bool,
+}
+
+impl Info {
+    pub(crate) fn new(names: Arc<[Box<str>]>, decisions: Decisions) -> Self {
+        let limited = !decisions.is_allowed();
+        Self {
+            names,
+            decisions,
+            limited,
+        }
+    }
+
+    /// Whether the request was over the limit but let through anyway (shadow mode, or a
+    /// degraded-response fallback answers it).
+    pub fn is_limited(&self) -> bool {
+        self.limited
+    }
+
+    /// Every policy's decision, in policy order.
+    pub fn decisions(&self) -> &Decisions {
+        &self.decisions
+    }
+
+    /// `(policy name, decision)` for every policy, in policy order.
+    pub fn policies(&self) -> impl Iterator<Item = (&str, &Decision)> {
+        self.names.iter().map(|n| &**n).zip(self.decisions.as_slice())
+    }
+
+    /// The policy that headers report (the one closest to exhaustion, or the denying one):
+    /// its name and decision.
+    pub fn deciding(&self) -> Option<(&str, &Decision)> {
+        let i = self.decisions.deciding()?;
+        Some((self.names.get(i)?, self.decisions.as_slice().get(i)?))
+    }
+
+    /// Whole cost-1 requests left under the deciding policy (0 when there is none).
+    pub fn remaining(&self) -> u32 {
+        self.deciding().map_or(0, |(_, d)| d.remaining())
+    }
+
+    /// Time until the deciding policy's quota is fully available again.
+    pub fn reset_after(&self) -> Duration {
+        self.deciding().map_or(Duration::ZERO, |(_, d)| d.reset_after())
+    }
+}

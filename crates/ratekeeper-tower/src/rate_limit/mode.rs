@@ -1,0 +1,198 @@
+//! What happens to a request over the limit: [`Mode::Reject`], [`Mode::Delay`] or
+//! [`Mode::Shadow`]; plus the builder options for the client-facing side (rejection body,
+//! partition key) and [`TokioClock`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ratekeeper_core::clock::Clock;
+use ratekeeper_core::store::{Charge, Checked, Store};
+use ratekeeper_core::Key;
+use smallvec::SmallVec;
+
+use super::future::Report;
+use super::layer::{Builder, Shared};
+use crate::report::{PartitionKey, Rejection, Reporter};
+
+/// What the layer does with a request that is over the limit.
+///
+/// ```
+/// use std::convert::Infallible;
+/// use std::num::NonZeroU32;
+/// use http::{Request, Response, StatusCode};
+/// use ratekeeper_core::Quota;
+/// use ratekeeper_tower::rate_limit::Mode;
+/// use ratekeeper_tower::{GlobalKey, RateLimitLayer};
+/// use tower::{ServiceBuilder, ServiceExt};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // Shadow: measure what a limit would do before enforcing it.
+/// let layer = RateLimitLayer::builder()
+///     .quota(Quota::per_minute(NonZeroU32::new(1).unwrap()))
+///     .key(GlobalKey)
+///     .mode(Mode::Shadow)
+///     .build()?;
+/// let svc = ServiceBuilder::new()
+///     .layer(layer)
+///     .service_fn(|_req: Request<()>| async { Ok::<_, Infallible>(Response::new(String::new())) });
+/// for remaining in ["0", "0", "0"] {
+///     let res = svc.clone().oneshot(Request::new(())).await?;
+///     assert_eq!(res.status(), StatusCode::OK);
+///     assert_eq!(res.headers()["x-ratelimit-remaining"], remaining);
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Mode {
+    /// Answer with a 429 (or the degraded-response fallback). The default.
+    #[default]
+    Reject,
+    /// Throttle: hold the request until the policies admit it, as long as that happens
+    /// within `max_wait` of its arrival; otherwise reject it (at once when the store's
+    /// `retry_after` already says it cannot pass in time; "cost can never fit" is rejected
+    /// at once).
+    ///
+    /// While it waits the request holds no reservation: it sleeps for the store's exact
+    /// `retry_after` and asks again, so a request dropped while waiting (client gone,
+    /// timeout) has charged nothing and needs no refund. Waiters are not served in arrival
+    /// order. Waiting uses tokio's timer; outside a tokio runtime the request is rejected.
+    Delay {
+        /// The longest a request may wait, measured from its first check.
+        max_wait: Duration,
+    },
+    /// Decide and report (headers, `tracing` events at INFO with target
+    /// `ratekeeper::shadow`), but never block: requests over the limit reach the inner
+    /// service. Denied requests charge nothing, so the budget reflects the allowed ones.
+    Shadow,
+}
+
+/// Client-facing options of a [`Builder`].
+#[derive(Clone, Default)]
+pub(crate) struct Options {
+    pub(crate) mode: Mode,
+    pub(crate) rejection: Option<Arc<dyn Rejection>>,
+    pub(crate) partition_key: Option<PartitionKey>,
+}
+
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options")
+            .field("mode", &self.mode)
+            .field("custom_rejection", &self.rejection.is_some())
+            .field("partition_key", &self.partition_key)
+            .finish()
+    }
+}
+
+impl Options {
+    pub(crate) fn apply(self, mut reporter: Reporter) -> Reporter {
+        reporter.mode = self.mode;
+        reporter.rejection = self.rejection;
+        reporter.partition_key = self.partition_key;
+        reporter
+    }
+}
+
+impl<K, Co, St> Builder<K, Co, St> {
+    /// Sets what happens to a request over the limit (default [`Mode::Reject`]).
+    pub fn mode(mut self, mode: Mode) -> Self {
+        self.options.mode = mode;
+        self
+    }
+
+    /// Replaces the default problem+json 429 with `rejection` (see
+    /// [`Rejection`](crate::report::Rejection)). The layer still adds the rate-limit headers,
+    /// `Retry-After` and `Cache-Control: no-store` to its response.
+    pub fn rejection<R: Rejection>(mut self, rejection: R) -> Self {
+        self.options.rejection = Some(Arc::new(rejection));
+        self
+    }
+
+    /// Adds a hashed partition key (`pk`) to the IETF headers (see
+    /// [`PartitionKey`](crate::report::PartitionKey)). Off by default.
+    pub fn partition_key(mut self, partition_key: PartitionKey) -> Self {
+        self.options.partition_key = Some(partition_key);
+        self
+    }
+}
+
+/// Re-checks a waiting request: the type-erased part of the layer's state that the response
+/// future needs after `call` returned.
+pub(crate) trait Limiter<SF>: Report {
+    /// Checks the request's charges again.
+    fn recheck(&self, key: &Key, cost: u64) -> Checked<SF>;
+    /// This state as a [`Report`].
+    fn as_report(self: Arc<Self>) -> Arc<dyn Report>;
+    /// The reporter (names, mode).
+    fn reporter(&self) -> &Reporter;
+}
+
+impl<K, Co, St> Limiter<St::Future> for Shared<K, Co, St>
+where
+    K: Send + Sync + 'static,
+    Co: Send + Sync + 'static,
+    St: Store<Key>,
+{
+    fn recheck(&self, key: &Key, cost: u64) -> Checked<St::Future> {
+        let charges: SmallVec<[Charge<'_, Key>; 4]> = self
+            .ids
+            .iter()
+            .map(|&id| Charge::new(id, key, cost))
+            .collect();
+        self.store.check(&charges)
+    }
+
+    fn as_report(self: Arc<Self>) -> Arc<dyn Report> {
+        self
+    }
+
+    fn reporter(&self) -> &Reporter {
+        &self.reporter
+    }
+}
+
+/// A [`Clock`] that reads tokio's clock, so a store follows tokio's paused time in tests
+/// (`#[tokio::test(start_paused = true)]`, `tokio::time::advance`) and [`Mode::Delay`]
+/// waits and store decisions agree exactly. In production it reads the same monotonic
+/// clock as [`MonotonicClock`](ratekeeper_core::clock::MonotonicClock).
+///
+/// ```
+/// use std::time::Duration;
+/// use ratekeeper_core::clock::Clock;
+/// use ratekeeper_tower::rate_limit::TokioClock;
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// let clock = TokioClock::new();
+/// tokio::time::sleep(Duration::from_millis(1500)).await;
+/// assert_eq!(clock.now(), 1_500_000_000);
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct TokioClock {
+    origin: tokio::time::Instant,
+}
+
+impl TokioClock {
+    /// A clock whose origin is now (in tokio's time).
+    pub fn new() -> Self {
+        Self {
+            origin: tokio::time::Instant::now(),
+        }
+    }
+}
+
+impl Default for TokioClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for TokioClock {
+    fn now(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+}
