@@ -27,6 +27,7 @@
 //! | `axum` | [`PeerIp`] also reads axum's `ConnectInfo<SocketAddr>` |
 
 pub mod body;
+pub mod concurrency;
 pub mod info;
 pub mod cost;
 pub mod key;

@@ -56,7 +56,8 @@
 //!     .service_fn(|_req: Request<String>| async { Ok::<_, Infallible>(Response::new(String::new())) });
 //!
 //! let ok = svc.clone().oneshot(Request::new(String::new())).await?;
-//! let pk = "pk=:ROw3Wtu/rODmmtQpnU+h5w==:";
+//! // SHA-256("demo-salt" 0x00 "global"), first 16 bytes, base64.
+//! let pk = "pk=:pGNiczWVHyujjdM1jL6klw==:";
 //! assert_eq!(
 //!     ok.headers()["ratelimit-policy"],
 //!     format!("\"burst\";q=1;w=1;{pk}, \"daily\";q=1000;w=86400;{pk}").as_str()

@@ -1,0 +1,166 @@
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use bytes::Bytes;
+use http::header::CONTENT_TYPE;
+use http::{HeaderMap, HeaderValue, Response, StatusCode};
+use http_body::{Body, Frame, SizeHint};
+use pin_project_lite::pin_project;
+
+use super::layer::Permit;
+use crate::body::ResponseBody;
+use crate::key::KeyError;
+
+pin_project! {
+    /// Response future of [`ConcurrencyLimit`](super::ConcurrencyLimit).
+    pub struct ResponseFuture<F> {
+        #[pin]
+        kind: Kind<F>,
+    }
+}
+
+pin_project! {
+    #[project = KindProj]
+    enum Kind<F> {
+        Called {
+            #[pin]
+            future: F,
+            permit: Option<Permit>,
+            headers: HeaderMap,
+        },
+        Answered {
+            answer: Option<(StatusCode, HeaderMap, Bytes)>,
+        },
+    }
+}
+
+impl<F> ResponseFuture<F> {
+    pub(crate) fn called(future: F, permit: Permit, headers: HeaderMap) -> Self {
+        Self {
+            kind: Kind::Called {
+                future,
+                permit: Some(permit),
+                headers,
+            },
+        }
+    }
+
+    pub(crate) fn answered(status: StatusCode, headers: HeaderMap, body: Bytes) -> Self {
+        Self {
+            kind: Kind::Answered {
+                answer: Some((status, headers, body)),
+            },
+        }
+    }
+
+    pub(crate) fn key_error(err: &KeyError) -> Self {
+        let status = err.status();
+        if status.is_server_error() {
+            tracing::error!(error = %err, "concurrency limiter cannot key the request");
+        }
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        Self::answered(status, headers, Bytes::from(format!("{err}\n")))
+    }
+}
+
+impl<F, B, E> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+{
+    type Output = Result<Response<ConcurrencyBody<B>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project().kind.project() {
+            KindProj::Called {
+                future,
+                permit,
+                headers,
+            } => {
+                // An error drops the permit with this future.
+                let res = ready!(future.poll(cx))?;
+                let (mut parts, body) = res.into_parts();
+                for (name, value) in std::mem::take(headers) {
+                    if let Some(name) = name {
+                        parts.headers.insert(name, value);
+                    }
+                }
+                let body = ConcurrencyBody {
+                    inner: ResponseBody::inner(body),
+                    permit: permit.take(),
+                };
+                Poll::Ready(Ok(Response::from_parts(parts, body)))
+            }
+            KindProj::Answered { answer } => {
+                let (status, headers, body) = answer.take().unwrap_or_else(|| {
+                    (
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        HeaderMap::new(),
+                        Bytes::from_static(b"response future polled after completion\n"),
+                    )
+                });
+                let mut res = Response::new(ConcurrencyBody {
+                    inner: ResponseBody::full(body),
+                    permit: None,
+                });
+                *res.status_mut() = status;
+                *res.headers_mut() = headers;
+                Poll::Ready(Ok(res))
+            }
+        }
+    }
+}
+
+pin_project! {
+    /// The response body of a [`ConcurrencyLimit`](super::ConcurrencyLimit): holds the
+    /// request's slot until the body ends (last frame, error) or is dropped.
+    pub struct ConcurrencyBody<B> {
+        #[pin]
+        inner: ResponseBody<B>,
+        permit: Option<Permit>,
+    }
+}
+
+impl<B> std::fmt::Debug for ConcurrencyBody<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConcurrencyBody")
+            .field("holds_slot", &self.permit.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B> Body for ConcurrencyBody<B>
+where
+    B: Body<Data = Bytes>,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let mut this = self.project();
+        let frame = ready!(this.inner.as_mut().poll_frame(cx));
+        let done = match &frame {
+            None | Some(Err(_)) => true,
+            Some(Ok(_)) => this.inner.is_end_stream(),
+        };
+        if done {
+            this.permit.take();
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}

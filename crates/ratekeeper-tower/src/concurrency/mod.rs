@@ -1,0 +1,56 @@
+//! Keyed concurrency limit: at most `max` requests in flight per key.
+//!
+//! [`ConcurrencyLimitLayer`] counts, per key (default: the peer IP), the requests that have
+//! been admitted and whose response **body** has not ended yet: the permit is released when
+//! the body yields its last frame, fails, or is dropped, not when the handler returns, so a
+//! long download or stream keeps its slot. The `(max + 1)`-th concurrent request of a key
+//! gets a `429` with `Retry-After: 1` (a slot has no known release time; 1 s is the smallest
+//! allowed value), the rate-limit headers and the problem+json body of
+//! [`report`](crate::report).
+//!
+//! Headers use the policy name `"concurrency"`: `X-RateLimit-Limit` is `max`,
+//! `X-RateLimit-Remaining` the free slots after this request, no `X-RateLimit-Reset` (there
+//! is no window); in IETF style `RateLimit-Policy: "concurrency";q=<max>;qu="concurrent-requests"`
+//! and `RateLimit: "concurrency";r=<free>` (draft-ietf-httpapi-ratelimit-headers-11 §3.1,
+//! quota unit `concurrent-requests`).
+//!
+//! Unlike `tower::limit::ConcurrencyLimit`, which applies backpressure in `poll_ready` and so
+//! queues everyone behind one slow client, this layer decides in `call` and per key.
+//!
+//! # Example
+//!
+//! ```
+//! use std::convert::Infallible;
+//! use std::num::NonZeroU32;
+//! use http::{Request, Response, StatusCode};
+//! use http_body_util::BodyExt;
+//! use ratekeeper_tower::concurrency::ConcurrencyLimitLayer;
+//! use ratekeeper_tower::GlobalKey;
+//! use tower::{ServiceBuilder, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let svc = ServiceBuilder::new()
+//!     .layer(ConcurrencyLimitLayer::new(NonZeroU32::MIN).key(GlobalKey))
+//!     .service_fn(|_req: Request<()>| async { Ok::<_, Infallible>(Response::new("hi".to_owned())) });
+//!
+//! let first = svc.clone().oneshot(Request::new(())).await?; // body not read yet
+//! assert_eq!(first.headers()["x-ratelimit-remaining"], "0");
+//! let second = svc.clone().oneshot(Request::new(())).await?;
+//! assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS);
+//! assert_eq!(second.headers()["retry-after"], "1");
+//!
+//! first.into_body().collect().await?; // the body ends: the slot is free again
+//! let third = svc.clone().oneshot(Request::new(())).await?;
+//! assert_eq!(third.status(), StatusCode::OK);
+//! # Ok(())
+//! # }
+//! ```
+
+mod future;
+mod layer;
+mod service;
+
+pub use future::{ConcurrencyBody, ResponseFuture};
+pub use layer::ConcurrencyLimitLayer;
+pub use service::ConcurrencyLimit;

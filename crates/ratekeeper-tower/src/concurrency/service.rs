@@ -1,0 +1,117 @@
+use std::fmt;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::{Request, Response};
+use ratekeeper_core::store::Decisions;
+use ratekeeper_core::{Decision, Outcome};
+use tower_service::Service;
+
+use super::future::ResponseFuture;
+use super::layer::ConcurrencyLimitLayer;
+use crate::key::{KeyExtractor, PeerIp};
+
+/// The keyed concurrency-limiting service (see the [module docs](super)). Decides in `call`;
+/// `poll_ready` only forwards.
+pub struct ConcurrencyLimit<S, K = PeerIp> {
+    inner: S,
+    layer: ConcurrencyLimitLayer<K>,
+}
+
+impl<S, K> ConcurrencyLimit<S, K> {
+    pub(crate) fn new(inner: S, layer: ConcurrencyLimitLayer<K>) -> Self {
+        Self { inner, layer }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service, consuming this one.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
+    /// A layer that builds services sharing this service's counter.
+    pub fn layer(&self) -> ConcurrencyLimitLayer<K> {
+        self.layer.clone()
+    }
+}
+
+impl<S: Clone, K> Clone for ConcurrencyLimit<S, K> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            layer: self.layer.clone(),
+        }
+    }
+}
+
+impl<S: fmt::Debug, K> fmt::Debug for ConcurrencyLimit<S, K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConcurrencyLimit")
+            .field("inner", &self.inner)
+            .field("layer", &self.layer)
+            .finish()
+    }
+}
+
+impl<S, K, ReqB, ResB> Service<Request<ReqB>> for ConcurrencyLimit<S, K>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>>,
+    K: KeyExtractor<ReqB>,
+{
+    type Response = Response<super::ConcurrencyBody<ResB>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future>;
+
+    #[inline]
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+        let key = match self.layer.key.extract(&req) {
+            Ok(key) => key,
+            Err(err) => return ResponseFuture::key_error(&err),
+        };
+        let max = self.layer.counter.max();
+        match self.layer.counter.acquire(&key) {
+            Some((permit, free)) => {
+                let decisions =
+                    Decisions::new([Decision::new(Outcome::Allowed, max, free, Duration::ZERO)]);
+                let mut headers = http::HeaderMap::new();
+                self.layer
+                    .reporter
+                    .headers(&decisions, None, unix_now, &mut headers);
+                ResponseFuture::called(self.inner.call(req), permit, headers)
+            }
+            None => {
+                tracing::debug!(max, "concurrency limit reached");
+                let decisions = Decisions::new([Decision::new(
+                    Outcome::Denied {
+                        retry_after: Duration::from_secs(1),
+                    },
+                    max,
+                    0,
+                    Duration::ZERO,
+                )]);
+                let (status, headers, body) =
+                    self.layer.reporter.limited(&decisions, None, unix_now);
+                ResponseFuture::answered(status, headers, body)
+            }
+        }
+    }
+}
+
+fn unix_now() -> Duration {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+}
