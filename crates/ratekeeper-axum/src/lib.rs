@@ -32,9 +32,52 @@
 //! matched routes, so unknown paths get their 404 without being charged. Without connect
 //! info the peer address is unknown: such requests get a `500` and an error log line naming
 //! the fix, never a panic.
+//!
+//! # `layer` and `route_layer`, header styles, the extractor
+//!
+//! ```
+//! use std::num::NonZeroU32;
+//! use axum::{Router, body::Body, http::{Request, StatusCode}, routing::get};
+//! use ratekeeper_axum::report::HeaderStyle;
+//! use ratekeeper_axum::{GlobalKey, Policy, Quota, RateLimitInfo, RateLimitLayer};
+//! use tower::ServiceExt;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let api = RateLimitLayer::builder()
+//!     .policy(Policy::new("burst", Quota::per_second(NonZeroU32::new(2).unwrap())))
+//!     .key(GlobalKey)
+//!     .headers(HeaderStyle::Ietf)
+//!     .build()?;
+//! let app = Router::new()
+//!     .route("/api", get(|info: RateLimitInfo| async move { info.remaining().to_string() }))
+//!     .route_layer(api); // unmatched paths are not charged
+//!
+//! let res = app.clone().oneshot(Request::get("/api").body(Body::empty())?).await?;
+//! assert_eq!(res.headers()["ratelimit-policy"], "\"burst\";q=2;w=1");
+//! assert_eq!(res.headers()["ratelimit"], "\"burst\";r=1;t=1");
+//! let missing = app.clone().oneshot(Request::get("/nope").body(Body::empty())?).await?;
+//! assert_eq!(missing.status(), StatusCode::NOT_FOUND);
+//! assert!(missing.headers().get("ratelimit").is_none());
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Modes, fallback and concurrency
+//!
+//! - [`rate_limit::Mode`]: `Reject` (default), `Delay { max_wait }` (throttle) or `Shadow`
+//!   (report, never block), set with `RateLimitBuilder::mode`.
+//! - [`RateLimitLayer::with_fallback`]: limited requests are answered by another handler
+//!   (`handler.with_state(())`) instead of a 429, marked `RateLimit-Degraded`.
+//! - [`report::Rejection`]: replace the problem+json 429 body.
+//! - [`concurrency::ConcurrencyLimitLayer`]: at most n requests in flight per key, until the
+//!   response body ends.
 
+pub mod extract;
+
+pub use extract::{MissingRateLimitInfo, RateLimitInfo};
 pub use ratekeeper_core::{self as core, Algorithm, Decision, Key, Outcome, Policy, Quota};
 pub use ratekeeper_tower::{
     self as tower, BuildError, GlobalKey, KeyError, KeyExtractor, PeerIp, RateLimit,
-    RateLimitBuilder, RateLimitLayer, cost, key, report,
+    RateLimitBuilder, RateLimitLayer, concurrency, cost, info, key, rate_limit, report,
 };
