@@ -8,10 +8,14 @@
 
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::Router;
+use axum::extract::State;
+use axum::handler::Handler;
 use axum::routing::get;
-use ratekeeper_axum::{Quota, RateLimitLayer};
+use ratekeeper_axum::{Quota, RateLimitInfo, RateLimitLayer};
 
 /// The address an example listens on: `ADDR`, or `127.0.0.1:3000`.
 pub fn listen_addr() -> String {
@@ -24,6 +28,39 @@ pub fn quickstart_app() -> Router {
     Router::new()
         .route("/", get(|| async { "hello from ratekeeper\n" }))
         .layer(RateLimitLayer::new(quota))
+}
+
+/// The "cache" behind `degraded_fallback`: the last fresh answer.
+#[derive(Debug, Clone, Default)]
+pub struct PriceCache {
+    version: Arc<AtomicU64>,
+}
+
+/// `degraded_fallback`: `GET /prices` computes a fresh answer at most 2 times per minute per
+/// client IP (burst 2); beyond that, instead of a 429, the client gets the last answer from
+/// the cache, marked `RateLimit-Degraded: "default"` and counted in the `metrics` counter
+/// `ratekeeper_degraded_total`.
+pub fn degraded_fallback_app() -> Router {
+    let quota = Quota::per_minute(NonZeroU32::new(2).unwrap_or(NonZeroU32::MIN));
+    let cache = PriceCache::default();
+    let limit = RateLimitLayer::new(quota).with_fallback(stale_prices.with_state(cache.clone()));
+    Router::new()
+        .route("/prices", get(fresh_prices))
+        .with_state(cache)
+        .layer(limit)
+}
+
+/// The expensive answer: a new price list version each time.
+async fn fresh_prices(State(cache): State<PriceCache>) -> String {
+    let version = cache.version.fetch_add(1, Ordering::Relaxed) + 1;
+    format!("prices v{version} (fresh)\n")
+}
+
+/// The cheap answer for limited requests: the last version computed.
+async fn stale_prices(State(cache): State<PriceCache>, info: Option<RateLimitInfo>) -> String {
+    let version = cache.version.load(Ordering::Relaxed);
+    let retry = info.map_or(0, |i| i.reset_after().as_secs());
+    format!("prices v{version} (cached; fresh data again within {retry} s)\n")
 }
 
 /// Binds `addr`, prints `listening on <addr>` once connections are accepted, and serves

@@ -354,6 +354,32 @@ struct Problem<'a> {
     violated_policies: Vec<&'a str>,
 }
 
+/// What a ratekeeper layer reported on a response (kept in the response's extensions so an
+/// outer layer can merge instead of overwriting).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Written {
+    remaining: u32,
+    reset_after: Duration,
+}
+
+/// Sets `name` to `value`, or, when `append` and the field exists, to the existing list
+/// followed by `value` (RFC 9651 §3.1: a List may be split across field lines, and joining
+/// with ", " is the same List), keeping a single field line.
+fn insert_or_append(headers: &mut HeaderMap, name: &HeaderName, value: HeaderValue, append: bool) {
+    let joined = if append {
+        headers.get(name).and_then(|old| {
+            let mut v = Vec::with_capacity(old.len() + 2 + value.len());
+            v.extend_from_slice(old.as_bytes());
+            v.extend_from_slice(b", ");
+            v.extend_from_slice(value.as_bytes());
+            HeaderValue::from_bytes(&v).ok()
+        })
+    } else {
+        None
+    };
+    headers.insert(name.clone(), joined.unwrap_or(value));
+}
+
 fn join_items<'a>(items: impl Iterator<Item = &'a str>, pk: Option<&str>) -> String {
     let mut out = String::new();
     for item in items {
@@ -443,21 +469,30 @@ impl Reporter {
         }
     }
 
-    /// Adds the rate-limit headers for `decisions` (replacing any already set, so a header
-    /// never appears twice).
+    /// Adds the rate-limit headers for `decisions`, so that each appears once.
+    ///
+    /// `prior` is what an inner ratekeeper layer already wrote on this response (nested
+    /// layers, e.g. a global `Router::layer` around a per-route `route_layer`): the
+    /// single-policy styles keep the more restrictive of the two (fewer remaining, then the
+    /// later reset), the IETF lists get this layer's items appended. Returns what the
+    /// response now reports, for the next layer out.
     pub(crate) fn headers(
         &self,
         decisions: &Decisions,
         pk: Option<&str>,
+        prior: Option<Written>,
         unix_now: impl FnOnce() -> Duration,
         headers: &mut HeaderMap,
-    ) {
-        let Some(i) = decisions.deciding() else {
-            return;
+    ) -> Option<Written> {
+        let d = decisions.deciding().and_then(|i| decisions.as_slice().get(i))?;
+        let mine = Written {
+            remaining: d.remaining(),
+            reset_after: d.reset_after(),
         };
-        let Some(d) = decisions.as_slice().get(i) else {
-            return;
-        };
+        let inner_wins = prior.is_some_and(|p| {
+            p.remaining < mine.remaining
+                || (p.remaining == mine.remaining && p.reset_after > mine.reset_after)
+        });
         let (x, ietf, legacy) = match self.style {
             HeaderStyle::XRateLimit => (true, false, false),
             HeaderStyle::Ietf => (false, true, false),
@@ -465,23 +500,27 @@ impl Reporter {
             HeaderStyle::Both => (true, true, false),
             HeaderStyle::None => (false, false, false),
         };
-        if x {
+        if x && !inner_wins {
             headers.insert(X_RATELIMIT_LIMIT.clone(), HeaderValue::from(d.limit()));
             headers.insert(
                 X_RATELIMIT_REMAINING.clone(),
                 HeaderValue::from(d.remaining()),
             );
-            if !self.windowless {
+            if self.windowless {
+                headers.remove(&X_RATELIMIT_RESET);
+            } else {
                 headers.insert(
                     X_RATELIMIT_RESET.clone(),
                     HeaderValue::from(self.reset_value(d, unix_now)),
                 );
             }
         }
-        if legacy {
+        if legacy && !inner_wins {
             headers.insert(RATELIMIT_LIMIT.clone(), HeaderValue::from(d.limit()));
             headers.insert(RATELIMIT_REMAINING.clone(), HeaderValue::from(d.remaining()));
-            if !self.windowless {
+            if self.windowless {
+                headers.remove(&RATELIMIT_RESET);
+            } else {
                 headers.insert(
                     RATELIMIT_RESET.clone(),
                     HeaderValue::from(ceil_secs(d.reset_after())),
@@ -489,11 +528,18 @@ impl Reporter {
             }
         }
         if ietf {
-            self.ietf_headers(decisions, pk, headers);
+            self.ietf_headers(decisions, pk, prior.is_some(), headers);
         }
+        Some(if inner_wins { prior.unwrap_or(mine) } else { mine })
     }
 
-    fn ietf_headers(&self, decisions: &Decisions, pk: Option<&str>, headers: &mut HeaderMap) {
+    fn ietf_headers(
+        &self,
+        decisions: &Decisions,
+        pk: Option<&str>,
+        append: bool,
+        headers: &mut HeaderMap,
+    ) {
         let policy = match pk {
             None => self.policy_value.clone(),
             Some(pk) => HeaderValue::try_from(join_items(
@@ -503,7 +549,7 @@ impl Reporter {
             .ok(),
         };
         if let Some(policy) = policy {
-            headers.insert(RATELIMIT_POLICY.clone(), policy);
+            insert_or_append(headers, &RATELIMIT_POLICY, policy, append);
         }
         let mut state = String::new();
         for (name, d) in self.names.iter().zip(decisions.as_slice()) {
@@ -521,7 +567,7 @@ impl Reporter {
             }
         }
         if let Ok(value) = HeaderValue::try_from(state) {
-            headers.insert(RATELIMIT.clone(), value);
+            insert_or_append(headers, &RATELIMIT, value, append);
         }
     }
 
@@ -532,7 +578,7 @@ impl Reporter {
         decisions: &Decisions,
         pk: Option<&str>,
         unix_now: impl FnOnce() -> Duration,
-    ) -> (StatusCode, HeaderMap, Bytes) {
+    ) -> (StatusCode, HeaderMap, Bytes, Option<Written>) {
         let limited = Limited::new(decisions, &self.names);
         let res = match &self.rejection {
             Some(rejection) => rejection.reject(&limited),
@@ -540,7 +586,7 @@ impl Reporter {
         };
         let (parts, body) = res.into_parts();
         let mut headers = parts.headers;
-        self.headers(decisions, pk, unix_now, &mut headers);
+        let written = self.headers(decisions, pk, None, unix_now, &mut headers);
         headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
         match limited.retry_after_secs() {
             Some(secs) => {
@@ -550,7 +596,7 @@ impl Reporter {
                 headers.remove(RETRY_AFTER);
             }
         }
-        (parts.status, headers, body)
+        (parts.status, headers, body, written)
     }
 }
 
@@ -579,7 +625,7 @@ mod tests {
             0,
             Duration::from_millis(1),
         );
-        let (status, headers, body) =
+        let (status, headers, body, _) =
             reporter().limited(&Decisions::new([d]), None, || Duration::ZERO);
         assert_eq!(status, 429);
         assert_eq!(headers[RETRY_AFTER], "1");
@@ -593,7 +639,7 @@ mod tests {
     #[test]
     fn cannot_fit_has_no_retry_after() {
         let d = Decision::new(Outcome::CannotFit, 10, 10, Duration::ZERO);
-        let (_, headers, body) = reporter().limited(&Decisions::new([d]), None, || Duration::ZERO);
+        let (_, headers, body, _) = reporter().limited(&Decisions::new([d]), None, || Duration::ZERO);
         assert!(headers.get(RETRY_AFTER).is_none());
         assert!(String::from_utf8(body.to_vec()).unwrap().contains("never"));
     }
@@ -606,6 +652,7 @@ mod tests {
         let mut h = HeaderMap::new();
         r.headers(
             &Decisions::new([d]),
+            None,
             None,
             || Duration::from_millis(1_700_000_009_999),
             &mut h,
@@ -629,7 +676,7 @@ mod tests {
         ]);
         let mut h = HeaderMap::new();
         h.insert(RATELIMIT.clone(), HeaderValue::from_static("stale"));
-        r.headers(&ds, None, || Duration::ZERO, &mut h);
+        r.headers(&ds, None, None, || Duration::ZERO, &mut h);
         assert_eq!(
             h[&RATELIMIT_POLICY],
             "\"burst\";q=100;w=60, \"daily\";q=1000;w=86400"
@@ -640,7 +687,7 @@ mod tests {
 
         r.style = HeaderStyle::IetfLegacy;
         let mut h = HeaderMap::new();
-        r.headers(&ds, None, || Duration::ZERO, &mut h);
+        r.headers(&ds, None, None, || Duration::ZERO, &mut h);
         assert_eq!(h[&RATELIMIT_LIMIT], "100");
         assert_eq!(h[&RATELIMIT_REMAINING], "42");
         assert_eq!(h[&RATELIMIT_RESET], "18");
@@ -667,7 +714,7 @@ mod tests {
             0,
             Duration::from_secs(60),
         );
-        let (status, headers, body) = r.limited(&Decisions::new([d]), None, || Duration::ZERO);
+        let (status, headers, body, _) = r.limited(&Decisions::new([d]), None, || Duration::ZERO);
         assert_eq!(status, 429);
         assert_eq!(&body[..], b"{}");
         assert_eq!(headers[RETRY_AFTER], "3");

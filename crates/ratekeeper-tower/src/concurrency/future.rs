@@ -1,5 +1,6 @@
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
@@ -7,10 +8,13 @@ use http::header::CONTENT_TYPE;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
+use ratekeeper_core::store::Decisions;
 
 use super::layer::Permit;
+use super::service::unix_now;
 use crate::body::ResponseBody;
 use crate::key::KeyError;
+use crate::report::{Reporter, Written};
 
 pin_project! {
     /// Response future of [`ConcurrencyLimit`](super::ConcurrencyLimit).
@@ -27,29 +31,41 @@ pin_project! {
             #[pin]
             future: F,
             permit: Option<Permit>,
-            headers: HeaderMap,
+            reporter: Arc<Reporter>,
+            decisions: Decisions,
         },
         Answered {
-            answer: Option<(StatusCode, HeaderMap, Bytes)>,
+            answer: Option<(StatusCode, HeaderMap, Bytes, Option<Written>)>,
         },
     }
 }
 
 impl<F> ResponseFuture<F> {
-    pub(crate) fn called(future: F, permit: Permit, headers: HeaderMap) -> Self {
+    pub(crate) fn called(
+        future: F,
+        permit: Permit,
+        reporter: Arc<Reporter>,
+        decisions: Decisions,
+    ) -> Self {
         Self {
             kind: Kind::Called {
                 future,
                 permit: Some(permit),
-                headers,
+                reporter,
+                decisions,
             },
         }
     }
 
-    pub(crate) fn answered(status: StatusCode, headers: HeaderMap, body: Bytes) -> Self {
+    pub(crate) fn answered(
+        status: StatusCode,
+        headers: HeaderMap,
+        body: Bytes,
+        written: Option<Written>,
+    ) -> Self {
         Self {
             kind: Kind::Answered {
-                answer: Some((status, headers, body)),
+                answer: Some((status, headers, body, written)),
             },
         }
     }
@@ -64,7 +80,7 @@ impl<F> ResponseFuture<F> {
             CONTENT_TYPE,
             HeaderValue::from_static("text/plain; charset=utf-8"),
         );
-        Self::answered(status, headers, Bytes::from(format!("{err}\n")))
+        Self::answered(status, headers, Bytes::from(format!("{err}\n")), None)
     }
 }
 
@@ -79,15 +95,17 @@ where
             KindProj::Called {
                 future,
                 permit,
-                headers,
+                reporter,
+                decisions,
             } => {
                 // An error drops the permit with this future.
                 let res = ready!(future.poll(cx))?;
                 let (mut parts, body) = res.into_parts();
-                for (name, value) in std::mem::take(headers) {
-                    if let Some(name) = name {
-                        parts.headers.insert(name, value);
-                    }
+                let prior = parts.extensions.get::<Written>().copied();
+                if let Some(written) =
+                    reporter.headers(decisions, None, prior, unix_now, &mut parts.headers)
+                {
+                    parts.extensions.insert(written);
                 }
                 let body = ConcurrencyBody {
                     inner: ResponseBody::inner(body),
@@ -96,11 +114,12 @@ where
                 Poll::Ready(Ok(Response::from_parts(parts, body)))
             }
             KindProj::Answered { answer } => {
-                let (status, headers, body) = answer.take().unwrap_or_else(|| {
+                let (status, headers, body, written) = answer.take().unwrap_or_else(|| {
                     (
                         StatusCode::INTERNAL_SERVER_ERROR,
                         HeaderMap::new(),
                         Bytes::from_static(b"response future polled after completion\n"),
+                        None,
                     )
                 });
                 let mut res = Response::new(ConcurrencyBody {
@@ -109,6 +128,9 @@ where
                 });
                 *res.status_mut() = status;
                 *res.headers_mut() = headers;
+                if let Some(written) = written {
+                    res.extensions_mut().insert(written);
+                }
                 Poll::Ready(Ok(res))
             }
         }

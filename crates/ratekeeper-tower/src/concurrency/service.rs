@@ -1,4 +1,5 @@
 use std::fmt;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -86,11 +87,12 @@ where
             Some((permit, free)) => {
                 let decisions =
                     Decisions::new([Decision::new(Outcome::Allowed, max, free, Duration::ZERO)]);
-                let mut headers = http::HeaderMap::new();
-                self.layer
-                    .reporter
-                    .headers(&decisions, None, unix_now, &mut headers);
-                ResponseFuture::called(self.inner.call(req), permit, headers)
+                ResponseFuture::called(
+                    self.inner.call(req),
+                    permit,
+                    Arc::clone(&self.layer.reporter),
+                    decisions,
+                )
             }
             None => {
                 tracing::debug!(max, "concurrency limit reached");
@@ -102,15 +104,15 @@ where
                     0,
                     Duration::ZERO,
                 )]);
-                let (status, headers, body) =
+                let (status, headers, body, written) =
                     self.layer.reporter.limited(&decisions, None, unix_now);
-                ResponseFuture::answered(status, headers, body)
+                ResponseFuture::answered(status, headers, body, written)
             }
         }
     }
 }
 
-fn unix_now() -> Duration {
+pub(crate) fn unix_now() -> Duration {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()

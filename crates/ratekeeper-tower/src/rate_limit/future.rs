@@ -17,6 +17,7 @@ use super::mode::{Limiter, Mode};
 use crate::body::ResponseBody;
 use crate::info::Info;
 use crate::key::KeyError;
+use crate::report::Written;
 
 /// A response the layer writes itself.
 #[derive(Debug)]
@@ -24,6 +25,8 @@ pub(crate) struct Answer {
     pub(crate) status: StatusCode,
     pub(crate) headers: HeaderMap,
     pub(crate) body: Bytes,
+    /// What the headers report, for an outer ratekeeper layer.
+    pub(crate) written: Option<Written>,
 }
 
 impl Answer {
@@ -31,6 +34,9 @@ impl Answer {
         let mut res = Response::new(ResponseBody::full(self.body));
         *res.status_mut() = self.status;
         *res.headers_mut() = self.headers;
+        if let Some(written) = self.written {
+            res.extensions_mut().insert(written);
+        }
         res
     }
 }
@@ -45,7 +51,12 @@ pub(crate) struct Reported {
 /// Renders decisions; implemented by the layer's shared state (type-erased so the future does
 /// not carry the key, cost and store types).
 pub(crate) trait Report: Send + Sync {
-    fn headers(&self, reported: &Reported, headers: &mut HeaderMap);
+    fn headers(
+        &self,
+        reported: &Reported,
+        prior: Option<Written>,
+        headers: &mut HeaderMap,
+    ) -> Option<Written>;
     fn limited(&self, reported: &Reported) -> Answer;
 }
 
@@ -145,6 +156,7 @@ impl<F, S, Req, SF> ResponseFuture<F, S, Req, SF> {
             status,
             headers,
             body: Bytes::from(message),
+            written: None,
         })
     }
 
@@ -280,7 +292,11 @@ where
                     let res = ready!(future.poll(cx))?;
                     let (mut parts, body) = res.into_parts();
                     if let Some((report, reported)) = report.take() {
-                        report.headers(&reported, &mut parts.headers);
+                        let prior = parts.extensions.get::<Written>().copied();
+                        if let Some(written) = report.headers(&reported, prior, &mut parts.headers)
+                        {
+                            parts.extensions.insert(written);
+                        }
                     }
                     return Poll::Ready(Ok(Response::from_parts(parts, ResponseBody::inner(body))));
                 }
@@ -320,5 +336,6 @@ fn polled_after_completion() -> Answer {
         status: StatusCode::INTERNAL_SERVER_ERROR,
         headers: HeaderMap::new(),
         body: Bytes::from_static(b"response future polled after completion\n"),
+        written: None,
     }
 }

@@ -196,3 +196,134 @@ impl Clock for TokioClock {
         u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+    use std::num::NonZeroU32;
+    use std::pin::pin;
+    use std::task::Poll;
+
+    use http::{Request, Response, StatusCode};
+    use ratekeeper_core::store::MemoryStore;
+    use ratekeeper_core::{Policy, Quota};
+    use tower::{ServiceBuilder, ServiceExt};
+
+    use super::*;
+    use crate::{GlobalKey, RateLimitLayer};
+
+    fn delayed(max_wait: Duration) -> RateLimitLayer<GlobalKey, u64, MemoryStore<Key, TokioClock>> {
+        RateLimitLayer::builder()
+            .policy(Policy::new("default", Quota::per_second(NonZeroU32::MIN)))
+            .key(GlobalKey)
+            .store(MemoryStore::with_clock(TokioClock::new()))
+            .mode(Mode::Delay { max_wait })
+            .build()
+            .unwrap()
+    }
+
+    fn ok(_req: Request<()>) -> std::future::Ready<Result<Response<String>, Infallible>> {
+        std::future::ready(Ok(Response::new(String::new())))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn delay_waits_exactly_retry_after_then_passes() {
+        let svc = ServiceBuilder::new()
+            .layer(delayed(Duration::from_secs(5)))
+            .service_fn(ok);
+        let start = tokio::time::Instant::now();
+        assert_eq!(svc.clone().oneshot(Request::new(())).await.unwrap().status(), 200);
+        let res = svc.clone().oneshot(Request::new(())).await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        assert_eq!(start.elapsed(), Duration::from_secs(1));
+        assert_eq!(res.headers()["x-ratelimit-remaining"], "0");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn delay_rejects_at_once_when_the_wait_exceeds_max_wait() {
+        let svc = ServiceBuilder::new()
+            .layer(delayed(Duration::from_millis(999)))
+            .service_fn(ok);
+        let start = tokio::time::Instant::now();
+        svc.clone().oneshot(Request::new(())).await.unwrap();
+        let res = svc.clone().oneshot(Request::new(())).await.unwrap();
+        assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(res.headers()["retry-after"], "1");
+        assert_eq!(start.elapsed(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_dropped_while_waiting_holds_no_capacity() {
+        let svc = ServiceBuilder::new()
+            .layer(delayed(Duration::from_secs(5)))
+            .service_fn(ok);
+        svc.clone().oneshot(Request::new(())).await.unwrap();
+        {
+            // The second request starts waiting, then its client goes away.
+            let mut waiting = pin!(svc.clone().oneshot(Request::new(())));
+            assert!(matches!(futures_poll(waiting.as_mut()), Poll::Pending));
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        // The third request finds the slot the dropped one never took.
+        let mut third = pin!(svc.clone().oneshot(Request::new(())));
+        match futures_poll(third.as_mut()) {
+            Poll::Ready(res) => assert_eq!(res.unwrap().status(), StatusCode::OK),
+            Poll::Pending => panic!("the third request should pass at once"),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cost_above_burst_is_rejected_at_once_in_delay_mode() {
+        let layer = RateLimitLayer::builder()
+            .policy(Policy::new("default", Quota::per_second(NonZeroU32::MIN)))
+            .key(GlobalKey)
+            .cost_fn(|_req: &Request<()>| 2)
+            .store(MemoryStore::with_clock(TokioClock::new()))
+            .mode(Mode::Delay {
+                max_wait: Duration::from_secs(60),
+            })
+            .build()
+            .unwrap();
+        let svc = ServiceBuilder::new().layer(layer).service_fn(ok);
+        let start = tokio::time::Instant::now();
+        let res = svc.oneshot(Request::new(())).await.unwrap();
+        assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert!(res.headers().get("retry-after").is_none());
+        assert_eq!(start.elapsed(), Duration::ZERO);
+    }
+
+    #[tokio::test]
+    async fn nested_layers_report_the_most_restrictive_policy_once() {
+        let inner = RateLimitLayer::builder()
+            .policy(Policy::new("route", Quota::per_minute(NonZeroU32::new(2).unwrap())))
+            .key(GlobalKey)
+            .headers(crate::report::HeaderStyle::Both)
+            .build()
+            .unwrap();
+        let outer = RateLimitLayer::builder()
+            .policy(Policy::new("global", Quota::per_minute(NonZeroU32::new(100).unwrap())))
+            .key(GlobalKey)
+            .headers(crate::report::HeaderStyle::Both)
+            .build()
+            .unwrap();
+        let svc = ServiceBuilder::new().layer(outer).layer(inner).service_fn(ok);
+        let res = svc.oneshot(Request::new(())).await.unwrap();
+        let h = res.headers();
+        assert_eq!(h.get_all("x-ratelimit-limit").iter().count(), 1);
+        assert_eq!(h["x-ratelimit-limit"], "2");
+        assert_eq!(h["x-ratelimit-remaining"], "1");
+        assert_eq!(h["x-ratelimit-reset"], "30");
+        assert_eq!(h.get_all("ratelimit").iter().count(), 1);
+        assert_eq!(h["ratelimit"], "\"route\";r=1;t=30, \"global\";r=99;t=1");
+        assert_eq!(
+            h["ratelimit-policy"],
+            "\"route\";q=2;w=60, \"global\";q=100;w=60"
+        );
+    }
+
+    /// Polls a future once with a no-op waker.
+    fn futures_poll<F: std::future::Future>(f: std::pin::Pin<&mut F>) -> Poll<F::Output> {
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        f.poll(&mut cx)
+    }
+}

@@ -15,6 +15,7 @@ use crate::body::ResponseBody;
 use crate::cost::Cost;
 use crate::info::Info;
 use crate::key::{KeyExtractor, PeerIp};
+use crate::report::Written;
 
 /// The rate-limiting service: decides in `call`, answers a denied request with a 429 without
 /// calling the inner service, and adds rate-limit headers to the inner service's responses.
@@ -90,17 +91,23 @@ where
     Co: Send + Sync + 'static,
     St: Store<Key>,
 {
-    fn headers(&self, reported: &Reported, headers: &mut http::HeaderMap) {
+    fn headers(
+        &self,
+        reported: &Reported,
+        prior: Option<Written>,
+        headers: &mut http::HeaderMap,
+    ) -> Option<Written> {
         self.reporter.headers(
             &reported.decisions,
             reported.pk.as_deref(),
+            prior,
             || self.store.unix_now(),
             headers,
-        );
+        )
     }
 
     fn limited(&self, reported: &Reported) -> Answer {
-        let (status, headers, body) = self.reporter.limited(
+        let (status, headers, body, written) = self.reporter.limited(
             &reported.decisions,
             reported.pk.as_deref(),
             || self.store.unix_now(),
@@ -109,6 +116,7 @@ where
             status,
             headers,
             body,
+            written,
         }
     }
 }
