@@ -85,7 +85,10 @@ fn rate_lines(style: HeaderStyle, e: &Expect<'_>, pk: Option<&str>) -> Vec<Strin
             format!(
                 "ratelimit-policy: \"burst\";q=2;w=1;pk={pk}, \"daily\";q=1000;w=86400;pk={pk}"
             ),
-            format!("ratelimit: {}", e.ietf.replace(", ", &format!(";pk={pk}, ")) + ";pk=" + pk),
+            format!(
+                "ratelimit: {}",
+                e.ietf.replace(", ", &format!(";pk={pk}, ")) + ";pk=" + pk
+            ),
         ],
     };
     match style {
@@ -123,19 +126,44 @@ async fn check_style(style: HeaderStyle, reset: ResetFormat, pk: Option<(&str, &
 
     // t = 0: two 200s.
     let steps = [
-        (Expect { x: ["2", "1", reset_s("1")], ietf: "\"burst\";r=1;t=1, \"daily\";r=999;t=87" }, 200),
-        (Expect { x: ["2", "0", reset_s("1")], ietf: "\"burst\";r=0;t=1, \"daily\";r=998;t=173" }, 200),
+        (
+            Expect {
+                x: ["2", "1", reset_s("1")],
+                ietf: "\"burst\";r=1;t=1, \"daily\";r=999;t=87",
+            },
+            200,
+        ),
+        (
+            Expect {
+                x: ["2", "0", reset_s("1")],
+                ietf: "\"burst\";r=0;t=1, \"daily\";r=998;t=173",
+            },
+            200,
+        ),
         // t = 0: denied by "burst" for 0.5 s.
-        (Expect { x: ["2", "0", reset_s("1")], ietf: "\"burst\";r=0;t=1, \"daily\";r=998;t=173" }, 429),
+        (
+            Expect {
+                x: ["2", "0", reset_s("1")],
+                ietf: "\"burst\";r=0;t=1, \"daily\";r=998;t=173",
+            },
+            429,
+        ),
     ];
     for (i, (expect, status)) in steps.iter().enumerate() {
         let res = client.get(&url).send().await.unwrap();
         assert_eq!(res.status(), *status, "{style:?} step {i}");
         let mut want = rate_lines(style, expect, pk);
         if *status == 200 {
-            want.extend(["content-length: 2".to_owned(), "content-type: text/plain; charset=utf-8".to_owned()]);
+            want.extend([
+                "content-length: 2".to_owned(),
+                "content-type: text/plain; charset=utf-8".to_owned(),
+            ]);
             let got = header_lines(&res);
-            assert_eq!(got, sorted(&want.iter().map(|s| &**s).collect::<Vec<_>>()), "{style:?} step {i}");
+            assert_eq!(
+                got,
+                sorted(&want.iter().map(|s| &**s).collect::<Vec<_>>()),
+                "{style:?} step {i}"
+            );
             assert_eq!(res.text().await.unwrap(), "ok");
         } else {
             want.extend([
@@ -145,7 +173,11 @@ async fn check_style(style: HeaderStyle, reset: ResetFormat, pk: Option<(&str, &
                 "retry-after: 1".to_owned(),
             ]);
             let got = header_lines(&res);
-            assert_eq!(got, sorted(&want.iter().map(|s| &**s).collect::<Vec<_>>()), "{style:?} step {i}");
+            assert_eq!(
+                got,
+                sorted(&want.iter().map(|s| &**s).collect::<Vec<_>>()),
+                "{style:?} step {i}"
+            );
             assert_eq!(res.text().await.unwrap(), PROBLEM_BURST);
         }
     }
@@ -156,7 +188,10 @@ async fn check_style(style: HeaderStyle, reset: ResetFormat, pk: Option<(&str, &
     assert_eq!(res.status(), 429);
     let mut want = rate_lines(
         style,
-        &Expect { x: ["2", "0", reset_s("1")], ietf: "\"burst\";r=0;t=1, \"daily\";r=998;t=173" },
+        &Expect {
+            x: ["2", "0", reset_s("1")],
+            ietf: "\"burst\";r=0;t=1, \"daily\";r=998;t=173",
+        },
         pk,
     );
     want.extend([
@@ -165,7 +200,10 @@ async fn check_style(style: HeaderStyle, reset: ResetFormat, pk: Option<(&str, &
         "content-type: application/problem+json".to_owned(),
         "retry-after: 1".to_owned(),
     ]);
-    assert_eq!(header_lines(&res), sorted(&want.iter().map(|s| &**s).collect::<Vec<_>>()));
+    assert_eq!(
+        header_lines(&res),
+        sorted(&want.iter().map(|s| &**s).collect::<Vec<_>>())
+    );
 
     // t = 0.5 s: allowed again; "burst" is full again 1 s later (epoch 1_700_000_001.5 -> ...002).
     clock.advance(Duration::from_millis(250));
@@ -177,11 +215,20 @@ async fn check_style(style: HeaderStyle, reset: ResetFormat, pk: Option<(&str, &
     };
     let mut want = rate_lines(
         style,
-        &Expect { x: ["2", "0", reset_last], ietf: "\"burst\";r=0;t=1, \"daily\";r=997;t=259" },
+        &Expect {
+            x: ["2", "0", reset_last],
+            ietf: "\"burst\";r=0;t=1, \"daily\";r=997;t=259",
+        },
         pk,
     );
-    want.extend(["content-length: 2".to_owned(), "content-type: text/plain; charset=utf-8".to_owned()]);
-    assert_eq!(header_lines(&res), sorted(&want.iter().map(|s| &**s).collect::<Vec<_>>()));
+    want.extend([
+        "content-length: 2".to_owned(),
+        "content-type: text/plain; charset=utf-8".to_owned(),
+    ]);
+    assert_eq!(
+        header_lines(&res),
+        sorted(&want.iter().map(|s| &**s).collect::<Vec<_>>())
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -237,7 +284,12 @@ async fn retry_after_is_never_zero_and_never_fractional() {
         .store(MemoryStore::with_clock(clock.clone()))
         .build()
         .unwrap();
-    let addr = spawn(Router::new().route("/", get(|| async { "ok" })).layer(layer)).await;
+    let addr = spawn(
+        Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(layer),
+    )
+    .await;
     let client = reqwest::Client::new();
     let url = format!("http://{addr}/");
     for _ in 0..2 {

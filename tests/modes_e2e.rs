@@ -38,7 +38,12 @@ async fn delay_spaces_a_burst_at_the_rate_and_rejects_beyond_max_wait() {
         })
         .build()
         .unwrap();
-    let addr = spawn(Router::new().route("/", get(|| async { "ok" })).layer(layer)).await;
+    let addr = spawn(
+        Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(layer),
+    )
+    .await;
     let client = reqwest::Client::new();
     let start = Instant::now();
     let tasks: Vec<_> = (0..5)
@@ -109,7 +114,11 @@ async fn shadow_mode_never_blocks_but_reports() {
         assert_eq!(res.headers()["x-ratelimit-remaining"], "0");
         assert_eq!(res.headers()["x-ratelimit-reset"], "60");
         assert!(res.headers().get("retry-after").is_none());
-        let want = if i == 0 { "limited=false" } else { "limited=true" };
+        let want = if i == 0 {
+            "limited=false"
+        } else {
+            "limited=true"
+        };
         assert_eq!(res.text().await.unwrap(), want);
     }
     assert_eq!(calls.load(Ordering::SeqCst), 4);
@@ -120,11 +129,17 @@ async fn fallback_serves_the_limited_request_with_the_marker() {
     let addr = spawn(ratekeeper_examples::degraded_fallback_app()).await;
     let client = reqwest::Client::new();
     let url = format!("http://{addr}/prices");
-    for (i, want) in ["prices v1 (fresh)\n", "prices v2 (fresh)\n"].iter().enumerate() {
+    for (i, want) in ["prices v1 (fresh)\n", "prices v2 (fresh)\n"]
+        .iter()
+        .enumerate()
+    {
         let res = client.get(&url).send().await.unwrap();
         assert_eq!(res.status(), 200);
         assert!(res.headers().get("ratelimit-degraded").is_none());
-        assert_eq!(res.headers()["x-ratelimit-remaining"], (1 - i).to_string().as_str());
+        assert_eq!(
+            res.headers()["x-ratelimit-remaining"],
+            (1 - i).to_string().as_str()
+        );
         assert_eq!(res.text().await.unwrap(), *want);
     }
     for _ in 0..2 {

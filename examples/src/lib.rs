@@ -59,7 +59,9 @@ async fn fresh_prices(State(cache): State<PriceCache>) -> String {
 /// The cheap answer for limited requests: the last version computed.
 async fn stale_prices(State(cache): State<PriceCache>, info: Option<RateLimitInfo>) -> String {
     let version = cache.version.load(Ordering::Relaxed);
-    let retry = info.map_or(0, |i| ratekeeper_axum::core::decision::ceil_secs(i.reset_after()));
+    let retry = info.map_or(0, |i| {
+        ratekeeper_axum::core::decision::ceil_secs(i.reset_after())
+    });
     format!("prices v{version} (cached; fresh data again within {retry} s)\n")
 }
 

@@ -72,7 +72,10 @@ impl Info {
 
     /// `(policy name, decision)` for every policy, in policy order.
     pub fn policies(&self) -> impl Iterator<Item = (&str, &Decision)> {
-        self.names.iter().map(|n| &**n).zip(self.decisions.as_slice())
+        self.names
+            .iter()
+            .map(|n| &**n)
+            .zip(self.decisions.as_slice())
     }
 
     /// The policy that headers report (the one closest to exhaustion, or the denying one):
@@ -89,6 +92,7 @@ impl Info {
 
     /// Time until the deciding policy's quota is fully available again.
     pub fn reset_after(&self) -> Duration {
-        self.deciding().map_or(Duration::ZERO, |(_, d)| d.reset_after())
+        self.deciding()
+            .map_or(Duration::ZERO, |(_, d)| d.reset_after())
     }
 }

@@ -28,8 +28,8 @@
 
 pub mod body;
 pub mod concurrency;
-pub mod info;
 pub mod cost;
+pub mod info;
 pub mod key;
 pub mod rate_limit;
 pub mod report;

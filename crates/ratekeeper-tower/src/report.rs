@@ -484,7 +484,9 @@ impl Reporter {
         unix_now: impl FnOnce() -> Duration,
         headers: &mut HeaderMap,
     ) -> Option<Written> {
-        let d = decisions.deciding().and_then(|i| decisions.as_slice().get(i))?;
+        let d = decisions
+            .deciding()
+            .and_then(|i| decisions.as_slice().get(i))?;
         let mine = Written {
             remaining: d.remaining(),
             reset_after: d.reset_after(),
@@ -517,7 +519,10 @@ impl Reporter {
         }
         if legacy && !inner_wins {
             headers.insert(RATELIMIT_LIMIT.clone(), HeaderValue::from(d.limit()));
-            headers.insert(RATELIMIT_REMAINING.clone(), HeaderValue::from(d.remaining()));
+            headers.insert(
+                RATELIMIT_REMAINING.clone(),
+                HeaderValue::from(d.remaining()),
+            );
             if self.windowless {
                 headers.remove(&RATELIMIT_RESET);
             } else {
@@ -530,7 +535,11 @@ impl Reporter {
         if ietf {
             self.ietf_headers(decisions, pk, prior.is_some(), headers);
         }
-        Some(if inner_wins { prior.unwrap_or(mine) } else { mine })
+        Some(if inner_wins {
+            prior.unwrap_or(mine)
+        } else {
+            mine
+        })
     }
 
     fn ietf_headers(
@@ -542,11 +551,10 @@ impl Reporter {
     ) {
         let policy = match pk {
             None => self.policy_value.clone(),
-            Some(pk) => HeaderValue::try_from(join_items(
-                self.policy_items.iter().map(|s| &**s),
-                Some(pk),
-            ))
-            .ok(),
+            Some(pk) => {
+                HeaderValue::try_from(join_items(self.policy_items.iter().map(|s| &**s), Some(pk)))
+                    .ok()
+            }
         };
         if let Some(policy) = policy {
             insert_or_append(headers, &RATELIMIT_POLICY, policy, append);
@@ -639,7 +647,8 @@ mod tests {
     #[test]
     fn cannot_fit_has_no_retry_after() {
         let d = Decision::new(Outcome::CannotFit, 10, 10, Duration::ZERO);
-        let (_, headers, body, _) = reporter().limited(&Decisions::new([d]), None, || Duration::ZERO);
+        let (_, headers, body, _) =
+            reporter().limited(&Decisions::new([d]), None, || Duration::ZERO);
         assert!(headers.get(RETRY_AFTER).is_none());
         assert!(String::from_utf8(body.to_vec()).unwrap().contains("never"));
     }

@@ -164,7 +164,10 @@ where
             Some(Degrade { policy }) => {
                 metrics::counter!("ratekeeper_degraded_total", "policy" => policy.to_string())
                     .increment(1);
-                tracing::info!(policy = &*policy, "rate limited; answering with the fallback");
+                tracing::info!(
+                    policy = &*policy,
+                    "rate limited; answering with the fallback"
+                );
                 FallbackFuture {
                     kind: Kind::Readying {
                         fallback: self.fallback.clone(),

@@ -189,7 +189,10 @@ impl<S, ReqB, SF> Pending<S, Request<ReqB>, SF>
 where
     S: Service<Request<ReqB>>,
 {
-    fn decided(self, result: Result<Decisions, StoreError>) -> Kind<S::Future, S, Request<ReqB>, SF> {
+    fn decided(
+        self,
+        result: Result<Decisions, StoreError>,
+    ) -> Kind<S::Future, S, Request<ReqB>, SF> {
         match result {
             Ok(decisions) if decisions.is_allowed() => self.pass(decisions),
             Ok(decisions) => self.denied(decisions),
@@ -315,13 +318,15 @@ where
                 KindProj::Waiting { sleep, pending } => {
                     ready!(sleep.poll(cx));
                     let next = match pending.take() {
-                        Some(pending) => match pending.limiter.recheck(&pending.key, pending.cost) {
-                            Checked::Ready(result) => pending.decided(result),
-                            Checked::Pending(check) => Kind::Checking {
-                                check,
-                                pending: Some(pending),
-                            },
-                        },
+                        Some(pending) => {
+                            match pending.limiter.recheck(&pending.key, pending.cost) {
+                                Checked::Ready(result) => pending.decided(result),
+                                Checked::Pending(check) => Kind::Checking {
+                                    check,
+                                    pending: Some(pending),
+                                },
+                            }
+                        }
                         None => Kind::Answered { answer: None },
                     };
                     this.kind.set(next);

@@ -5,9 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use ratekeeper_core::Key;
 use ratekeeper_core::clock::Clock;
 use ratekeeper_core::store::{Charge, Checked, Store};
-use ratekeeper_core::Key;
 use smallvec::SmallVec;
 
 use super::future::Report;
@@ -232,7 +232,14 @@ mod tests {
             .layer(delayed(Duration::from_secs(5)))
             .service_fn(ok);
         let start = tokio::time::Instant::now();
-        assert_eq!(svc.clone().oneshot(Request::new(())).await.unwrap().status(), 200);
+        assert_eq!(
+            svc.clone()
+                .oneshot(Request::new(()))
+                .await
+                .unwrap()
+                .status(),
+            200
+        );
         let res = svc.clone().oneshot(Request::new(())).await.unwrap();
         assert_eq!(res.status(), StatusCode::OK);
         assert_eq!(start.elapsed(), Duration::from_secs(1));
@@ -295,18 +302,27 @@ mod tests {
     #[tokio::test]
     async fn nested_layers_report_the_most_restrictive_policy_once() {
         let inner = RateLimitLayer::builder()
-            .policy(Policy::new("route", Quota::per_minute(NonZeroU32::new(2).unwrap())))
+            .policy(Policy::new(
+                "route",
+                Quota::per_minute(NonZeroU32::new(2).unwrap()),
+            ))
             .key(GlobalKey)
             .headers(crate::report::HeaderStyle::Both)
             .build()
             .unwrap();
         let outer = RateLimitLayer::builder()
-            .policy(Policy::new("global", Quota::per_minute(NonZeroU32::new(100).unwrap())))
+            .policy(Policy::new(
+                "global",
+                Quota::per_minute(NonZeroU32::new(100).unwrap()),
+            ))
             .key(GlobalKey)
             .headers(crate::report::HeaderStyle::Both)
             .build()
             .unwrap();
-        let svc = ServiceBuilder::new().layer(outer).layer(inner).service_fn(ok);
+        let svc = ServiceBuilder::new()
+            .layer(outer)
+            .layer(inner)
+            .service_fn(ok);
         let res = svc.oneshot(Request::new(())).await.unwrap();
         let h = res.headers();
         assert_eq!(h.get_all("x-ratelimit-limit").iter().count(), 1);

@@ -8,7 +8,7 @@ use ratekeeper_core::store::{Charge, Checked, Decisions, Store};
 use smallvec::SmallVec;
 use tower_service::Service;
 
-use super::future::{Answer, Pending, Report, ResponseFuture, Reported};
+use super::future::{Answer, Pending, Report, Reported, ResponseFuture};
 use super::layer::Shared;
 use super::mode::Mode;
 use crate::body::ResponseBody;
@@ -107,11 +107,11 @@ where
     }
 
     fn limited(&self, reported: &Reported) -> Answer {
-        let (status, headers, body, written) = self.reporter.limited(
-            &reported.decisions,
-            reported.pk.as_deref(),
-            || self.store.unix_now(),
-        );
+        let (status, headers, body, written) =
+            self.reporter
+                .limited(&reported.decisions, reported.pk.as_deref(), || {
+                    self.store.unix_now()
+                });
         Answer {
             status,
             headers,
