@@ -243,3 +243,93 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+    use std::future::{Future, Ready, ready};
+    use std::num::NonZeroU32;
+    use std::pin::pin;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::task::Waker;
+
+    use metrics::{Counter, Gauge, Histogram, KeyName, Metadata, SharedString, Unit};
+    use ratekeeper_core::Quota;
+    use tower::service_fn;
+
+    use super::*;
+    use crate::GlobalKey;
+
+    /// Counts `ratekeeper_degraded_total{policy="default"}`.
+    struct Recorder(Arc<AtomicU64>);
+
+    impl metrics::Recorder for Recorder {
+        fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+
+        fn register_counter(&self, key: &metrics::Key, _: &Metadata<'_>) -> Counter {
+            let policy = key
+                .labels()
+                .find(|l| l.key() == "policy")
+                .map(|l| l.value().to_owned());
+            if key.name() == "ratekeeper_degraded_total" && policy.as_deref() == Some("default") {
+                Counter::from_arc(Arc::clone(&self.0))
+            } else {
+                Counter::noop()
+            }
+        }
+
+        fn register_gauge(&self, _: &metrics::Key, _: &Metadata<'_>) -> Gauge {
+            Gauge::noop()
+        }
+
+        fn register_histogram(&self, _: &metrics::Key, _: &Metadata<'_>) -> Histogram {
+            Histogram::noop()
+        }
+    }
+
+    fn answer(
+        text: &'static str,
+    ) -> impl Fn(Request<()>) -> Ready<Result<Response<String>, Infallible>> + Clone {
+        move |_req| ready(Ok(Response::new(text.to_owned())))
+    }
+
+    #[test]
+    fn degraded_responses_are_marked_and_counted() {
+        let count = Arc::new(AtomicU64::new(0));
+        let recorder = Recorder(Arc::clone(&count));
+        let layer = RateLimitLayer::builder()
+            .quota(Quota::per_minute(NonZeroU32::MIN))
+            .key(GlobalKey)
+            .build()
+            .unwrap()
+            .with_fallback(service_fn(answer("cached")));
+        let mut svc = layer.layer(service_fn(answer("fresh")));
+        metrics::with_local_recorder(&recorder, || {
+            for (want, degraded) in [("fresh", false), ("cached", true), ("cached", true)] {
+                let future = pin!(svc.call(Request::new(())));
+                let mut cx = Context::from_waker(Waker::noop());
+                let Poll::Ready(Ok(res)) = future.poll(&mut cx) else {
+                    panic!("ready services answer at once");
+                };
+                assert_eq!(res.status(), 200);
+                assert_eq!(
+                    res.headers().get(&RATELIMIT_DEGRADED).is_some(),
+                    degraded,
+                    "{want}"
+                );
+                assert_eq!(res.headers()["x-ratelimit-remaining"], "0");
+                let body = res.into_body();
+                let mut body = pin!(body);
+                let Poll::Ready(Some(Ok(frame))) =
+                    http_body::Body::poll_frame(body.as_mut(), &mut cx)
+                else {
+                    panic!("a full body");
+                };
+                assert_eq!(frame.into_data().unwrap(), want);
+            }
+        });
+        assert_eq!(count.load(Ordering::SeqCst), 2);
+    }
+}
