@@ -13,8 +13,10 @@
 //! # let _ = layer;
 //! ```
 //!
-//! See [`rate_limit`] for a complete example, [`key`] for who is limited, [`cost`] for what a
-//! request costs and [`report`] for the headers and 429 bodies clients see.
+//! See [`rate_limit`] for a complete example (and its modes and fallback), [`key`] for who is
+//! limited, [`cost`] for what a request costs, [`report`] for the headers and 429 bodies
+//! clients see, [`info`] for reading the decision in a handler and [`concurrency`] for the
+//! keyed concurrency limit.
 //!
 //! Design note: headers and problem+json bodies are rendered here rather than in
 //! `ratekeeper-axum`, because they are plain `http` and hyper and tonic users need them too;

@@ -8,6 +8,12 @@
 //! inner service being called. All clones share one state, and `poll_ready` never
 //! consumes quota.
 //!
+//! Requests that pass carry an [`Info`](crate::info::Info) extension with the decisions.
+//! Over the limit, [`Mode`] decides: reject (default), wait within a bound
+//! ([`Mode::Delay`]) or only report ([`Mode::Shadow`]); [`RateLimitLayer::with_fallback`]
+//! answers rejected requests with another service instead of a 429, and
+//! [`Builder::rejection`] replaces the 429 body (see [`report`](crate::report)).
+//!
 //! # Example
 //!
 //! ```
