@@ -90,3 +90,75 @@ impl<S: Send + Sync> OptionalFromRequestParts<S> for RateLimitInfo {
         Ok(parts.extensions.get::<Info>().cloned().map(Self))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::num::NonZeroU32;
+
+    use axum::Router;
+    use axum::body::Body;
+    use axum::http::Request;
+    use axum::routing::get;
+    use ratekeeper_core::Quota;
+    use tower::ServiceExt;
+
+    use super::*;
+    use crate::{GlobalKey, RateLimitLayer};
+
+    async fn body(app: Router, path: &str) -> (StatusCode, String) {
+        let res = app
+            .oneshot(Request::get(path).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let status = res.status();
+        let bytes = axum::body::to_bytes(res.into_body(), 4096).await.unwrap();
+        (status, String::from_utf8(bytes.to_vec()).unwrap())
+    }
+
+    fn app() -> Router {
+        let limited = Router::new()
+            .route(
+                "/limited",
+                get(|info: RateLimitInfo| async move {
+                    let (name, d) = info.deciding().unwrap();
+                    format!("{name} {} {}", d.limit(), info.remaining())
+                }),
+            )
+            .route_layer(
+                RateLimitLayer::builder()
+                    .quota(Quota::per_minute(NonZeroU32::new(7).unwrap()))
+                    .key(GlobalKey)
+                    .build()
+                    .unwrap(),
+            );
+        Router::new()
+            .route(
+                "/required",
+                get(|_info: RateLimitInfo| async { "unreachable" }),
+            )
+            .route(
+                "/optional",
+                get(|info: Option<RateLimitInfo>| async move { format!("{}", info.is_some()) }),
+            )
+            .merge(limited)
+    }
+
+    #[tokio::test]
+    async fn reads_the_decision_behind_a_layer() {
+        assert_eq!(
+            body(app(), "/limited").await,
+            (StatusCode::OK, "default 7 6".to_owned())
+        );
+    }
+
+    #[tokio::test]
+    async fn missing_info_is_a_500_with_a_clear_message() {
+        let (status, text) = body(app(), "/required").await;
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(text.contains("RateLimitLayer"), "{text}");
+        assert_eq!(
+            body(app(), "/optional").await,
+            (StatusCode::OK, "false".to_owned())
+        );
+    }
+}
