@@ -59,6 +59,8 @@ pub enum Mode {
     /// `retry_after` and asks again, so a request dropped while waiting (client gone,
     /// timeout) has charged nothing and needs no refund. Waiters are not served in arrival
     /// order. Waiting uses tokio's timer; outside a tokio runtime the request is rejected.
+    /// The inner service instance that was ready when the request arrived waits with it (a
+    /// fresh clone serves the next request), so inner backpressure is not held up.
     Delay {
         /// The longest a request may wait, measured from its first check.
         max_wait: Duration,
