@@ -60,7 +60,8 @@ pub enum Mode {
     /// timeout) has charged nothing and needs no refund. Waiters are not served in arrival
     /// order. Waiting uses tokio's timer; outside a tokio runtime the request is rejected.
     /// The inner service instance that was ready when the request arrived waits with it (a
-    /// fresh clone serves the next request), so inner backpressure is not held up.
+    /// fresh clone serves the next request), so whatever its readiness reserved (for example
+    /// a `tower::limit::ConcurrencyLimit` permit) stays reserved during the wait.
     Delay {
         /// The longest a request may wait, measured from its first check.
         max_wait: Duration,
