@@ -7,7 +7,9 @@ use dashmap::DashMap;
 use smallvec::SmallVec;
 
 use super::{Charge, Checked, Decisions, PolicyId, Store, StoreError};
-use crate::algorithm::{Gcra, KeyedAlgorithm};
+use crate::algorithm::{
+    Concurrency, FixedWindow, Gcra, KeyedAlgorithm, LeakyBucket, SlidingLog, SlidingWindow,
+};
 use crate::clock::{Clock, MonotonicClock};
 use crate::{Algorithm, Decision, Policy};
 
@@ -58,6 +60,11 @@ pub struct MemoryStore<K, C = MonotonicClock> {
 
 enum Slot<K> {
     Gcra(Keyed<K, Gcra>),
+    LeakyBucket(Keyed<K, LeakyBucket>),
+    FixedWindow(Keyed<K, FixedWindow>),
+    SlidingLog(Keyed<K, SlidingLog>),
+    SlidingWindow(Keyed<K, SlidingWindow>),
+    Concurrency(Keyed<K, Concurrency>),
 }
 
 /// Runs `$body` with `$k` bound to the slot's `Keyed<K, A>`, whatever the algorithm.
@@ -65,6 +72,11 @@ macro_rules! with_keyed {
     ($slot:expr, $k:ident => $body:expr) => {
         match $slot {
             Slot::Gcra($k) => $body,
+            Slot::LeakyBucket($k) => $body,
+            Slot::FixedWindow($k) => $body,
+            Slot::SlidingLog($k) => $body,
+            Slot::SlidingWindow($k) => $body,
+            Slot::Concurrency($k) => $body,
         }
     };
 }
@@ -273,8 +285,14 @@ where
 
     fn register(&mut self, policy: &Policy) -> Result<PolicyId, StoreError> {
         policy.validate()?;
+        let quota = policy.quota();
         let slot = match policy.algorithm() {
-            Algorithm::Gcra => Slot::Gcra(Keyed::new(Gcra::new(policy.quota()))),
+            Algorithm::Gcra => Slot::Gcra(Keyed::new(Gcra::new(quota))),
+            Algorithm::LeakyBucket => Slot::LeakyBucket(Keyed::new(LeakyBucket::new(quota))),
+            Algorithm::FixedWindow => Slot::FixedWindow(Keyed::new(FixedWindow::new(quota))),
+            Algorithm::SlidingLog => Slot::SlidingLog(Keyed::new(SlidingLog::new(quota))),
+            Algorithm::SlidingWindow => Slot::SlidingWindow(Keyed::new(SlidingWindow::new(quota))),
+            Algorithm::Concurrency => Slot::Concurrency(Keyed::new(Concurrency::new(quota))),
         };
         let index = u32::try_from(self.policies.len())
             .map_err(|_| StoreError::UnknownPolicy(PolicyId::from_index(u32::MAX)))?;
