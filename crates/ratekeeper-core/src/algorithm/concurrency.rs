@@ -8,8 +8,8 @@ use crate::{Decision, Outcome, Quota};
 ///
 /// The state is one `u64`: the units held now (0 is "absent"). A request of cost `n`
 /// acquires `n` permits if `held + n <= limit`; the caller gives them back with
-/// [`Concurrency::released`] (in the memory store: [`Store::refund`]
-/// (crate::store::Store::refund)) when the work ends, for HTTP when the response body ends.
+/// [`Concurrency::released`] (in the memory store:
+/// [`Store::refund`](crate::store::Store::refund)) when the work ends, for HTTP when the response body ends.
 ///
 /// An in-flight count has no exact retry time. **Design decision:** a denial's
 /// `retry_after`, and `reset_after` while permits are held, report the quota's `period` as a

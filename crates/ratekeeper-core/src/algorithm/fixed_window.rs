@@ -97,7 +97,7 @@ impl FixedWindow {
 
     /// Nanoseconds from `now` to the end of window `i`, saturating at `u64::MAX`.
     #[inline]
-    fn to_window_end(&self, window: u64, now: u64) -> u64 {
+    fn until_window_end(&self, window: u64, now: u64) -> u64 {
         let end = (u128::from(window) + 1) * u128::from(self.window);
         u64::try_from(end - u128::from(now)).unwrap_or(u64::MAX)
     }
@@ -105,7 +105,7 @@ impl FixedWindow {
     #[inline]
     fn report(&self, outcome: Outcome, s: FixedWindowState, now: u64) -> Decision {
         let reset = if s.count > 0 {
-            self.to_window_end(s.window, now)
+            self.until_window_end(s.window, now)
         } else {
             0
         };
@@ -142,7 +142,7 @@ impl FixedWindow {
             };
             (self.report(Outcome::Allowed, next, now), Some(next))
         } else {
-            let wait = self.to_window_end(s.window, now);
+            let wait = self.until_window_end(s.window, now);
             let outcome = Outcome::Denied {
                 retry_after: Duration::from_nanos(wait),
             };

@@ -20,8 +20,8 @@ pub struct SlidingWindowState {
 
 /// Sliding window counter: near-exact in O(1) memory per key.
 ///
-/// Windows are aligned to multiples of the period from time 0, like [`FixedWindow`]
-/// (super::FixedWindow). The previous window's count is weighted by the part of it that
+/// Windows are aligned to multiples of the period from time 0, like
+/// [`FixedWindow`](super::FixedWindow). The previous window's count is weighted by the part of it that
 /// still overlaps the sliding window `(now - W, now]` (Cloudflare, "How we built rate
 /// limiting capable of scaling to millions of domains", 2017; case conventions of
 /// `CASES.md`):
