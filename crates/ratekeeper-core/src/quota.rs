@@ -326,8 +326,12 @@ impl FromStr for Quota {
         let rest = rest.trim_start();
         let rest = if let Some(r) = rest.strip_prefix('/') {
             r
-        } else if rest.len() >= 3 && rest[..3].eq_ignore_ascii_case("per") {
-            &rest[3..]
+        } else if let Some(r) = rest
+            .get(..3)
+            .filter(|w| w.eq_ignore_ascii_case("per"))
+            .and_then(|_| rest.get(3..))
+        {
+            r
         } else {
             return Err(err(
                 QuotaPart::Separator,
@@ -377,7 +381,8 @@ impl FromStr for Quota {
         let Some(burst_text) = rest
             .get(..5)
             .filter(|w| w.eq_ignore_ascii_case("burst"))
-            .map(|_| rest[5..].trim())
+            .and_then(|_| rest.get(5..))
+            .map(str::trim)
         else {
             return Err(err(
                 QuotaPart::Trailing,

@@ -660,3 +660,22 @@ fn registration_rejects_nothing_valid_and_quota_rejects_everything_invalid() {
         assert!(store.register(&bad).unwrap_err().is_config());
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Any input, including non-ASCII text, parses or fails with an error; never panics.
+    #[test]
+    fn quota_parsing_never_panics(input in "\\PC{0,24}|[0-9 /a-zA-Z_é-]{0,24}") {
+        if let Err(e) = input.parse::<Quota>() {
+            prop_assert!(e.to_string().starts_with("invalid quota"));
+        }
+    }
+
+    /// `Display` writes a string that parses back to the same quota.
+    #[test]
+    fn quota_strings_round_trip(limit in 1..=u32::MAX, period in 1..=u64::MAX, burst in 1..=u32::MAX) {
+        let q = quota(limit, period, burst);
+        prop_assert_eq!(q.to_string().parse::<Quota>(), Ok(q));
+    }
+}

@@ -180,7 +180,7 @@ impl SlidingLog {
 
     /// What [`SlidingLog::decide`] would answer, without changing `state`.
     pub fn peek(&self, state: &SlidingLogState, now: u64, cost: u64) -> Decision {
-        let mut copy = SlidingLogState {
+        let copy = SlidingLogState {
             entries: state
                 .entries
                 .iter()
@@ -189,7 +189,6 @@ impl SlidingLog {
                 .collect(),
         };
         let outcome = self.verdict(&copy, now, cost);
-        self.prune(&mut copy, now);
         self.report(outcome, &copy, now)
     }
 
