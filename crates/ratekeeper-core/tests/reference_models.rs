@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use ratekeeper_core::algorithm::{Concurrency, LeakyBucket};
+use ratekeeper_core::algorithm::{Concurrency, LeakyBucket, SlidingLog, SlidingLogState};
 use ratekeeper_core::clock::ManualClock;
 use ratekeeper_core::store::{Charge, MemoryStore, PolicyId, Store};
 use ratekeeper_core::{Algorithm, Decision, Key, Outcome, Policy, Quota};
@@ -677,5 +677,27 @@ proptest! {
     fn quota_strings_round_trip(limit in 1..=u32::MAX, period in 1..=u64::MAX, burst in 1..=u32::MAX) {
         let q = quota(limit, period, burst);
         prop_assert_eq!(q.to_string().parse::<Quota>(), Ok(q));
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// The sliding log's memory per key is bounded: never more than `limit` entries, and
+    /// a request of cost n adds at most one.
+    #[test]
+    fn sliding_log_holds_at_most_limit_entries(
+        limit in 1..20u32, period in 1..5_000u64, trace in steps(300, 21)
+    ) {
+        let log = SlidingLog::new(&quota(limit, period, 1));
+        let mut state = SlidingLogState::new();
+        let mut now = 0;
+        for s in &trace {
+            now += s.dt;
+            let before = state.len();
+            log.decide(&mut state, now, s.cost);
+            prop_assert!(state.len() <= limit as usize);
+            prop_assert!(state.len() <= before + 1);
+        }
     }
 }

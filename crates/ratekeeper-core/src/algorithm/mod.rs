@@ -31,6 +31,23 @@
 //! | sliding window counter | 10 | **10** | 429 (estimate 10 x (1 - 100/60000) = 9.983) |
 //! | GCRA / token bucket, leaky bucket (burst 10) | 10 | **10** | 429, `Retry-After: 6` (5.8 s rounded up) |
 //!
+//! # State layouts (for store implementations)
+//!
+//! A store that keeps state elsewhere (for example a Redis script) mirrors these exactly.
+//! The formulas only add, subtract, multiply and divide integers, so they work in any time
+//! unit (the memory store uses ns; a store in µs computes `T` and `W` in µs), with the same
+//! rounding: `T = ceil(period / limit)`, at least 1. "Absent" is the state of a key never
+//! seen; a store may delete a key whose state is idle, and `reset_after` of the last
+//! decision is exactly the time until then (a TTL).
+//!
+//! | algorithm | stored values | absent / idle when |
+//! |---|---|---|
+//! | GCRA, leaky bucket | `tat` | `tat <= now` |
+//! | fixed window | `window = floor(t / W)`, `count` | `count == 0` or `window != floor(now / W)` |
+//! | sliding log | `(ts, units)` pairs, oldest first, merged per instant | every `ts + W <= now` |
+//! | sliding window counter | `window`, `current`, `previous` | both counts zero after rolling to `floor(now / W)` |
+//! | concurrency | `held` | `held == 0` |
+//!
 //! # Example
 //!
 //! ```
