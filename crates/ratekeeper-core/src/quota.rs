@@ -93,6 +93,10 @@ impl QuotaError {
 /// Derived GCRA values: the emission interval `T = period / limit` (rounded **up** to a whole
 /// nanosecond and at least 1 ns, so the effective rate never exceeds the quota) and the
 /// tolerance `tau = burst * T` (saturating).
+///
+/// `burst` is the capacity of GCRA and the leaky bucket. The window algorithms and the
+/// concurrency counter hold `limit` per window (or in flight) and do not use `burst`; see
+/// [`Algorithm::capacity`](crate::Algorithm::capacity).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Quota {
     limit: NonZeroU32,
