@@ -5,10 +5,6 @@
 //! `HandleErrorLayer` (axum needs `Infallible` errors, so `BufferLayer` alone is checked at
 //! the tower level), and the two policies as nested layers (`Router::layer` +
 //! `route_layer`). R1 at t = 0 and R2 at t = 1 ms.
-//!
-//! Note: the case's global policy is a fixed window; the core has GCRA only so far, so the
-//! global policy is GCRA 100 per 60 s. It is not the deciding policy at any step, so the
-//! expected output is the same.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -23,15 +19,18 @@ use bytes::Bytes;
 use ratekeeper_axum::core::clock::ManualClock;
 use ratekeeper_axum::core::store::MemoryStore;
 use ratekeeper_axum::report::Limited;
-use ratekeeper_axum::{GlobalKey, Key, Policy, Quota, RateLimitLayer};
+use ratekeeper_axum::{Algorithm, GlobalKey, Key, Policy, Quota, RateLimitLayer};
 use ratekeeper_tests::spawn;
 use tower::buffer::BufferLayer;
 use tower::{BoxError, ServiceBuilder, ServiceExt};
 
+/// Fixed window, 100 per 60,000 ms.
 fn global() -> Policy {
     Policy::new("global", Quota::per_minute(NonZeroU32::new(100).unwrap()))
+        .with_algorithm(Algorithm::FixedWindow)
 }
 
+/// Token bucket (GCRA), burst 1, 1 per 10,000 ms.
 fn route() -> Policy {
     Policy::new("route", Quota::new(1, Duration::from_secs(10)).unwrap())
 }

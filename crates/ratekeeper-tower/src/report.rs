@@ -258,7 +258,7 @@ impl<'a> Limited<'a> {
                 violated.join(", ")
             ),
             None => format!(
-                "the request's cost is larger than the burst of policy {}: it can never be \
+                "the request's cost is larger than the capacity (burst) of policy {}: it can never be \
                  allowed",
                 violated.join(", ")
             ),

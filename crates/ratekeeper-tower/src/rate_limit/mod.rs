@@ -58,5 +58,8 @@ mod service;
 pub use fallback::{Fallback, FallbackFuture, FallbackLayer};
 pub use future::ResponseFuture;
 pub use layer::{BuildError, Builder, RateLimitLayer};
-pub use mode::{Mode, TokioClock};
+pub use mode::Mode;
+/// Re-exported from `ratekeeper_core::throttle`: a clock on tokio's time, so a store follows
+/// tokio's paused time in tests and [`Mode::Delay`] waits agree with store decisions.
+pub use ratekeeper_core::throttle::TokioClock;
 pub use service::RateLimit;

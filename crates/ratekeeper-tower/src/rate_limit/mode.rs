@@ -1,12 +1,11 @@
 //! What happens to a request over the limit: [`Mode::Reject`], [`Mode::Delay`] or
 //! [`Mode::Shadow`]; plus the builder options for the client-facing side (rejection body,
-//! partition key) and [`TokioClock`].
+//! partition key).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use ratekeeper_core::Key;
-use ratekeeper_core::clock::Clock;
 use ratekeeper_core::store::{Charge, Checked, Store};
 use smallvec::SmallVec;
 
@@ -157,49 +156,6 @@ where
     }
 }
 
-/// A [`Clock`] that reads tokio's clock, so a store follows tokio's paused time in tests
-/// (`#[tokio::test(start_paused = true)]`, `tokio::time::advance`) and [`Mode::Delay`]
-/// waits and store decisions agree exactly. In production it reads the same monotonic
-/// clock as [`MonotonicClock`](ratekeeper_core::clock::MonotonicClock).
-///
-/// ```
-/// use std::time::Duration;
-/// use ratekeeper_core::clock::Clock;
-/// use ratekeeper_tower::rate_limit::TokioClock;
-///
-/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
-/// # async fn main() {
-/// let clock = TokioClock::new();
-/// tokio::time::sleep(Duration::from_millis(1500)).await;
-/// assert_eq!(clock.now(), 1_500_000_000);
-/// # }
-/// ```
-#[derive(Debug, Clone, Copy)]
-pub struct TokioClock {
-    origin: tokio::time::Instant,
-}
-
-impl TokioClock {
-    /// A clock whose origin is now (in tokio's time).
-    pub fn new() -> Self {
-        Self {
-            origin: tokio::time::Instant::now(),
-        }
-    }
-}
-
-impl Default for TokioClock {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Clock for TokioClock {
-    fn now(&self) -> u64 {
-        u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::convert::Infallible;
@@ -213,6 +169,7 @@ mod tests {
     use tower::{ServiceBuilder, ServiceExt};
 
     use super::*;
+    use crate::rate_limit::TokioClock;
     use crate::{GlobalKey, RateLimitLayer};
 
     fn delayed(max_wait: Duration) -> RateLimitLayer<GlobalKey, u64, MemoryStore<Key, TokioClock>> {
