@@ -131,6 +131,19 @@ mod tests {
                     .build()
                     .unwrap(),
             );
+        let quiet = Router::new()
+            .route(
+                "/quiet",
+                get(|info: Option<RateLimitInfo>| async move { format!("{}", info.is_some()) }),
+            )
+            .route_layer(
+                RateLimitLayer::builder()
+                    .quota(Quota::per_minute(NonZeroU32::new(7).unwrap()))
+                    .key(GlobalKey)
+                    .request_info(false)
+                    .build()
+                    .unwrap(),
+            );
         Router::new()
             .route(
                 "/required",
@@ -141,6 +154,7 @@ mod tests {
                 get(|info: Option<RateLimitInfo>| async move { format!("{}", info.is_some()) }),
             )
             .merge(limited)
+            .merge(quiet)
     }
 
     #[tokio::test]
@@ -158,6 +172,14 @@ mod tests {
         assert!(text.contains("RateLimitLayer"), "{text}");
         assert_eq!(
             body(app(), "/optional").await,
+            (StatusCode::OK, "false".to_owned())
+        );
+    }
+
+    #[tokio::test]
+    async fn request_info_can_be_turned_off() {
+        assert_eq!(
+            body(app(), "/quiet").await,
             (StatusCode::OK, "false".to_owned())
         );
     }

@@ -328,6 +328,8 @@ pub(crate) struct Reporter {
     pub(crate) partition_key: Option<PartitionKey>,
     pub(crate) rejection: Option<Arc<dyn Rejection>>,
     pub(crate) mode: Mode,
+    /// Insert an `Info` extension into allowed requests.
+    pub(crate) request_info: bool,
 }
 
 impl fmt::Debug for Reporter {
@@ -449,6 +451,7 @@ impl Reporter {
             partition_key: None,
             rejection: None,
             mode: Mode::Reject,
+            request_info: true,
         }
     }
 

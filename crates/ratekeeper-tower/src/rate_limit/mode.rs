@@ -72,11 +72,23 @@ pub enum Mode {
 }
 
 /// Client-facing options of a [`Builder`].
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub(crate) struct Options {
     pub(crate) mode: Mode,
     pub(crate) rejection: Option<Arc<dyn Rejection>>,
     pub(crate) partition_key: Option<PartitionKey>,
+    pub(crate) request_info: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            mode: Mode::default(),
+            rejection: None,
+            partition_key: None,
+            request_info: true,
+        }
+    }
 }
 
 impl std::fmt::Debug for Options {
@@ -85,6 +97,7 @@ impl std::fmt::Debug for Options {
             .field("mode", &self.mode)
             .field("custom_rejection", &self.rejection.is_some())
             .field("partition_key", &self.partition_key)
+            .field("request_info", &self.request_info)
             .finish()
     }
 }
@@ -94,6 +107,7 @@ impl Options {
         reporter.mode = self.mode;
         reporter.rejection = self.rejection;
         reporter.partition_key = self.partition_key;
+        reporter.request_info = self.request_info;
         reporter
     }
 }
@@ -110,6 +124,15 @@ impl<K, Co, St> Builder<K, Co, St> {
     /// `Retry-After` and `Cache-Control: no-store` to its response.
     pub fn rejection<R: Rejection>(mut self, rejection: R) -> Self {
         self.options.rejection = Some(Arc::new(rejection));
+        self
+    }
+
+    /// Whether allowed requests carry an [`Info`](crate::info::Info) extension (default
+    /// `true`; the axum `RateLimitInfo` extractor reads it). Turning it off saves one small
+    /// allocation per allowed request when no handler reads the decision. Requests let through
+    /// over the limit (shadow mode, fallback) always carry it.
+    pub fn request_info(mut self, on: bool) -> Self {
+        self.options.request_info = on;
         self
     }
 

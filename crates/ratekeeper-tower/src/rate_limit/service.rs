@@ -155,8 +155,10 @@ where
         match checked {
             Checked::Ready(Ok(decisions)) => {
                 if decisions.is_allowed() {
-                    req.extensions_mut()
-                        .insert(Info::new(shared.reporter.names.clone(), decisions.clone()));
+                    if shared.reporter.request_info {
+                        req.extensions_mut()
+                            .insert(Info::new(shared.reporter.names.clone(), decisions.clone()));
+                    }
                     let report: Arc<dyn Report> = self.shared.clone();
                     ResponseFuture::called(self.inner.call(req), report, Reported { decisions, pk })
                 } else {
