@@ -106,8 +106,7 @@ async fn get_key(client: &reqwest::Client, addr: std::net::SocketAddr, key: &str
     }
 }
 
-async fn store(server: &RedisServer, on_failure: OnFailure) -> RedisStoreBuilder {
-    let _ = server;
+fn store(on_failure: OnFailure) -> RedisStoreBuilder {
     RedisStore::builder()
         .deadline(DEADLINE)
         .on_failure(on_failure)
@@ -123,7 +122,7 @@ async fn sleep_until(start: Instant, at_ms: u64) {
 /// t=1000 ms and R6 is decided by Redis.
 async fn b18(on_failure: OnFailure, local: Option<Policy>) -> Vec<Answer> {
     let server = RedisServer::start();
-    let mut builder = store(&server, on_failure).await;
+    let mut builder = store(on_failure);
     if let Some(p) = local {
         builder = builder.local_policy(p);
     }
@@ -265,8 +264,7 @@ fn big_quota() -> Policy {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_under_load_applies_policy_counts_and_recovers() {
     let mut server = RedisServer::start();
-    let store = store(&server, OnFailure::Allow)
-        .await
+    let store = store(OnFailure::Allow)
         .standalone(&server.url())
         .await
         .expect("store");
@@ -299,8 +297,7 @@ async fn kill_9_under_load_applies_policy_counts_and_recovers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigstop_for_two_seconds_fails_closed_within_deadline_then_recovers() {
     let server = RedisServer::start();
-    let store = store(&server, OnFailure::Deny)
-        .await
+    let store = store(OnFailure::Deny)
         .standalone(&server.url())
         .await
         .expect("store");
@@ -330,8 +327,7 @@ async fn sigstop_for_two_seconds_fails_closed_within_deadline_then_recovers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn script_flush_reloads_the_script_without_errors() {
     let server = RedisServer::start();
-    let mut store = store(&server, OnFailure::Deny)
-        .await
+    let mut store = store(OnFailure::Deny)
         .standalone(&server.url())
         .await
         .expect("store");

@@ -486,3 +486,43 @@ async fn b19_cluster_crossslot_multi_key_scripts() {
     assert!(err.is_unavailable());
     assert_eq!(store.stats().degraded, 1);
 }
+
+/// The `distributed` example: two instances on two ports share one budget per client IP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn distributed_example_two_instances_share_one_budget() {
+    let server = RedisServer::start();
+    let a = spawn(
+        ratekeeper_examples::distributed_app(&server.url())
+            .await
+            .expect("app"),
+    )
+    .await;
+    let b = spawn(
+        ratekeeper_examples::distributed_app(&server.url())
+            .await
+            .expect("app"),
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let mut seen = Vec::new();
+    for i in 0..12 {
+        let addr = if i % 2 == 0 { a } else { b };
+        let res = client
+            .get(format!("http://{addr}/"))
+            .send()
+            .await
+            .expect("request");
+        let remaining = res
+            .headers()
+            .get("x-ratelimit-remaining")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        seen.push((res.status().as_u16(), remaining));
+    }
+    let expected: Vec<(u16, Option<String>)> = (0..10)
+        .rev()
+        .map(|r| (200, Some(r.to_string())))
+        .chain([(429, Some("0".to_owned())), (429, Some("0".to_owned()))])
+        .collect();
+    assert_eq!(seen, expected);
+}

@@ -9,7 +9,8 @@
 //! - [`Decision`]: allowed / denied with an exact `retry_after` / can never fit, plus
 //!   `limit`, `remaining` and `reset_after` for headers.
 //! - [`clock`]: the [`Clock`](clock::Clock) trait, a monotonic clock and a manual clock.
-//! - [`store`]: the [`Store`](store::Store) trait and the in-memory [`MemoryStore`](store::MemoryStore).
+//! - [`store`]: the [`Store`](store::Store) trait and the in-memory [`MemoryStore`](store::MemoryStore)
+//!   (and, with the `redis` feature, `store::redis::RedisStore`).
 //!
 //! Time is integer nanoseconds; all arithmetic saturates, so no quota, cost or clock value
 //! can panic or overflow.
@@ -44,7 +45,7 @@
 //!
 //! | feature | adds |
 //! |---|---|
-//! | (none yet) | |
+//! | `redis` | [`store::redis::RedisStore`]: the store shared by every app instance, on Redis standalone or Cluster (tokio, the `redis` crate) |
 
 pub mod algorithm;
 pub mod clock;

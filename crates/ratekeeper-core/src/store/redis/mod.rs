@@ -778,7 +778,9 @@ impl Shared {
         let mut out = Vec::with_capacity(group.keys.len());
         for (row, chunk) in reply.chunks_exact(4).enumerate() {
             let burst = group.params.get(row * 4 + 2).copied().unwrap_or(0);
-            let [code, remaining, reset, retry] = [chunk[0], chunk[1], chunk[2], chunk[3]];
+            let &[code, remaining, reset, retry] = chunk else {
+                return Err(unavailable(BadReply("short row")));
+            };
             let us = |v: i64| Duration::from_micros(u64::try_from(v).unwrap_or(0));
             let outcome = match code {
                 0 => Outcome::Allowed,
