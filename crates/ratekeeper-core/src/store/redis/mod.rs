@@ -755,12 +755,18 @@ impl Shared {
         } else {
             String::new()
         };
-        let stale = SystemTime::now() + self.deadline + self.max_clock_skew;
+        // A refund always applies (it gives back a charge that did happen); a check or peek
+        // that reaches Redis after its caller gave up does nothing.
+        let stale = if mode == "refund" {
+            String::new()
+        } else {
+            unix_micros(SystemTime::now() + self.deadline + self.max_clock_skew).to_string()
+        };
         let mut invocation = self.script.prepare_invoke();
         for key in &group.keys {
             invocation.key(key);
         }
-        invocation.arg(now_arg).arg(unix_micros(stale)).arg(mode);
+        invocation.arg(now_arg).arg(stale).arg(mode);
         for v in &group.params {
             invocation.arg(*v);
         }
