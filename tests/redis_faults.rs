@@ -24,11 +24,8 @@ const DEADLINE: Duration = Duration::from_millis(50);
 /// What a request may take beyond the deadline on a busy CI machine.
 const MARGIN: Duration = Duration::from_millis(250);
 
-type Layer = RateLimitLayer<
-    fn(&Request<axum::body::Body>) -> Result<Key, KeyError>,
-    u64,
-    RedisStore,
->;
+type Layer =
+    RateLimitLayer<fn(&Request<axum::body::Body>) -> Result<Key, KeyError>, u64, RedisStore>;
 
 fn header_key(req: &Request<axum::body::Body>) -> Result<Key, KeyError> {
     req.headers()
@@ -148,7 +145,12 @@ async fn b18(on_failure: OnFailure, local: Option<Policy>) -> Vec<Answer> {
     server.signal("CONT");
     answers.push(get_key(&client, addr, "client").await);
     for (i, a) in answers.iter().enumerate().take(5) {
-        assert!(a.took <= Duration::from_millis(100), "R{} took {:?}", i + 1, a.took);
+        assert!(
+            a.took <= Duration::from_millis(100),
+            "R{} took {:?}",
+            i + 1,
+            a.took
+        );
     }
     for a in &answers {
         assert_ne!(a.status, 500);
@@ -258,7 +260,10 @@ async fn wait_recovered(addr: std::net::SocketAddr, limit: Duration) -> Duration
 }
 
 fn big_quota() -> Policy {
-    Policy::new("api", Quota::per_second(NonZeroU32::new(1_000_000).expect("n")))
+    Policy::new(
+        "api",
+        Quota::per_second(NonZeroU32::new(1_000_000).expect("n")),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -286,7 +291,10 @@ async fn kill_9_under_load_applies_policy_counts_and_recovers() {
     let answers = load.await.expect("load");
 
     assert!(degraded_while_down > 0, "no degraded decision counted");
-    assert!(answers.iter().all(|a| a.status == 200), "fail open answers 200");
+    assert!(
+        answers.iter().all(|a| a.status == 200),
+        "fail open answers 200"
+    );
     let slowest = answers.iter().map(|a| a.took).max().unwrap_or_default();
     assert!(slowest <= DEADLINE + MARGIN, "slowest request {slowest:?}");
     assert!(answers.iter().any(|a| a.body == "degraded"));
@@ -317,7 +325,10 @@ async fn sigstop_for_two_seconds_fails_closed_within_deadline_then_recovers() {
     let answers = load.await.expect("load");
 
     let unavailable = answers.iter().filter(|a| a.status == 503).count();
-    assert!(unavailable > 0, "fail closed answers 503 while Redis is stopped");
+    assert!(
+        unavailable > 0,
+        "fail closed answers 503 while Redis is stopped"
+    );
     assert!(answers.iter().all(|a| a.status == 200 || a.status == 503));
     let slowest = answers.iter().map(|a| a.took).max().unwrap_or_default();
     assert!(slowest <= DEADLINE + MARGIN, "slowest request {slowest:?}");
@@ -340,7 +351,10 @@ async fn script_flush_reloads_the_script_without_errors() {
     let mut remaining = Vec::new();
     for i in 0..4 {
         if i == 2 {
-            assert_eq!(server.cli(&["SCRIPT", "FLUSH"]).as_deref().map(str::trim), Some("OK"));
+            assert_eq!(
+                server.cli(&["SCRIPT", "FLUSH"]).as_deref().map(str::trim),
+                Some("OK")
+            );
         }
         let d = store
             .check_async(&[(api, key.clone(), 1)])

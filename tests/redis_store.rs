@@ -74,7 +74,11 @@ fn traces() -> Vec<Step> {
     v.push(step(50_000, &[(1, "dave"), (2, "global")], 1));
     v.push(step(50_000, &[(1, "dave")], 1));
     v.push(step(50_400, &[(1, "dave")], 2));
-    v.push(step(200_000, &[(0, "alice"), (1, "alice"), (2, "alice")], 2));
+    v.push(step(
+        200_000,
+        &[(0, "alice"), (1, "alice"), (2, "alice")],
+        2,
+    ));
     v
 }
 
@@ -149,19 +153,15 @@ async fn conformance_memory_standalone_and_cluster_decide_identically() {
 
     let server = RedisServer::start();
     let url = server.url();
-    let standalone = run_redis(async |b: RedisStoreBuilder| {
-        b.standalone(&url).await.expect("standalone")
-    })
-    .await;
+    let standalone =
+        run_redis(async |b: RedisStoreBuilder| b.standalone(&url).await.expect("standalone")).await;
     assert_eq!(standalone, memory, "standalone Redis differs from memory");
 
     let cluster = RedisCluster::start();
     let urls = cluster.urls();
     let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
-    let clustered = run_redis(async |b: RedisStoreBuilder| {
-        b.cluster(&nodes).await.expect("cluster")
-    })
-    .await;
+    let clustered =
+        run_redis(async |b: RedisStoreBuilder| b.cluster(&nodes).await.expect("cluster")).await;
     assert_eq!(clustered, memory, "Redis Cluster differs from memory");
 }
 
@@ -276,7 +276,10 @@ async fn b12_concurrent_requests_double_admit_redis() {
 async fn b12_concurrent_requests_double_admit_memory() {
     let clock = ManualClock::new();
     let layer = RateLimitLayer::builder()
-        .policy(Policy::new("day", Quota::per_day(NonZeroU32::new(4).expect("4"))))
+        .policy(Policy::new(
+            "day",
+            Quota::per_day(NonZeroU32::new(4).expect("4")),
+        ))
         .key(|req: &Request<axum::body::Body>| {
             req.headers()
                 .get("x-key")
@@ -287,7 +290,12 @@ async fn b12_concurrent_requests_double_admit_memory() {
         .store(MemoryStore::<Key, _>::with_clock(clock))
         .build()
         .expect("layer");
-    let addr = spawn(Router::new().route("/", get(|| async { "ok" })).layer(layer)).await;
+    let addr = spawn(
+        Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(layer),
+    )
+    .await;
     let keys: Vec<String> = (1..=10).map(|i| format!("k{i}")).collect();
     let results = hammer(&[addr], &keys, 100).await;
     assert_eq!(results.iter().filter(|r| r.1 == 200).count(), 40);
@@ -467,7 +475,10 @@ async fn b19_cluster_crossslot_multi_key_scripts() {
     assert_eq!(seen[1].as_slice()[0].remaining(), 0);
     assert!(!seen[2].is_allowed());
     clock.set(3 * MS);
-    let u43 = store.check_async(&both(&Key::from("user:43"))).await.expect("u43");
+    let u43 = store
+        .check_async(&both(&Key::from("user:43")))
+        .await
+        .expect("u43");
     assert!(u43.is_allowed());
     assert_eq!(u43.as_slice()[0].remaining(), 1);
     assert_eq!(store.stats().degraded, 0);

@@ -53,10 +53,8 @@ impl RedisServer {
     }
 
     fn start_on(port: u16, cluster: bool) -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "ratekeeper-redis-{}-{port}",
-            std::process::id()
-        ));
+        let dir =
+            std::env::temp_dir().join(format!("ratekeeper-redis-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("create redis dir");
         let mut server = Self {
             child: None,
@@ -101,7 +99,10 @@ impl RedisServer {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        panic!("redis-server on port {} did not answer PING within 10 s", self.port);
+        panic!(
+            "redis-server on port {} did not answer PING within 10 s",
+            self.port
+        );
     }
 
     /// The port.
@@ -223,14 +224,10 @@ impl RedisCluster {
     pub fn wait_ok(&self, limit: Duration) {
         let start = Instant::now();
         while start.elapsed() < limit {
-            let ok = self
-                .nodes
-                .iter()
-                .filter(|n| n.pid().is_some())
-                .all(|n| {
-                    n.cli(&["CLUSTER", "INFO"])
-                        .is_some_and(|i| i.contains("cluster_state:ok"))
-                });
+            let ok = self.nodes.iter().filter(|n| n.pid().is_some()).all(|n| {
+                n.cli(&["CLUSTER", "INFO"])
+                    .is_some_and(|i| i.contains("cluster_state:ok"))
+            });
             if ok {
                 return;
             }
@@ -258,16 +255,24 @@ impl RedisCluster {
             .and_then(|s| s.trim().parse().ok())
             .expect("CLUSTER KEYSLOT");
         for (i, n) in self.nodes.iter().enumerate() {
-            let Some(role) = n.cli(&["ROLE"]) else { continue };
+            let Some(role) = n.cli(&["ROLE"]) else {
+                continue;
+            };
             if !role.starts_with("master") {
                 continue;
             }
             // CLUSTER NODES "myself" line lists this node's slot ranges.
-            let Some(nodes) = n.cli(&["CLUSTER", "NODES"]) else { continue };
-            let Some(me) = nodes.lines().find(|l| l.contains("myself")) else { continue };
+            let Some(nodes) = n.cli(&["CLUSTER", "NODES"]) else {
+                continue;
+            };
+            let Some(me) = nodes.lines().find(|l| l.contains("myself")) else {
+                continue;
+            };
             for range in me.split_whitespace().skip(8) {
                 let mut ends = range.split('-').map(|x| x.parse::<u16>().ok());
-                let (Some(Some(a)), b) = (ends.next(), ends.next()) else { continue };
+                let (Some(Some(a)), b) = (ends.next(), ends.next()) else {
+                    continue;
+                };
                 let b = b.flatten().unwrap_or(a);
                 if (a..=b).contains(&slot) {
                     return i;

@@ -33,7 +33,14 @@ fn start_redis() -> (Server, u16) {
         .map(|a| a.port())
         .expect("free port");
     let child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+        ])
         .args(["--appendonly", "no"])
         .stdout(Stdio::null())
         .spawn()
@@ -48,7 +55,12 @@ fn start_redis() -> (Server, u16) {
     panic!("redis-server did not start");
 }
 
-async fn throughput(store: &Arc<RedisStore>, id: ratekeeper_core::store::PolicyId, tasks: usize, secs: u64) -> f64 {
+async fn throughput(
+    store: &Arc<RedisStore>,
+    id: ratekeeper_core::store::PolicyId,
+    tasks: usize,
+    secs: u64,
+) -> f64 {
     let start = Instant::now();
     let until = start + Duration::from_secs(secs);
     let mut handles = Vec::new();

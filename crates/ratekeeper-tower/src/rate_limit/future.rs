@@ -43,7 +43,10 @@ pub(crate) fn on_store_error<B>(err: &StoreError, req: &mut Request<B>) -> Optio
                 CONTENT_TYPE,
                 HeaderValue::from_static("text/plain; charset=utf-8"),
             );
-            headers.insert(http::header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+            headers.insert(
+                http::header::CACHE_CONTROL,
+                HeaderValue::from_static("no-store"),
+            );
             Some(Answer {
                 status: StatusCode::SERVICE_UNAVAILABLE,
                 headers,

@@ -57,7 +57,8 @@ fn encode(key: &Key, out: &mut String) {
 
 fn escape(s: &str, out: &mut String) {
     for b in s.bytes() {
-        let plain = b.is_ascii_graphic() && !matches!(b, b'{' | b'}' | b'|' | b'%' | b'(' | b')' | b',');
+        let plain =
+            b.is_ascii_graphic() && !matches!(b, b'{' | b'}' | b'|' | b'%' | b'(' | b')' | b',');
         if plain {
             out.push(char::from(b));
         } else {

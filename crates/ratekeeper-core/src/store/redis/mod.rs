@@ -88,9 +88,7 @@ use redis::Script;
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 
-use super::{
-    Charge, Checked, Decisions, FailureAction, MemoryStore, PolicyId, Store, StoreError,
-};
+use super::{Charge, Checked, Decisions, FailureAction, MemoryStore, PolicyId, Store, StoreError};
 use crate::clock::{Clock, MonotonicClock};
 use crate::{Algorithm, Decision, Key, Outcome, Policy};
 
@@ -306,7 +304,8 @@ impl RedisStoreBuilder {
             Some(c) => (c, true),
             None => (Arc::new(MonotonicClock::new()), false),
         };
-        let local = (self.on_failure == OnFailure::Local).then(|| Arc::new(MemoryStore::with_clock(ClockRef(Arc::clone(&clock)))));
+        let local = (self.on_failure == OnFailure::Local)
+            .then(|| Arc::new(MemoryStore::with_clock(ClockRef(Arc::clone(&clock)))));
         RedisStore {
             policies: Vec::new(),
             local,
@@ -389,7 +388,10 @@ impl Breaker {
     }
 
     fn failure(&self) {
-        let failures = self.failures.fetch_add(1, Ordering::AcqRel).saturating_add(1);
+        let failures = self
+            .failures
+            .fetch_add(1, Ordering::AcqRel)
+            .saturating_add(1);
         if failures >= self.threshold {
             let until = self.clock.now().saturating_add(self.open_for).max(1);
             self.open_until.store(until, Ordering::Release);
@@ -559,7 +561,9 @@ impl RedisStore {
             return Checked::Ready(Ok(decisions));
         }
         if !shared.breaker.admit() {
-            return Checked::Ready(self.fail(&charges, StoreError::Unavailable(Box::new(BreakerOpen))));
+            return Checked::Ready(
+                self.fail(&charges, StoreError::Unavailable(Box::new(BreakerOpen))),
+            );
         }
         let this = self.handle();
         Checked::Pending(Box::pin(async move {
@@ -625,12 +629,15 @@ impl RedisStore {
             // this pair removes the entry), so `reset_after` shrinks with time and
             // `remaining = min(burst, floor((tau - reset_after) / T))` follows exactly.
             let reset = d.reset_after().saturating_sub(elapsed);
-            let remaining = self.policies.get(policy.index()).map_or(d.remaining(), |p| {
-                let room = u128::from(p.tau_us) * 1_000;
-                let t = u128::from(p.t_us) * 1_000;
-                let whole = room.saturating_sub(reset.as_nanos()) / t.max(1);
-                u32::try_from(whole.min(u128::from(p.burst))).unwrap_or(p.burst)
-            });
+            let remaining = self
+                .policies
+                .get(policy.index())
+                .map_or(d.remaining(), |p| {
+                    let room = u128::from(p.tau_us) * 1_000;
+                    let t = u128::from(p.t_us) * 1_000;
+                    let whole = room.saturating_sub(reset.as_nanos()) / t.max(1);
+                    u32::try_from(whole.min(u128::from(p.burst))).unwrap_or(p.burst)
+                });
             out.push(Decision::new(outcome, d.limit(), remaining, reset));
         }
         any_denied.then(|| Decisions::new(out))
@@ -736,7 +743,11 @@ impl Shared {
         }
         if denied {
             for (g, group) in groups.iter().enumerate() {
-                let mode = if charged.contains(&g) { "refund" } else { "peek" };
+                let mode = if charged.contains(&g) {
+                    "refund"
+                } else {
+                    "peek"
+                };
                 if results.iter().all(Option::is_some) && mode == "peek" {
                     continue;
                 }
@@ -796,8 +807,9 @@ impl Shared {
                 2 => Outcome::CannotFit,
                 _ => return Err(unavailable(BadReply("unknown outcome code"))),
             };
-            let remaining = u32::try_from(remaining.clamp(0, i64::try_from(burst).unwrap_or(i64::MAX)))
-                .unwrap_or(0);
+            let remaining =
+                u32::try_from(remaining.clamp(0, i64::try_from(burst).unwrap_or(i64::MAX)))
+                    .unwrap_or(0);
             let limit = group.limits.get(row).copied().unwrap_or(0);
             out.push(Decision::new(outcome, limit, remaining, us(reset)));
         }
