@@ -269,6 +269,7 @@ async fn b12_concurrent_requests_double_admit_redis() {
     assert_eq!(results.iter().filter(|r| r.1 == 200).count(), 40);
     assert_eq!(results.iter().filter(|r| r.1 == 429).count(), 960);
     assert_b12(&results, &keys, 4);
+    assert_every_key_has_ttl(&server);
 }
 
 /// B12 on the memory store (multi-thread runtime with 4 workers), same scenario.
@@ -332,6 +333,7 @@ async fn three_instances_share_one_budget_standalone() {
         );
     }
     three_instances_admit_exactly(stores).await;
+    assert_every_key_has_ttl(&server);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -350,6 +352,20 @@ async fn three_instances_share_one_budget_cluster() {
         );
     }
     three_instances_admit_exactly(stores).await;
+    for node in &cluster.nodes {
+        if node.cli(&["ROLE"]).is_some_and(|r| r.starts_with("master")) {
+            assert_every_key_has_ttl(node);
+        }
+    }
+}
+
+/// Every `rl:*` key on `server` has a TTL (PTTL > 0; -1 would be a key that never expires).
+fn assert_every_key_has_ttl(server: &RedisServer) {
+    let keys = server.cli(&["KEYS", "rl:*"]).expect("KEYS");
+    for k in keys.lines().filter(|l| !l.is_empty()) {
+        let ttl = pttl(server, k);
+        assert!(ttl > 0, "key {k} has PTTL {ttl}");
+    }
 }
 
 fn pttl(server: &RedisServer, key: &str) -> i64 {
@@ -427,11 +443,7 @@ async fn b20_key_ttl_never_set_token_bucket() {
     assert_eq!(pttl(&server, &tiny_name), -2, "idle key still present");
 
     // No key ever written without a TTL.
-    let keys = server.cli(&["KEYS", "rl:*"]).expect("KEYS");
-    for k in keys.lines().filter(|l| !l.is_empty()) {
-        let ttl = pttl(&server, k);
-        assert!(ttl > 0, "key {k} has PTTL {ttl}");
-    }
+    assert_every_key_has_ttl(&server);
 }
 
 /// B19: every policy of one client key shares one hash tag (one slot), the script gets every
@@ -536,4 +548,57 @@ async fn distributed_example_two_instances_share_one_budget() {
         .chain([(429, Some("0".to_owned())), (429, Some("0".to_owned()))])
         .collect();
     assert_eq!(seen, expected);
+}
+
+/// The negative cache: after a denial, the same request is denied locally (exact
+/// `retry_after`, no round trip) until `retry_after` has passed; then Redis decides again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn negative_cache_denies_repeat_requests_without_redis_until_retry_after() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new();
+    let mut store = RedisStore::builder()
+        .clock(clock.clone())
+        .deadline(Duration::from_secs(2))
+        .standalone(&server.url())
+        .await
+        .expect("store");
+    // 2 per 10 s, burst 2: T = 5 s.
+    let api = store
+        .register(&Policy::new("api", quota(2, 10_000, 2)))
+        .expect("register");
+    let key = Key::from("abuser");
+    let check = async |store: &RedisStore| {
+        store
+            .check_async(&[(api, key.clone(), 1)])
+            .await
+            .expect("decides")
+    };
+    assert!(check(&store).await.is_allowed());
+    assert!(check(&store).await.is_allowed());
+    let denied = check(&store).await;
+    assert_eq!(denied.retry_after(), Some(Duration::from_secs(5)));
+    assert_eq!(store.stats().redis_decisions, 3);
+
+    for i in 1..=100u64 {
+        clock.set(i * 40 * MS); // up to 4 s later
+        let d = check(&store).await;
+        assert_eq!(
+            d.retry_after(),
+            Some(Duration::from_millis(5_000 - i * 40)),
+            "exact retry_after from the cache"
+        );
+        assert_eq!(d.as_slice()[0].remaining(), 0);
+        assert_eq!(
+            d.as_slice()[0].reset_after(),
+            Duration::from_millis(10_000 - i * 40)
+        );
+    }
+    let stats = store.stats();
+    assert_eq!((stats.redis_decisions, stats.negative_cache_hits), (3, 100));
+
+    clock.set(5_000 * MS);
+    let d = check(&store).await;
+    assert!(d.is_allowed());
+    assert_eq!(d.as_slice()[0].remaining(), 0);
+    assert_eq!(store.stats().redis_decisions, 4);
 }

@@ -51,28 +51,53 @@
 //!
 //! # Example
 //!
-//! ```no_run
+//! ```
 //! use std::num::NonZeroU32;
 //! use std::time::Duration;
 //! use ratekeeper_core::store::redis::{OnFailure, RedisStore};
 //! use ratekeeper_core::store::Store;
 //! use ratekeeper_core::{Key, Policy, Quota};
 //!
-//! # async fn run() -> Result<(), ratekeeper_core::store::StoreError> {
+//! # struct Server(std::process::Child);
+//! # impl Drop for Server {
+//! #     fn drop(&mut self) { let _ = self.0.kill(); let _ = self.0.wait(); }
+//! # }
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # // A throwaway redis-server on a free loopback port, killed at the end.
+//! # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+//! # let _server = Server(std::process::Command::new("redis-server")
+//! #     .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
+//! #     .stdout(std::process::Stdio::null())
+//! #     .spawn()?);
+//! # for _ in 0..500 {
+//! #     if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() { break; }
+//! #     std::thread::sleep(Duration::from_millis(10));
+//! # }
+//! # let url = format!("redis://127.0.0.1:{port}/");
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(async {
 //! let mut store = RedisStore::builder()
 //!     .deadline(Duration::from_millis(50))
 //!     .on_failure(OnFailure::Local)
-//!     .standalone("redis://127.0.0.1:6379/")
+//!     .standalone(&url) // for example "redis://127.0.0.1:6379/"
 //!     .await?;
-//! let api = store.register(&Policy::new("api", Quota::per_minute(NonZeroU32::new(10).unwrap())))?;
-//! let decisions = store.check_async(&[(api, Key::from("alice"), 1)]).await?;
-//! assert!(decisions.is_allowed());
-//! # Ok(())
+//! let quota = Quota::per_minute(NonZeroU32::new(2).unwrap());
+//! let api = store.register(&Policy::new("api", quota))?;
+//! let alice = Key::from("alice");
+//! assert_eq!(store.redis_key(api, &alice).as_deref(), Some("rl:v1:{s:alice}:api"));
+//!
+//! let first = store.check_async(&[(api, alice.clone(), 1)]).await?;
+//! assert_eq!(first.as_slice()[0].remaining(), 1);
+//! store.check_async(&[(api, alice.clone(), 1)]).await?;
+//! let third = store.check_async(&[(api, alice.clone(), 1)]).await?;
+//! assert!(!third.is_allowed());
+//! // T = 30 s: the next unit frees up 30 s after the first request (Redis TIME, µs).
+//! let wait = third.retry_after().expect("denied now, not never");
+//! assert_eq!(ratekeeper_core::decision::ceil_secs(wait), 30);
+//! assert_eq!(store.stats().degraded, 0);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # })
 //! # }
 //! ```
-//!
-//! The doc example needs a running Redis, so it is compiled only; the end-to-end tests in
-//! `tests/` start their own `redis-server` processes and run the same calls.
 
 mod keys;
 
@@ -319,8 +344,8 @@ impl RedisStoreBuilder {
                 on_failure: self.on_failure,
                 clock,
                 injected,
+                wall: MonotonicClock::new(),
                 breaker: Breaker {
-                    clock: MonotonicClock::new(),
                     failures: AtomicU32::new(0),
                     open_until: AtomicU64::new(0),
                     threshold: self.breaker_failures,
@@ -356,7 +381,6 @@ impl fmt::Debug for ClockRef {
 }
 
 struct Breaker {
-    clock: MonotonicClock,
     failures: AtomicU32,
     /// 0 = closed; otherwise the breaker clock's ns until which Redis is skipped.
     open_until: AtomicU64,
@@ -367,12 +391,11 @@ struct Breaker {
 impl Breaker {
     /// Whether this request may go to Redis. While open, only the first request after the
     /// open period wins the compare-and-swap and probes; the others keep skipping.
-    fn admit(&self) -> bool {
+    fn admit(&self, now: u64) -> bool {
         let until = self.open_until.load(Ordering::Acquire);
         if until == 0 {
             return true;
         }
-        let now = self.clock.now();
         if now < until {
             return false;
         }
@@ -387,13 +410,13 @@ impl Breaker {
         self.open_until.store(0, Ordering::Release);
     }
 
-    fn failure(&self) {
+    fn failure(&self, now: u64) {
         let failures = self
             .failures
             .fetch_add(1, Ordering::AcqRel)
             .saturating_add(1);
         if failures >= self.threshold {
-            let until = self.clock.now().saturating_add(self.open_for).max(1);
+            let until = now.saturating_add(self.open_for).max(1);
             self.open_until.store(until, Ordering::Release);
         }
     }
@@ -421,6 +444,8 @@ struct Shared {
     on_failure: OnFailure,
     clock: Arc<dyn Clock>,
     injected: bool,
+    /// Real time for the breaker (never the injected clock: Redis fails in real time).
+    wall: MonotonicClock,
     breaker: Breaker,
     negative: Option<DashMap<(PolicyId, Key), NegativeEntry, foldhash::fast::RandomState>>,
     redis_decisions: AtomicU64,
@@ -560,7 +585,7 @@ impl RedisStore {
             metrics::counter!("ratekeeper_negative_cache_hits_total").increment(1);
             return Checked::Ready(Ok(decisions));
         }
-        if !shared.breaker.admit() {
+        if !shared.breaker.admit(shared.wall.now()) {
             return Checked::Ready(
                 self.fail(&charges, StoreError::Unavailable(Box::new(BreakerOpen))),
             );
@@ -580,7 +605,7 @@ impl RedisStore {
                     Ok(decisions)
                 }
                 Err(err) => {
-                    this.shared.breaker.failure();
+                    this.shared.breaker.failure(this.shared.wall.now());
                     this.shared.errors.fetch_add(1, Ordering::Relaxed);
                     metrics::counter!("ratekeeper_store_errors_total").increment(1);
                     this.fail(&charges, err)
@@ -917,5 +942,53 @@ impl Store<Key> for RedisStore {
 
     fn unix_now(&self) -> Duration {
         self.shared.clock.unix_now()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn breaker() -> Breaker {
+        Breaker {
+            failures: AtomicU32::new(0),
+            open_until: AtomicU64::new(0),
+            threshold: 3,
+            open_for: 500,
+        }
+    }
+
+    #[test]
+    fn breaker_opens_after_threshold_then_lets_one_probe_through() {
+        let b = breaker();
+        b.failure(10);
+        b.failure(20);
+        assert!(b.admit(30) && !b.is_open());
+        b.failure(30);
+        assert!(b.is_open());
+        assert!(!b.admit(31));
+        assert!(!b.admit(529));
+        // Open period over: exactly one probe goes; the others keep skipping.
+        assert!(b.admit(530));
+        assert!(!b.admit(530));
+        assert!(!b.admit(1_000));
+        // The probe failed: open again from then.
+        b.failure(1_000);
+        assert!(!b.admit(1_499));
+        assert!(b.admit(1_500));
+        b.success();
+        assert!(!b.is_open());
+        assert!(b.admit(1_501) && b.admit(1_502));
+    }
+
+    #[test]
+    fn a_dropped_probe_does_not_keep_the_breaker_open_forever() {
+        let b = breaker();
+        for t in 0..3 {
+            b.failure(t);
+        }
+        assert!(b.admit(502)); // the probe is never answered (its future was dropped)
+        assert!(!b.admit(600));
+        assert!(b.admit(1_002)); // next open period over: another probe
     }
 }
