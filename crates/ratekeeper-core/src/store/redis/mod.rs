@@ -458,7 +458,16 @@ struct Shared {
 ///
 /// Built with [`RedisStore::builder`]; see the [module docs](self) for the scripts, keys,
 /// TTLs, failure policy, breaker and negative cache. Only [`Algorithm::Gcra`] is supported
-/// for now ([`StoreError::UnsupportedAlgorithm`] otherwise).
+/// for now ([`StoreError::UnsupportedAlgorithm`] otherwise; the other algorithms get their
+/// Lua twins when they land in the memory store).
+///
+/// # Runtime
+///
+/// Checks run on the tokio runtime that polls them and need its I/O and time drivers
+/// (`#[tokio::main]` and `axum::serve` have both); tokio panics when a timer is created on a
+/// runtime built without `enable_time`, so build custom runtimes with `enable_all()`.
+/// [`Store::refund`] spawns its Redis call on the current runtime (outside one it is dropped
+/// with a warning).
 pub struct RedisStore {
     policies: Vec<RedisPolicy>,
     local: Option<Arc<MemoryStore<Key, ClockRef>>>,
