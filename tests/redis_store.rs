@@ -11,7 +11,7 @@ use http::Request;
 use ratekeeper_axum::core::clock::ManualClock;
 use ratekeeper_axum::core::store::redis::{OwnedCharge, RedisStore, RedisStoreBuilder};
 use ratekeeper_axum::core::store::{Charge, Decisions, MemoryStore, PolicyId, Store};
-use ratekeeper_axum::{Key, KeyError, Policy, Quota, RateLimitLayer};
+use ratekeeper_axum::{Algorithm, Key, KeyError, Policy, Quota, RateLimitLayer};
 use ratekeeper_tests::redis::{RedisCluster, RedisServer};
 use ratekeeper_tests::spawn;
 
@@ -29,6 +29,8 @@ fn conformance_policies() -> Vec<Policy> {
         Policy::new("api", quota(10, 60_000, 10)), // T = 6 s
         Policy::new("burst", quota(5, 1_000, 2)),  // T = 200 ms, burst 2
         Policy::new("daily", quota(3, 86_400_000, 3)),
+        Policy::new("fw", quota(3, 10_000, 3)).with_algorithm(Algorithm::FixedWindow),
+        Policy::new("leaky", quota(5, 1_000, 2)).with_algorithm(Algorithm::LeakyBucket),
     ]
 }
 
@@ -79,6 +81,20 @@ fn traces() -> Vec<Step> {
         &[(0, "alice"), (1, "alice"), (2, "alice")],
         2,
     ));
+    // Fixed window (aligned to multiples of 10 s): the boundary double burst is expected.
+    for t in [
+        300_000, 305_000, 309_999, 309_999, 310_000, 310_000, 310_001,
+    ] {
+        v.push(step(t, &[(3, "erin")], 1));
+    }
+    v.push(step(310_500, &[(3, "erin")], 4)); // more than the limit: can never fit
+    v.push(step(310_500, &[(3, "erin")], 2));
+    v.push(step(310_500, &[(3, "erin")], 0));
+    // Mixed algorithms on one key: one script, all-or-nothing.
+    for t in [320_000, 320_000, 320_000, 320_100, 320_400] {
+        v.push(step(t, &[(4, "frank"), (3, "frank"), (0, "frank")], 1));
+    }
+    v.push(step(330_000, &[(3, "frank"), (4, "frank")], 1));
     v
 }
 
@@ -143,7 +159,17 @@ fn assert_reference_values(d: &[Decisions]) {
     assert!(d[15].is_allowed());
     assert_eq!(d[16].retry_after(), Some(Duration::from_secs(6)));
     let admitted = d.iter().filter(|x| x.is_allowed()).count();
-    assert_eq!(admitted, 22, "decisions: {d:#?}");
+    assert_eq!(admitted, 33, "decisions: {:#?}", &d[33..]);
+    // Fixed window: 3 in [300 s, 310 s), 3 more right after the boundary.
+    let fw: Vec<bool> = d[33..40].iter().map(Decisions::is_allowed).collect();
+    assert_eq!(fw, [true, true, true, false, true, true, true]);
+    assert_eq!(d[36].retry_after(), Some(Duration::from_millis(1)));
+    assert_eq!(d[39].as_slice()[0].remaining(), 0);
+    assert_eq!(
+        d[39].as_slice()[0].reset_after(),
+        Duration::from_millis(9_999)
+    );
+    assert!(d[40].is_cannot_fit());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -246,14 +272,14 @@ fn assert_b12(results: &[(String, u16, Option<u32>)], keys: &[String], quota: u3
     }
 }
 
-/// B12 on Redis: 4 per day (GCRA, burst 4: the fixed-window twin lands with the fixed-window
-/// algorithm), clock frozen at t=0, 2 app instances sharing one Redis, 1000 requests over
-/// k1..k10 released together.
+/// B12 on Redis: fixed window 4 per 86 400 000 ms, clock frozen at t=0, 2 app instances
+/// sharing one Redis, 1000 requests over k1..k10 released together.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn b12_concurrent_requests_double_admit_redis() {
     let server = RedisServer::start();
     let clock = ManualClock::new();
-    let policy = Policy::new("day", Quota::per_day(NonZeroU32::new(4).expect("4")));
+    let policy = Policy::new("day", Quota::per_day(NonZeroU32::new(4).expect("4")))
+        .with_algorithm(Algorithm::FixedWindow);
     let mut addrs = Vec::new();
     for _ in 0..2 {
         let store = RedisStore::builder()
@@ -375,8 +401,7 @@ fn pttl(server: &RedisServer, key: &str) -> i64 {
         .expect("PTTL")
 }
 
-/// B20 (token bucket twin of the fixed-window scenario; the fixed-window and sliding twins
-/// land with those algorithms): every key written has a PTTL in (0, time until full], a
+/// B20, token bucket (the "repeat with the token bucket" part of the case): every key written has a PTTL in (0, time until full], a
 /// later write does not push the expiry beyond the refill time, idle keys disappear, and no
 /// key ever has PTTL -1.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -601,4 +626,69 @@ async fn negative_cache_denies_repeat_requests_without_redis_until_retry_after()
     assert!(d.is_allowed());
     assert_eq!(d.as_slice()[0].remaining(), 0);
     assert_eq!(store.stats().redis_decisions, 4);
+}
+
+/// B20: fixed window 5 per 60 000 ms. The PTTL of the key is in (0, 60 000] and is not pushed
+/// out by later requests; the key is gone (PTTL -2) right after its window ends (margin: the
+/// TTL is rounded up to a whole ms); the next window starts fresh; no key ever has PTTL -1.
+/// The case's fault ("drop the connection right after the increment") cannot happen: the
+/// increment and the PX are one `SET` inside one script.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b20_key_ttl_never_set_fixed_window() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new();
+    let mut store = RedisStore::builder()
+        .clock(clock.clone())
+        .deadline(Duration::from_secs(2))
+        .standalone(&server.url())
+        .await
+        .expect("store");
+    let api = store
+        .register(&Policy::new("api", quota(5, 60_000, 5)).with_algorithm(Algorithm::FixedWindow))
+        .expect("register");
+    let key = Key::from("user:1");
+    let name = store.redis_key(api, &key).expect("key name");
+    let check = async |store: &RedisStore| {
+        store
+            .check_async(&[(api, key.clone(), 1)])
+            .await
+            .expect("decides")
+    };
+    let remaining = |d: &Decisions| d.as_slice()[0].remaining();
+
+    let r1 = check(&store).await;
+    assert_eq!((r1.is_allowed(), remaining(&r1)), (true, 4));
+    let ttl = pttl(&server, &name);
+    assert!(ttl > 0 && ttl <= 60_000, "R1 PTTL {ttl}");
+
+    clock.set(MS);
+    let r2 = check(&store).await;
+    assert_eq!((r2.is_allowed(), remaining(&r2)), (true, 3));
+    let ttl = pttl(&server, &name);
+    assert!(ttl > 0 && ttl <= 60_000, "R2 PTTL {ttl}");
+
+    clock.set(59_000 * MS);
+    let r3 = check(&store).await;
+    assert_eq!((r3.is_allowed(), remaining(&r3)), (true, 2));
+    let ttl = pttl(&server, &name);
+    assert!(
+        ttl > 0 && ttl <= 1_000,
+        "R3 PTTL {ttl}: the window was pushed out"
+    );
+    assert_every_key_has_ttl(&server);
+
+    // Real time catches up with the window end (1 s after R3): the key is gone.
+    tokio::time::sleep(Duration::from_millis(1_050)).await;
+    assert_eq!(
+        pttl(&server, &name),
+        -2,
+        "the old window's key is still there"
+    );
+
+    clock.set(60_001 * MS);
+    let r4 = check(&store).await;
+    assert_eq!((r4.is_allowed(), remaining(&r4)), (true, 4));
+    let ttl = pttl(&server, &name);
+    assert!(ttl > 0 && ttl <= 60_000, "R4 PTTL {ttl}");
+    assert_every_key_has_ttl(&server);
 }

@@ -6,9 +6,16 @@
 //!
 //! # How a decision is made
 //!
-//! - **One Lua script per algorithm, one round trip per decision.** GCRA (`gcra.lua`) is the
-//!   twin of [`Gcra`](crate::algorithm::Gcra): the same formulas in integer **µs** (the
-//!   emission interval `T` is the quota's `T` in ns rounded up to a whole µs). The script is
+//! - **One Lua script, one round trip per decision.** `limiter.lua` holds the twin of each
+//!   supported algorithm with the state layouts of [`algorithm`](crate::algorithm): GCRA
+//!   ([`Gcra`](crate::algorithm::Gcra), also the leaky-bucket meter, which is GCRA with
+//!   capacity = queue depth) and the fixed window
+//!   ([`FixedWindow`](crate::algorithm::FixedWindow)), with the same formulas in integer **µs**
+//!   (`T` and `W` are the quota's ns values rounded up to a whole µs, so quotas whose `T` and
+//!   `W` are whole µs decide exactly like the memory store: the conformance suite checks it).
+//!   Policies with different algorithms on one client key still run in one atomic call. The
+//!   sliding log, sliding window counter and concurrency algorithms are refused at build time
+//!   ([`StoreError::UnsupportedAlgorithm`]) until their twins exist. The script is
 //!   sent with `EVALSHA`; on `NOSCRIPT` (after a restart or a `SCRIPT FLUSH`) the
 //!   [`redis::Script`] type loads it and retries, so no manual step is ever needed.
 //! - **Time** comes from Redis `TIME` inside the script, so app instances never disagree about
@@ -20,7 +27,7 @@
 //!   `{ } | % ( ) ,`, spaces, control and non-ASCII bytes are escaped as `%XX`, and encodings
 //!   longer than 128 bytes become `h:<sha1>`. `v1` is the state-format version.
 //! - **TTL on every write** (`SET ... PX`) equal to the time until the state equals "absent"
-//!   (GCRA: `TAT - now`, rounded up to a ms), so idle keys disappear and no key is ever left
+//!   (GCRA: `TAT - now`; fixed window: until the window ends; rounded up to a ms), so idle keys disappear and no key is ever left
 //!   without a TTL (case B20). A denial writes nothing.
 //! - **All-or-nothing**: within one client key the script charges every policy or none.
 //!   Charges for different client keys (different slots) are checked one key group after the
@@ -117,7 +124,8 @@ use super::{Charge, Checked, Decisions, FailureAction, MemoryStore, PolicyId, St
 use crate::clock::{Clock, MonotonicClock};
 use crate::{Algorithm, Decision, Key, Outcome, Policy};
 
-/// Largest tolerance (`burst * T`) the Redis store accepts, in µs: 2^48 µs, about 8.9 years.
+/// Largest state span the Redis store accepts (GCRA tolerance `burst * T`, fixed-window
+/// length `W`), in µs: 2^48 µs, about 8.9 years.
 /// Lua numbers are doubles, exact up to 2^53; Unix time in µs is below 2^51 until 2041, so
 /// `now + tau` stays exact.
 pub const MAX_TOLERANCE_MICROS: u64 = 1 << 48;
@@ -180,13 +188,20 @@ enum Conn {
     Cluster(ClusterConnection),
 }
 
+/// Script algorithm codes (see `limiter.lua`).
+const ALGO_GCRA: u64 = 1;
+const ALGO_FIXED_WINDOW: u64 = 2;
+
 #[derive(Debug, Clone)]
 struct RedisPolicy {
     name: Arc<str>,
     limit: u32,
-    burst: u32,
-    t_us: u64,
-    tau_us: u64,
+    /// Largest cost that can ever fit (burst for GCRA, limit for fixed window).
+    capacity: u32,
+    /// Script algorithm code and its three parameters (GCRA: T µs, tau µs, burst; fixed
+    /// window: W µs, limit, 0).
+    algo: u64,
+    params: [u64; 3],
 }
 
 /// Builds a [`RedisStore`]: deadline, failure policy, breaker, negative cache, clock.
@@ -337,7 +352,7 @@ impl RedisStoreBuilder {
             local_policies: self.local_policies,
             shared: Arc::new(Shared {
                 conn,
-                script: Script::new(include_str!("gcra.lua")),
+                script: Script::new(include_str!("limiter.lua")),
                 prefix: self.prefix,
                 deadline: self.deadline,
                 max_clock_skew: self.max_clock_skew,
@@ -457,9 +472,9 @@ struct Shared {
 /// Per-key state in Redis, shared by every app instance that uses the same Redis and prefix.
 ///
 /// Built with [`RedisStore::builder`]; see the [module docs](self) for the scripts, keys,
-/// TTLs, failure policy, breaker and negative cache. Only [`Algorithm::Gcra`] is supported
-/// for now ([`StoreError::UnsupportedAlgorithm`] otherwise; the other algorithms get their
-/// Lua twins when they land in the memory store).
+/// TTLs, failure policy, breaker and negative cache. Supports [`Algorithm::Gcra`],
+/// [`Algorithm::LeakyBucket`] (as a meter) and [`Algorithm::FixedWindow`]; other algorithms are
+/// refused at build time with [`StoreError::UnsupportedAlgorithm`].
 ///
 /// # Runtime
 ///
@@ -502,8 +517,10 @@ fn unix_micros(at: SystemTime) -> u64 {
 /// A group of charges sharing one client key (one hash tag, one script call).
 struct Group {
     keys: Vec<String>,
-    /// Four numbers per key: T µs, tau µs, burst, cost.
+    /// Five numbers per key: algorithm code, three parameters, cost.
     params: Vec<u64>,
+    /// Each key's capacity (the most `remaining` can be).
+    capacities: Vec<u32>,
     /// Index of each key's charge in the request.
     slots: Vec<usize>,
     /// Each key's policy limit (reported in decisions).
@@ -576,6 +593,7 @@ impl RedisStore {
                         params: Vec::new(),
                         slots: Vec::new(),
                         limits: Vec::new(),
+                        capacities: Vec::new(),
                     });
                     groups.len() - 1
                 }
@@ -584,7 +602,8 @@ impl RedisStore {
                 group.keys.push(keys::full(&shared.prefix, &tag, &p.name));
                 group
                     .params
-                    .extend([p.t_us, p.tau_us, u64::from(p.burst), *cost]);
+                    .extend([p.algo, p.params[0], p.params[1], p.params[2], *cost]);
+                group.capacities.push(p.capacity);
                 group.slots.push(i);
                 group.limits.push(p.limit);
             }
@@ -663,15 +682,16 @@ impl RedisStore {
             // this pair removes the entry), so `reset_after` shrinks with time and
             // `remaining = min(burst, floor((tau - reset_after) / T))` follows exactly.
             let reset = d.reset_after().saturating_sub(elapsed);
-            let remaining = self
-                .policies
-                .get(policy.index())
-                .map_or(d.remaining(), |p| {
-                    let room = u128::from(p.tau_us) * 1_000;
-                    let t = u128::from(p.t_us) * 1_000;
+            let remaining = match self.policies.get(policy.index()) {
+                Some(p) if p.algo == ALGO_GCRA => {
+                    let room = u128::from(p.params[1]) * 1_000;
+                    let t = u128::from(p.params[0]) * 1_000;
                     let whole = room.saturating_sub(reset.as_nanos()) / t.max(1);
-                    u32::try_from(whole.min(u128::from(p.burst))).unwrap_or(p.burst)
-                });
+                    u32::try_from(whole.min(u128::from(p.capacity))).unwrap_or(p.capacity)
+                }
+                // Fixed window: the count stays until the window ends (the entry's `until`).
+                _ => d.remaining(),
+            };
             out.push(Decision::new(outcome, d.limit(), remaining, reset));
         }
         any_denied.then(|| Decisions::new(out))
@@ -828,7 +848,7 @@ impl Shared {
         }
         let mut out = Vec::with_capacity(group.keys.len());
         for (row, chunk) in reply.chunks_exact(4).enumerate() {
-            let burst = group.params.get(row * 4 + 2).copied().unwrap_or(0);
+            let burst = group.capacities.get(row).copied().unwrap_or(0);
             let &[code, remaining, reset, retry] = chunk else {
                 return Err(unavailable(BadReply("short row")));
             };
@@ -841,9 +861,7 @@ impl Shared {
                 2 => Outcome::CannotFit,
                 _ => return Err(unavailable(BadReply("unknown outcome code"))),
             };
-            let remaining =
-                u32::try_from(remaining.clamp(0, i64::try_from(burst).unwrap_or(i64::MAX)))
-                    .unwrap_or(0);
+            let remaining = u32::try_from(remaining.clamp(0, i64::from(burst))).unwrap_or(0);
             let limit = group.limits.get(row).copied().unwrap_or(0);
             out.push(Decision::new(outcome, limit, remaining, us(reset)));
         }
@@ -864,15 +882,33 @@ impl Store<Key> for RedisStore {
 
     fn register(&mut self, policy: &Policy) -> Result<PolicyId, StoreError> {
         policy.validate()?;
-        if policy.algorithm() != Algorithm::Gcra {
-            return Err(StoreError::UnsupportedAlgorithm(policy.algorithm()));
-        }
         let quota = policy.quota();
-        let t_us = quota.emission_interval_nanos().div_ceil(1_000).max(1);
-        let tau_us = t_us.saturating_mul(u64::from(quota.burst()));
-        if tau_us > MAX_TOLERANCE_MICROS {
+        let (algo, params, capacity, span_us) = match policy.algorithm() {
+            // The leaky-bucket meter is GCRA with capacity = queue depth (= burst).
+            Algorithm::Gcra | Algorithm::LeakyBucket => {
+                let t_us = quota.emission_interval_nanos().div_ceil(1_000).max(1);
+                let tau_us = t_us.saturating_mul(u64::from(quota.burst()));
+                (
+                    ALGO_GCRA,
+                    [t_us, tau_us, u64::from(quota.burst())],
+                    quota.burst(),
+                    tau_us,
+                )
+            }
+            Algorithm::FixedWindow => {
+                let w_us = quota.period_nanos().div_ceil(1_000).max(1);
+                (
+                    ALGO_FIXED_WINDOW,
+                    [w_us, u64::from(quota.limit()), 0],
+                    quota.limit(),
+                    w_us,
+                )
+            }
+            other => return Err(StoreError::UnsupportedAlgorithm(other)),
+        };
+        if span_us > MAX_TOLERANCE_MICROS {
             return Err(StoreError::UnsupportedQuota(format!(
-                "policy {:?}: burst * period / limit is {tau_us} µs, more than the Redis store's {MAX_TOLERANCE_MICROS} µs",
+                "policy {:?}: its state spans {span_us} µs, more than the Redis store's {MAX_TOLERANCE_MICROS} µs",
                 policy.name()
             )));
         }
@@ -896,9 +932,9 @@ impl Store<Key> for RedisStore {
         self.policies.push(RedisPolicy {
             name: Arc::from(policy.name()),
             limit: quota.limit(),
-            burst: quota.burst(),
-            t_us,
-            tau_us,
+            capacity,
+            algo,
+            params,
         });
         Ok(id)
     }
@@ -928,9 +964,10 @@ impl Store<Key> for RedisStore {
             let tag = keys::tag(key);
             groups.push(Group {
                 keys: vec![keys::full(&self.shared.prefix, &tag, &p.name)],
-                params: vec![p.t_us, p.tau_us, u64::from(p.burst), *cost],
+                params: vec![p.algo, p.params[0], p.params[1], p.params[2], *cost],
                 slots: vec![i],
                 limits: vec![p.limit],
+                capacities: vec![p.capacity],
             });
         }
         let shared = Arc::clone(&self.shared);
