@@ -31,6 +31,7 @@ fn conformance_policies() -> Vec<Policy> {
         Policy::new("daily", quota(3, 86_400_000, 3)),
         Policy::new("fw", quota(3, 10_000, 3)).with_algorithm(Algorithm::FixedWindow),
         Policy::new("leaky", quota(5, 1_000, 2)).with_algorithm(Algorithm::LeakyBucket),
+        Policy::new("sliding", quota(4, 10_000, 4)).with_algorithm(Algorithm::SlidingWindow),
     ]
 }
 
@@ -95,6 +96,21 @@ fn traces() -> Vec<Step> {
         v.push(step(t, &[(4, "frank"), (3, "frank"), (0, "frank")], 1));
     }
     v.push(step(330_000, &[(3, "frank"), (4, "frank")], 1));
+    // Sliding window counter: estimate = previous * (1 - elapsed / W) + current.
+    for t in [
+        400_000, 401_000, 402_000, 409_000, 409_999, 410_000, 412_500, 412_500,
+    ] {
+        v.push(step(t, &[(5, "gina")], 1));
+    }
+    for t in [
+        415_000, 415_000, 417_600, 419_000, 421_000, 425_000, 440_000,
+    ] {
+        v.push(step(t, &[(5, "gina")], 1));
+    }
+    v.push(step(440_000, &[(5, "gina")], 3));
+    v.push(step(440_000, &[(5, "gina")], 5)); // more than the limit: can never fit
+    v.push(step(445_000, &[(5, "gina"), (3, "gina")], 2));
+    v.push(step(445_000, &[(5, "gina"), (3, "gina")], 1));
     v
 }
 
@@ -159,7 +175,7 @@ fn assert_reference_values(d: &[Decisions]) {
     assert!(d[15].is_allowed());
     assert_eq!(d[16].retry_after(), Some(Duration::from_secs(6)));
     let admitted = d.iter().filter(|x| x.is_allowed()).count();
-    assert_eq!(admitted, 33, "decisions: {:#?}", &d[33..]);
+    assert_eq!(admitted, 44, "decisions: {:?}", &d[49..]);
     // Fixed window: 3 in [300 s, 310 s), 3 more right after the boundary.
     let fw: Vec<bool> = d[33..40].iter().map(Decisions::is_allowed).collect();
     assert_eq!(fw, [true, true, true, false, true, true, true]);
@@ -170,6 +186,10 @@ fn assert_reference_values(d: &[Decisions]) {
         Duration::from_millis(9_999)
     );
     assert!(d[40].is_cannot_fit());
+    // Sliding window counter (4 per 10 s): the 5th at 409.999 s waits for the estimate
+    // 4 * (1 - e / 10 s) + 1 <= 4 in the next window: e = 2.5 s, so 2.501 s.
+    assert_eq!(d[53].retry_after(), Some(Duration::from_millis(2_501)));
+    assert!(d[55].is_allowed());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -690,5 +710,45 @@ async fn b20_key_ttl_never_set_fixed_window() {
     assert_eq!((r4.is_allowed(), remaining(&r4)), (true, 4));
     let ttl = pttl(&server, &name);
     assert!(ttl > 0 && ttl <= 60_000, "R4 PTTL {ttl}");
+    assert_every_key_has_ttl(&server);
+}
+
+/// B20, sliding window counter: the key's PTTL is the time until both counts are zero
+/// (at most two windows), never -1, and is not pushed out beyond that by later requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b20_key_ttl_never_set_sliding_window() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new();
+    let mut store = RedisStore::builder()
+        .clock(clock.clone())
+        .deadline(Duration::from_secs(2))
+        .standalone(&server.url())
+        .await
+        .expect("store");
+    let api = store
+        .register(&Policy::new("api", quota(5, 60_000, 5)).with_algorithm(Algorithm::SlidingWindow))
+        .expect("register");
+    let key = Key::from("user:1");
+    let name = store.redis_key(api, &key).expect("key name");
+    let check = async |store: &RedisStore| {
+        store
+            .check_async(&[(api, key.clone(), 1)])
+            .await
+            .expect("decides")
+    };
+    let r1 = check(&store).await;
+    assert_eq!(r1.as_slice()[0].remaining(), 4);
+    let ttl = pttl(&server, &name);
+    assert!(ttl > 0 && ttl <= 120_000, "R1 PTTL {ttl}");
+    clock.set(59_000 * MS);
+    let r2 = check(&store).await;
+    assert_eq!(r2.as_slice()[0].remaining(), 3);
+    let ttl = pttl(&server, &name);
+    assert!(ttl > 0 && ttl <= 61_000, "R2 PTTL {ttl}");
+    clock.set(60_001 * MS);
+    let r3 = check(&store).await;
+    assert!(r3.is_allowed());
+    let ttl = pttl(&server, &name);
+    assert!(ttl > 0 && ttl <= 119_999, "R3 PTTL {ttl}");
     assert_every_key_has_ttl(&server);
 }

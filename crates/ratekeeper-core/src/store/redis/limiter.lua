@@ -5,13 +5,16 @@
 -- KEYS[i]   one key per (policy, client key); all KEYS share one hash tag (one Cluster slot).
 --           GCRA: the theoretical arrival time (TAT) in µs; absent = 0.
 --           Fixed window: "<window>:<count>" with window = floor(t / W); absent = count 0.
+--           Sliding window counter: "<window>:<current>:<previous>"; absent = both counts 0.
 -- ARGV[1]   injected "now" in µs, or '' to read Redis TIME.
 -- ARGV[2]   stale deadline in Unix µs (Redis TIME domain), or '': a call that reaches Redis
 --           after it does nothing and returns {-1} (its caller already gave up on it).
 -- ARGV[3]   'check' (all-or-nothing charge), 'peek' (no write) or 'refund'.
 -- ARGV[4+5(i-1) .. 8+5(i-1)]  algorithm, p1, p2, p3, cost, where algorithm 1 = GCRA
 --           (p1 = T, the emission interval in µs; p2 = tau = burst * T in µs; p3 = burst) and
---           2 = fixed window (p1 = W, the window in µs; p2 = limit; p3 unused).
+--           2 = fixed window and 3 = sliding window counter (p1 = W, the window in µs;
+--           p2 = limit; p3 unused). The Rust side keeps 2 * limit * W below 2^53, so every
+--           product here is an exact double.
 --
 -- Returns four integers per key: code (0 allowed, 1 denied, 2 cannot fit), remaining,
 -- reset_after (µs) and retry_after (µs, 0 unless denied).
@@ -53,6 +56,13 @@ local function load(i)
         w, c = tonumber(a) or 0, tonumber(b) or 0
       end
       v = {w, c}
+    elseif algo(i) == 3 then
+      local w, c, p = 0, 0, 0
+      if raw then
+        local a, b, d = string.match(raw, '^(%d+):(%d+):(%d+)$')
+        w, c, p = tonumber(a) or 0, tonumber(b) or 0, tonumber(d) or 0
+      end
+      v = {w, c, p}
     else
       v = raw and tonumber(raw) or 0
     end
@@ -73,9 +83,54 @@ local function fw_until_end(i, w)
   return (w + 1) * param(i, 2) - now
 end
 
+-- Sliding window counter: {window, current, previous}.
+local function sw_current(i, st)
+  local w = math.floor(now / param(i, 2))
+  local cap = param(i, 3)
+  if st[1] == w then
+    return {w, math.min(st[2], cap), math.min(st[3], cap)}
+  elseif st[1] + 1 == w then
+    return {w, 0, math.min(st[2], cap)}
+  end
+  return {w, 0, 0}
+end
+
+local function sw_elapsed(i, st)
+  return now - st[1] * param(i, 2)
+end
+
+local function sw_earliest(i, previous, current, cost)
+  local room = param(i, 3) - current - cost
+  if room < 0 then
+    return nil
+  end
+  if previous == 0 then
+    return 0
+  end
+  local w = param(i, 2)
+  return math.max(w - math.floor(room * w / previous), 0)
+end
+
+local function sw_reset(i, st)
+  local windows_left = 0
+  if st[2] > 0 then
+    windows_left = 2
+  elseif st[3] > 0 then
+    windows_left = 1
+  end
+  return math.max(windows_left * param(i, 2) - sw_elapsed(i, st), 0)
+end
+
 local function store(i, st)
   local key = KEYS[i]
-  if algo(i) == 2 then
+  if algo(i) == 3 then
+    if st[2] <= 0 and st[3] <= 0 then
+      redis.call('DEL', key)
+    else
+      redis.call('SET', key, string.format('%.0f:%.0f:%.0f', st[1], st[2], st[3]), 'PX',
+        string.format('%.0f', math.max(1, math.ceil(sw_reset(i, st) / 1000))))
+    end
+  elseif algo(i) == 2 then
     if st[2] <= 0 then
       redis.call('DEL', key)
     else
@@ -95,6 +150,8 @@ local function current(i)
   local st = load(i)
   if algo(i) == 2 then
     return fw_current(i, st)
+  elseif algo(i) == 3 then
+    return sw_current(i, st)
   end
   return math.max(st, now)
 end
@@ -102,6 +159,24 @@ end
 -- verdict for the current state: code, new state (nil = no change), retry_after
 local function verdict(i, st)
   local cost = cost_of(i)
+  if algo(i) == 3 then
+    local limit, w = param(i, 3), param(i, 2)
+    if cost > limit then
+      return 2, nil, 0
+    end
+    if cost == 0 then
+      return 0, nil, 0
+    end
+    local elapsed = sw_elapsed(i, st)
+    if st[3] * (w - elapsed) + (st[2] + cost) * w <= limit * w then
+      return 0, {st[1], st[2] + cost, st[3]}, 0
+    end
+    local e = sw_earliest(i, st[3], st[2], cost)
+    if e then
+      return 1, nil, math.max(e, elapsed) - elapsed
+    end
+    return 1, nil, (w - elapsed) + (sw_earliest(i, st[2], 0, cost) or w)
+  end
   if algo(i) == 2 then
     local limit = param(i, 3)
     if cost > limit then
@@ -132,7 +207,12 @@ end
 
 local function report(out, i, code, st, retry)
   local remaining, reset
-  if algo(i) == 2 then
+  if algo(i) == 3 then
+    local limit, w = param(i, 3), param(i, 2)
+    local budget = math.floor(math.max(limit * w - st[3] * (w - sw_elapsed(i, st)), 0) / w)
+    remaining = math.max(budget - st[2], 0)
+    reset = sw_reset(i, st)
+  elseif algo(i) == 2 then
     remaining = math.max(param(i, 3) - st[2], 0)
     reset = 0
     if st[2] > 0 then
@@ -166,7 +246,9 @@ end
 if mode == 'refund' then
   for i = 1, n do
     local st = current(i)
-    if algo(i) == 2 then
+    if algo(i) == 3 then
+      st = {st[1], math.max(st[2] - cost_of(i), 0), st[3]}
+    elseif algo(i) == 2 then
       st = {st[1], math.max(st[2] - cost_of(i), 0)}
     else
       st = math.max(load(i) - cost_of(i) * param(i, 2), 0)

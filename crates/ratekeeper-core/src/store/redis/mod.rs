@@ -9,12 +9,14 @@
 //! - **One Lua script, one round trip per decision.** `limiter.lua` holds the twin of each
 //!   supported algorithm with the state layouts of [`algorithm`](crate::algorithm): GCRA
 //!   ([`Gcra`](crate::algorithm::Gcra), also the leaky-bucket meter, which is GCRA with
-//!   capacity = queue depth) and the fixed window
-//!   ([`FixedWindow`](crate::algorithm::FixedWindow)), with the same formulas in integer **µs**
+//!   capacity = queue depth), the fixed window
+//!   ([`FixedWindow`](crate::algorithm::FixedWindow)) and the sliding window counter
+//!   ([`SlidingWindow`](crate::algorithm::SlidingWindow); `2 * limit * W` must stay below
+//!   2^53 µs so the doubles of Lua stay exact), with the same formulas in integer **µs**
 //!   (`T` and `W` are the quota's ns values rounded up to a whole µs, so quotas whose `T` and
 //!   `W` are whole µs decide exactly like the memory store: the conformance suite checks it).
 //!   Policies with different algorithms on one client key still run in one atomic call. The
-//!   sliding log, sliding window counter and concurrency algorithms are refused at build time
+//!   sliding log and the concurrency counter are refused at build time
 //!   ([`StoreError::UnsupportedAlgorithm`]) until their twins exist. The script is
 //!   sent with `EVALSHA`; on `NOSCRIPT` (after a restart or a `SCRIPT FLUSH`) the
 //!   [`redis::Script`] type loads it and retries, so no manual step is ever needed.
@@ -53,8 +55,10 @@
 //! policy are not charged a second time when a paused Redis resumes.
 //!
 //! A **negative cache** remembers denials: until `retry_after` has passed, the same request
-//! (same policies, keys and cost) is denied locally without a round trip. For GCRA this is
-//! exact: nothing the key's other requests do can make it pass sooner (refunds aside).
+//! (same policies, keys and cost) is denied locally without a round trip. For GCRA and the
+//! fixed window this is exact, headers included: nothing the key's other requests do can make
+//! it pass sooner (refunds aside). Sliding-window denials are not cached (their estimate, and
+//! so their headers, move with time).
 //!
 //! # Example
 //!
@@ -191,6 +195,10 @@ enum Conn {
 /// Script algorithm codes (see `limiter.lua`).
 const ALGO_GCRA: u64 = 1;
 const ALGO_FIXED_WINDOW: u64 = 2;
+const ALGO_SLIDING_WINDOW: u64 = 3;
+
+/// Lua numbers are doubles: integers are exact up to 2^53.
+const MAX_EXACT: u64 = 1 << 53;
 
 #[derive(Debug, Clone)]
 struct RedisPolicy {
@@ -473,8 +481,9 @@ struct Shared {
 ///
 /// Built with [`RedisStore::builder`]; see the [module docs](self) for the scripts, keys,
 /// TTLs, failure policy, breaker and negative cache. Supports [`Algorithm::Gcra`],
-/// [`Algorithm::LeakyBucket`] (as a meter) and [`Algorithm::FixedWindow`]; other algorithms are
-/// refused at build time with [`StoreError::UnsupportedAlgorithm`].
+/// [`Algorithm::LeakyBucket`] (as a meter), [`Algorithm::FixedWindow`] and
+/// [`Algorithm::SlidingWindow`]; the others are refused at build time with
+/// [`StoreError::UnsupportedAlgorithm`].
 ///
 /// # Runtime
 ///
@@ -618,6 +627,11 @@ impl RedisStore {
                 self.fail(&charges, StoreError::Unavailable(Box::new(BreakerOpen))),
             );
         }
+        let cacheable = charges.iter().all(|(p, _, _)| {
+            self.policies
+                .get(p.index())
+                .is_some_and(|p| p.algo != ALGO_SLIDING_WINDOW)
+        });
         let this = self.handle();
         Checked::Pending(Box::pin(async move {
             let run = this.shared.run(&groups, charges.len());
@@ -629,7 +643,7 @@ impl RedisStore {
                 Ok(decisions) => {
                     this.shared.breaker.success();
                     this.shared.redis_decisions.fetch_add(1, Ordering::Relaxed);
-                    this.negative_update(&charges, &decisions);
+                    this.negative_update(&charges, &decisions, cacheable);
                     Ok(decisions)
                 }
                 Err(err) => {
@@ -738,7 +752,7 @@ impl Handle {
 
     /// After a Redis decision: an allowed request changed the state of its pairs, so their
     /// cached entries go; a denial is remembered until `retry_after`.
-    fn negative_update(&self, charges: &[OwnedCharge], decisions: &Decisions) {
+    fn negative_update(&self, charges: &[OwnedCharge], decisions: &Decisions, cacheable: bool) {
         let Some(cache) = &self.shared.negative else {
             return;
         };
@@ -753,6 +767,12 @@ impl Handle {
         let Some(retry) = decisions.retry_after() else {
             return;
         };
+        // Only where the cached headers stay exact: GCRA (remaining follows from reset) and
+        // the fixed window (nothing changes until the window ends). A sliding-window
+        // estimate moves with time, so those denials always ask Redis.
+        if !cacheable {
+            return;
+        }
         if decisions.is_allowed() || retry.is_zero() {
             return;
         }
@@ -903,6 +923,19 @@ impl Store<Key> for RedisStore {
                     quota.limit(),
                     w_us,
                 )
+            }
+            Algorithm::SlidingWindow => {
+                let w_us = quota.period_nanos().div_ceil(1_000).max(1);
+                let limit = u64::from(quota.limit());
+                // The estimate multiplies counts by W: keep 2 * limit * W exact in a double.
+                if w_us.saturating_mul(limit).saturating_mul(2) > MAX_EXACT {
+                    return Err(StoreError::UnsupportedQuota(format!(
+                        "policy {:?}: 2 * limit * window is more than 2^53 µs, the Redis store's \
+                         sliding window counter cannot compute it exactly",
+                        policy.name()
+                    )));
+                }
+                (ALGO_SLIDING_WINDOW, [w_us, limit, 0], quota.limit(), w_us)
             }
             other => return Err(StoreError::UnsupportedAlgorithm(other)),
         };
