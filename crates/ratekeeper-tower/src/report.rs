@@ -108,7 +108,8 @@ pub static RATELIMIT_RESET: HeaderName = HeaderName::from_static("ratelimit-rese
 /// `RateLimit-Degraded`: set on a response that a degraded-response fallback produced
 /// instead of a 429 (see [`crate::rate_limit::Fallback`]). Its value is a Structured Field
 /// String (RFC 9651 §3.3.3) naming the policy that limited the request, e.g.
-/// `RateLimit-Degraded: "burst"`. This field is ratekeeper's own, not part of any standard.
+/// `RateLimit-Degraded: "burst"`, or `"store-unavailable"` when the store could not decide.
+/// This field is ratekeeper's own, not part of any standard.
 pub static RATELIMIT_DEGRADED: HeaderName = HeaderName::from_static("ratelimit-degraded");
 
 /// The problem type of a 429 (draft-ietf-httpapi-ratelimit-headers, IANA HTTP problem types).

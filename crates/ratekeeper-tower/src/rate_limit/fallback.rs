@@ -12,21 +12,28 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use super::{RateLimit, RateLimitLayer};
+use ratekeeper_core::store::{FailureAction, StoreDegraded};
+
 use crate::report::RATELIMIT_DEGRADED;
 
 /// Marks a request that the rate limit denied, so that [`Fallback`] answers it.
 #[derive(Debug, Clone)]
 pub(crate) struct Degrade {
     policy: Arc<str>,
+    reason: &'static str,
 }
 
 impl Degrade {
     pub(crate) fn new(policy: &str) -> Self {
         Self {
             policy: Arc::from(policy),
+            reason: "limited",
         }
     }
 }
+
+/// The `RateLimit-Degraded` value when the store could not decide.
+const STORE_UNAVAILABLE: &str = "store-unavailable";
 
 /// A [`RateLimitLayer`] whose limited requests go to a fallback service instead of getting
 /// a 429; made by [`RateLimitLayer::with_fallback`].
@@ -40,7 +47,11 @@ impl<K, Co, St> RateLimitLayer<K, Co, St> {
     /// handler via `Handler::with_state`) that answers cheaply, for example from a stale
     /// cache. Its responses get the rate-limit headers and `RateLimit-Degraded: "<policy>"`
     /// ([`RATELIMIT_DEGRADED`]), and each one increments the `metrics` counter
-    /// `ratekeeper_degraded_total` (label `policy`). The handler can read the decision with
+    /// `ratekeeper_degraded_total` (labels `policy` and `reason="limited"`). When a shared
+    /// store cannot decide and its failure policy is
+    /// [`FailureAction::Degrade`](ratekeeper_core::store::FailureAction::Degrade), the fallback
+    /// answers too, marked `RateLimit-Degraded: "store-unavailable"` (label
+    /// `reason="store_unavailable"`; no rate-limit headers). The handler can read the decision with
     /// [`Info`](crate::info::Info) (`is_limited()` is true).
     ///
     /// In [`Mode::Delay`](super::Mode::Delay) the fallback answers the requests that could not
@@ -160,14 +171,25 @@ where
     }
 
     fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
-        match req.extensions_mut().remove::<Degrade>() {
-            Some(Degrade { policy }) => {
-                metrics::counter!("ratekeeper_degraded_total", "policy" => policy.to_string())
-                    .increment(1);
-                tracing::info!(
-                    policy = &*policy,
-                    "rate limited; answering with the fallback"
-                );
+        let degrade = req.extensions_mut().remove::<Degrade>().or_else(|| {
+            // The store could not decide and its failure policy is `Degrade`.
+            req.extensions()
+                .get::<StoreDegraded>()
+                .filter(|d| d.action == FailureAction::Degrade)
+                .map(|_| Degrade {
+                    policy: Arc::from(STORE_UNAVAILABLE),
+                    reason: "store_unavailable",
+                })
+        });
+        match degrade {
+            Some(Degrade { policy, reason }) => {
+                metrics::counter!(
+                    "ratekeeper_degraded_total",
+                    "policy" => policy.to_string(),
+                    "reason" => reason,
+                )
+                .increment(1);
+                tracing::info!(policy = &*policy, reason, "answering with the fallback");
                 FallbackFuture {
                     kind: Kind::Readying {
                         fallback: self.fallback.clone(),
@@ -331,5 +353,36 @@ mod tests {
             }
         });
         assert_eq!(count.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn store_degraded_requests_go_to_the_fallback_only_under_degrade() {
+        let mut svc = Fallback {
+            inner: service_fn(answer("fresh")),
+            fallback: service_fn(answer("cached")),
+        };
+        for (action, want, marker) in [
+            (
+                FailureAction::Degrade,
+                "cached",
+                Some("\"store-unavailable\""),
+            ),
+            (FailureAction::Allow, "fresh", None),
+        ] {
+            let mut req = Request::new(());
+            req.extensions_mut().insert(StoreDegraded { action });
+            let future = pin!(svc.call(req));
+            let mut cx = Context::from_waker(Waker::noop());
+            let Poll::Ready(Ok(res)) = future.poll(&mut cx) else {
+                panic!("ready services answer at once");
+            };
+            assert_eq!(res.body(), want);
+            assert_eq!(
+                res.headers()
+                    .get(&RATELIMIT_DEGRADED)
+                    .map(|v| v.to_str().unwrap()),
+                marker
+            );
+        }
     }
 }

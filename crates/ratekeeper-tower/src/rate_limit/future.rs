@@ -8,7 +8,7 @@ use http::header::CONTENT_TYPE;
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use pin_project_lite::pin_project;
 use ratekeeper_core::Key;
-use ratekeeper_core::store::{Checked, Decisions, StoreError};
+use ratekeeper_core::store::{Checked, Decisions, FailureAction, StoreDegraded, StoreError};
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
@@ -38,6 +38,38 @@ impl Answer {
             res.extensions_mut().insert(written);
         }
         res
+    }
+}
+
+/// What the layer does when the store could not decide: the request goes on (marked with a
+/// [`StoreDegraded`] extension for a fallback or handler to read), or a 503 answer
+/// ([`FailureAction::Deny`]: fail closed is not a rate limit, so not a 429; case B18b).
+pub(crate) fn on_store_error<B>(err: &StoreError, req: &mut Request<B>) -> Option<Answer> {
+    let action = err.failure_action();
+    match action {
+        FailureAction::Deny => {
+            tracing::warn!(error = %err, "rate-limit store failed; answering 503 (fail closed)");
+            let mut headers = HeaderMap::new();
+            headers.insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; charset=utf-8"),
+            );
+            headers.insert(
+                http::header::CACHE_CONTROL,
+                HeaderValue::from_static("no-store"),
+            );
+            Some(Answer {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                headers,
+                body: Bytes::from_static(b"rate limiter unavailable\n"),
+                written: None,
+            })
+        }
+        _ => {
+            tracing::warn!(error = %err, %action, "rate-limit store failed; the request goes on without rate-limit headers");
+            req.extensions_mut().insert(StoreDegraded { action });
+            None
+        }
     }
 }
 
@@ -197,11 +229,17 @@ where
             Ok(decisions) if decisions.is_allowed() => self.pass(decisions),
             Ok(decisions) => self.denied(decisions),
             Err(err) => {
-                tracing::warn!(error = %err, "rate-limit store failed; allowing the request (fail open)");
-                let Self { mut inner, req, .. } = self;
-                Kind::Called {
-                    future: inner.call(req),
-                    report: None,
+                let Self {
+                    mut inner, mut req, ..
+                } = self;
+                match on_store_error(&err, &mut req) {
+                    Some(answer) => Kind::Answered {
+                        answer: Some(answer),
+                    },
+                    None => Kind::Called {
+                        future: inner.call(req),
+                        report: None,
+                    },
                 }
             }
         }

@@ -14,6 +14,14 @@
 //! answers rejected requests with another service instead of a 429, and
 //! [`Builder::rejection`] replaces the 429 body (see [`report`](crate::report)).
 //!
+//! When a shared store cannot decide (Redis slow or down), its failure policy
+//! ([`FailureAction`](ratekeeper_core::store::FailureAction), carried by
+//! [`StoreError::Failed`](ratekeeper_core::store::StoreError::Failed)) chooses: the request goes
+//! on without rate-limit headers and with a
+//! [`StoreDegraded`](ratekeeper_core::store::StoreDegraded) request extension (fail open, or
+//! degrade: the hook a fallback reads), or the layer answers `503 Service Unavailable` (fail
+//! closed: not a 429, the client exceeded nothing).
+//!
 //! # Example
 //!
 //! ```

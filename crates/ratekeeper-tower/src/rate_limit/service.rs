@@ -8,7 +8,7 @@ use ratekeeper_core::store::{Charge, Checked, Decisions, Store};
 use smallvec::SmallVec;
 use tower_service::Service;
 
-use super::future::{Answer, Pending, Report, Reported, ResponseFuture};
+use super::future::{Answer, Pending, Report, Reported, ResponseFuture, on_store_error};
 use super::layer::Shared;
 use super::mode::Mode;
 use crate::body::ResponseBody;
@@ -176,10 +176,10 @@ where
                     ResponseFuture::decided(pending, Ok(decisions))
                 }
             }
-            Checked::Ready(Err(err)) => {
-                tracing::warn!(error = %err, "rate-limit store failed; allowing the request (fail open)");
-                ResponseFuture::unchecked(self.inner.call(req))
-            }
+            Checked::Ready(Err(err)) => match on_store_error(&err, &mut req) {
+                Some(answer) => ResponseFuture::answered(answer),
+                None => ResponseFuture::unchecked(self.inner.call(req)),
+            },
             Checked::Pending(check) => {
                 // The ready inner service goes into the future; this one gets a fresh clone
                 // (see the tower-service docs, "Be careful when cloning inner services").
