@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Instructions per check of the memory store and of governor's keyed limiter, counted by
+# callgrind (repeatable on a busy machine, unlike wall time).
+#
+#   scripts/callgrind_store.sh [case...]     # default: every case below
+#
+# Each case runs the `memory_store` bench binary in its fixed-count mode twice (N and 2N
+# checks) and prints (I(2N) - I(N)) / N, so setup and key insertion cancel out.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+N=${N:-100000}
+cases=("$@")
+if [ ${#cases[@]} -eq 0 ]; then
+    for g in allow-hot allow-many deny-hot deny-many; do
+        for l in governor-u64 ratekeeper-u64 governor-IpAddr ratekeeper-Key; do
+            cases+=("$g/$l")
+        done
+    done
+fi
+
+bin=$(cargo bench -p ratekeeper-core --bench memory_store --no-run --message-format=json 2>/dev/null |
+    sed -n 's/.*"executable":"\([^"]*memory_store[^"]*\)".*/\1/p' | tail -1)
+[ -x "$bin" ] || { echo "bench binary not found" >&2; exit 1; }
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+count() { # case iters -> instructions
+    RK_BENCH_CASE=$1 RK_BENCH_ITERS=$2 valgrind --tool=callgrind \
+        --callgrind-out-file="$tmp/out" "$bin" 2>&1 >/dev/null |
+        sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
+}
+printf '%-34s %12s\n' case instr/check
+for c in "${cases[@]}"; do
+    a=$(count "$c" "$N")
+    b=$(count "$c" $((2 * N)))
+    printf '%-34s %12.1f\n' "$c" "$(echo "($b - $a) / $N" | bc -l)"
+done
