@@ -4,16 +4,17 @@
 #
 #   scripts/callgrind_store.sh [case...]     # default: every case below
 #
-# Each case runs the `memory_store` bench binary in its fixed-count mode twice (N and 2N
-# checks) and prints (I(2N) - I(N)) / N, so setup and key insertion cancel out.
+# Each case runs the `memory_store` bench binary in its fixed-count mode (RK_BENCH_CASE,
+# RK_BENCH_ITERS) and counts only the measured loop (--toggle-collect), so setup, key
+# insertion and clock calibration are left out. Prints instructions per check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-N=${N:-100000}
+N=${N:-200000}
 cases=("$@")
 if [ ${#cases[@]} -eq 0 ]; then
     for g in allow-hot allow-many deny-hot deny-many; do
-        for l in governor-u64 ratekeeper-u64 governor-IpAddr ratekeeper-Key; do
+        for l in governor-u64 ratekeeper-u64 governor-IpAddr ratekeeper-Key governor+foldhash-u64; do
             cases+=("$g/$l")
         done
     done
@@ -25,14 +26,10 @@ bin=$(cargo bench -p ratekeeper-core --bench memory_store --no-run --message-for
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-count() { # case iters -> instructions
-    RK_BENCH_CASE=$1 RK_BENCH_ITERS=$2 valgrind --tool=callgrind \
-        --callgrind-out-file="$tmp/out" "$bin" 2>&1 >/dev/null |
-        sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
-}
 printf '%-34s %12s\n' case instr/check
 for c in "${cases[@]}"; do
-    a=$(count "$c" "$N")
-    b=$(count "$c" $((2 * N)))
-    printf '%-34s %12.1f\n' "$c" "$(echo "($b - $a) / $N" | bc -l)"
+    ir=$(RK_BENCH_CASE=$c RK_BENCH_ITERS=$N valgrind --tool=callgrind \
+        --toggle-collect='*measured_loop*' --callgrind-out-file="$tmp/out" "$bin" 2>&1 >/dev/null |
+        sed -n 's/.*Collected : \([0-9]*\).*/\1/p')
+    printf '%-34s %12.1f\n' "$c" "$(echo "$ir / $N" | bc -l)"
 done

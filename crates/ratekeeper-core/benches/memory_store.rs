@@ -294,6 +294,16 @@ fn print_ratios(since: SystemTime) {
     }
 }
 
+/// The checks callgrind counts (`--toggle-collect=*measured_loop*`): setup is excluded.
+#[inline(never)]
+fn measured_loop<K, L: Limiter<K>>(l: &L, keys: &[K], iters: usize) -> usize {
+    let mut allowed = 0usize;
+    for i in 0..iters {
+        allowed += usize::from(l.check(black_box(&keys[i % keys.len()])));
+    }
+    allowed
+}
+
 /// Callgrind mode: one case, a fixed number of checks, no criterion.
 fn run_fixed(case: &str, iters: usize) {
     let Some((group, limiter)) = case.split_once('/') else {
@@ -308,10 +318,7 @@ fn run_fixed(case: &str, iters: usize) {
     };
     fn go<K, L: Limiter<K>>(l: &L, keys: &[K], verdict: Verdict, iters: usize) {
         prime(l, keys, verdict);
-        let mut allowed = 0usize;
-        for i in 0..iters {
-            allowed += usize::from(l.check(black_box(&keys[i % keys.len()])));
-        }
+        let allowed = measured_loop(l, keys, iters);
         println!("{allowed} of {iters} allowed");
     }
     match limiter {
