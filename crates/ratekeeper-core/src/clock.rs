@@ -170,7 +170,10 @@ mod tests {
         let elapsed_ns = c.now() - start;
         let os_ns = u64::try_from(before.elapsed().as_nanos()).unwrap();
         assert!(elapsed_ns >= 19_000_000, "{elapsed_ns} ns");
-        assert!(elapsed_ns <= os_ns + 1_000_000, "{elapsed_ns} ns > {os_ns} ns");
+        assert!(
+            elapsed_ns <= os_ns + 1_000_000,
+            "{elapsed_ns} ns > {os_ns} ns"
+        );
         assert!(clone.now() >= start + 19_000_000);
     }
 }
