@@ -217,7 +217,9 @@ fn problem_json<'a>(
             out.extend_from_slice(b" s");
         }
         None => {
-            out.extend_from_slice(b"the request's cost is larger than the burst of policy ");
+            out.extend_from_slice(
+                b"the request's cost is larger than the capacity (burst) of policy ",
+            );
             names(&mut out, b", ", false);
             out.extend_from_slice(b": it can never be allowed");
         }
@@ -282,7 +284,7 @@ mod tests {
                 violated.join(", ")
             ),
             None => format!(
-                "the request's cost is larger than the burst of policy {}: it can never be \
+                "the request's cost is larger than the capacity (burst) of policy {}: it can never be \
                  allowed",
                 violated.join(", ")
             ),
