@@ -12,6 +12,11 @@
 # then measures. Prints every run, the median req/s per mode, the ratio of medians vs bare,
 # and the median of the per-round ratios vs bare (paired, more robust to drift).
 #
+# It also reads the server's CPU time (utime + stime from /proc/<pid>/stat) around each run
+# and prints requests per server CPU-second: with the server saturating its core this is the
+# throughput it would reach alone, and it is far less sensitive to other processes taking the
+# CPUs than wall-clock req/s (a descheduled server accrues no CPU time).
+#
 # Needs wrk (Debian: apt-get install -y wrk), curl and taskset.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +30,7 @@ PORT=${PORT:-38080}
 MODES=("$@")
 [ ${#MODES[@]} -gt 0 ] || MODES=(bare allow reject governor_allow governor_reject)
 
-for tool in wrk curl taskset; do
+for tool in wrk curl taskset bc; do
     command -v "$tool" >/dev/null || { echo "$tool is required" >&2; exit 1; }
 done
 
@@ -40,6 +45,11 @@ cleanup() {
     rm -f "$results" "$log"
 }
 trap cleanup EXIT
+
+CLK_TCK=$(getconf CLK_TCK)
+cpu_ticks() { # pid -> utime + stime in clock ticks (fields 14 and 15; comm has no spaces here)
+    awk '{print $14 + $15}' "/proc/$1/stat"
+}
 
 expected_status() {
     case $1 in
@@ -66,15 +76,20 @@ run_one() { # mode round
         exit 1
     fi
     taskset -c "$CLIENT_CPU" wrk -t1 -c"$CONNECTIONS" -d1s "$url" >/dev/null
-    local out rps non2xx
+    local out rps non2xx requests cpu0 cpu1 per_cpu
+    cpu0=$(cpu_ticks "$pid")
     out=$(taskset -c "$CLIENT_CPU" wrk -t1 -c"$CONNECTIONS" -d"${DURATION}s" "$url")
+    cpu1=$(cpu_ticks "$pid")
     rps=$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")
+    requests=$(awk '/requests in/ {print $1}' <<<"$out")
     non2xx=$(awk '/Non-2xx or 3xx responses:/ {print $5}' <<<"$out")
+    per_cpu=$(echo "$requests * $CLK_TCK / ($cpu1 - $cpu0)" | bc -l)
     kill "$pid"
     wait "$pid" 2>/dev/null || true
     pid=
-    printf 'round %d  %-16s %10.0f req/s  non-2xx: %s\n' "$round" "$mode" "$rps" "${non2xx:-0}" >&2
-    echo "$round $mode $rps" >>"$results"
+    printf 'round %d  %-16s %10.0f req/s %10.0f req/CPU-s  non-2xx: %s\n' \
+        "$round" "$mode" "$rps" "$per_cpu" "${non2xx:-0}" >&2
+    echo "$round $mode $rps $per_cpu" >>"$results"
 }
 
 n=${#MODES[@]}
@@ -87,16 +102,20 @@ done
 echo
 echo "machine: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "wrk -t1 -c$CONNECTIONS -d${DURATION}s, $ROUNDS rounds, server on CPU $SERVER_CPU, wrk on CPU $CLIENT_CPU"
-printf '%-16s %12s %14s %16s\n' mode 'median req/s' 'ratio vs bare' 'paired ratio'
+printf '%-16s %12s %8s %8s %14s %8s\n' mode 'req/s' 'ratio' 'paired' 'req/CPU-s' 'ratio'
 median() { sort -g | awk '{v[NR]=$1} END {if (NR % 2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
-bare=$(awk '$2=="bare" {print $3}' "$results" | median)
+col() { awk -v m="$1" -v c="$2" '$2==m {print $c}' "$results" | median; }
+bare=$(col bare 3)
+bare_cpu=$(col bare 4)
 for mode in "${MODES[@]}"; do
-    m=$(awk -v m="$mode" '$2==m {print $3}' "$results" | median)
+    m=$(col "$mode" 3)
+    c=$(col "$mode" 4)
     paired=$(awk -v m="$mode" '$2=="bare" {b[$1]=$3} $2==m {x[$1]=$3}
         END {for (r in x) if (r in b) print x[r]/b[r]}' "$results" | median)
     if [ -n "$bare" ]; then
-        printf '%-16s %12.0f %14.3f %16.3f\n' "$mode" "$m" "$(echo "$m / $bare" | bc -l)" "${paired:-0}"
+        printf '%-16s %12.0f %8.3f %8.3f %14.0f %8.3f\n' "$mode" "$m" "$(echo "$m / $bare" | bc -l)" \
+            "${paired:-0}" "$c" "$(echo "$c / $bare_cpu" | bc -l)"
     else
-        printf '%-16s %12.0f %14s %16s\n' "$mode" "$m" - -
+        printf '%-16s %12.0f %8s %8s %14.0f %8s\n' "$mode" "$m" - - "$c" -
     fi
 done
