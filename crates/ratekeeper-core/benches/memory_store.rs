@@ -398,6 +398,20 @@ fn print_ratios(since: SystemTime) {
     }
 }
 
+/// The checks callgrind counts (`--toggle-collect=*measured_loop*`): setup is excluded.
+#[inline(never)]
+fn measured_loop<K, L: Limiter<K>>(l: &L, keys: &[K], iters: usize) -> usize {
+    let (mut allowed, mut i) = (0usize, 0usize);
+    for _ in 0..iters {
+        allowed += usize::from(l.check(black_box(&keys[i])));
+        i += 1;
+        if i == keys.len() {
+            i = 0;
+        }
+    }
+    allowed
+}
+
 /// Callgrind mode: one case, a fixed number of checks, no criterion.
 fn run_fixed(case: &str, iters: usize) {
     let Some((group, limiter)) = case.split_once('/') else {
