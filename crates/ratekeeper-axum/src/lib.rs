@@ -36,5 +36,5 @@
 pub use ratekeeper_core::{self as core, Algorithm, Decision, Key, Outcome, Policy, Quota};
 pub use ratekeeper_tower::{
     self as tower, BuildError, GlobalKey, KeyError, KeyExtractor, PeerIp, RateLimit,
-    RateLimitBuilder, RateLimitLayer, cost, key, report,
+    RateLimitBuilder, RateLimitLayer, cors, cost, key, policy, report, route,
 };

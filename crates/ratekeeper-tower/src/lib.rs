@@ -14,7 +14,10 @@
 //! ```
 //!
 //! See [`rate_limit`] for a complete example, [`key`] for who is limited, [`cost`] for what a
-//! request costs and [`report`] for the headers and 429 bodies clients see.
+//! request costs, [`policy`] for choosing policies per request (tiers, per-policy keys,
+//! exemptions, refunds after the response), [`route`] for per-route costs and limits keyed by
+//! route template, [`cors`] for preflights, and [`report`] for the headers and 429 bodies
+//! clients see.
 //!
 //! Design note: headers and problem+json bodies are rendered here rather than in
 //! `ratekeeper-axum`, because they are plain `http` and hyper and tonic users need them too;
@@ -24,13 +27,16 @@
 //!
 //! | feature | adds |
 //! |---|---|
-//! | `axum` | [`PeerIp`] also reads axum's `ConnectInfo<SocketAddr>` |
+//! | `axum` | [`PeerIp`] also reads axum's `ConnectInfo<SocketAddr>`; [`route`] reads axum's `MatchedPath` |
 
 pub mod body;
+pub mod cors;
 pub mod cost;
 pub mod key;
+pub mod policy;
 pub mod rate_limit;
 pub mod report;
+pub mod route;
 
 pub use key::{GlobalKey, KeyError, KeyExtractor, PeerIp};
 pub use rate_limit::{BuildError, Builder as RateLimitBuilder, RateLimit, RateLimitLayer};

@@ -120,9 +120,12 @@ impl Reporter {
     }
 
     /// The 429 for a denial: status, headers and the problem+json body.
+    /// `policies` gives the layer's policy index of each decision (a request may be charged
+    /// to a subset of the layer's policies).
     pub(crate) fn limited(
         &self,
         decisions: &Decisions,
+        policies: impl Iterator<Item = usize>,
         unix_now: impl FnOnce() -> Duration,
     ) -> (StatusCode, HeaderMap, Bytes) {
         let mut headers = HeaderMap::new();
@@ -135,9 +138,9 @@ impl Reporter {
         let violated: Vec<&str> = decisions
             .as_slice()
             .iter()
-            .zip(&self.names)
+            .zip(policies)
             .filter(|(d, _)| d.is_denied())
-            .map(|(_, n)| &**n)
+            .filter_map(|(_, i)| self.names.get(i).map(|n| &**n))
             .collect();
         let detail = match decisions.retry_after() {
             Some(wait) => {
@@ -192,7 +195,8 @@ mod tests {
             0,
             Duration::from_millis(1),
         );
-        let (status, headers, body) = reporter().limited(&Decisions::new([d]), || Duration::ZERO);
+        let (status, headers, body) =
+            reporter().limited(&Decisions::new([d]), 0..1, || Duration::ZERO);
         assert_eq!(status, 429);
         assert_eq!(headers[RETRY_AFTER], "1");
         assert_eq!(headers[&X_RATELIMIT_RESET], "1");
@@ -205,7 +209,7 @@ mod tests {
     #[test]
     fn cannot_fit_has_no_retry_after() {
         let d = Decision::new(Outcome::CannotFit, 10, 10, Duration::ZERO);
-        let (_, headers, body) = reporter().limited(&Decisions::new([d]), || Duration::ZERO);
+        let (_, headers, body) = reporter().limited(&Decisions::new([d]), 0..1, || Duration::ZERO);
         assert!(headers.get(RETRY_AFTER).is_none());
         assert!(String::from_utf8(body.to_vec()).unwrap().contains("never"));
     }

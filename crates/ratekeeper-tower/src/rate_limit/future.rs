@@ -12,6 +12,7 @@ use tower_service::Service;
 
 use crate::body::ResponseBody;
 use crate::key::KeyError;
+use crate::policy::Applied;
 
 /// A response the layer writes itself.
 #[derive(Debug)]
@@ -33,8 +34,10 @@ impl Answer {
 /// Renders decisions; implemented by the layer's shared state (type-erased so the future does
 /// not carry the key, cost and store types).
 pub(crate) trait Report: Send + Sync {
-    fn headers(&self, decisions: &Decisions, headers: &mut HeaderMap);
-    fn limited(&self, decisions: &Decisions) -> Answer;
+    fn headers(&self, decisions: &Decisions, applied: &Applied, headers: &mut HeaderMap);
+    fn limited(&self, decisions: &Decisions, applied: &Applied) -> Answer;
+    /// Refunds the charges a policy's settle rule gives back for this status.
+    fn settle(&self, applied: &Applied, status: StatusCode);
 }
 
 pin_project! {
@@ -52,7 +55,7 @@ pin_project! {
         Called {
             #[pin]
             future: F,
-            report: Option<(Arc<dyn Report>, Decisions)>,
+            report: Option<(Arc<dyn Report>, Decisions, Applied)>,
         },
         // The layer answers itself (429, or a key error).
         Answered {
@@ -65,16 +68,22 @@ pin_project! {
             inner: Option<S>,
             req: Option<Req>,
             report: Arc<dyn Report>,
+            applied: Applied,
         },
     }
 }
 
 impl<F, S, Req, SF> ResponseFuture<F, S, Req, SF> {
-    pub(crate) fn called(future: F, report: Arc<dyn Report>, decisions: Decisions) -> Self {
+    pub(crate) fn called(
+        future: F,
+        report: Arc<dyn Report>,
+        decisions: Decisions,
+        applied: Applied,
+    ) -> Self {
         Self {
             kind: Kind::Called {
                 future,
-                report: Some((report, decisions)),
+                report: Some((report, decisions, applied)),
             },
         }
     }
@@ -117,13 +126,20 @@ impl<F, S, Req, SF> ResponseFuture<F, S, Req, SF> {
         })
     }
 
-    pub(crate) fn checking(check: SF, inner: S, req: Req, report: Arc<dyn Report>) -> Self {
+    pub(crate) fn checking(
+        check: SF,
+        inner: S,
+        req: Req,
+        report: Arc<dyn Report>,
+        applied: Applied,
+    ) -> Self {
         Self {
             kind: Kind::Checking {
                 check,
                 inner: Some(inner),
                 req: Some(req),
                 report,
+                applied,
             },
         }
     }
@@ -144,8 +160,9 @@ where
                 KindProj::Called { future, report } => {
                     let res = ready!(future.poll(cx))?;
                     let (mut parts, body) = res.into_parts();
-                    if let Some((report, decisions)) = report.take() {
-                        report.headers(&decisions, &mut parts.headers);
+                    if let Some((report, decisions, applied)) = report.take() {
+                        report.settle(&applied, parts.status);
+                        report.headers(&decisions, &applied, &mut parts.headers);
                     }
                     return Poll::Ready(Ok(Response::from_parts(parts, ResponseBody::inner(body))));
                 }
@@ -162,6 +179,7 @@ where
                     inner,
                     req,
                     report,
+                    applied,
                 } => {
                     let result = ready!(check.poll(cx));
                     let (Some(mut inner), Some(req)) = (inner.take(), req.take()) else {
@@ -171,10 +189,10 @@ where
                     let next = match result {
                         Ok(decisions) if decisions.is_allowed() => Kind::Called {
                             future: inner.call(req),
-                            report: Some((Arc::clone(report), decisions)),
+                            report: Some((Arc::clone(report), decisions, std::mem::take(applied))),
                         },
                         Ok(decisions) => Kind::Answered {
-                            answer: Some(report.limited(&decisions)),
+                            answer: Some(report.limited(&decisions, applied)),
                         },
                         Err(err) => {
                             tracing::warn!(error = %err, "rate-limit store failed; allowing the request (fail open)");

@@ -48,5 +48,6 @@ mod layer;
 mod service;
 
 pub use future::ResponseFuture;
+pub(crate) use layer::Shared;
 pub use layer::{BuildError, Builder, RateLimitLayer};
 pub use service::RateLimit;

@@ -4,8 +4,7 @@ use std::task::{Context, Poll};
 
 use http::{Request, Response};
 use ratekeeper_core::Key;
-use ratekeeper_core::store::{Charge, Checked, Decisions, Store};
-use smallvec::SmallVec;
+use ratekeeper_core::store::{Checked, Decisions, Store};
 use tower_service::Service;
 
 use super::future::{Answer, Report, ResponseFuture};
@@ -13,18 +12,25 @@ use super::layer::Shared;
 use crate::body::ResponseBody;
 use crate::cost::Cost;
 use crate::key::{KeyExtractor, PeerIp};
+use crate::policy::{AllPolicies, Applied, Prepared, Resolve};
 
 /// The rate-limiting service: decides in `call`, answers a denied request with a 429 without
 /// calling the inner service, and adds rate-limit headers to the inner service's responses.
 ///
 /// `poll_ready` only forwards to the inner service: readiness never consumes quota.
-pub struct RateLimit<S, K = PeerIp, Co = u64, St = ratekeeper_core::store::MemoryStore<Key>> {
+pub struct RateLimit<
+    S,
+    K = PeerIp,
+    Co = u64,
+    St = ratekeeper_core::store::MemoryStore<Key>,
+    R = AllPolicies,
+> {
     inner: S,
-    shared: Arc<Shared<K, Co, St>>,
+    shared: Arc<Shared<K, Co, St, R>>,
 }
 
-impl<S, K, Co, St> RateLimit<S, K, Co, St> {
-    pub(crate) fn from_shared(inner: S, shared: Arc<Shared<K, Co, St>>) -> Self {
+impl<S, K, Co, St, R> RateLimit<S, K, Co, St, R> {
+    pub(crate) fn from_shared(inner: S, shared: Arc<Shared<K, Co, St, R>>) -> Self {
         Self { inner, shared }
     }
 
@@ -44,12 +50,12 @@ impl<S, K, Co, St> RateLimit<S, K, Co, St> {
     }
 
     /// A layer that builds services sharing this service's state.
-    pub fn layer(&self) -> super::RateLimitLayer<K, Co, St> {
+    pub fn layer(&self) -> super::RateLimitLayer<K, Co, St, R> {
         super::RateLimitLayer::from_shared(Arc::clone(&self.shared))
     }
 }
 
-impl<S: Clone, K, Co, St> Clone for RateLimit<S, K, Co, St> {
+impl<S: Clone, K, Co, St, R> Clone for RateLimit<S, K, Co, St, R> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
@@ -58,7 +64,7 @@ impl<S: Clone, K, Co, St> Clone for RateLimit<S, K, Co, St> {
     }
 }
 
-impl<S: fmt::Debug, K, Co, St> fmt::Debug for RateLimit<S, K, Co, St> {
+impl<S: fmt::Debug, K, Co, St, R> fmt::Debug for RateLimit<S, K, Co, St, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimit")
             .field("inner", &self.inner)
@@ -67,19 +73,30 @@ impl<S: fmt::Debug, K, Co, St> fmt::Debug for RateLimit<S, K, Co, St> {
     }
 }
 
-impl<K, Co, St> Report for Shared<K, Co, St>
+impl<K, Co, St, R> Report for Shared<K, Co, St, R>
 where
     K: Send + Sync + 'static,
     Co: Send + Sync + 'static,
     St: Store<Key>,
+    R: Send + Sync + 'static,
 {
-    fn headers(&self, decisions: &Decisions, headers: &mut http::HeaderMap) {
+    fn headers(&self, decisions: &Decisions, _applied: &Applied, headers: &mut http::HeaderMap) {
         self.reporter
             .headers(decisions, || self.store.unix_now(), headers);
     }
 
-    fn limited(&self, decisions: &Decisions) -> Answer {
-        let (status, headers, body) = self.reporter.limited(decisions, || self.store.unix_now());
+    fn settle(&self, applied: &Applied, status: http::StatusCode) {
+        let refunds = applied.refunds(&self.rules, &self.ids, status);
+        if !refunds.is_empty() {
+            tracing::debug!(key = %applied.key, %status, "refunding rate-limit charge after the response");
+            self.store.refund(&refunds);
+        }
+    }
+
+    fn limited(&self, decisions: &Decisions, applied: &Applied) -> Answer {
+        let (status, headers, body) = self
+            .reporter
+            .limited(decisions, applied.indices(), || self.store.unix_now());
         Answer {
             status,
             headers,
@@ -88,12 +105,13 @@ where
     }
 }
 
-impl<S, K, Co, St, ReqB, ResB> Service<Request<ReqB>> for RateLimit<S, K, Co, St>
+impl<S, K, Co, St, R, ReqB, ResB> Service<Request<ReqB>> for RateLimit<S, K, Co, St, R>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
     K: KeyExtractor<ReqB>,
     Co: Cost<ReqB>,
     St: Store<Key>,
+    R: Resolve<ReqB>,
 {
     type Response = Response<ResponseBody<ResB>>;
     type Error = S::Error;
@@ -106,24 +124,21 @@ where
 
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
         let shared = &*self.shared;
-        let key = match shared.key.extract(&req) {
-            Ok(key) => key,
-            Err(err) => return ResponseFuture::key_error(&err),
+        let applied = match shared.prepare(&req) {
+            Prepared::Charge(applied) => applied,
+            Prepared::Exempt => return ResponseFuture::unchecked(self.inner.call(req)),
+            Prepared::Failed(err) => return ResponseFuture::key_error(&err),
         };
-        let cost = shared.cost.cost(&req);
-        let charges: SmallVec<[Charge<'_, Key>; 4]> = shared
-            .ids
-            .iter()
-            .map(|&id| Charge::new(id, &key, cost))
-            .collect();
+        let charges = applied.charges(&shared.ids);
         match shared.store.check(&charges) {
             Checked::Ready(Ok(decisions)) => {
+                drop(charges);
                 if decisions.is_allowed() {
                     let report: Arc<dyn Report> = self.shared.clone();
-                    ResponseFuture::called(self.inner.call(req), report, decisions)
+                    ResponseFuture::called(self.inner.call(req), report, decisions, applied)
                 } else {
-                    log_denial(&key, cost, &decisions, &shared.reporter.names);
-                    ResponseFuture::answered(shared.limited(&decisions))
+                    log_denial(&applied, &decisions, &shared.reporter.names);
+                    ResponseFuture::answered(shared.limited(&decisions, &applied))
                 }
             }
             Checked::Ready(Err(err)) => {
@@ -135,18 +150,21 @@ where
                 // (see the tower-service docs, "Be careful when cloning inner services").
                 let clone = self.inner.clone();
                 let ready = std::mem::replace(&mut self.inner, clone);
+                drop(charges);
                 let report: Arc<dyn Report> = self.shared.clone();
-                ResponseFuture::checking(check, ready, req, report)
+                ResponseFuture::checking(check, ready, req, report, applied)
             }
         }
     }
 }
 
-pub(crate) fn log_denial(key: &Key, cost: u64, decisions: &Decisions, names: &[Box<str>]) {
-    let policy = decisions
-        .deciding()
-        .and_then(|i| names.get(i))
+pub(crate) fn log_denial(applied: &Applied, decisions: &Decisions, names: &[Box<str>]) {
+    let entry = decisions.deciding().and_then(|i| applied.entries.get(i));
+    let policy = entry
+        .and_then(|e| names.get(e.index as usize))
         .map_or("", |n| &**n);
+    let key = entry.and_then(|e| e.key.as_ref()).unwrap_or(&applied.key);
+    let cost = entry.map_or(0, |e| e.cost);
     if decisions.is_cannot_fit() {
         tracing::warn!(%key, cost, policy, "request cost is larger than the policy's burst; it can never be allowed");
     } else {
