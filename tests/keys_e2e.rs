@@ -8,6 +8,9 @@
 //! fixed window for these traces; `Retry-After` is the time until one token is back,
 //! `60 / n` s (20 s for 3/min, 30 s for 2/min), where a fixed window answers 60.
 
+// Trace tables are tuples on purpose: one row per request of a case, as in CASES.md.
+#![allow(clippy::type_complexity)]
+
 use std::net::{IpAddr, SocketAddr};
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicUsize, Ordering};

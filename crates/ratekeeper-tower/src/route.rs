@@ -6,11 +6,12 @@
 //! (`/users/{id}/avatar`), read from axum's `MatchedPath` (feature `axum`) or a
 //! [`RouteTemplate`] extension that another router inserts. Whatever spelling reaches a
 //! handler, it is charged that handler's cost and bucket; spellings the router does not
-//! match (a 404) carry no template and get the default cost and only the unscoped policies.
+//! match (a 404) carry no template and get the default cost and only the unscoped policies
+//! (with no unscoped policy they are not limited, and not admitted to any handler either).
 //!
 //! - [`RouteTable`] ([`Resolve`]): per-route costs and route-scoped policies.
 //! - [`MatchedRoute`] ([`KeyExtractor`]): the route itself as a key, for
-//!   `Tuple((MatchedRoute, PeerIp::new()))`.
+//!   `(MatchedRoute, PeerIp::new())`.
 //!
 //! `HEAD` is looked up as `GET` (routers answer `HEAD` with the `GET` handler).
 //!
@@ -175,6 +176,11 @@ impl RouteTable {
             route.policies.push(policy.into());
         }
         self
+    }
+
+    /// Exempts requests for which `predicate` is true.
+    pub fn except<P>(self, predicate: P) -> crate::policy::Except<Self, P> {
+        crate::policy::Except::new(self, predicate)
     }
 
     fn scoped(&self, policy: &str) -> bool {

@@ -16,7 +16,7 @@ use super::{KeyError, KeyExtractor};
 /// use ratekeeper_core::Key;
 /// use ratekeeper_tower::key::{GlobalKey, HeaderKey, KeyExtractor, Or};
 ///
-/// let key = Or::new(HeaderKey::raw(http::header::HeaderName::from_static("x-api-key")), GlobalKey);
+/// let key = Or::new(HeaderKey::raw("x-api-key"), GlobalKey);
 /// assert_eq!(key.extract(&Request::new(())).unwrap(), Key::Global);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,32 +50,28 @@ where
     }
 }
 
-/// Several extractors at once: the key is the tuple of their keys (for example
-/// `(route, client)`), missing when any part is missing.
-///
-/// # Example
+/// Tuples of extractors are extractors: the key is the tuple of their keys (for example
+/// `(MatchedRoute, PeerIp::new())` for a bucket per route and client), missing when any part
+/// is missing. Implemented for pairs and triples.
 ///
 /// ```
 /// use http::Request;
-/// use ratekeeper_tower::key::{GlobalKey, KeyExtractor, Tuple};
+/// use ratekeeper_tower::key::{GlobalKey, KeyExtractor};
 ///
-/// let key = Tuple((GlobalKey, GlobalKey)).extract(&Request::new(())).unwrap();
+/// let key = (GlobalKey, GlobalKey).extract(&Request::new(())).unwrap();
 /// assert_eq!(key.to_string(), "(global,global)");
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Tuple<T>(pub T);
-
-impl<Body, A, B> KeyExtractor<Body> for Tuple<(A, B)>
+impl<Body, A, B> KeyExtractor<Body> for (A, B)
 where
     A: KeyExtractor<Body>,
     B: KeyExtractor<Body>,
 {
     fn extract(&self, req: &Request<Body>) -> Result<Key, KeyError> {
-        Ok(Key::tuple([self.0.0.extract(req)?, self.0.1.extract(req)?]))
+        Ok(Key::tuple([self.0.extract(req)?, self.1.extract(req)?]))
     }
 }
 
-impl<Body, A, B, C> KeyExtractor<Body> for Tuple<(A, B, C)>
+impl<Body, A, B, C> KeyExtractor<Body> for (A, B, C)
 where
     A: KeyExtractor<Body>,
     B: KeyExtractor<Body>,
@@ -83,9 +79,49 @@ where
 {
     fn extract(&self, req: &Request<Body>) -> Result<Key, KeyError> {
         Ok(Key::tuple([
-            self.0.0.extract(req)?,
-            self.0.1.extract(req)?,
-            self.0.2.extract(req)?,
+            self.0.extract(req)?,
+            self.1.extract(req)?,
+            self.2.extract(req)?,
         ]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key::{GlobalKey, HeaderKey, PeerAddr, PeerIp};
+
+    #[test]
+    fn or_falls_back_only_when_missing() {
+        let api = HeaderKey::raw("x-api-key");
+        let chain = api.or(PeerIp::new()).or(GlobalKey);
+        let mut req = Request::new(());
+        // No peer: PeerIp is misconfigured, which is not "missing": no fallback to global.
+        assert!(!chain.extract(&req).unwrap_err().is_missing());
+        req.extensions_mut()
+            .insert(PeerAddr("192.0.2.1:1".parse().unwrap()));
+        assert_eq!(chain.extract(&req).unwrap().to_string(), "ip:192.0.2.1");
+        req.headers_mut().insert("x-api-key", "k".parse().unwrap());
+        assert_eq!(chain.extract(&req).unwrap().to_string(), "(x-api-key,k)");
+    }
+
+    #[test]
+    fn tuples_are_missing_when_a_part_is() {
+        let api = HeaderKey::raw("x-api-key");
+        let mut req = Request::new(());
+        assert!(
+            (GlobalKey, api.clone())
+                .extract(&req)
+                .unwrap_err()
+                .is_missing()
+        );
+        req.headers_mut().insert("x-api-key", "k".parse().unwrap());
+        assert_eq!(
+            (GlobalKey, api, GlobalKey)
+                .extract(&req)
+                .unwrap()
+                .to_string(),
+            "(global,(x-api-key,k),global)"
+        );
     }
 }

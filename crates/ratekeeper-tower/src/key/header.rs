@@ -50,7 +50,17 @@ pub struct Raw;
 
 impl HeaderKey<Raw> {
     /// Keys on the raw header value, as the tuple `(<header name>,<value>)`.
-    pub fn raw(name: HeaderName) -> Self {
+    ///
+    /// # Panics
+    ///
+    /// When `name` is not a valid lower-case header name (a constant in the program; see
+    /// [`HeaderName::from_static`]).
+    pub fn raw(name: &'static str) -> Self {
+        Self::raw_name(HeaderName::from_static(name))
+    }
+
+    /// Like [`HeaderKey::raw`] for a header name built at run time.
+    pub fn raw_name(name: HeaderName) -> Self {
         Self {
             name,
             validate: Raw,
@@ -61,6 +71,11 @@ impl HeaderKey<Raw> {
 impl<V> HeaderKey<V> {
     /// Keys on the principal `validate` maps the header value to; `None` (an unknown or
     /// invalid credential) counts as missing.
+    ///
+    /// # Panics
+    ///
+    /// When `name` is not a valid lower-case header name (a constant in the program; see
+    /// [`HeaderName::from_static`]).
     pub fn validated(name: &'static str, validate: V) -> Self {
         Self {
             name: HeaderName::from_static(name),
@@ -127,7 +142,7 @@ mod tests {
 
     #[test]
     fn raw_values() {
-        let k = HeaderKey::raw(HeaderName::from_static("x-api-key"));
+        let k = HeaderKey::raw("x-api-key");
         assert_eq!(
             k.extract(&req(b"abc")).unwrap().to_string(),
             "(x-api-key,abc)"

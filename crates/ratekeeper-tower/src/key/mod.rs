@@ -13,8 +13,8 @@
 //! - [`UserKey`]: the authenticated user an auth layer put in the request extensions.
 //! - [`MatchedRoute`](crate::route::MatchedRoute): the route template (axum `MatchedPath`).
 //! - [`GlobalKey`]: one budget for everyone.
-//! - [`Or`] (`a.or(b)`): `b` when `a` reports [`KeyError::Missing`]; [`Tuple`]: several keys
-//!   at once, such as (route, client).
+//! - [`Or`] (`a.or(b)`): `b` when `a` reports [`KeyError::Missing`]; tuples `(a, b)` and
+//!   `(a, b, c)`: several keys at once, such as (route, client).
 //!
 //! Every extractor returns a [`KeyError::Missing`] rather than an empty or made-up key, so
 //! a chain such as `UserKey.or(HeaderKey).or(PeerIp)` never merges unrelated clients into one
@@ -43,7 +43,7 @@ mod forwarded;
 mod header;
 mod user;
 
-pub use combine::{Or, Tuple};
+pub use combine::Or;
 pub use forwarded::{ForwardedIp, MAX_HOPS, Source, Trust};
 pub use header::{HeaderKey, MAX_RAW_LEN, Raw};
 pub use user::UserKey;
@@ -220,7 +220,6 @@ impl_or!(
     ForwardedIp,
     HeaderKey<V>,
     UserKey<T, F>,
-    Tuple<T>,
 );
 
 #[cfg(test)]

@@ -500,6 +500,54 @@ impl<K, Co, St, R> Shared<K, Co, St, R> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::convert::Infallible;
+    use std::future::{Ready, ready};
+    use std::num::NonZeroU32;
+
+    use http::{Method, Response};
+    use ratekeeper_core::Quota;
+    use ratekeeper_core::clock::ManualClock;
+    use ratekeeper_core::store::{Checked, Decisions, MemoryStore, Store, StoreError};
+    use tower::{ServiceBuilder, ServiceExt};
+
+    use crate::RateLimitLayer;
+    use crate::key::PeerAddr;
+
+    fn per_minute(n: u32) -> Quota {
+        Quota::per_minute(NonZeroU32::new(n).unwrap())
+    }
+
+    fn req(peer: &str, path: &str) -> Request<()> {
+        let mut req = Request::builder().uri(path).body(()).unwrap();
+        req.extensions_mut()
+            .insert(PeerAddr(format!("{peer}:1").parse().unwrap()));
+        req
+    }
+
+    /// Answers `500` when the path is `/fail`, `200` otherwise.
+    async fn app(req: Request<()>) -> Result<Response<String>, Infallible> {
+        let mut res = Response::new(String::new());
+        if req.uri().path() == "/fail" {
+            *res.status_mut() = StatusCode::INTERNAL_SERVER_ERROR;
+        }
+        Ok(res)
+    }
+
+    /// The memory store answering through the async (`Checked::Pending`) path.
+    struct Pending(MemoryStore<Key, ManualClock>);
+
+    impl Store<Key> for Pending {
+        type Future = Ready<Result<Decisions, StoreError>>;
+        fn register(&mut self, policy: &Policy) -> Result<PolicyId, StoreError> {
+            self.0.register(policy)
+        }
+        fn check(&self, charges: &[Charge<'_, Key>]) -> Checked<Self::Future> {
+            Checked::Pending(ready(self.0.check_now(charges)))
+        }
+        fn refund(&self, charges: &[Charge<'_, Key>]) {
+            self.0.refund(charges);
+        }
+    }
 
     #[test]
     fn settle_rules() {
@@ -525,5 +573,129 @@ mod tests {
             plan.error.as_ref().map(KeyError::status),
             Some(StatusCode::INTERNAL_SERVER_ERROR)
         );
+    }
+
+    #[test]
+    fn unknown_settle_policy_is_a_build_error() {
+        let err = RateLimitLayer::builder()
+            .quota(per_minute(1))
+            .settle("login", Settle::COUNT_UNAUTHORIZED)
+            .build()
+            .unwrap_err();
+        assert!(matches!(err, BuildError::UnknownPolicy(n) if n == "login"));
+    }
+
+    #[tokio::test]
+    async fn exemptions_are_neither_charged_nor_reported() {
+        let layer = RateLimitLayer::builder()
+            .quota(per_minute(1))
+            .exempt_networks(["192.0.2.0/24".parse().unwrap()])
+            .exempt_keys([Key::Ip("198.51.100.1".parse().unwrap())])
+            .resolver(AllPolicies.except(|r: &Request<()>| r.uri().path() == "/health"))
+            .build()
+            .unwrap();
+        let svc = ServiceBuilder::new().layer(layer).service_fn(app);
+        for (peer, path) in [
+            ("192.0.2.7", "/"),
+            ("[::ffff:192.0.2.8]", "/"),
+            ("198.51.100.1", "/"),
+            ("203.0.113.1", "/health"),
+        ] {
+            for _ in 0..3 {
+                let res = svc.clone().oneshot(req(peer, path)).await.unwrap();
+                assert_eq!(res.status(), StatusCode::OK, "{peer}{path}");
+                assert!(res.headers().get("x-ratelimit-limit").is_none());
+            }
+        }
+        let res = svc.clone().oneshot(req("203.0.113.1", "/")).await.unwrap();
+        assert_eq!(res.headers()["x-ratelimit-remaining"], "0");
+        let res = svc.clone().oneshot(req("203.0.113.1", "/")).await.unwrap();
+        assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    }
+
+    #[tokio::test]
+    async fn preflights_are_free_unless_counted() {
+        for counted in [false, true] {
+            let layer = RateLimitLayer::builder()
+                .quota(per_minute(1))
+                .count_preflight(counted)
+                .build()
+                .unwrap();
+            let svc = ServiceBuilder::new().layer(layer).service_fn(app);
+            let preflight = || {
+                let mut r = req("192.0.2.1", "/");
+                *r.method_mut() = Method::OPTIONS;
+                r.headers_mut()
+                    .insert("access-control-request-method", "POST".parse().unwrap());
+                r
+            };
+            svc.clone().oneshot(preflight()).await.unwrap();
+            let second = svc.clone().oneshot(preflight()).await.unwrap();
+            let expected = if counted {
+                StatusCode::TOO_MANY_REQUESTS
+            } else {
+                StatusCode::OK
+            };
+            assert_eq!(second.status(), expected);
+        }
+    }
+
+    #[tokio::test]
+    async fn server_errors_are_refunded() {
+        let layer = RateLimitLayer::builder()
+            .quota(per_minute(1))
+            .settle("default", Settle::REFUND_SERVER_ERRORS)
+            .store(MemoryStore::with_clock(ManualClock::new()))
+            .build()
+            .unwrap();
+        let svc = ServiceBuilder::new().layer(layer).service_fn(app);
+        for _ in 0..5 {
+            let res = svc
+                .clone()
+                .oneshot(req("192.0.2.1", "/fail"))
+                .await
+                .unwrap();
+            assert_eq!(res.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        }
+        let ok = svc.clone().oneshot(req("192.0.2.1", "/")).await.unwrap();
+        assert_eq!(ok.status(), StatusCode::OK);
+        let limited = svc.clone().oneshot(req("192.0.2.1", "/")).await.unwrap();
+        assert_eq!(limited.status(), StatusCode::TOO_MANY_REQUESTS);
+    }
+
+    #[tokio::test]
+    async fn pending_store_path_charges_the_planned_subset_and_settles() {
+        let layer = RateLimitLayer::builder()
+            .policy(Policy::new("wide", per_minute(10)))
+            .policy(Policy::new("narrow", per_minute(1)))
+            .settle("narrow", Settle::REFUND_SERVER_ERRORS)
+            .resolver(resolve_fn(|r: &Request<()>, plan: &mut Plan<'_>| {
+                let cost = plan.cost();
+                plan.charge_with("narrow", Key::from(r.uri().path()), cost);
+            }))
+            .store(Pending(MemoryStore::with_clock(ManualClock::new())))
+            .build()
+            .unwrap();
+        let svc = ServiceBuilder::new().layer(layer).service_fn(app);
+        // Refunded after the 500: never limited.
+        for _ in 0..3 {
+            let res = svc
+                .clone()
+                .oneshot(req("192.0.2.1", "/fail"))
+                .await
+                .unwrap();
+            assert_eq!(res.status(), StatusCode::INTERNAL_SERVER_ERROR);
+            assert_eq!(res.headers()["x-ratelimit-limit"], "1");
+        }
+        let ok = svc.clone().oneshot(req("192.0.2.1", "/a")).await.unwrap();
+        assert_eq!(ok.status(), StatusCode::OK);
+        let limited = svc.clone().oneshot(req("192.0.2.2", "/a")).await.unwrap();
+        assert_eq!(limited.status(), StatusCode::TOO_MANY_REQUESTS);
+        let body = http_body_util::BodyExt::collect(limited.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["violated-policies"], serde_json::json!(["narrow"]));
     }
 }
