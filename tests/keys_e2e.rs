@@ -164,6 +164,42 @@ async fn nat_users_each_get_their_full_budget_and_anonymous_is_limited_by_ip() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tiers_pick_the_policy_by_the_users_plan() {
+    let (_clock, store) = manual_store();
+    let addr = spawn(ratekeeper_examples::tiers_app_with(store)).await;
+    let client = reqwest::Client::new();
+    let url = format!("http://{addr}/");
+    for (token, limit, remaining) in [
+        (Some("tok-alice"), "60", "59"),
+        (Some("tok-bob"), "1000", "999"),
+        (None, "60", "59"),
+        (Some("tok-alice"), "60", "58"),
+    ] {
+        let mut req = client.get(&url);
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        let res = req.send().await.unwrap();
+        assert_eq!(res.status(), 200, "{token:?}");
+        assert_eq!(header(&res, "x-ratelimit-limit"), limit, "{token:?}");
+        assert_eq!(
+            header(&res, "x-ratelimit-remaining"),
+            remaining,
+            "{token:?}"
+        );
+    }
+    // An unknown token is refused by the auth middleware before the limiter.
+    let res = client
+        .get(&url)
+        .bearer_auth("tok-mallory")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 401);
+    assert_eq!(header(&res, "x-ratelimit-limit"), "<absent>");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spoofed_x_forwarded_for_from_an_untrusted_peer_is_keyed_by_the_peer() {
     let (_clock, store) = manual_store();
     let (log, key) = recording(ForwardedIp::trusting(["10.0.0.0/8".parse().unwrap()]));

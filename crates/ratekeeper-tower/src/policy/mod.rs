@@ -22,7 +22,8 @@
 //! After the response, a policy's [`Settle`] rule may give its charge back (refund on a 5xx,
 //! or count only failed logins), through [`Store::refund`](ratekeeper_core::store::Store::refund).
 //! The charge is taken when the request is admitted, so concurrent requests cannot overshoot;
-//! the headers of that response show the state before the refund.
+//! the headers of that response show the state before the refund. When the inner service
+//! fails with an error (no status) or the response future is dropped, the charge is kept.
 //!
 //! # Example: tiers
 //!
@@ -84,7 +85,9 @@ use crate::key::{KeyError, KeyExtractor, PeerIp};
 use crate::rate_limit::Shared;
 
 /// Chooses the policies a request is charged to. Wrap a closure
-/// `Fn(&Request<B>, &mut Plan<'_>)` with [`resolve_fn`].
+/// `Fn(&Request<B>, &mut Plan<'_>)` with [`resolve_fn`] (there is no blanket impl for
+/// closures because the build-time half, [`CheckPolicies`], must not depend on the request
+/// body type, and a blanket impl over closures could not name it).
 pub trait Resolve<B>: CheckPolicies + Send + Sync + 'static {
     /// Adds this request's charges to `plan` (or marks it exempt). A plan with no charge is
     /// exempt.
