@@ -202,17 +202,17 @@ impl<B> Resolve<B> for RouteTable {
         let template = route_template(req);
         let route = template.and_then(|t| self.find(req.method(), t));
         let cost = route.and_then(|r| r.cost).unwrap_or(plan.cost());
-        let names: SmallVec<[Box<str>; 4]> = plan.policies().map(Box::from).collect();
-        for name in &names {
+        let names = plan.names();
+        for (index, name) in (0u32..).zip(names) {
             if !self.scoped(name) {
-                plan.charge_cost(name, cost);
+                plan.push(index, None, cost);
             } else if let (Some(route), Some(template)) = (route, template) {
                 if route.policies.iter().any(|p| p == name) {
                     let key = Key::tuple([
                         route_key(lookup_method(req.method()), template),
                         plan.key().clone(),
                     ]);
-                    plan.charge_with(name, key, cost);
+                    plan.push(index, Some(key), cost);
                 }
             }
         }

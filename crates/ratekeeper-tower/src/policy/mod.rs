@@ -312,6 +312,16 @@ impl<'a> Plan<'a> {
         self.names.iter().map(|n| &**n)
     }
 
+    /// The layer's policy names, borrowed from the layer (not from the plan).
+    pub(crate) fn names(&self) -> &'a [Box<str>] {
+        self.names
+    }
+
+    /// Charges the policy at `index` (already known to be valid).
+    pub(crate) fn push(&mut self, index: u32, key: Option<Key>, cost: u64) {
+        self.entries.push(Entry { index, key, cost });
+    }
+
     fn index(&mut self, policy: &str) -> Option<u32> {
         let found = self
             .names
