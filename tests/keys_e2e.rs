@@ -3,10 +3,9 @@
 //! needs peers other than 127.0.0.1 (B01, B02, B25).
 //!
 //! Every limiter here uses a `ManualClock` store, so time only moves when a test says so.
-//! Algorithm: GCRA (the fixed-window algorithm has not landed). For a quota of `n` per
-//! 60,000 ms with burst `n`, GCRA gives the same statuses and `Remaining` values as the
-//! fixed window for these traces; `Retry-After` is the time until one token is back,
-//! `60 / n` s (20 s for 3/min, 30 s for 2/min), where a fixed window answers 60.
+//! The CASES.md traces use the fixed-window algorithm as the cases do (windows aligned to
+//! multiples of 60,000 ms from t=0, hence `Retry-After: 60` early in the window); the other
+//! tests use the default GCRA.
 
 // Trace tables are tuples on purpose: one row per request of a case, as in CASES.md.
 #![allow(clippy::type_complexity)]
@@ -30,7 +29,9 @@ use ratekeeper_axum::cors::EXPOSED_HEADERS;
 use ratekeeper_axum::key::{ForwardedIp, HeaderKey, PeerAddr, Source, UserKey};
 use ratekeeper_axum::policy::{Plan, Settle, resolve_fn};
 use ratekeeper_axum::route::RouteTable;
-use ratekeeper_axum::{Key, KeyError, KeyExtractor, PeerIp, Policy, Quota, RateLimitLayer};
+use ratekeeper_axum::{
+    Algorithm, Key, KeyError, KeyExtractor, PeerIp, Policy, Quota, RateLimitLayer,
+};
 use ratekeeper_tests::spawn;
 use tower::{Layer, ServiceExt};
 use tower_http::cors::CorsLayer;
@@ -38,6 +39,11 @@ use tower_http::normalize_path::NormalizePathLayer;
 
 fn per_minute(n: u32) -> Quota {
     Quota::per_minute(NonZeroU32::new(n).unwrap())
+}
+
+/// `n` per 60,000 ms, fixed window, named `default`.
+fn fixed_window(n: u32) -> Policy {
+    Policy::new("default", per_minute(n)).with_algorithm(Algorithm::FixedWindow)
 }
 
 fn manual_store() -> (ManualClock, MemoryStore<Key, ManualClock>) {
@@ -542,13 +548,13 @@ async fn an_empty_api_key_counts_as_absent() {
 // Cases from CASES.md
 // ---------------------------------------------------------------------------------------
 
-/// B01: fixed window 3/60 s in the case; GCRA 3/min here (Retry-After 20 instead of 60).
+/// B01: fixed window 3 per 60,000 ms; trusted proxies 10.0.0.0/8.
 #[tokio::test]
 async fn b01_spoofed_forwarded_for_and_trusted_proxies() {
     let (clock, store) = manual_store();
     let (log, key) = recording(ForwardedIp::trusting(["10.0.0.0/8".parse().unwrap()]));
     let layer = RateLimitLayer::builder()
-        .quota(per_minute(3))
+        .policy(fixed_window(3))
         .key(key)
         .store(store)
         .build()
@@ -570,12 +576,12 @@ async fn b01_spoofed_forwarded_for_and_trusted_proxies() {
         (0, "203.0.113.50", xff, b"1.1.1.1", 200, "ip:203.0.113.50", "2", "<absent>"),
         (1, "203.0.113.50", xff, b"1.1.1.2", 200, "ip:203.0.113.50", "1", "<absent>"),
         (2, "203.0.113.50", xff, b"1.1.1.3", 200, "ip:203.0.113.50", "0", "<absent>"),
-        (3, "203.0.113.50", xff, b"1.1.1.4", 429, "ip:203.0.113.50", "0", "20"),
-        (4, "203.0.113.50", "x-real-ip", b"9.9.9.9", 429, "ip:203.0.113.50", "0", "20"),
+        (3, "203.0.113.50", xff, b"1.1.1.4", 429, "ip:203.0.113.50", "0", "60"),
+        (4, "203.0.113.50", "x-real-ip", b"9.9.9.9", 429, "ip:203.0.113.50", "0", "60"),
         (5, "10.0.0.5", xff, b"6.6.6.6, 198.51.100.7", 200, "ip:198.51.100.7", "2", "<absent>"),
         (6, "10.0.0.5", xff, b"7.7.7.7, 198.51.100.7", 200, "ip:198.51.100.7", "1", "<absent>"),
         (7, "10.0.0.5", xff, b"198.51.100.7:51234", 200, "ip:198.51.100.7", "0", "<absent>"),
-        (8, "10.0.0.5", xff, b"198.51.100.7", 429, "ip:198.51.100.7", "0", "20"),
+        (8, "10.0.0.5", xff, b"198.51.100.7", 429, "ip:198.51.100.7", "0", "60"),
         (9, "203.0.113.99", xff, b"198.51.100.7", 200, "ip:203.0.113.99", "2", "<absent>"),
         (10, "10.0.0.5", xff, b"198.51.100.8, not-an-ip", 200, "ip:10.0.0.5", "2", "<absent>"),
         // R12 is treated like R11: the same fallback key, so the same bucket.
@@ -593,13 +599,13 @@ async fn b01_spoofed_forwarded_for_and_trusted_proxies() {
     }
 }
 
-/// B02: fixed window 2/60 s in the case; GCRA 2/min here (Retry-After 30 instead of 60).
+/// B02: fixed window 2 per 60,000 ms; IPv6 by /64, IPv4-mapped as IPv4.
 #[tokio::test]
 async fn b02_ipv6_prefix_and_ipv4_mapped_addresses() {
     let (clock, store) = manual_store();
     let (log, key) = recording(PeerIp::new());
     let layer = RateLimitLayer::builder()
-        .quota(per_minute(2))
+        .policy(fixed_window(2))
         .key(key)
         .store(store)
         .build()
@@ -628,12 +634,12 @@ async fn b02_ipv6_prefix_and_ipv4_mapped_addresses() {
         assert_eq!(h(&res, "x-ratelimit-remaining"), remaining, "R{r}");
         assert_eq!(last(&log), key, "R{r}");
         if status == 429 {
-            assert_eq!(h(&res, "retry-after"), "30", "R{r}");
+            assert_eq!(h(&res, "retry-after"), "60", "R{r}");
         }
     }
 }
 
-/// B23: fixed window 2/60 s in the case; GCRA 2/min here (Retry-After 30 instead of 60).
+/// B23: fixed window 2 per 60,000 ms per IP; CORS for https://app.example.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn b23_cors_preflight_not_counted_and_429_readable() {
     let origin = "https://app.example";
@@ -649,7 +655,7 @@ async fn b23_cors_preflight_not_counted_and_429_readable() {
     for cors_outside in [true, false] {
         let (clock, store) = manual_store();
         let layer = RateLimitLayer::builder()
-            .quota(per_minute(2))
+            .policy(fixed_window(2))
             .store(store)
             .build()
             .unwrap();
@@ -698,7 +704,7 @@ async fn b23_cors_preflight_not_counted_and_429_readable() {
                         continue;
                     }
                     assert_eq!(header(&res, "access-control-allow-origin"), origin);
-                    assert_eq!(header(&res, "retry-after"), "30");
+                    assert_eq!(header(&res, "retry-after"), "60");
                     let exposed =
                         header(&res, "access-control-expose-headers").to_ascii_lowercase();
                     for name in [
@@ -715,14 +721,13 @@ async fn b23_cors_preflight_not_counted_and_429_readable() {
     }
 }
 
-/// B24: fixed window in the case; GCRA with the same quotas here (Retry-After 20 for
-/// 3/min instead of 60).
+/// B24: per-route fixed windows (login 3, avatar 1 per 60,000 ms) keyed by route template.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn b24_path_spellings_cannot_bypass_a_per_route_limit() {
     let (clock, store) = manual_store();
     let layer = RateLimitLayer::builder()
-        .policy(Policy::new("login", per_minute(3)))
-        .policy(Policy::new("avatar", per_minute(1)))
+        .policy(Policy::new("login", per_minute(3)).with_algorithm(Algorithm::FixedWindow))
+        .policy(Policy::new("avatar", per_minute(1)).with_algorithm(Algorithm::FixedWindow))
         .resolver(
             RouteTable::new()
                 .limit(Method::POST, "/login", "login")
@@ -772,7 +777,7 @@ async fn b24_path_spellings_cannot_bypass_a_per_route_limit() {
             ),
         }
         if status == Some(429) {
-            assert_eq!(header(&res, "retry-after"), "20");
+            assert_eq!(header(&res, "retry-after"), "60");
         }
     }
     assert_eq!(logins.load(Ordering::SeqCst), 3);
@@ -782,7 +787,7 @@ async fn b24_path_spellings_cannot_bypass_a_per_route_limit() {
     assert_eq!(send("/users/2/avatar").await.unwrap().status(), 429);
 }
 
-/// B25: fixed window 3/60 s in the case; GCRA 3/min here (Retry-After 20 instead of 60).
+/// B25: fixed window 3 per 60,000 ms per resolved key: user, validated API key, then IP.
 #[tokio::test]
 async fn b25_api_key_and_user_extractors() {
     #[derive(Clone)]
@@ -812,7 +817,7 @@ async fn b25_api_key_and_user_extractors() {
         .or(PeerIp::new());
     let (log, key) = recording(chain);
     let layer = RateLimitLayer::builder()
-        .quota(per_minute(3))
+        .policy(fixed_window(3))
         .key(key)
         .store(store)
         .build()
@@ -853,7 +858,7 @@ async fn b25_api_key_and_user_extractors() {
         assert_eq!(last(&log), key, "R{r}");
         assert_eq!(h(&res, "x-ratelimit-remaining"), remaining, "R{r}");
         if status == 429 {
-            assert_eq!(h(&res, "retry-after"), "20", "R{r}");
+            assert_eq!(h(&res, "retry-after"), "60", "R{r}");
         }
     }
 }

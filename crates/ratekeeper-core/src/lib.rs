@@ -10,6 +10,9 @@
 //!   `limit`, `remaining` and `reset_after` for headers.
 //! - [`clock`]: the [`Clock`](clock::Clock) trait, a monotonic clock and a manual clock.
 //! - [`store`]: the [`Store`](store::Store) trait and the in-memory [`MemoryStore`](store::MemoryStore).
+//! - [`algorithm`]: GCRA (default), leaky bucket, fixed window, sliding log, sliding window
+//!   counter and a concurrency counter, with a table of their trade-offs.
+//! - `throttle` (feature `tokio`): wait for capacity before calling someone else's API.
 //!
 //! Time is integer nanoseconds; all arithmetic saturates, so no quota, cost or clock value
 //! can panic or overflow.
@@ -44,7 +47,8 @@
 //!
 //! | feature | adds |
 //! |---|---|
-//! | (none yet) | |
+//! | `serde` | `Serialize`/`Deserialize` for [`Quota`] (as a string such as `"60/m burst 10"`), [`Algorithm`] (by name) and [`Policy`] |
+//! | `tokio` | [`throttle`]: async wait-for-capacity for outbound calls, and `TokioClock` |
 
 pub mod algorithm;
 pub mod clock;
@@ -53,9 +57,11 @@ pub mod key;
 pub mod policy;
 pub mod quota;
 pub mod store;
+#[cfg(feature = "tokio")]
+pub mod throttle;
 
 pub use algorithm::Algorithm;
 pub use decision::{Decision, Outcome};
 pub use key::Key;
 pub use policy::{Policy, PolicyError};
-pub use quota::{Quota, QuotaError};
+pub use quota::{Quota, QuotaError, QuotaParseError};

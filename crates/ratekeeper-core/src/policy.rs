@@ -9,6 +9,27 @@
 //! let api = Policy::new("api", Quota::per_minute(NonZeroU32::new(1000).unwrap()));
 //! assert_eq!(api.name(), "api");
 //! assert_eq!(api.algorithm(), Algorithm::Gcra);
+//!
+//! let search = Policy::new("search", "60/m burst 10".parse()?)
+//!     .with_algorithm(Algorithm::SlidingWindow);
+//! assert_eq!(search.capacity(), 60); // window algorithms hold `limit`, not `burst`
+//! # Ok::<(), ratekeeper_core::quota::QuotaParseError>(())
+//! ```
+//!
+//! With the `serde` feature a policy reads from configuration as
+//! `{ name = "search", quota = "60/m burst 10", algorithm = "sliding-window" }` (`algorithm`
+//! is optional and defaults to `gcra`; unknown fields are errors):
+//!
+//! ```
+//! # #[cfg(feature = "serde")] {
+//! use ratekeeper_core::{Algorithm, Policy};
+//! let p: Policy = serde_json::from_str(
+//!     r#"{"name": "daily", "quota": "1000/day", "algorithm": "fixed-window"}"#,
+//! ).unwrap();
+//! assert_eq!(p.algorithm(), Algorithm::FixedWindow);
+//! let err = serde_json::from_str::<Policy>(r#"{"name": "x", "quota": "-1/min"}"#).unwrap_err();
+//! assert!(err.to_string().contains("invalid limit \"-1\""));
+//! # }
 //! ```
 
 use std::sync::Arc;
@@ -27,9 +48,15 @@ pub enum PolicyError {
 
 /// A named quota plus an algorithm. Cheap to clone.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Serialize, serde::Deserialize),
+    serde(deny_unknown_fields)
+)]
 pub struct Policy {
     name: Arc<str>,
     quota: Quota,
+    #[cfg_attr(feature = "serde", serde(default))]
     algorithm: Algorithm,
 }
 
@@ -62,6 +89,12 @@ impl Policy {
     /// The policy's algorithm.
     pub fn algorithm(&self) -> Algorithm {
         self.algorithm
+    }
+
+    /// The largest cost that can ever pass: [`Algorithm::capacity`] of the quota (`burst`
+    /// for GCRA and the leaky bucket, `limit` for the others).
+    pub fn capacity(&self) -> u32 {
+        self.algorithm.capacity(&self.quota)
     }
 
     /// Checks the name.

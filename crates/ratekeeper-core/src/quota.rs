@@ -24,10 +24,35 @@
 //! // Invalid values are typed errors, never panics.
 //! assert_eq!(Quota::new(0, Duration::from_secs(1)), Err(QuotaError::ZeroLimit));
 //! assert_eq!(Quota::new(10, Duration::ZERO), Err(QuotaError::ZeroPeriod));
+//!
+//! // From strings (configuration files, environment variables).
+//! let parsed: Quota = "60/m burst 10".parse().unwrap();
+//! assert_eq!(parsed, free_tier);
+//! assert_eq!("5000 per second".parse::<Quota>().unwrap().limit(), 5000);
+//! assert_eq!("1000/day".parse::<Quota>().unwrap().period(), Duration::from_secs(86_400));
+//! let err = "100/fortnight".parse::<Quota>().unwrap_err();
+//! assert_eq!(err.to_string(), "invalid quota \"100/fortnight\": unknown time unit \"fortnight\" \
+//!     (use ns, us, ms, s, m, h or d, or their names)");
 //! # Ok::<(), QuotaError>(())
 //! ```
+//!
+//! # Syntax
+//!
+//! ```text
+//! quota  = limit sep period [ "burst" burst ]
+//! sep    = "/" | "per"
+//! period = [ count ] unit          e.g. "min", "10s", "1500 ms", "second"
+//! unit   = ns | us | ms | s | sec | second(s) | m | min | minute(s) | h | hr | hour(s)
+//!        | d | day(s)              (case-insensitive)
+//! ```
+//!
+//! `limit`, `count` and `burst` are decimal integers (`_` allowed as a separator); `limit` and
+//! `burst` fit in `u32`. [`Quota`]'s `Display` writes this syntax back, so a quota survives a
+//! round trip through a string, and serde (feature `serde`) uses it.
 
+use std::fmt;
 use std::num::NonZeroU32;
+use std::str::FromStr;
 use std::time::Duration;
 
 /// Why a [`Quota`] could not be built.
@@ -68,6 +93,10 @@ impl QuotaError {
 /// Derived GCRA values: the emission interval `T = period / limit` (rounded **up** to a whole
 /// nanosecond and at least 1 ns, so the effective rate never exceeds the quota) and the
 /// tolerance `tau = burst * T` (saturating).
+///
+/// `burst` is the capacity of GCRA and the leaky bucket. The window algorithms and the
+/// concurrency counter hold `limit` per window (or in flight) and do not use `burst`; see
+/// [`Algorithm::capacity`](crate::Algorithm::capacity).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Quota {
     limit: NonZeroU32,
@@ -195,9 +224,311 @@ impl Quota {
     }
 }
 
+/// Which part of a quota string was wrong.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum QuotaPart {
+    /// The limit before `/` or `per`.
+    Limit,
+    /// The separator `/` or `per`.
+    Separator,
+    /// The count before the unit (`10` in `100/10s`).
+    PeriodCount,
+    /// The time unit.
+    Unit,
+    /// The value after `burst`.
+    Burst,
+    /// Text after the quota.
+    Trailing,
+}
+
+/// Why a quota string could not be parsed: the input, the part at fault and what was
+/// expected. `Display` names the bad part, for example
+/// `invalid quota "-1/min": invalid limit "-1" (expected a whole number from 1 to 4294967295)`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid quota {input:?}: {reason}")]
+pub struct QuotaParseError {
+    input: String,
+    part: QuotaPart,
+    reason: String,
+}
+
+impl QuotaParseError {
+    fn new(input: &str, part: QuotaPart, reason: String) -> Self {
+        Self {
+            input: input.to_owned(),
+            part,
+            reason,
+        }
+    }
+
+    /// The part of the input at fault.
+    pub const fn part(&self) -> QuotaPart {
+        self.part
+    }
+
+    /// The whole input.
+    pub fn input(&self) -> &str {
+        &self.input
+    }
+}
+
+const U32_RANGE: &str = "a whole number from 1 to 4294967295";
+
+fn split_number(s: &str) -> (&str, &str) {
+    let end = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '_'))
+        .unwrap_or(s.len());
+    s.split_at(end)
+}
+
+fn parse_int(digits: &str) -> Option<u64> {
+    if digits.is_empty() || digits.starts_with('_') {
+        return None;
+    }
+    digits.replace('_', "").parse().ok()
+}
+
+/// Nanoseconds per unit name.
+fn unit_nanos(unit: &str) -> Option<u64> {
+    Some(match unit.to_ascii_lowercase().as_str() {
+        "ns" | "nanosecond" | "nanoseconds" => 1,
+        "us" | "µs" | "microsecond" | "microseconds" => 1_000,
+        "ms" | "millisecond" | "milliseconds" => 1_000_000,
+        "s" | "sec" | "secs" | "second" | "seconds" => NS_PER_SEC,
+        "m" | "min" | "mins" | "minute" | "minutes" => 60 * NS_PER_SEC,
+        "h" | "hr" | "hrs" | "hour" | "hours" => 3_600 * NS_PER_SEC,
+        "d" | "day" | "days" => 86_400 * NS_PER_SEC,
+        _ => return None,
+    })
+}
+
+impl FromStr for Quota {
+    type Err = QuotaParseError;
+
+    /// Parses `"100/min"`, `"5000 per second"`, `"60/m burst 10"`, `"1000/day"`,
+    /// `"10/1500ms"` (see the [module docs](self) for the syntax).
+    ///
+    /// # Errors
+    ///
+    /// A [`QuotaParseError`] naming the bad part; values the quota refuses (limit 0, burst 0,
+    /// period 0 or longer than `u64::MAX` ns) are errors too, never an "unlimited" quota.
+    fn from_str(input: &str) -> Result<Self, Self::Err> {
+        let err = |part, reason: String| QuotaParseError::new(input, part, reason);
+        let s = input.trim();
+        let (limit_text, rest) = split_number(s);
+        let limit = parse_int(limit_text)
+            .and_then(|n| u32::try_from(n).ok())
+            .filter(|&n| n > 0)
+            .ok_or_else(|| {
+                let shown = s.split(['/', ' ']).next().unwrap_or(s);
+                err(
+                    QuotaPart::Limit,
+                    format!("invalid limit {shown:?} (expected {U32_RANGE})"),
+                )
+            })?;
+        let rest = rest.trim_start();
+        let rest = if let Some(r) = rest.strip_prefix('/') {
+            r
+        } else if let Some(r) = rest
+            .get(..3)
+            .filter(|w| w.eq_ignore_ascii_case("per"))
+            .and_then(|_| rest.get(3..))
+        {
+            r
+        } else {
+            return Err(err(
+                QuotaPart::Separator,
+                format!("expected \"/\" or \"per\" after the limit, found {rest:?}"),
+            ));
+        };
+        let rest = rest.trim_start();
+        let (count_text, rest) = split_number(rest);
+        let count = if count_text.is_empty() {
+            1
+        } else {
+            parse_int(count_text).filter(|&n| n > 0).ok_or_else(|| {
+                err(
+                    QuotaPart::PeriodCount,
+                    format!("invalid period count {count_text:?} (expected a whole number >= 1)"),
+                )
+            })?
+        };
+        let rest = rest.trim_start();
+        let unit_end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+        let (unit, rest) = rest.split_at(unit_end);
+        let per_unit = unit_nanos(unit).ok_or_else(|| {
+            err(
+                QuotaPart::Unit,
+                format!(
+                    "unknown time unit {unit:?} (use ns, us, ms, s, m, h or d, or their names)"
+                ),
+            )
+        })?;
+        let period_ns = count.checked_mul(per_unit).ok_or_else(|| {
+            err(
+                QuotaPart::PeriodCount,
+                format!("period {count_text}{unit} is longer than u64::MAX nanoseconds"),
+            )
+        })?;
+        let mut quota = Quota::from_nanos(NonZeroU32::MIN, period_ns)
+            .map(|q| Quota {
+                limit: NonZeroU32::new(limit).unwrap_or(NonZeroU32::MIN),
+                burst: NonZeroU32::new(limit).unwrap_or(NonZeroU32::MIN),
+                ..q
+            })
+            .ok_or_else(|| err(QuotaPart::PeriodCount, "the period is zero".to_owned()))?;
+        let rest = rest.trim();
+        if rest.is_empty() {
+            return Ok(quota);
+        }
+        let Some(burst_text) = rest
+            .get(..5)
+            .filter(|w| w.eq_ignore_ascii_case("burst"))
+            .and_then(|_| rest.get(5..))
+            .map(str::trim)
+        else {
+            return Err(err(
+                QuotaPart::Trailing,
+                format!("unexpected {rest:?} after the period (expected \"burst <n>\")"),
+            ));
+        };
+        let burst = parse_int(burst_text)
+            .and_then(|n| u32::try_from(n).ok())
+            .filter(|&n| n > 0)
+            .ok_or_else(|| {
+                err(
+                    QuotaPart::Burst,
+                    format!("invalid burst {burst_text:?} (expected {U32_RANGE})"),
+                )
+            })?;
+        quota.burst = NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN);
+        Ok(quota)
+    }
+}
+
+impl fmt::Display for Quota {
+    /// Writes the string syntax: `10/min`, `100/10s`, `7/1500ms`, `60/min burst 10`; parsing
+    /// it gives the same quota back.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const UNITS: [(u64, &str); 7] = [
+            (86_400 * NS_PER_SEC, "day"),
+            (3_600 * NS_PER_SEC, "h"),
+            (60 * NS_PER_SEC, "min"),
+            (NS_PER_SEC, "s"),
+            (1_000_000, "ms"),
+            (1_000, "us"),
+            (1, "ns"),
+        ];
+        let (per, unit) = UNITS
+            .iter()
+            .copied()
+            .find(|(per, _)| self.period_ns % per == 0)
+            .unwrap_or((1, "ns"));
+        let count = self.period_ns / per;
+        write!(f, "{}/", self.limit)?;
+        if count != 1 {
+            write!(f, "{count}")?;
+        }
+        f.write_str(unit)?;
+        if self.burst != self.limit {
+            write!(f, " burst {}", self.burst)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(feature = "serde")]
+impl serde::Serialize for Quota {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+#[cfg(feature = "serde")]
+impl<'de> serde::Deserialize<'de> for Quota {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parses_the_documented_forms() {
+        let q: Quota = "100/min".parse().unwrap();
+        assert_eq!(
+            (q.limit(), q.period_nanos(), q.burst()),
+            (100, 60 * NS_PER_SEC, 100)
+        );
+        let q: Quota = "5000 per second".parse().unwrap();
+        assert_eq!((q.limit(), q.period_nanos()), (5000, NS_PER_SEC));
+        let q: Quota = "  60/m burst 10 ".parse().unwrap();
+        assert_eq!(
+            (q.limit(), q.period_nanos(), q.burst()),
+            (60, 60 * NS_PER_SEC, 10)
+        );
+        let q: Quota = "1000/day".parse().unwrap();
+        assert_eq!(q.period(), Duration::from_secs(86_400));
+        let q: Quota = "1_000 PER 10 Seconds BURST 5".parse().unwrap();
+        assert_eq!(
+            (q.limit(), q.period_nanos(), q.burst()),
+            (1000, 10 * NS_PER_SEC, 5)
+        );
+        let q: Quota = "3/1500ms".parse().unwrap();
+        assert_eq!(q.period(), Duration::from_millis(1500));
+    }
+
+    #[test]
+    fn errors_name_the_bad_part() {
+        let cases = [
+            ("", QuotaPart::Limit),
+            ("-1/min", QuotaPart::Limit),
+            ("0/min", QuotaPart::Limit),
+            ("4294967296/min", QuotaPart::Limit),
+            ("ten/min", QuotaPart::Limit),
+            ("10 min", QuotaPart::Separator),
+            ("10/0s", QuotaPart::PeriodCount),
+            ("10/99999999999d", QuotaPart::PeriodCount),
+            ("10/fortnight", QuotaPart::Unit),
+            ("10/", QuotaPart::Unit),
+            ("10/min burst 0", QuotaPart::Burst),
+            ("10/min burst -3", QuotaPart::Burst),
+            ("10/min burst", QuotaPart::Burst),
+            ("10/min please", QuotaPart::Trailing),
+        ];
+        for (input, part) in cases {
+            let e = input.parse::<Quota>().unwrap_err();
+            assert_eq!(e.part(), part, "{input:?}: {e}");
+            assert_eq!(e.input(), input);
+            assert!(e.to_string().starts_with("invalid quota"), "{e}");
+        }
+        let e = "-1/min".parse::<Quota>().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid quota \"-1/min\": invalid limit \"-1\" (expected a whole number from 1 to 4294967295)"
+        );
+    }
+
+    #[test]
+    fn display_round_trips() {
+        for text in [
+            "10/min",
+            "100/10s",
+            "7/1500ms",
+            "60/min burst 10",
+            "1/day",
+            "5/3ns",
+            "9/h",
+        ] {
+            let q: Quota = text.parse().unwrap();
+            assert_eq!(q.to_string(), text);
+            assert_eq!(q.to_string().parse::<Quota>().unwrap(), q);
+        }
+    }
 
     #[test]
     fn invalid_values_are_typed_errors() {

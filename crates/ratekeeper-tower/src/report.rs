@@ -152,7 +152,7 @@ impl Reporter {
                 )
             }
             None => format!(
-                "the request's cost is larger than the burst of policy {}: it can never be \
+                "the request's cost is larger than the capacity (burst) of policy {}: it can never be \
                  allowed",
                 violated.join(", ")
             ),

@@ -130,7 +130,8 @@ struct Route {
 ///   request with the layer's key.
 ///
 /// Checked when the layer is built: every policy name exists, and no route cost is 0 or
-/// larger than the burst of a policy that applies to that route ([`BuildError`]).
+/// larger than the capacity ([`Policy::capacity`]: the burst, or the limit for window
+/// algorithms) of a policy that applies to that route ([`BuildError`]).
 #[derive(Debug, Clone, Default)]
 pub struct RouteTable {
     routes: Vec<Route>,
@@ -235,11 +236,11 @@ impl CheckPolicies for RouteTable {
                 !self.scoped(p.name()) || route.policies.iter().any(|n| &**n == p.name())
             });
             for p in applies {
-                if cost > u64::from(p.quota().burst()) {
+                if cost > u64::from(p.capacity()) {
                     return Err(BuildError::CostExceedsBurst {
                         policy: p.name().to_owned(),
                         cost,
-                        burst: p.quota().burst(),
+                        burst: p.capacity(),
                     });
                 }
             }

@@ -1,11 +1,52 @@
 //! Rate-limiting algorithms.
 //!
 //! Every algorithm is a pure decision over `(state, now, cost)`: it never reads a clock.
-//! Stores keep the state per key and update it atomically.
+//! Stores keep the state per key and update it atomically. All of them share the semantics
+//! of the design (§3): time in integer nanoseconds with saturating arithmetic; a denial
+//! charges nothing; `remaining` is whole cost-1 requests that would pass now;
+//! `reset_after` is the time until the state equals "absent"; `retry_after` is exact; a
+//! cost larger than the capacity is [`Outcome::CannotFit`](crate::Outcome::CannotFit); a
+//! cost of 0 is a free probe.
 //!
-//! | algorithm | state per key | notes |
+//! | algorithm | state per key | burst | smoothness | memory per key | accuracy |
+//! |---|---|---|---|---|---|
+//! | [`Gcra`] (default, token bucket) | one `u64` TAT | `burst` at once, then one per `T` | smooth after the burst | 8 bytes, lock-free | exact |
+//! | [`LeakyBucket`] | one `u64` (time the bucket is empty) | meter: `burst` (queue depth) at once; shaper: none, output spaced by `T` | shaper: perfectly smooth | 8 bytes, lock-free | exact |
+//! | [`FixedWindow`] | window index + count | up to `2 * limit` around a window boundary | bursty at boundaries | 16 bytes + lock | exact per aligned window, not per sliding period |
+//! | [`SlidingLog`] | `(timestamp, units)` pairs | `limit` in any window `W` | as requested | up to `limit` entries (16 bytes each) | exact for every window `(t - W, t]` |
+//! | [`SlidingWindow`] (counter) | window index + current + previous count | `limit` in any window, approximately | smoother than fixed | 24 bytes + lock | estimate; assumes the previous window's units were spread evenly |
+//! | [`Concurrency`] | in-flight count | `limit` in flight | n/a | 8 bytes, lock-free | exact |
+//!
+//! `T = period / limit` (rounded up to a whole ns) and `W = period`. The token-bucket
+//! family uses `burst` as its capacity; the window algorithms and the concurrency counter
+//! use `limit` and ignore `burst` ([`Algorithm::capacity`]).
+//!
+//! The boundary trace of case B13 (limit 10 per 60 s, one key, 10 requests at t = 59.9 s
+//! then 10 at t = 60.1 s) gives, for the most admitted in any 60 s span:
+//!
+//! | algorithm | admitted | max in any 60 s | the second batch |
+//! |---|---|---|---|
+//! | fixed window (aligned to multiples of 60 s from time 0) | 20 | **20** | 200, Remaining 9..0, Reset 60 |
+//! | sliding log | 10 | **10** | 429, `Retry-After: 60` (oldest entry leaves at 119.9 s) |
+//! | sliding window counter | 10 | **10** | 429 (estimate 10 x (1 - 100/60000) = 9.983) |
+//! | GCRA / token bucket, leaky bucket (burst 10) | 10 | **10** | 429, `Retry-After: 6` (5.8 s rounded up) |
+//!
+//! # State layouts (for store implementations)
+//!
+//! A store that keeps state elsewhere (for example a Redis script) mirrors these exactly.
+//! The formulas only add, subtract, multiply and divide integers, so they work in any time
+//! unit (the memory store uses ns; a store in µs computes `T` and `W` in µs), with the same
+//! rounding: `T = ceil(period / limit)`, at least 1. "Absent" is the state of a key never
+//! seen; a store may delete a key whose state is idle, and `reset_after` of the last
+//! decision is exactly the time until then (a TTL).
+//!
+//! | algorithm | stored values | absent / idle when |
 //! |---|---|---|
-//! | [`Gcra`] (default) | one `u64` TAT | token bucket in one number; cost n advances TAT by `n * T` |
+//! | GCRA, leaky bucket | `tat` | `tat <= now` |
+//! | fixed window | `window = floor(t / W)`, `count` | `count == 0` or `window != floor(now / W)` |
+//! | sliding log | `(ts, units)` pairs, oldest first, merged per instant | every `ts + W <= now` |
+//! | sliding window counter | `window`, `current`, `previous` | both counts zero after rolling to `floor(now / W)` |
+//! | concurrency | `held` | `held == 0` |
 //!
 //! # Example
 //!
@@ -13,7 +54,7 @@
 //! use std::num::NonZeroU32;
 //! use std::time::Duration;
 //! use ratekeeper_core::algorithm::Gcra;
-//! use ratekeeper_core::{Outcome, Quota};
+//! use ratekeeper_core::{Algorithm, Outcome, Quota};
 //!
 //! // 10 per minute, burst 10: T = 6 s, tau = 60 s.
 //! let gcra = Gcra::new(&Quota::per_minute(NonZeroU32::new(10).unwrap()));
@@ -26,21 +67,143 @@
 //! let (denied, unchanged) = gcra.decide(tat, 0, 1);
 //! assert_eq!(denied.outcome(), Outcome::Denied { retry_after: Duration::from_secs(6) });
 //! assert_eq!(unchanged, None);
+//!
+//! // Algorithms are also chosen by name (configuration files).
+//! assert_eq!("sliding-log".parse::<Algorithm>(), Ok(Algorithm::SlidingLog));
+//! assert_eq!("token_bucket".parse::<Algorithm>(), Ok(Algorithm::Gcra));
 //! ```
 
+mod concurrency;
+mod fixed_window;
 mod gcra;
+mod leaky_bucket;
+mod sliding_log;
+mod sliding_window;
 
+pub use concurrency::Concurrency;
+pub use fixed_window::{FixedWindow, FixedWindowState};
 pub use gcra::Gcra;
+pub use leaky_bucket::{LeakyBucket, Shaped};
+pub use sliding_log::{SlidingLog, SlidingLogState};
+pub use sliding_window::{SlidingWindow, SlidingWindowState};
 
-use crate::Decision;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use crate::{Decision, Quota};
 
 /// Which algorithm a policy uses.
+///
+/// Names (for [`FromStr`], [`Display`](fmt::Display) and serde): `gcra` (also
+/// `token-bucket`), `leaky-bucket`, `fixed-window`, `sliding-log`, `sliding-window` (also
+/// `sliding-window-counter`), `concurrency`; `_` may replace `-` and case is ignored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum Algorithm {
     /// Generic cell rate algorithm: a token bucket held in one number (the default).
     #[default]
     Gcra,
+    /// Leaky bucket as a meter: GCRA with capacity = queue depth ([`LeakyBucket`]).
+    LeakyBucket,
+    /// Fixed window aligned to multiples of the period from time 0 ([`FixedWindow`]).
+    FixedWindow,
+    /// Sliding window log: exact ([`SlidingLog`]).
+    SlidingLog,
+    /// Sliding window counter: weighted estimate in O(1) memory ([`SlidingWindow`]).
+    SlidingWindow,
+    /// In-flight requests per key ([`Concurrency`]); permits come back through a refund.
+    Concurrency,
+}
+
+impl Algorithm {
+    /// Every algorithm, in declaration order.
+    pub const ALL: [Algorithm; 6] = [
+        Algorithm::Gcra,
+        Algorithm::LeakyBucket,
+        Algorithm::FixedWindow,
+        Algorithm::SlidingLog,
+        Algorithm::SlidingWindow,
+        Algorithm::Concurrency,
+    ];
+
+    /// The canonical name (`"gcra"`, `"leaky-bucket"`, ...).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Algorithm::Gcra => "gcra",
+            Algorithm::LeakyBucket => "leaky-bucket",
+            Algorithm::FixedWindow => "fixed-window",
+            Algorithm::SlidingLog => "sliding-log",
+            Algorithm::SlidingWindow => "sliding-window",
+            Algorithm::Concurrency => "concurrency",
+        }
+    }
+
+    /// The largest cost that can ever pass under `quota`: `burst` for GCRA and the leaky
+    /// bucket, `limit` for the window algorithms and the concurrency counter. A larger cost
+    /// is [`Outcome::CannotFit`](crate::Outcome::CannotFit).
+    pub const fn capacity(self, quota: &Quota) -> u32 {
+        match self {
+            Algorithm::Gcra | Algorithm::LeakyBucket => quota.burst(),
+            Algorithm::FixedWindow
+            | Algorithm::SlidingLog
+            | Algorithm::SlidingWindow
+            | Algorithm::Concurrency => quota.limit(),
+        }
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An algorithm name that [`Algorithm::from_str`] does not know.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown algorithm {0:?}: expected one of gcra, token-bucket, leaky-bucket, fixed-window, \
+     sliding-log, sliding-window, concurrency"
+)]
+pub struct UnknownAlgorithm(pub String);
+
+impl FromStr for Algorithm {
+    type Err = UnknownAlgorithm;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let name = s.trim().to_ascii_lowercase().replace('_', "-");
+        Ok(match name.as_str() {
+            "gcra" | "token-bucket" => Algorithm::Gcra,
+            "leaky-bucket" => Algorithm::LeakyBucket,
+            "fixed-window" => Algorithm::FixedWindow,
+            "sliding-log" | "sliding-window-log" => Algorithm::SlidingLog,
+            "sliding-window" | "sliding-window-counter" => Algorithm::SlidingWindow,
+            "concurrency" => Algorithm::Concurrency,
+            _ => return Err(UnknownAlgorithm(s.to_owned())),
+        })
+    }
+}
+
+#[cfg(feature = "serde")]
+impl serde::Serialize for Algorithm {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
+}
+
+#[cfg(feature = "serde")]
+impl<'de> serde::Deserialize<'de> for Algorithm {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Locks a per-key state. A poisoned lock (a panic elsewhere while holding it) still holds a
+/// valid state, because every update is a single assignment, so it is used as is: the
+/// request path never panics.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// An algorithm bound to a quota, as the memory store runs it: per-key state with an atomic
@@ -60,4 +223,19 @@ pub(crate) trait KeyedAlgorithm: Send + Sync + 'static {
 
     /// Whether the state equals "absent" at `now`, so the key can be evicted unseen.
     fn is_idle(&self, state: &Self::State, now: u64) -> bool;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for a in Algorithm::ALL {
+            assert_eq!(a.name().parse::<Algorithm>(), Ok(a));
+            assert_eq!(a.to_string().to_uppercase().parse::<Algorithm>(), Ok(a));
+        }
+        let err = "leaky".parse::<Algorithm>().unwrap_err();
+        assert!(err.to_string().contains("\"leaky\""));
+    }
 }

@@ -1,13 +1,17 @@
 use std::fmt;
 use std::future::Ready;
 use std::hash::Hash;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use dashmap::DashMap;
+use dashmap::mapref::entry::Entry;
 use smallvec::SmallVec;
 
 use super::{Charge, Checked, Decisions, PolicyId, Store, StoreError};
-use crate::algorithm::{Gcra, KeyedAlgorithm};
+use crate::algorithm::{
+    Concurrency, FixedWindow, Gcra, KeyedAlgorithm, LeakyBucket, SlidingLog, SlidingWindow,
+};
 use crate::clock::{Clock, MonotonicClock};
 use crate::{Algorithm, Decision, Policy};
 
@@ -27,6 +31,12 @@ const MIN_SWEEP_INSERTS: usize = 4_096;
 /// when the number of keys inserted since the last sweep reaches the number of keys the last
 /// sweep kept (at least 4096), so sweeping costs O(1) amortised per insert and memory stays
 /// within twice the keys that are live. [`MemoryStore::sweep`] runs one on demand.
+/// [`MemoryStore::with_max_keys`] adds a hard cap per policy; keys beyond it share one
+/// overflow budget, so a flood of new keys is still limited (case B03).
+///
+/// Per-key state: one `AtomicU64` for GCRA, the leaky bucket and the concurrency counter
+/// (lock-free CAS); a small `Mutex`-guarded value for the fixed window, the sliding window
+/// counter and the sliding log (held only for the pure decision, never across I/O).
 ///
 /// # Example
 ///
@@ -54,10 +64,16 @@ const MIN_SWEEP_INSERTS: usize = 4_096;
 pub struct MemoryStore<K, C = MonotonicClock> {
     policies: Vec<(Policy, Slot<K>)>,
     clock: C,
+    max_keys: usize,
 }
 
 enum Slot<K> {
     Gcra(Keyed<K, Gcra>),
+    LeakyBucket(Keyed<K, LeakyBucket>),
+    FixedWindow(Keyed<K, FixedWindow>),
+    SlidingLog(Keyed<K, SlidingLog>),
+    SlidingWindow(Keyed<K, SlidingWindow>),
+    Concurrency(Keyed<K, Concurrency>),
 }
 
 /// Runs `$body` with `$k` bound to the slot's `Keyed<K, A>`, whatever the algorithm.
@@ -65,6 +81,11 @@ macro_rules! with_keyed {
     ($slot:expr, $k:ident => $body:expr) => {
         match $slot {
             Slot::Gcra($k) => $body,
+            Slot::LeakyBucket($k) => $body,
+            Slot::FixedWindow($k) => $body,
+            Slot::SlidingLog($k) => $body,
+            Slot::SlidingWindow($k) => $body,
+            Slot::Concurrency($k) => $body,
         }
     };
 }
@@ -72,20 +93,47 @@ macro_rules! with_keyed {
 struct Keyed<K, A: KeyedAlgorithm> {
     algorithm: A,
     map: DashMap<K, A::State, Hasher>,
+    /// Entries in `map` plus insertions in progress; never above `max_keys`.
+    held: AtomicUsize,
+    max_keys: usize,
+    /// The state every new key shares while `map` is full.
+    overflow: A::State,
+    overflowed: AtomicU64,
     inserts_since_sweep: AtomicUsize,
     kept_by_last_sweep: AtomicUsize,
     sweeping: AtomicBool,
 }
 
 impl<K: Hash + Eq + Clone, A: KeyedAlgorithm> Keyed<K, A> {
-    fn new(algorithm: A) -> Self {
+    fn new(algorithm: A, max_keys: usize) -> Self {
         Self {
             algorithm,
             map: DashMap::with_hasher(Hasher::default()),
+            held: AtomicUsize::new(0),
+            max_keys,
+            overflow: A::State::default(),
+            overflowed: AtomicU64::new(0),
             inserts_since_sweep: AtomicUsize::new(0),
             kept_by_last_sweep: AtomicUsize::new(0),
             sweeping: AtomicBool::new(false),
         }
+    }
+
+    /// Reserves room for one new key; false when `max_keys` are held.
+    fn reserve(&self) -> bool {
+        self.held
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max_keys).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    fn release(&self, n: usize) {
+        let _ = self
+            .held
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                Some(held.saturating_sub(n))
+            });
     }
 
     #[inline]
@@ -99,9 +147,25 @@ impl<K: Hash + Eq + Clone, A: KeyedAlgorithm> Keyed<K, A> {
         if probe.is_denied() || cost == 0 {
             return probe;
         }
-        let decision = {
-            let state = self.map.entry(key.clone()).or_default();
-            self.algorithm.check(&state, now, cost)
+        if !self.reserve() {
+            // Full: make room by evicting idle keys (amortised like every sweep), else the
+            // key shares the overflow state, so limiting never stops.
+            self.after_insert(now);
+            if !self.reserve() {
+                self.overflowed.fetch_add(1, Ordering::Relaxed);
+                return self.algorithm.check(&self.overflow, now, cost);
+            }
+        }
+        let decision = match self.map.entry(key.clone()) {
+            Entry::Occupied(state) => {
+                // Another thread inserted it meanwhile.
+                self.release(1);
+                self.algorithm.check(state.get(), now, cost)
+            }
+            Entry::Vacant(vacant) => {
+                let state = vacant.insert(A::State::default());
+                self.algorithm.check(&state, now, cost)
+            }
         };
         self.after_insert(now);
         decision
@@ -117,6 +181,15 @@ impl<K: Hash + Eq + Clone, A: KeyedAlgorithm> Keyed<K, A> {
     fn refund(&self, key: &K, now: u64, cost: u64) {
         if let Some(state) = self.map.get(key) {
             self.algorithm.refund(&state, now, cost);
+        } else if !self.algorithm.is_idle(&self.overflow, now) {
+            // The charge went to the overflow state (the key was never stored).
+            self.algorithm.refund(&self.overflow, now, cost);
+        }
+    }
+
+    fn remove(&self, key: &K) {
+        if self.map.remove(key).is_some() {
+            self.release(1);
         }
     }
 
@@ -125,7 +198,8 @@ impl<K: Hash + Eq + Clone, A: KeyedAlgorithm> Keyed<K, A> {
         let threshold = self
             .kept_by_last_sweep
             .load(Ordering::Relaxed)
-            .max(MIN_SWEEP_INSERTS);
+            .max(MIN_SWEEP_INSERTS)
+            .min(self.max_keys.div_ceil(2));
         if inserted >= threshold {
             self.sweep(now);
         }
@@ -136,8 +210,13 @@ impl<K: Hash + Eq + Clone, A: KeyedAlgorithm> Keyed<K, A> {
         if self.sweeping.swap(true, Ordering::Acquire) {
             return;
         }
-        self.map
-            .retain(|_, state| !self.algorithm.is_idle(state, now));
+        let mut removed = 0;
+        self.map.retain(|_, state| {
+            let keep = !self.algorithm.is_idle(state, now);
+            removed += usize::from(!keep);
+            keep
+        });
+        self.release(removed);
         self.kept_by_last_sweep
             .store(self.map.len(), Ordering::Relaxed);
         self.inserts_since_sweep.store(0, Ordering::Relaxed);
@@ -168,7 +247,36 @@ where
         Self {
             policies: Vec::new(),
             clock,
+            max_keys: usize::MAX,
         }
+    }
+
+    /// Caps the keys held per policy at `max_keys` (default: no cap beyond the automatic
+    /// eviction of idle keys). Applies to policies registered before and after.
+    ///
+    /// When a policy holds `max_keys` keys and a new key arrives, the store first evicts
+    /// idle keys (amortised: at most one sweep per `max_keys / 2` new keys); if none is idle,
+    /// the new key is charged to one **overflow state** that every such key shares, under
+    /// the same quota and algorithm. Limiting never stops: an attacker who fills the map
+    /// only shares one budget, while existing keys keep theirs. Each overflowed decision is
+    /// counted ([`MemoryStore::overflowed`]). A refund for a key that is not held goes to the
+    /// overflow state while that state is not idle. (DESIGN §5: "new keys share an overflow
+    /// bucket".)
+    pub fn with_max_keys(mut self, max_keys: NonZeroUsize) -> Self {
+        self.max_keys = max_keys.get();
+        for (_, slot) in &mut self.policies {
+            with_keyed!(slot, k => k.max_keys = max_keys.get());
+        }
+        self
+    }
+
+    /// Decisions made on the shared overflow state because a policy held `max_keys` keys,
+    /// summed over policies.
+    pub fn overflowed(&self) -> u64 {
+        self.policies
+            .iter()
+            .map(|(_, slot)| with_keyed!(slot, k => k.overflowed.load(Ordering::Relaxed)))
+            .sum()
     }
 
     /// The store's clock.
@@ -259,7 +367,7 @@ where
     /// Forgets `key` under `policy`: its next request sees a full budget.
     pub fn reset(&self, policy: PolicyId, key: &K) {
         if let Ok(slot) = self.slot(policy) {
-            with_keyed!(slot, k => { k.map.remove(key); });
+            with_keyed!(slot, k => k.remove(key));
         }
     }
 }
@@ -273,8 +381,24 @@ where
 
     fn register(&mut self, policy: &Policy) -> Result<PolicyId, StoreError> {
         policy.validate()?;
+        let quota = policy.quota();
         let slot = match policy.algorithm() {
-            Algorithm::Gcra => Slot::Gcra(Keyed::new(Gcra::new(policy.quota()))),
+            Algorithm::Gcra => Slot::Gcra(Keyed::new(Gcra::new(quota), self.max_keys)),
+            Algorithm::LeakyBucket => {
+                Slot::LeakyBucket(Keyed::new(LeakyBucket::new(quota), self.max_keys))
+            }
+            Algorithm::FixedWindow => {
+                Slot::FixedWindow(Keyed::new(FixedWindow::new(quota), self.max_keys))
+            }
+            Algorithm::SlidingLog => {
+                Slot::SlidingLog(Keyed::new(SlidingLog::new(quota), self.max_keys))
+            }
+            Algorithm::SlidingWindow => {
+                Slot::SlidingWindow(Keyed::new(SlidingWindow::new(quota), self.max_keys))
+            }
+            Algorithm::Concurrency => {
+                Slot::Concurrency(Keyed::new(Concurrency::new(quota), self.max_keys))
+            }
         };
         let index = u32::try_from(self.policies.len())
             .map_err(|_| StoreError::UnknownPolicy(PolicyId::from_index(u32::MAX)))?;
@@ -454,5 +578,107 @@ mod tests {
         assert!(!s.check_now(&[Charge::new(p, &k, 1)]).unwrap().is_allowed());
         s.reset(p, &k);
         assert!(s.check_now(&[Charge::new(p, &k, 1)]).unwrap().is_allowed());
+    }
+
+    /// Case B03: 1,000,000 distinct keys (token bucket 10 per 1,000 ms, burst 10), one
+    /// request each over t = 0..999 ms; with a hard cap C = 200,000 keys (the keys live at
+    /// once are the last 100 ms: 100,000). Every request: 200, Remaining 9; the store never
+    /// holds more than C; after a sweep at t = 1,000 ms + S (S = 100 ms, the time a bucket
+    /// takes to refill after one request, so the last keys are idle) it holds 0; a returning
+    /// key at t = 2,000 ms + S sees Remaining 9.
+    #[test]
+    fn b03_many_distinct_keys_bounded_and_evicted_unseen() {
+        const C: usize = 200_000;
+        let clock = ManualClock::new();
+        let mut s =
+            MemoryStore::with_clock(clock.clone()).with_max_keys(NonZeroUsize::new(C).unwrap());
+        let p = s
+            .register(&Policy::new(
+                "b03",
+                Quota::new(10, Duration::from_secs(1)).unwrap(),
+            ))
+            .unwrap();
+        let mut max_len = 0;
+        for i in 0..1_000_000u64 {
+            clock.set(i * 1_000);
+            let key = Key::from(format!("k{i:07}"));
+            let d = s.check_now(&[Charge::new(p, &key, 1)]).unwrap();
+            let d = d.as_slice()[0];
+            assert!(d.is_allowed() && d.remaining() == 9, "key {i}: {d:?}");
+            if i % 1_000 == 0 {
+                max_len = max_len.max(s.len());
+            }
+        }
+        assert!(max_len <= C, "held {max_len} keys");
+        assert_eq!(s.overflowed(), 0, "live keys never exceeded the cap");
+        clock.set(1_100_000_000);
+        s.sweep();
+        assert_eq!(s.len(), 0);
+        clock.set(2_100_000_000);
+        let d = s
+            .check_now(&[Charge::new(p, &Key::from("k0000001"), 1)])
+            .unwrap();
+        assert_eq!(d.as_slice()[0].remaining(), 9);
+    }
+
+    #[test]
+    fn max_keys_overflow_shares_one_budget_and_never_stops_limiting() {
+        let clock = ManualClock::new();
+        let mut s =
+            MemoryStore::with_clock(clock.clone()).with_max_keys(NonZeroUsize::new(3).unwrap());
+        let p = s.register(&Policy::new("p", q(2, 60))).unwrap();
+        let check = |s: &MemoryStore<Key, ManualClock>, k: u64| {
+            s.check_now(&[Charge::new(p, &Key::Int(k), 1)])
+                .unwrap()
+                .as_slice()[0]
+        };
+        for k in 0..3 {
+            assert_eq!(check(&s, k).remaining(), 1);
+        }
+        assert_eq!(s.len(), 3);
+        // Keys 3, 4, 5 share one overflow budget of 2: the third is denied.
+        assert!(check(&s, 3).is_allowed());
+        assert!(check(&s, 4).is_allowed());
+        assert!(check(&s, 5).is_denied());
+        assert_eq!(s.len(), 3);
+        assert_eq!(s.overflowed(), 3);
+        // Stored keys keep their own budget.
+        assert_eq!(check(&s, 0).remaining(), 0);
+        // Once the stored keys are idle, the next sweep (automatic after at most
+        // ceil(max_keys / 2) new keys, or on demand) makes room: new keys get their own
+        // entries again.
+        clock.advance(Duration::from_secs(60));
+        for k in 6..9 {
+            assert_eq!(check(&s, k).remaining(), 1);
+        }
+        // Key 6 still went to the (idle again) overflow state; key 7 triggered the sweep
+        // that evicted keys 0, 1 and 2, so keys 7 and 8 are stored on their own.
+        assert_eq!(s.len(), 2);
+        assert_eq!(check(&s, 8).remaining(), 0);
+        assert_eq!(s.overflowed(), 4);
+    }
+
+    #[test]
+    fn the_cap_holds_under_concurrent_inserts() {
+        let mut s = MemoryStore::with_clock(ManualClock::new())
+            .with_max_keys(NonZeroUsize::new(100).unwrap());
+        let p = s.register(&Policy::new("p", q(1, 60))).unwrap();
+        let s = Arc::new(s);
+        let threads: Vec<_> = (0..4u64)
+            .map(|t| {
+                let s = Arc::clone(&s);
+                std::thread::spawn(move || {
+                    for i in 0..1_000u64 {
+                        let k = Key::Int(t * 1_000_000 + i);
+                        s.check_now(&[Charge::new(p, &k, 1)]).unwrap();
+                        assert!(s.len() <= 100);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(s.len(), 100);
     }
 }

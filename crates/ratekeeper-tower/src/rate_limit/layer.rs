@@ -2,7 +2,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use ratekeeper_core::store::{MemoryStore, PolicyId, Store, StoreError};
-use ratekeeper_core::{Key, Policy, Quota};
+use ratekeeper_core::{Algorithm, Key, Policy, Quota};
 use smallvec::SmallVec;
 use tower_layer::Layer;
 
@@ -27,19 +27,28 @@ pub enum BuildError {
     /// A fixed cost of 0 would make every policy unlimited.
     #[error("a fixed request cost of 0 would never limit anything")]
     ZeroCost,
-    /// A fixed cost larger than a policy's burst would deny every request.
+    /// A fixed cost larger than a policy's capacity ([`Policy::capacity`]: the burst for
+    /// GCRA and the leaky bucket, the limit for window algorithms) would deny every request.
     #[error("fixed request cost {cost} is larger than the burst {burst} of policy {policy:?}")]
     CostExceedsBurst {
         /// The policy.
         policy: String,
         /// The fixed cost.
         cost: u64,
-        /// The policy's burst.
+        /// The policy's capacity.
         burst: u32,
     },
     /// A resolver or settle rule names a policy the layer does not have.
     #[error("unknown policy {0:?}")]
     UnknownPolicy(String),
+    /// A [`Algorithm::Concurrency`](ratekeeper_core::Algorithm::Concurrency) policy holds
+    /// permits until released; a rate limit never releases them, so it would end up denying
+    /// everything. Use a concurrency limit layer for in-flight limits.
+    #[error(
+        "policy {0:?} uses the concurrency algorithm, which a rate limit cannot release; \
+         use a concurrency limit layer"
+    )]
+    ConcurrencyPolicy(String),
 }
 
 pub(crate) struct Shared<K, Co, St, R = AllPolicies> {
@@ -202,7 +211,8 @@ impl Default for Builder {
 }
 
 impl<K, Co, St, R> Builder<K, Co, St, R> {
-    /// Adds a policy. Every policy is checked on every request, all-or-nothing.
+    /// Adds a policy. Every policy is checked on every request, all-or-nothing, with its own
+    /// algorithm ([`Policy::with_algorithm`]; GCRA by default).
     pub fn policy(mut self, policy: Policy) -> Self {
         self.policies.push(policy);
         self
@@ -355,6 +365,13 @@ impl<K, Co, St, R> Builder<K, Co, St, R> {
                 return Err(BuildError::DuplicatePolicy(p.name().to_owned()));
             }
         }
+        if let Some(p) = self
+            .policies
+            .iter()
+            .find(|p| p.algorithm() == Algorithm::Concurrency)
+        {
+            return Err(BuildError::ConcurrencyPolicy(p.name().to_owned()));
+        }
         if let Some(cost) = self.fixed_cost {
             if cost == 0 {
                 return Err(BuildError::ZeroCost);
@@ -362,12 +379,12 @@ impl<K, Co, St, R> Builder<K, Co, St, R> {
             if let Some(p) = self
                 .policies
                 .iter()
-                .find(|p| cost > u64::from(p.quota().burst()))
+                .find(|p| cost > u64::from(p.capacity()))
             {
                 return Err(BuildError::CostExceedsBurst {
                     policy: p.name().to_owned(),
                     cost,
-                    burst: p.quota().burst(),
+                    burst: p.capacity(),
                 });
             }
         }

@@ -1,0 +1,234 @@
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use super::{Gcra, KeyedAlgorithm};
+use crate::{Decision, Outcome, Quota};
+
+/// The leaky bucket, as a meter (police) and as a shaper (queue).
+///
+/// The bucket leaks one unit every `T = period / limit` and holds `burst` units (the queue
+/// depth). Its state is one `u64`: the time at which the bucket will be empty, which is the
+/// GCRA theoretical arrival time `TAT` (the leaky bucket and GCRA are the same algorithm
+/// seen from two sides; ITU-T I.371 Annex A). A Redis mirror stores the same integer.
+///
+/// - **Meter** ([`LeakyBucket::decide`], what the memory store runs for
+///   [`Algorithm::LeakyBucket`](super::Algorithm::LeakyBucket)): a request passes at once if
+///   it fits in the bucket, otherwise it is refused, exactly like [`Gcra`] with `burst` =
+///   queue depth. nginx `limit_req` with `burst=b` and no `nodelay` corresponds to burst
+///   `b + 1` here (nginx counts the request being served apart from the queue), so nginx's
+///   `burst=0` is burst 1 (case B17).
+/// - **Shaper** ([`LeakyBucket::shape`]): a request that fits is queued and told how long to
+///   wait so the output leaves smoothly, one unit every `T`: `delay = max(TAT, now) - now`.
+///   A request whose delay would exceed `max_wait` is refused (and charges nothing). This is
+///   the primitive behind a `Delay` mode.
+///
+/// Formulas (ns, saturating, as [`Gcra`]):
+///
+/// ```text
+/// tat      = max(stored, now)
+/// new_tat  = tat + n * T
+/// fits     = new_tat - tau <= now                 // tau = burst * T: the queue has room
+/// meter:  allowed = fits;                      retry_after = new_tat - tau - now
+/// shaper: allowed = fits && tat - now <= max_wait; delay = tat - now
+///         retry_after = max(new_tat - tau - now, tat - now - max_wait)
+/// ```
+///
+/// # Example
+///
+/// ```
+/// use std::time::Duration;
+/// use ratekeeper_core::algorithm::LeakyBucket;
+/// use ratekeeper_core::Quota;
+///
+/// // 10 per second, queue of 3: three requests at t = 0 are spaced 100 ms apart.
+/// let bucket = LeakyBucket::new(&Quota::new(10, Duration::from_secs(1))?.with_burst(3)?);
+/// let mut tat = 0;
+/// for expected in [0, 100, 200] {
+///     let (shaped, next) = bucket.shape(tat, 0, 1, Duration::from_secs(1));
+///     assert_eq!(shaped.delay(), Some(Duration::from_millis(expected)));
+///     tat = next.unwrap();
+/// }
+/// let (full, _) = bucket.shape(tat, 0, 1, Duration::from_secs(1));
+/// assert_eq!(full.decision().retry_after(), Some(Duration::from_millis(100)));
+/// # Ok::<(), ratekeeper_core::QuotaError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeakyBucket {
+    gcra: Gcra,
+}
+
+/// A shaper's answer: the decision and, when admitted, how long to wait before proceeding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shaped {
+    decision: Decision,
+    delay: Option<Duration>,
+}
+
+impl Shaped {
+    /// The decision (`remaining` and `reset_after` after the request is queued, if it was).
+    pub const fn decision(&self) -> Decision {
+        self.decision
+    }
+
+    /// When admitted, the time to wait before proceeding (0 when the output is idle).
+    pub const fn delay(&self) -> Option<Duration> {
+        self.delay
+    }
+}
+
+impl LeakyBucket {
+    /// A bucket leaking `quota.limit()` units per `quota.period()`, holding `quota.burst()`.
+    pub const fn new(quota: &Quota) -> Self {
+        Self {
+            gcra: Gcra::new(quota),
+        }
+    }
+
+    /// The leak interval `T` in nanoseconds.
+    pub const fn emission_interval_nanos(&self) -> u64 {
+        self.gcra.emission_interval_nanos()
+    }
+
+    /// The meter: the pure decision over the stored `tat` (0 when absent); returns the
+    /// decision and, when charged, the new state. Identical to [`Gcra::decide`].
+    #[inline]
+    pub fn decide(&self, stored_tat: u64, now: u64, cost: u64) -> (Decision, Option<u64>) {
+        self.gcra.decide(stored_tat, now, cost)
+    }
+
+    /// The meter's answer without charging.
+    pub fn peek(&self, stored_tat: u64, now: u64, cost: u64) -> Decision {
+        self.gcra.peek(stored_tat, now, cost)
+    }
+
+    /// The shaper: queues `cost` units if the queue has room and the wait is at most
+    /// `max_wait`. Returns the answer and, when queued, the new state to store.
+    pub fn shape(
+        &self,
+        stored_tat: u64,
+        now: u64,
+        cost: u64,
+        max_wait: Duration,
+    ) -> (Shaped, Option<u64>) {
+        let tat = stored_tat.max(now);
+        let delay = tat - now;
+        let max_wait = u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX);
+        let (decision, next) = self.gcra.decide(stored_tat, now, cost);
+        match decision.outcome() {
+            Outcome::Allowed if delay <= max_wait => (
+                Shaped {
+                    decision,
+                    delay: Some(Duration::from_nanos(delay)),
+                },
+                next,
+            ),
+            Outcome::Allowed | Outcome::Denied { .. } => {
+                let room_wait = decision.retry_after().unwrap_or(Duration::ZERO);
+                let queue_wait = Duration::from_nanos(delay - max_wait.min(delay));
+                let retry_after = room_wait.max(queue_wait);
+                let peek = self.gcra.peek(stored_tat, now, cost);
+                let denied = Decision::new(
+                    Outcome::Denied { retry_after },
+                    peek.limit(),
+                    peek.remaining(),
+                    peek.reset_after(),
+                );
+                (
+                    Shaped {
+                        decision: denied,
+                        delay: None,
+                    },
+                    None,
+                )
+            }
+            _ => (
+                Shaped {
+                    decision,
+                    delay: None,
+                },
+                None,
+            ),
+        }
+    }
+
+    /// The state after giving back `cost` units.
+    pub fn refunded(&self, stored_tat: u64, cost: u64) -> u64 {
+        self.gcra.refunded(stored_tat, cost)
+    }
+
+    /// Whether the bucket is empty at `now` ("absent").
+    pub const fn is_idle(&self, stored_tat: u64, now: u64) -> bool {
+        stored_tat <= now
+    }
+}
+
+impl KeyedAlgorithm for LeakyBucket {
+    type State = AtomicU64;
+
+    #[inline]
+    fn check(&self, state: &AtomicU64, now: u64, cost: u64) -> Decision {
+        KeyedAlgorithm::check(&self.gcra, state, now, cost)
+    }
+
+    fn peek(&self, state: &AtomicU64, now: u64, cost: u64) -> Decision {
+        LeakyBucket::peek(self, state.load(Ordering::Acquire), now, cost)
+    }
+
+    fn refund(&self, state: &AtomicU64, now: u64, cost: u64) {
+        KeyedAlgorithm::refund(&self.gcra, state, now, cost);
+    }
+
+    fn is_idle(&self, state: &AtomicU64, now: u64) -> bool {
+        LeakyBucket::is_idle(self, state.load(Ordering::Acquire), now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nginx_burst_zero_admits_one_per_interval() {
+        // Case B17 in small: 5000/s, burst 1 (nginx burst=0), requests every 40 us.
+        let q = Quota::new(5_000, Duration::from_secs(1))
+            .unwrap()
+            .with_burst(1)
+            .unwrap();
+        let b = LeakyBucket::new(&q);
+        let mut tat = 0;
+        let mut admitted = Vec::new();
+        for i in 0..50u64 {
+            let (d, next) = b.decide(tat, i * 40_000, 1);
+            if let Some(n) = next {
+                tat = n;
+            }
+            if d.is_allowed() {
+                admitted.push(i);
+            }
+        }
+        assert_eq!(admitted, (0..50).step_by(5).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn shaper_refuses_beyond_max_wait_and_charges_nothing() {
+        let q = Quota::new(10, Duration::from_secs(1))
+            .unwrap()
+            .with_burst(10)
+            .unwrap();
+        let b = LeakyBucket::new(&q);
+        let mut tat = 0;
+        for _ in 0..3 {
+            let (s, next) = b.shape(tat, 0, 1, Duration::from_millis(250));
+            assert!(s.decision().is_allowed());
+            tat = next.unwrap();
+        }
+        // Queue has room (7 left) but the wait would be 300 ms > 250 ms.
+        let (s, next) = b.shape(tat, 0, 1, Duration::from_millis(250));
+        assert_eq!(next, None);
+        assert_eq!(s.delay(), None);
+        assert_eq!(s.decision().retry_after(), Some(Duration::from_millis(50)));
+        assert_eq!(s.decision().remaining(), 7);
+        let (never, _) = b.shape(tat, 0, 11, Duration::MAX);
+        assert!(never.decision().is_cannot_fit());
+    }
+}

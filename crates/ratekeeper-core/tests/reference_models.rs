@@ -1,0 +1,703 @@
+//! Every algorithm against a plain reference model, decision by decision, on random traces
+//! (times, costs, keys) run through the memory store; and the DESIGN §3 meaning of
+//! `remaining`, `reset_after` and `retry_after` checked on the models by brute force.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use ratekeeper_core::algorithm::{Concurrency, LeakyBucket, SlidingLog, SlidingLogState};
+use ratekeeper_core::clock::ManualClock;
+use ratekeeper_core::store::{Charge, MemoryStore, PolicyId, Store};
+use ratekeeper_core::{Algorithm, Decision, Key, Outcome, Policy, Quota};
+
+/// A reference model: the simplest code that is obviously right. `decide` is derived from
+/// these primitives in one generic function, and `remaining` is computed by trying cost-1
+/// requests one by one.
+trait Model: Clone + std::fmt::Debug {
+    fn new(q: &Quota) -> Self;
+    fn capacity(&self) -> u64;
+    fn limit(&self) -> u32;
+    /// Whether `cost` fits at `now` (`now` never goes back).
+    fn fits(&self, now: u64, cost: u64) -> bool;
+    fn charge(&mut self, now: u64, cost: u64);
+    /// Time until the state equals "absent".
+    fn reset_after(&self, now: u64) -> u64;
+    /// Smallest d > 0 with `fits(now + d, cost)` (only called when `cost <= capacity`).
+    fn retry_after(&self, now: u64, cost: u64) -> u64;
+    fn is_absent(&self, now: u64) -> bool;
+}
+
+fn model_decide<M: Model>(m: &mut M, now: u64, cost: u64) -> Decision {
+    let outcome = if cost > m.capacity() {
+        Outcome::CannotFit
+    } else if cost == 0 {
+        Outcome::Allowed
+    } else if m.fits(now, cost) {
+        m.charge(now, cost);
+        Outcome::Allowed
+    } else {
+        Outcome::Denied {
+            retry_after: Duration::from_nanos(m.retry_after(now, cost)),
+        }
+    };
+    let mut probe = m.clone();
+    let mut remaining = 0;
+    while probe.fits(now, 1) {
+        probe.charge(now, 1);
+        remaining += 1;
+    }
+    Decision::new(
+        outcome,
+        m.limit(),
+        remaining,
+        Duration::from_nanos(m.reset_after(now)),
+    )
+}
+
+fn model_peek<M: Model>(m: &M, now: u64, cost: u64) -> Decision {
+    let d = model_decide(&mut m.clone(), now, cost);
+    let state = model_decide(&mut m.clone(), now, 0);
+    Decision::new(
+        d.outcome(),
+        d.limit(),
+        state.remaining(),
+        state.reset_after(),
+    )
+}
+
+/// DESIGN §3 on the model: retry_after is exact, reset_after is the time to "absent",
+/// remaining never exceeds the capacity.
+fn check_semantics<M: Model>(m: &M, d: &Decision, now: u64, cost: u64) {
+    assert!(u64::from(d.remaining()) <= m.capacity());
+    if let Some(r) = d.retry_after() {
+        let r = u64::try_from(r.as_nanos()).unwrap();
+        assert!(r > 0, "retry_after 0 on a denial");
+        assert!(m.fits(now + r, cost), "not admitted at now + retry_after");
+        assert!(!m.fits(now + r - 1, cost), "admitted before retry_after");
+    }
+    let reset = u64::try_from(d.reset_after().as_nanos()).unwrap();
+    assert!(m.is_absent(now + reset), "not absent at now + reset_after");
+    if reset > 0 {
+        assert!(!m.is_absent(now + reset - 1), "absent before reset_after");
+    }
+}
+
+/// Token bucket with the level in ns of credit (`tokens * T`), refilled 1 ns per ns up to
+/// `tau = burst * T`: the textbook formulation GCRA must agree with.
+#[derive(Clone, Debug)]
+struct TokenBucket {
+    t: u64,
+    tau: u64,
+    burst: u64,
+    limit: u32,
+    level: u64,
+    last: u64,
+}
+
+impl TokenBucket {
+    fn level_at(&self, now: u64) -> u64 {
+        (self.level + (now - self.last)).min(self.tau)
+    }
+}
+
+impl Model for TokenBucket {
+    fn new(q: &Quota) -> Self {
+        let t = q.emission_interval_nanos();
+        let tau = t * u64::from(q.burst());
+        Self {
+            t,
+            tau,
+            burst: q.burst().into(),
+            limit: q.limit(),
+            level: tau,
+            last: 0,
+        }
+    }
+    fn capacity(&self) -> u64 {
+        self.burst
+    }
+    fn limit(&self) -> u32 {
+        self.limit
+    }
+    fn fits(&self, now: u64, cost: u64) -> bool {
+        self.level_at(now) >= cost * self.t
+    }
+    fn charge(&mut self, now: u64, cost: u64) {
+        self.level = self.level_at(now) - cost * self.t;
+        self.last = now;
+    }
+    fn reset_after(&self, now: u64) -> u64 {
+        self.tau - self.level_at(now)
+    }
+    fn retry_after(&self, now: u64, cost: u64) -> u64 {
+        cost * self.t - self.level_at(now)
+    }
+    fn is_absent(&self, now: u64) -> bool {
+        self.level_at(now) == self.tau
+    }
+}
+
+/// Leaky bucket as water: `water` ns of queued work drains 1 ns per ns; capacity `tau`.
+#[derive(Clone, Debug)]
+struct Water {
+    t: u64,
+    tau: u64,
+    burst: u64,
+    limit: u32,
+    water: u64,
+    last: u64,
+}
+
+impl Water {
+    fn water_at(&self, now: u64) -> u64 {
+        self.water.saturating_sub(now - self.last)
+    }
+}
+
+impl Model for Water {
+    fn new(q: &Quota) -> Self {
+        let t = q.emission_interval_nanos();
+        Self {
+            t,
+            tau: t * u64::from(q.burst()),
+            burst: q.burst().into(),
+            limit: q.limit(),
+            water: 0,
+            last: 0,
+        }
+    }
+    fn capacity(&self) -> u64 {
+        self.burst
+    }
+    fn limit(&self) -> u32 {
+        self.limit
+    }
+    fn fits(&self, now: u64, cost: u64) -> bool {
+        self.water_at(now) + cost * self.t <= self.tau
+    }
+    fn charge(&mut self, now: u64, cost: u64) {
+        self.water = self.water_at(now) + cost * self.t;
+        self.last = now;
+    }
+    fn reset_after(&self, now: u64) -> u64 {
+        self.water_at(now)
+    }
+    fn retry_after(&self, now: u64, cost: u64) -> u64 {
+        self.water_at(now) + cost * self.t - self.tau
+    }
+    fn is_absent(&self, now: u64) -> bool {
+        self.water_at(now) == 0
+    }
+}
+
+/// Every admitted event `(time, cost)`, kept for ever.
+#[derive(Clone, Debug)]
+struct Events {
+    w: u64,
+    limit: u32,
+    events: Vec<(u64, u64)>,
+}
+
+impl Events {
+    fn new(q: &Quota) -> Self {
+        Self {
+            w: q.period_nanos(),
+            limit: q.limit(),
+            events: Vec::new(),
+        }
+    }
+    fn sum(&self, pred: impl Fn(u64) -> bool) -> u64 {
+        self.events
+            .iter()
+            .filter(|(t, _)| pred(*t))
+            .map(|(_, n)| n)
+            .sum()
+    }
+}
+
+/// Fixed window: the units of the events in the same aligned window `[iW, (i+1)W)`.
+#[derive(Clone, Debug)]
+struct Fixed(Events);
+
+impl Model for Fixed {
+    fn new(q: &Quota) -> Self {
+        Self(Events::new(q))
+    }
+    fn capacity(&self) -> u64 {
+        self.0.limit.into()
+    }
+    fn limit(&self) -> u32 {
+        self.0.limit
+    }
+    fn fits(&self, now: u64, cost: u64) -> bool {
+        let w = self.0.w;
+        self.0.sum(|t| t / w == now / w) + cost <= u64::from(self.0.limit)
+    }
+    fn charge(&mut self, now: u64, cost: u64) {
+        self.0.events.push((now, cost));
+    }
+    fn reset_after(&self, now: u64) -> u64 {
+        if self.is_absent(now) {
+            0
+        } else {
+            (now / self.0.w + 1) * self.0.w - now
+        }
+    }
+    fn retry_after(&self, now: u64, _cost: u64) -> u64 {
+        (now / self.0.w + 1) * self.0.w - now
+    }
+    fn is_absent(&self, now: u64) -> bool {
+        let w = self.0.w;
+        self.0.sum(|t| t / w == now / w) == 0
+    }
+}
+
+/// Sliding log: the units of the events in `(now - W, now]`.
+#[derive(Clone, Debug)]
+struct Log(Events);
+
+impl Log {
+    fn used(&self, now: u64) -> u64 {
+        let w = self.0.w;
+        self.0.sum(|t| t + w > now)
+    }
+}
+
+impl Model for Log {
+    fn new(q: &Quota) -> Self {
+        Self(Events::new(q))
+    }
+    fn capacity(&self) -> u64 {
+        self.0.limit.into()
+    }
+    fn limit(&self) -> u32 {
+        self.0.limit
+    }
+    fn fits(&self, now: u64, cost: u64) -> bool {
+        self.used(now) + cost <= u64::from(self.0.limit)
+    }
+    fn charge(&mut self, now: u64, cost: u64) {
+        self.0.events.push((now, cost));
+    }
+    fn reset_after(&self, now: u64) -> u64 {
+        let w = self.0.w;
+        self.0
+            .events
+            .iter()
+            .map(|(t, _)| (t + w).saturating_sub(now))
+            .max()
+            .unwrap_or(0)
+    }
+    fn retry_after(&self, now: u64, cost: u64) -> u64 {
+        // Admission only changes when an entry leaves: try each departure time in order.
+        let w = self.0.w;
+        let mut departures: Vec<u64> = self
+            .0
+            .events
+            .iter()
+            .map(|(t, _)| t + w)
+            .filter(|&d| d > now)
+            .collect();
+        departures.sort_unstable();
+        departures
+            .into_iter()
+            .find(|&d| self.fits(d, cost))
+            .map(|d| d - now)
+            .unwrap()
+    }
+    fn is_absent(&self, now: u64) -> bool {
+        self.used(now) == 0
+    }
+}
+
+/// Sliding window counter: `prev * (W - e) / W + cur`, with brute-force waits.
+#[derive(Clone, Debug)]
+struct Counter(Events);
+
+impl Counter {
+    fn counts(&self, now: u64) -> (u64, u64, u64) {
+        let w = self.0.w;
+        let i = now / w;
+        let cur = self.0.sum(|t| t / w == i);
+        let prev = if i == 0 {
+            0
+        } else {
+            self.0.sum(|t| t / w == i - 1)
+        };
+        (prev, cur, now - i * w)
+    }
+}
+
+impl Model for Counter {
+    fn new(q: &Quota) -> Self {
+        Self(Events::new(q))
+    }
+    fn capacity(&self) -> u64 {
+        self.0.limit.into()
+    }
+    fn limit(&self) -> u32 {
+        self.0.limit
+    }
+    fn fits(&self, now: u64, cost: u64) -> bool {
+        let (prev, cur, e) = self.counts(now);
+        let w = u128::from(self.0.w);
+        let est_w = u128::from(prev) * (w - u128::from(e)) + u128::from(cur + cost) * w;
+        est_w <= u128::from(self.0.limit) * w
+    }
+    fn charge(&mut self, now: u64, cost: u64) {
+        self.0.events.push((now, cost));
+    }
+    fn reset_after(&self, now: u64) -> u64 {
+        (0..=2 * self.0.w)
+            .find(|&d| self.is_absent(now + d))
+            .unwrap()
+    }
+    fn retry_after(&self, now: u64, cost: u64) -> u64 {
+        (1..=2 * self.0.w + 1)
+            .find(|&d| self.fits(now + d, cost))
+            .unwrap()
+    }
+    fn is_absent(&self, now: u64) -> bool {
+        let (prev, cur, _) = self.counts(now);
+        prev == 0 && cur == 0
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Step {
+    key: u64,
+    dt: u64,
+    cost: u64,
+    sweep: bool,
+}
+
+fn steps(max_dt: u64, max_cost: u64) -> impl Strategy<Value = Vec<Step>> {
+    prop::collection::vec(
+        (
+            0..3u64,
+            0..=max_dt,
+            0..=max_cost,
+            prop::bool::weighted(0.05),
+        )
+            .prop_map(|(key, dt, cost, sweep)| Step {
+                key,
+                dt,
+                cost,
+                sweep,
+            }),
+        1..60,
+    )
+}
+
+/// Runs `trace` through a memory store and a model per key; every decision must match.
+fn compare<M: Model>(algorithm: Algorithm, quota: Quota, trace: &[Step]) {
+    let clock = ManualClock::new();
+    let mut store = MemoryStore::with_clock(clock.clone());
+    let id = store
+        .register(&Policy::new("p", quota).with_algorithm(algorithm))
+        .unwrap();
+    let mut models: HashMap<u64, M> = HashMap::new();
+    let mut now = 0;
+    for (i, s) in trace.iter().enumerate() {
+        now += s.dt;
+        clock.set(now);
+        if s.sweep {
+            store.sweep();
+        }
+        let key = Key::Int(s.key);
+        let real = store.check_now(&[Charge::new(id, &key, s.cost)]).unwrap();
+        let model = models.entry(s.key).or_insert_with(|| M::new(&quota));
+        let expected = model_decide(model, now, s.cost);
+        assert_eq!(
+            real.as_slice(),
+            &[expected],
+            "step {i} at {now} ns: {s:?} {quota:?}"
+        );
+        // `model` is the state after the decision (a denial left it unchanged).
+        check_semantics(model, &expected, now, s.cost);
+    }
+}
+
+fn quota(limit: u32, period: u64, burst: u32) -> Quota {
+    Quota::new(limit, Duration::from_nanos(period))
+        .unwrap()
+        .with_burst(burst)
+        .unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn gcra_matches_the_token_bucket_model(
+        limit in 1..12u32, period in 1..3_000u64, burst in 1..12u32, trace in steps(400, 13)
+    ) {
+        compare::<TokenBucket>(Algorithm::Gcra, quota(limit, period, burst), &trace);
+    }
+
+    #[test]
+    fn leaky_bucket_matches_the_water_model(
+        limit in 1..12u32, period in 1..3_000u64, burst in 1..12u32, trace in steps(400, 13)
+    ) {
+        compare::<Water>(Algorithm::LeakyBucket, quota(limit, period, burst), &trace);
+    }
+
+    #[test]
+    fn fixed_window_matches_the_event_model(
+        limit in 1..12u32, period in 1..3_000u64, trace in steps(1_000, 13)
+    ) {
+        compare::<Fixed>(Algorithm::FixedWindow, quota(limit, period, 1), &trace);
+    }
+
+    #[test]
+    fn sliding_log_matches_the_event_model(
+        limit in 1..12u32, period in 1..3_000u64, trace in steps(1_000, 13)
+    ) {
+        compare::<Log>(Algorithm::SlidingLog, quota(limit, period, 1), &trace);
+    }
+
+    #[test]
+    fn sliding_window_matches_the_event_model(
+        limit in 1..12u32, period in 1..300u64, trace in steps(200, 13)
+    ) {
+        compare::<Counter>(Algorithm::SlidingWindow, quota(limit, period, 1), &trace);
+    }
+
+    /// The shaper: every admitted request's delay keeps outputs at least `T` apart, and
+    /// the queue never holds more than `burst` units.
+    #[test]
+    fn shaper_output_is_smooth_and_bounded(
+        limit in 1..12u32, period in 1..3_000u64, burst in 1..12u32,
+        trace in steps(400, 3), max_wait in 0..5_000u64,
+    ) {
+        let q = quota(limit, period, burst);
+        let bucket = LeakyBucket::new(&q);
+        let t = q.emission_interval_nanos();
+        let mut water = Water::new(&q);
+        let mut tat = 0;
+        let mut now = 0;
+        let mut last_out: Option<(u64, u64)> = None;
+        for s in &trace {
+            now += s.dt;
+            let (shaped, next) = bucket.shape(tat, now, s.cost, Duration::from_nanos(max_wait));
+            let queued = water.water_at(now);
+            let fits = s.cost <= water.capacity() && water.fits(now, s.cost);
+            if s.cost > 0 && fits && queued <= max_wait {
+                let delay = u64::try_from(shaped.delay().unwrap().as_nanos()).unwrap();
+                prop_assert_eq!(delay, queued);
+                let out = now + delay;
+                if let Some((prev_out, prev_cost)) = last_out {
+                    prop_assert!(out >= prev_out + prev_cost * t);
+                }
+                last_out = Some((out, s.cost));
+                water.charge(now, s.cost);
+                tat = next.unwrap();
+            } else if s.cost > 0 {
+                prop_assert!(shaped.decision().is_denied());
+                prop_assert_eq!(next, None);
+            }
+        }
+    }
+
+    /// Two policies with different algorithms on one key: all-or-nothing, matching the
+    /// models (a denial by either charges neither).
+    #[test]
+    fn two_policies_are_all_or_nothing(
+        limit in 1..8u32, period in 1..2_000u64, trace in steps(500, 9)
+    ) {
+        let q = quota(limit, period, limit);
+        let clock = ManualClock::new();
+        let mut store = MemoryStore::with_clock(clock.clone());
+        let a = store.register(&Policy::new("a", q).with_algorithm(Algorithm::SlidingLog)).unwrap();
+        let b = store.register(&Policy::new("b", quota(limit + 1, period * 2, 2))).unwrap();
+        let mut ma = Log::new(&q);
+        let mut mb = TokenBucket::new(&quota(limit + 1, period * 2, 2));
+        let key = Key::Global;
+        let mut now = 0;
+        for s in &trace {
+            now += s.dt;
+            clock.set(now);
+            let real = store
+                .check_now(&[Charge::new(a, &key, s.cost), Charge::new(b, &key, s.cost)])
+                .unwrap();
+            let (pa, pb) = (model_peek(&ma, now, s.cost), model_peek(&mb, now, s.cost));
+            if pa.is_allowed() && pb.is_allowed() {
+                let da = model_decide(&mut ma, now, s.cost);
+                let db = model_decide(&mut mb, now, s.cost);
+                prop_assert_eq!(real.as_slice(), &[da, db]);
+            } else {
+                prop_assert_eq!(real.as_slice(), &[pa, pb]);
+            }
+        }
+    }
+
+    /// The concurrency counter against a list of held permits.
+    #[test]
+    fn concurrency_matches_the_permit_list(
+        limit in 1..10u32,
+        ops in prop::collection::vec((0..2u64, 0..12u64, prop::bool::ANY), 1..80),
+    ) {
+        let q = quota(limit, 1_000, limit);
+        let mut store = MemoryStore::with_clock(ManualClock::new());
+        let id = store.register(&Policy::new("c", q).with_algorithm(Algorithm::Concurrency)).unwrap();
+        let pure = Concurrency::new(&q);
+        let mut held: HashMap<u64, Vec<u64>> = HashMap::new();
+        for (k, cost, release) in ops {
+            let key = Key::Int(k);
+            let permits = held.entry(k).or_default();
+            if release {
+                if let Some(c) = permits.pop() {
+                    store.refund(&[Charge::new(id, &key, c)]);
+                }
+                continue;
+            }
+            let used: u64 = permits.iter().sum();
+            let d = store.check_now(&[Charge::new(id, &key, cost)]).unwrap();
+            let d = d.as_slice()[0];
+            if cost > u64::from(limit) {
+                prop_assert!(d.is_cannot_fit());
+            } else if used + cost <= u64::from(limit) {
+                prop_assert!(d.is_allowed());
+                if cost > 0 {
+                    permits.push(cost);
+                }
+            } else {
+                prop_assert_eq!(d.retry_after(), Some(Duration::from_nanos(1_000)));
+            }
+            let now_used: u64 = permits.iter().sum();
+            prop_assert_eq!(u64::from(d.remaining()), u64::from(limit) - now_used);
+            prop_assert_eq!(pure.peek(now_used, 0).remaining(), d.remaining());
+        }
+        store.sweep();
+        let holding = held.values().filter(|p| !p.is_empty()).count();
+        prop_assert_eq!(store.len(), holding, "a key holding permits was evicted");
+    }
+}
+
+/// Quota values at the edges of their types.
+fn extreme_quota() -> impl Strategy<Value = Quota> {
+    let limits = prop_oneof![Just(1u32), Just(2), Just(u32::MAX), 1..u32::MAX];
+    let bursts = prop_oneof![Just(1u32), Just(u32::MAX), 1..u32::MAX];
+    let hundred_years = 100 * 365 * 86_400 * 1_000_000_000u64;
+    let periods = prop_oneof![Just(1u64), Just(hundred_years), Just(u64::MAX), 1..u64::MAX];
+    (limits, periods, bursts).prop_map(|(l, p, b)| quota(l, p, b))
+}
+
+fn extreme_u64() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        Just(0u64),
+        Just(1),
+        Just(u64::from(u32::MAX)),
+        Just(u64::MAX / 2),
+        Just(u64::MAX - 1),
+        Just(u64::MAX),
+        any::<u64>()
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Extreme configurations, costs and clocks (up to u64::MAX ns): no panic, no overflow,
+    /// and the outcomes still mean what they say.
+    #[test]
+    fn extreme_values_never_panic(
+        q in extreme_quota(),
+        mut times in prop::collection::vec(extreme_u64(), 1..12),
+        costs in prop::collection::vec(extreme_u64(), 12),
+    ) {
+        times.sort_unstable();
+        for algorithm in Algorithm::ALL {
+            let clock = ManualClock::new();
+            let mut store = MemoryStore::with_clock(clock.clone());
+            let policy = Policy::new("x", q).with_algorithm(algorithm);
+            let id = store.register(&policy).unwrap();
+            let capacity = u64::from(policy.capacity());
+            for (&t, &cost) in times.iter().zip(&costs) {
+                clock.set(t);
+                let d = store.check_now(&[Charge::new(id, &Key::Global, cost)]).unwrap();
+                let d = d.as_slice()[0];
+                prop_assert_eq!(d.is_cannot_fit(), cost > capacity, "{} cost {}", algorithm, cost);
+                prop_assert!(u64::from(d.remaining()) <= capacity);
+                if let Some(r) = d.retry_after() {
+                    prop_assert!(r > Duration::ZERO, "{}: retry_after 0", algorithm);
+                }
+                store.refund(&[Charge::new(id, &Key::Global, cost)]);
+                store.sweep();
+            }
+            let bucket = LeakyBucket::new(&q);
+            for (&t, &cost) in times.iter().zip(&costs) {
+                let (shaped, next) = bucket.shape(t, t, cost, Duration::MAX);
+                let _ = (shaped, next.map(|tat| bucket.refunded(tat, cost)));
+            }
+        }
+    }
+}
+
+#[test]
+fn registration_rejects_nothing_valid_and_quota_rejects_everything_invalid() {
+    // Invalid configurations are typed errors, for every algorithm (B11 C1-C4).
+    assert!(
+        Quota::new(0, Duration::from_secs(1))
+            .unwrap_err()
+            .is_limit()
+    );
+    assert!(Quota::new(1, Duration::ZERO).unwrap_err().is_period());
+    assert!(
+        Quota::new(1, Duration::from_secs(1))
+            .unwrap()
+            .with_burst(0)
+            .unwrap_err()
+            .is_burst()
+    );
+    for algorithm in Algorithm::ALL {
+        let mut store = MemoryStore::<Key, _>::with_clock(ManualClock::new());
+        let p = Policy::new("ok", quota(1, 1, 1)).with_algorithm(algorithm);
+        let id: PolicyId = store.register(&p).unwrap();
+        assert_eq!(id.index(), 0);
+        let bad = Policy::new("bad name", quota(1, 1, 1)).with_algorithm(algorithm);
+        assert!(store.register(&bad).unwrap_err().is_config());
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Any input, including non-ASCII text, parses or fails with an error; never panics.
+    #[test]
+    fn quota_parsing_never_panics(input in "\\PC{0,24}|[0-9 /a-zA-Z_é-]{0,24}") {
+        if let Err(e) = input.parse::<Quota>() {
+            prop_assert!(e.to_string().starts_with("invalid quota"));
+        }
+    }
+
+    /// `Display` writes a string that parses back to the same quota.
+    #[test]
+    fn quota_strings_round_trip(limit in 1..=u32::MAX, period in 1..=u64::MAX, burst in 1..=u32::MAX) {
+        let q = quota(limit, period, burst);
+        prop_assert_eq!(q.to_string().parse::<Quota>(), Ok(q));
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// The sliding log's memory per key is bounded: never more than `limit` entries, and
+    /// a request of cost n adds at most one.
+    #[test]
+    fn sliding_log_holds_at_most_limit_entries(
+        limit in 1..20u32, period in 1..5_000u64, trace in steps(300, 21)
+    ) {
+        let log = SlidingLog::new(&quota(limit, period, 1));
+        let mut state = SlidingLogState::new();
+        let mut now = 0;
+        for s in &trace {
+            now += s.dt;
+            let before = state.len();
+            log.decide(&mut state, now, s.cost);
+            prop_assert!(state.len() <= limit as usize);
+            prop_assert!(state.len() <= before + 1);
+        }
+    }
+}
