@@ -196,6 +196,32 @@ pub fn tiers_app_with<C: Clock>(store: MemoryStore<Key, C>) -> Router {
         .layer(middleware::from_fn(demo_auth))
 }
 
+/// The Redis URL of the `distributed` example: `REDIS_URL`, or `redis://127.0.0.1:6379/`.
+pub fn redis_url() -> String {
+    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".to_owned())
+}
+
+/// `distributed`: the quickstart limits (10 requests per minute per client IP, burst 10) on
+/// Redis, so every instance of the app started with the same `redis_url` shares one budget
+/// per client IP. Decisions have a 50 ms deadline; when Redis is down the app fails open.
+///
+/// # Errors
+///
+/// When the URL is invalid or the layer cannot be built.
+pub async fn distributed_app(redis_url: &str) -> Result<Router, Box<dyn std::error::Error>> {
+    use ratekeeper_axum::core::store::redis::RedisStore;
+
+    let store = RedisStore::builder().standalone(redis_url).await?;
+    let quota = Quota::per_minute(NonZeroU32::new(10).unwrap_or(NonZeroU32::MIN));
+    let layer = RateLimitLayer::builder()
+        .policy(ratekeeper_axum::Policy::new("default", quota))
+        .store(store)
+        .build()?;
+    Ok(Router::new()
+        .route("/", get(|| async { "hello from ratekeeper on redis\n" }))
+        .layer(layer))
+}
+
 /// Binds `addr`, prints `listening on <addr>` once connections are accepted, and serves
 /// `app` with connect info (so the peer IP is known) until Ctrl-C.
 ///

@@ -1,5 +1,7 @@
 //! Helpers for the end-to-end tests: real servers on 127.0.0.1, port 0.
 
+pub mod redis;
+
 use std::net::SocketAddr;
 
 use axum::Router;

@@ -9,7 +9,8 @@
 //! - [`Decision`]: allowed / denied with an exact `retry_after` / can never fit, plus
 //!   `limit`, `remaining` and `reset_after` for headers.
 //! - [`clock`]: the [`Clock`](clock::Clock) trait, a monotonic clock and a manual clock.
-//! - [`store`]: the [`Store`](store::Store) trait and the in-memory [`MemoryStore`](store::MemoryStore).
+//! - [`store`]: the [`Store`](store::Store) trait and the in-memory [`MemoryStore`](store::MemoryStore)
+//!   (and, with the `redis` feature, `store::redis::RedisStore`).
 //! - [`algorithm`]: GCRA (default), leaky bucket, fixed window, sliding log, sliding window
 //!   counter and a concurrency counter, with a table of their trade-offs.
 //! - `throttle` (feature `tokio`): wait for capacity before calling someone else's API.
@@ -49,6 +50,7 @@
 //! |---|---|
 //! | `serde` | `Serialize`/`Deserialize` for [`Quota`] (as a string such as `"60/m burst 10"`), [`Algorithm`] (by name) and [`Policy`] |
 //! | `tokio` | [`throttle`]: async wait-for-capacity for outbound calls, and `TokioClock` |
+//! | `redis` | [`store::redis::RedisStore`]: the store shared by every app instance, on Redis standalone or Cluster (tokio, the `redis` crate) |
 
 pub mod algorithm;
 pub mod clock;

@@ -27,6 +27,8 @@
 //! ```
 
 mod memory;
+#[cfg(feature = "redis")]
+pub mod redis;
 
 pub use memory::MemoryStore;
 
@@ -175,12 +177,63 @@ pub enum StoreError {
     /// The store cannot run this algorithm.
     #[error("the store does not support algorithm {0:?}")]
     UnsupportedAlgorithm(crate::Algorithm),
+    /// The store cannot hold this policy's quota (the message names the policy and the limit).
+    #[error("unsupported quota: {0}")]
+    UnsupportedQuota(String),
     /// The store did not answer within the decision deadline.
     #[error("store did not answer within the decision deadline")]
     Timeout,
     /// The store is unreachable or returned an error.
     #[error("store unavailable: {0}")]
     Unavailable(Box<dyn std::error::Error + Send + Sync>),
+    /// A shared store could not decide (see [`StoreError::is_unavailable`]) and its failure
+    /// policy tells the HTTP layer what to do instead: [`FailureAction`].
+    #[error("{source} (failure policy: {action})")]
+    Failed {
+        /// What the layer does with the request.
+        action: FailureAction,
+        /// Why the store could not decide.
+        #[source]
+        source: Box<StoreError>,
+    },
+}
+
+/// What the HTTP layer does with a request when the store could not decide (DESIGN §5,
+/// "Failure policy"; case B18). Carried by [`StoreError::Failed`]; every other error means
+/// [`FailureAction::Allow`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum FailureAction {
+    /// Fail open: the request reaches the service without rate-limit headers (no made-up
+    /// `Remaining`). The default.
+    #[default]
+    Allow,
+    /// Fail closed: the layer answers `503 Service Unavailable` (not 429: the client did not
+    /// exceed anything).
+    Deny,
+    /// The degraded-response fallback serves the request. The tower layer passes the request
+    /// to the inner service with a [`StoreDegraded`] extension; the axum crate's fallback (or
+    /// the handler itself) reads it and answers cheaply.
+    Degrade,
+}
+
+impl std::fmt::Display for FailureAction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Allow => "allow",
+            Self::Deny => "deny",
+            Self::Degrade => "degrade",
+        })
+    }
+}
+
+/// Request extension set by the HTTP layer when the store could not decide and the request
+/// goes on anyway ([`FailureAction::Allow`] or [`FailureAction::Degrade`]): the hook a
+/// degraded-response fallback or a handler reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreDegraded {
+    /// The failure policy that let the request through.
+    pub action: FailureAction,
 }
 
 impl StoreError {
@@ -188,13 +241,29 @@ impl StoreError {
     pub fn is_config(&self) -> bool {
         matches!(
             self,
-            Self::UnknownPolicy(_) | Self::Policy(_) | Self::UnsupportedAlgorithm(_)
+            Self::UnknownPolicy(_)
+                | Self::Policy(_)
+                | Self::UnsupportedAlgorithm(_)
+                | Self::UnsupportedQuota(_)
         )
     }
 
     /// Whether the store was unreachable, failed or too slow at request time.
     pub fn is_unavailable(&self) -> bool {
-        matches!(self, Self::Timeout | Self::Unavailable(_))
+        match self {
+            Self::Timeout | Self::Unavailable(_) => true,
+            Self::Failed { source, .. } => source.is_unavailable(),
+            _ => false,
+        }
+    }
+
+    /// What the HTTP layer does with the request: the action of [`StoreError::Failed`], else
+    /// [`FailureAction::Allow`] (fail open).
+    pub fn failure_action(&self) -> FailureAction {
+        match self {
+            Self::Failed { action, .. } => *action,
+            _ => FailureAction::Allow,
+        }
     }
 }
 

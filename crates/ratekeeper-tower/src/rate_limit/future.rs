@@ -7,7 +7,7 @@ use bytes::Bytes;
 use http::header::CONTENT_TYPE;
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use pin_project_lite::pin_project;
-use ratekeeper_core::store::{Decisions, StoreError};
+use ratekeeper_core::store::{Decisions, FailureAction, StoreDegraded, StoreError};
 use tower_service::Service;
 
 use crate::body::ResponseBody;
@@ -28,6 +28,37 @@ impl Answer {
         *res.status_mut() = self.status;
         *res.headers_mut() = self.headers;
         res
+    }
+}
+
+/// What the layer does when the store could not decide: the request goes on (marked with a
+/// [`StoreDegraded`] extension for a fallback or handler to read), or a 503 answer
+/// ([`FailureAction::Deny`]: fail closed is not a rate limit, so not a 429; case B18b).
+pub(crate) fn on_store_error<B>(err: &StoreError, req: &mut Request<B>) -> Option<Answer> {
+    let action = err.failure_action();
+    match action {
+        FailureAction::Deny => {
+            tracing::warn!(error = %err, "rate-limit store failed; answering 503 (fail closed)");
+            let mut headers = HeaderMap::new();
+            headers.insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; charset=utf-8"),
+            );
+            headers.insert(
+                http::header::CACHE_CONTROL,
+                HeaderValue::from_static("no-store"),
+            );
+            Some(Answer {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                headers,
+                body: Bytes::from_static(b"rate limiter unavailable\n"),
+            })
+        }
+        _ => {
+            tracing::warn!(error = %err, %action, "rate-limit store failed; the request goes on without rate-limit headers");
+            req.extensions_mut().insert(StoreDegraded { action });
+            None
+        }
     }
 }
 
@@ -195,10 +226,15 @@ where
                             answer: Some(report.limited(&decisions, applied)),
                         },
                         Err(err) => {
-                            tracing::warn!(error = %err, "rate-limit store failed; allowing the request (fail open)");
-                            Kind::Called {
-                                future: inner.call(req),
-                                report: None,
+                            let mut req = req;
+                            match on_store_error(&err, &mut req) {
+                                Some(answer) => Kind::Answered {
+                                    answer: Some(answer),
+                                },
+                                None => Kind::Called {
+                                    future: inner.call(req),
+                                    report: None,
+                                },
                             }
                         }
                     };

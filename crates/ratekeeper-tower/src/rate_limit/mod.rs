@@ -8,6 +8,14 @@
 //! inner service being called. All clones share one state, and `poll_ready` never
 //! consumes quota.
 //!
+//! When a shared store cannot decide (Redis slow or down), its failure policy
+//! ([`FailureAction`](ratekeeper_core::store::FailureAction), carried by
+//! [`StoreError::Failed`](ratekeeper_core::store::StoreError::Failed)) chooses: the request goes
+//! on without rate-limit headers and with a
+//! [`StoreDegraded`](ratekeeper_core::store::StoreDegraded) request extension (fail open, or
+//! degrade: the hook a fallback reads), or the layer answers `503 Service Unavailable` (fail
+//! closed: not a 429, the client exceeded nothing).
+//!
 //! # Example
 //!
 //! ```

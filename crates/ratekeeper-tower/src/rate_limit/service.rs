@@ -7,7 +7,7 @@ use ratekeeper_core::Key;
 use ratekeeper_core::store::{Checked, Decisions, Store};
 use tower_service::Service;
 
-use super::future::{Answer, Report, ResponseFuture};
+use super::future::{Answer, Report, ResponseFuture, on_store_error};
 use super::layer::Shared;
 use crate::body::ResponseBody;
 use crate::cost::Cost;
@@ -122,7 +122,7 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+    fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
         let shared = &*self.shared;
         let applied = match shared.prepare(&req) {
             Prepared::Charge(applied) => applied,
@@ -141,10 +141,10 @@ where
                     ResponseFuture::answered(shared.limited(&decisions, &applied))
                 }
             }
-            Checked::Ready(Err(err)) => {
-                tracing::warn!(error = %err, "rate-limit store failed; allowing the request (fail open)");
-                ResponseFuture::unchecked(self.inner.call(req))
-            }
+            Checked::Ready(Err(err)) => match on_store_error(&err, &mut req) {
+                Some(answer) => ResponseFuture::answered(answer),
+                None => ResponseFuture::unchecked(self.inner.call(req)),
+            },
             Checked::Pending(check) => {
                 // The ready inner service goes into the future; this one gets a fresh clone
                 // (see the tower-service docs, "Be careful when cloning inner services").

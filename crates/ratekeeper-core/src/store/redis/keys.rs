@@ -1,0 +1,105 @@
+//! Redis key names: `rl:v1:{<client key>}:<policy>`.
+
+use std::fmt::Write as _;
+
+use crate::Key;
+
+/// Encoded client keys longer than this many bytes are replaced by their SHA-1.
+pub(super) const MAX_TAG_BYTES: usize = 128;
+
+/// The state-format version in every key name (a script that changes its state layout
+/// bumps it, so old and new deploys never read each other's state).
+pub(super) const VERSION: &str = "v1";
+
+/// The hash-tag body for a client key: injective (different keys never share a name), free
+/// of `{ } | %`, `( ) ,` inside strings, spaces and control bytes (escaped as `%XX`), and at
+/// most [`MAX_TAG_BYTES`] long (longer encodings become `h:<sha1 hex>`).
+pub(super) fn tag(key: &Key) -> String {
+    let mut out = String::new();
+    encode(key, &mut out);
+    if out.len() > MAX_TAG_BYTES {
+        let digest = sha1_smol::Sha1::from(out.as_bytes()).digest().to_string();
+        out.clear();
+        out.push_str("h:");
+        out.push_str(&digest);
+    }
+    out
+}
+
+fn encode(key: &Key, out: &mut String) {
+    match key {
+        Key::Global => out.push('g'),
+        Key::Ip(ip) => {
+            let _ = write!(out, "ip:{ip}");
+        }
+        Key::Net(ip, len) => {
+            let _ = write!(out, "net:{ip}/{len}");
+        }
+        Key::Int(n) => {
+            let _ = write!(out, "i:{n}");
+        }
+        Key::Str(s) => {
+            out.push_str("s:");
+            escape(s, out);
+        }
+        Key::Tuple(parts) => {
+            out.push('(');
+            for (i, part) in parts.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                encode(part, out);
+            }
+            out.push(')');
+        }
+    }
+}
+
+fn escape(s: &str, out: &mut String) {
+    for b in s.bytes() {
+        let plain =
+            b.is_ascii_graphic() && !matches!(b, b'{' | b'}' | b'|' | b'%' | b'(' | b')' | b',');
+        if plain {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+}
+
+/// The full key of one (policy, client key) pair.
+pub(super) fn full(prefix: &str, tag: &str, policy: &str) -> String {
+    format!("{prefix}:{VERSION}:{{{tag}}}:{policy}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::{IpAddr, Ipv6Addr};
+
+    #[test]
+    fn kinds_never_collide_and_specials_are_escaped() {
+        assert_eq!(tag(&Key::from("7")), "s:7");
+        assert_eq!(tag(&Key::from(7u64)), "i:7");
+        assert_eq!(tag(&Key::from("a{b}|c%d e\n")), "s:a%7Bb%7D%7Cc%25d%20e%0A");
+        assert_eq!(
+            tag(&Key::tuple([Key::from("a,b"), Key::from("c")])),
+            "(s:a%2Cb,s:c)"
+        );
+        assert_ne!(
+            tag(&Key::tuple([Key::from("a,b"), Key::from("c")])),
+            tag(&Key::tuple([Key::from("a"), Key::from("b,c")]))
+        );
+        assert_eq!(tag(&Key::Ip(IpAddr::V6(Ipv6Addr::LOCALHOST))), "ip:::1");
+        assert_eq!(tag(&Key::from("é")), "s:%C3%A9");
+    }
+
+    #[test]
+    fn long_keys_are_hashed_and_full_names_carry_one_hash_tag() {
+        let long = tag(&Key::from("x".repeat(1_000)));
+        assert!(long.starts_with("h:"));
+        assert_eq!(long.len(), 42);
+        assert_ne!(long, tag(&Key::from("x".repeat(1_001))));
+        assert_eq!(full("rl", "s:user:42", "api"), "rl:v1:{s:user:42}:api");
+    }
+}

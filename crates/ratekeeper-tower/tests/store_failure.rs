@@ -1,0 +1,128 @@
+//! How the layer answers when the store cannot decide (DESIGN §5 failure policy, case B18):
+//! fail open passes the request without rate-limit headers, fail closed answers 503 (not
+//! 429), and degrade passes it on marked for the fallback.
+
+use std::convert::Infallible;
+use std::future::Ready;
+use std::num::NonZeroU32;
+
+use http::{Request, Response, StatusCode};
+use ratekeeper_core::store::{
+    Charge, Checked, Decisions, FailureAction, PolicyId, Store, StoreDegraded, StoreError,
+};
+use ratekeeper_core::{Key, Policy, Quota};
+use ratekeeper_tower::{GlobalKey, RateLimitLayer};
+use tower::{ServiceBuilder, ServiceExt};
+
+fn failed(action: FailureAction) -> Result<Decisions, StoreError> {
+    Err(StoreError::Failed {
+        action,
+        source: Box::new(StoreError::Timeout),
+    })
+}
+
+/// A store that never decides: every check fails at once with its action.
+struct Failing(FailureAction);
+
+impl Store<Key> for Failing {
+    type Future = Ready<Result<Decisions, StoreError>>;
+
+    fn register(&mut self, _policy: &Policy) -> Result<PolicyId, StoreError> {
+        Ok(PolicyId::from_index(0))
+    }
+
+    fn check(&self, _charges: &[Charge<'_, Key>]) -> Checked<Self::Future> {
+        Checked::Ready(failed(self.0))
+    }
+
+    fn refund(&self, _charges: &[Charge<'_, Key>]) {}
+}
+
+/// A store whose check is a future (like a networked store) that then fails.
+struct FailingLater(FailureAction);
+
+impl Store<Key> for FailingLater {
+    type Future = Ready<Result<Decisions, StoreError>>;
+
+    fn register(&mut self, _policy: &Policy) -> Result<PolicyId, StoreError> {
+        Ok(PolicyId::from_index(0))
+    }
+
+    fn check(&self, _charges: &[Charge<'_, Key>]) -> Checked<Self::Future> {
+        Checked::Pending(std::future::ready(failed(self.0)))
+    }
+
+    fn refund(&self, _charges: &[Charge<'_, Key>]) {}
+}
+
+/// Status, whether rate-limit headers were sent, and the body (the inner service echoes the
+/// `StoreDegraded` action it saw, or "none").
+async fn answer<St: Store<Key>>(store: St) -> (StatusCode, bool, String) {
+    let layer = RateLimitLayer::builder()
+        .policy(Policy::new(
+            "api",
+            Quota::per_minute(NonZeroU32::new(10).expect("10")),
+        ))
+        .key(GlobalKey)
+        .store(store)
+        .build()
+        .expect("layer");
+    let svc = ServiceBuilder::new()
+        .layer(layer)
+        .service_fn(|req: Request<String>| async move {
+            let seen = match req.extensions().get::<StoreDegraded>() {
+                Some(d) => d.action.to_string(),
+                None => "none".to_owned(),
+            };
+            Ok::<_, Infallible>(Response::new(seen))
+        });
+    let res = svc
+        .oneshot(Request::new(String::new()))
+        .await
+        .expect("answer");
+    let status = res.status();
+    let has_headers = res.headers().contains_key("x-ratelimit-remaining");
+    let body = http_body_util::BodyExt::collect(res.into_body())
+        .await
+        .map(|c| String::from_utf8_lossy(&c.to_bytes()).into_owned())
+        .unwrap_or_default();
+    (status, has_headers, body)
+}
+
+#[tokio::test]
+async fn fail_open_passes_without_headers_and_marks_the_request() {
+    for (status, headers, body) in [
+        answer(Failing(FailureAction::Allow)).await,
+        answer(FailingLater(FailureAction::Allow)).await,
+    ] {
+        assert_eq!(
+            (status, headers, body.as_str()),
+            (StatusCode::OK, false, "allow")
+        );
+    }
+}
+
+#[tokio::test]
+async fn fail_closed_answers_503_not_429() {
+    for (status, headers, body) in [
+        answer(Failing(FailureAction::Deny)).await,
+        answer(FailingLater(FailureAction::Deny)).await,
+    ] {
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(!headers);
+        assert_eq!(body, "rate limiter unavailable\n");
+    }
+}
+
+#[tokio::test]
+async fn degrade_reaches_the_inner_service_marked_for_the_fallback() {
+    for (status, headers, body) in [
+        answer(Failing(FailureAction::Degrade)).await,
+        answer(FailingLater(FailureAction::Degrade)).await,
+    ] {
+        assert_eq!(
+            (status, headers, body.as_str()),
+            (StatusCode::OK, false, "degrade")
+        );
+    }
+}

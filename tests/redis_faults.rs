@@ -1,0 +1,400 @@
+//! Fault tests of the Redis store over real HTTP: case B18 (Redis never answers: fail open,
+//! fail closed, local fallback), `kill -9` under load with recovery, `SIGSTOP` for 2 s,
+//! `SCRIPT FLUSH`, and a Redis Cluster failover. No panic, no hung request.
+//!
+//! These tests measure real latency, so they use wall-clock time; every bound has a margin
+//! for a loaded 2-core CI machine and every loop is bounded in count and time.
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::routing::get;
+use http::Request;
+use ratekeeper_axum::core::store::redis::{OnFailure, RedisStore, RedisStoreBuilder};
+use ratekeeper_axum::core::store::{FailureAction, StoreDegraded};
+use ratekeeper_axum::{Key, KeyError, Policy, Quota, RateLimitLayer};
+use ratekeeper_tests::redis::{RedisCluster, RedisServer};
+use ratekeeper_tests::spawn;
+
+/// The decision deadline of every test here.
+const DEADLINE: Duration = Duration::from_millis(50);
+/// What a request may take beyond the deadline on a busy CI machine.
+const MARGIN: Duration = Duration::from_millis(250);
+
+type Layer =
+    RateLimitLayer<fn(&Request<axum::body::Body>) -> Result<Key, KeyError>, u64, RedisStore>;
+
+fn header_key(req: &Request<axum::body::Body>) -> Result<Key, KeyError> {
+    req.headers()
+        .get("x-key")
+        .and_then(|v| v.to_str().ok())
+        .map(Key::from)
+        .ok_or(KeyError::Missing("x-key header"))
+}
+
+fn layer(store: RedisStore, policy: Policy) -> Layer {
+    RateLimitLayer::builder()
+        .policy(policy)
+        .key(header_key as fn(&Request<axum::body::Body>) -> Result<Key, KeyError>)
+        .store(store)
+        .build()
+        .expect("layer")
+}
+
+/// The handler says whether the layer marked the request degraded (the fallback hook).
+fn app(layer: Layer) -> Router {
+    Router::new()
+        .route(
+            "/",
+            get(|req: Request<axum::body::Body>| async move {
+                match req.extensions().get::<StoreDegraded>() {
+                    Some(d) if d.action == FailureAction::Degrade => "fallback",
+                    Some(_) => "degraded",
+                    None => "ok",
+                }
+            }),
+        )
+        .layer(layer)
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .expect("client")
+}
+
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    remaining: Option<u32>,
+    retry_after: Option<u32>,
+    body: String,
+    took: Duration,
+}
+
+async fn get_key(client: &reqwest::Client, addr: std::net::SocketAddr, key: &str) -> Answer {
+    let start = Instant::now();
+    let res = client
+        .get(format!("http://{addr}/"))
+        .header("x-key", key)
+        .send()
+        .await
+        .expect("request answered");
+    let status = res.status().as_u16();
+    let header = |name: &str| {
+        res.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok())
+    };
+    let remaining = header("x-ratelimit-remaining");
+    let retry_after = header("retry-after");
+    let body = res.text().await.unwrap_or_default();
+    Answer {
+        status,
+        remaining,
+        retry_after,
+        body,
+        took: start.elapsed(),
+    }
+}
+
+fn store(on_failure: OnFailure) -> RedisStoreBuilder {
+    RedisStore::builder()
+        .deadline(DEADLINE)
+        .on_failure(on_failure)
+        .max_clock_skew(Duration::ZERO)
+}
+
+async fn sleep_until(start: Instant, at_ms: u64) {
+    tokio::time::sleep_until((start + Duration::from_millis(at_ms)).into()).await;
+}
+
+/// Case B18: 3 per 60 s on Redis, deadline 50 ms; Redis accepts connections and never
+/// answers (SIGSTOP) from t=0; R1..R5 at t = 0, 100, .., 400 ms; Redis recovers at
+/// t=1000 ms and R6 is decided by Redis.
+async fn b18(on_failure: OnFailure, local: Option<Policy>) -> Vec<Answer> {
+    let server = RedisServer::start();
+    let mut builder = store(on_failure);
+    if let Some(p) = local {
+        builder = builder.local_policy(p);
+    }
+    let store = builder.standalone(&server.url()).await.expect("store");
+    let layer = layer(
+        store,
+        Policy::new("api", Quota::per_minute(NonZeroU32::new(3).expect("3"))),
+    );
+    let handle = layer.clone();
+    let addr = spawn(app(layer)).await;
+    let client = client();
+    // Warm the connection on another key, so the test starts with a connected store.
+    assert_eq!(get_key(&client, addr, "warm").await.status, 200);
+
+    server.signal("STOP");
+    let start = Instant::now();
+    let mut answers = Vec::new();
+    for at in [0, 100, 200, 300, 400] {
+        sleep_until(start, at).await;
+        answers.push(get_key(&client, addr, "client").await);
+    }
+    sleep_until(start, 1_000).await;
+    server.signal("CONT");
+    answers.push(get_key(&client, addr, "client").await);
+    for (i, a) in answers.iter().enumerate().take(5) {
+        assert!(
+            a.took <= Duration::from_millis(100),
+            "R{} took {:?}",
+            i + 1,
+            a.took
+        );
+    }
+    for a in &answers {
+        assert_ne!(a.status, 500);
+        assert!(a.took <= DEADLINE + MARGIN, "{a:?}");
+    }
+    // R6: decided by Redis at normal latency: 200, Remaining 2.
+    let r6 = &answers[5];
+    assert_eq!((r6.status, r6.remaining), (200, Some(2)), "R6 {r6:?}");
+    assert_eq!(r6.body, "ok");
+    let stats = handle.store().stats();
+    assert_eq!(stats.degraded, 5, "{stats:?}");
+    answers
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b18_redis_down_or_slow_fail_open() {
+    let answers = b18(OnFailure::Allow, None).await;
+    for a in &answers[..5] {
+        assert_eq!(a.status, 200);
+        // No Remaining made up from a failed call; the handler saw the degraded marker.
+        assert_eq!(a.remaining, None);
+        assert_eq!(a.body, "degraded");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b18_redis_down_or_slow_fail_closed() {
+    let answers = b18(OnFailure::Deny, None).await;
+    for a in &answers[..5] {
+        assert_eq!(a.status, 503, "{a:?}");
+        assert_eq!(a.remaining, None);
+    }
+}
+
+/// B18 (c): the in-memory fallback is a fixed window of 2 per 60 000 ms.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b18_redis_down_or_slow_local_fallback() {
+    let local = Policy::new(
+        "api",
+        Quota::new(2, Duration::from_secs(60)).expect("quota"),
+    )
+    .with_algorithm(ratekeeper_axum::Algorithm::FixedWindow);
+    let answers = b18(OnFailure::Local, Some(local)).await;
+    assert_eq!((answers[0].status, answers[0].remaining), (200, Some(1)));
+    assert_eq!((answers[1].status, answers[1].remaining), (200, Some(0)));
+    for a in &answers[2..5] {
+        assert_eq!((a.status, a.retry_after), (429, Some(60)), "{a:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b18_redis_down_or_slow_degrade_reaches_the_fallback_hook() {
+    let answers = b18(OnFailure::Degrade, None).await;
+    for a in &answers[..5] {
+        assert_eq!((a.status, a.body.as_str()), (200, "fallback"), "{a:?}");
+        assert_eq!(a.remaining, None);
+    }
+}
+
+/// Sends requests from `workers` tasks until `stop` is set (at most `limit`); returns every
+/// answer in completion order.
+fn start_load(
+    addr: std::net::SocketAddr,
+    workers: usize,
+    stop: Arc<AtomicBool>,
+    limit: Duration,
+) -> tokio::task::JoinHandle<Vec<Answer>> {
+    tokio::spawn(async move {
+        let client = client();
+        let begin = Instant::now();
+        let mut tasks = Vec::new();
+        for w in 0..workers {
+            let client = client.clone();
+            let stop = Arc::clone(&stop);
+            tasks.push(tokio::spawn(async move {
+                let mut out = Vec::new();
+                while !stop.load(Ordering::Relaxed) && begin.elapsed() < limit {
+                    out.push(get_key(&client, addr, &format!("w{w}")).await);
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                out
+            }));
+        }
+        let mut all = Vec::new();
+        for t in tasks {
+            all.extend(t.await.expect("load task"));
+        }
+        all
+    })
+}
+
+/// Waits (at most `limit`) until a request is decided by Redis again (it carries
+/// X-RateLimit-Remaining); returns how long that took.
+async fn wait_recovered(addr: std::net::SocketAddr, limit: Duration) -> Duration {
+    let client = client();
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if get_key(&client, addr, "probe").await.remaining.is_some() {
+            return start.elapsed();
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the store did not recover within {limit:?}");
+}
+
+fn big_quota() -> Policy {
+    Policy::new(
+        "api",
+        Quota::per_second(NonZeroU32::new(1_000_000).expect("n")),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_under_load_applies_policy_counts_and_recovers() {
+    let mut server = RedisServer::start();
+    let store = store(OnFailure::Allow)
+        .standalone(&server.url())
+        .await
+        .expect("store");
+    let layer = layer(store, big_quota());
+    let handle = layer.clone();
+    let addr = spawn(app(layer)).await;
+    wait_recovered(addr, Duration::from_secs(5)).await;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = start_load(addr, 4, Arc::clone(&stop), Duration::from_secs(20));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.kill();
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let degraded_while_down = handle.store().stats().degraded;
+    server.restart();
+    let took = wait_recovered(addr, Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    stop.store(true, Ordering::Relaxed);
+    let answers = load.await.expect("load");
+
+    assert!(degraded_while_down > 0, "no degraded decision counted");
+    assert!(
+        answers.iter().all(|a| a.status == 200),
+        "fail open answers 200"
+    );
+    let slowest = answers.iter().map(|a| a.took).max().unwrap_or_default();
+    assert!(slowest <= DEADLINE + MARGIN, "slowest request {slowest:?}");
+    assert!(answers.iter().any(|a| a.body == "degraded"));
+    assert!(answers.iter().any(|a| a.remaining.is_some()));
+    assert!(took < Duration::from_secs(10));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigstop_for_two_seconds_fails_closed_within_deadline_then_recovers() {
+    let server = RedisServer::start();
+    let store = store(OnFailure::Deny)
+        .standalone(&server.url())
+        .await
+        .expect("store");
+    let layer = layer(store, big_quota());
+    let handle = layer.clone();
+    let addr = spawn(app(layer)).await;
+    wait_recovered(addr, Duration::from_secs(5)).await;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = start_load(addr, 4, Arc::clone(&stop), Duration::from_secs(20));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.signal("STOP");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    server.signal("CONT");
+    wait_recovered(addr, Duration::from_secs(5)).await;
+    stop.store(true, Ordering::Relaxed);
+    let answers = load.await.expect("load");
+
+    let unavailable = answers.iter().filter(|a| a.status == 503).count();
+    assert!(
+        unavailable > 0,
+        "fail closed answers 503 while Redis is stopped"
+    );
+    assert!(answers.iter().all(|a| a.status == 200 || a.status == 503));
+    let slowest = answers.iter().map(|a| a.took).max().unwrap_or_default();
+    assert!(slowest <= DEADLINE + MARGIN, "slowest request {slowest:?}");
+    assert!(handle.store().stats().degraded >= u64::try_from(unavailable).unwrap_or(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn script_flush_reloads_the_script_without_errors() {
+    let server = RedisServer::start();
+    let mut store = store(OnFailure::Deny)
+        .standalone(&server.url())
+        .await
+        .expect("store");
+    let api = ratekeeper_axum::core::store::Store::register(
+        &mut store,
+        &Policy::new("api", Quota::per_minute(NonZeroU32::new(3).expect("3"))),
+    )
+    .expect("register");
+    let key = Key::from("flush");
+    let mut remaining = Vec::new();
+    for i in 0..4 {
+        if i == 2 {
+            assert_eq!(
+                server.cli(&["SCRIPT", "FLUSH"]).as_deref().map(str::trim),
+                Some("OK")
+            );
+        }
+        let d = store
+            .check_async(&[(api, key.clone(), 1)])
+            .await
+            .expect("decided by Redis after SCRIPT FLUSH");
+        remaining.push((d.is_allowed(), d.as_slice()[0].remaining()));
+    }
+    assert_eq!(remaining, [(true, 2), (true, 1), (true, 0), (false, 0)]);
+    assert_eq!(store.stats().degraded, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_failover_keeps_answering_and_recovers() {
+    let mut cluster = RedisCluster::start();
+    let urls = cluster.urls();
+    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let store = RedisStore::builder()
+        .deadline(DEADLINE)
+        .on_failure(OnFailure::Allow)
+        .max_clock_skew(Duration::ZERO)
+        .cluster(&nodes)
+        .await
+        .expect("cluster store");
+    let probe_key = "rl:v1:{s:probe}:api";
+    let layer = layer(store, big_quota());
+    let handle = layer.clone();
+    let addr = spawn(app(layer)).await;
+    wait_recovered(addr, Duration::from_secs(5)).await;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = start_load(addr, 4, Arc::clone(&stop), Duration::from_secs(40));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let primary = cluster.primary_for(probe_key);
+    cluster.nodes[primary].kill();
+    // A replica takes over after the node timeout (1 s); the client follows MOVED.
+    let took = wait_recovered(addr, Duration::from_secs(20)).await;
+    stop.store(true, Ordering::Relaxed);
+    let answers = load.await.expect("load");
+
+    assert!(answers.iter().all(|a| a.status == 200));
+    let slowest = answers.iter().map(|a| a.took).max().unwrap_or_default();
+    assert!(slowest <= DEADLINE + MARGIN, "slowest request {slowest:?}");
+    assert!(took < Duration::from_secs(20));
+    let stats = handle.store().stats();
+    assert!(stats.redis_decisions > 0 && stats.errors > 0, "{stats:?}");
+}

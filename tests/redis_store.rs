@@ -1,0 +1,754 @@
+//! The Redis store against real `redis-server` processes: the conformance suite (memory,
+//! standalone, Cluster), exact admission under concurrency, TTLs, and cases B12, B19, B20.
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::get;
+use http::Request;
+use ratekeeper_axum::core::clock::ManualClock;
+use ratekeeper_axum::core::store::redis::{OwnedCharge, RedisStore, RedisStoreBuilder};
+use ratekeeper_axum::core::store::{Charge, Decisions, MemoryStore, PolicyId, Store};
+use ratekeeper_axum::{Algorithm, Key, KeyError, Policy, Quota, RateLimitLayer};
+use ratekeeper_tests::redis::{RedisCluster, RedisServer};
+use ratekeeper_tests::spawn;
+
+const MS: u64 = 1_000_000;
+
+fn quota(limit: u32, period_ms: u64, burst: u32) -> Quota {
+    Quota::new(limit, Duration::from_millis(period_ms))
+        .and_then(|q| q.with_burst(burst))
+        .expect("valid quota")
+}
+
+/// The conformance policies: every T is a whole µs so ns (memory) and µs (Redis) agree.
+fn conformance_policies() -> Vec<Policy> {
+    vec![
+        Policy::new("api", quota(10, 60_000, 10)), // T = 6 s
+        Policy::new("burst", quota(5, 1_000, 2)),  // T = 200 ms, burst 2
+        Policy::new("daily", quota(3, 86_400_000, 3)),
+        Policy::new("fw", quota(3, 10_000, 3)).with_algorithm(Algorithm::FixedWindow),
+        Policy::new("leaky", quota(5, 1_000, 2)).with_algorithm(Algorithm::LeakyBucket),
+        Policy::new("sliding", quota(4, 10_000, 4)).with_algorithm(Algorithm::SlidingWindow),
+    ]
+}
+
+/// One request of a trace: at `t` ms, these (policy index, key) charges with `cost`.
+struct Step {
+    t: u64,
+    charges: Vec<(usize, &'static str)>,
+    cost: u64,
+}
+
+fn step(t: u64, charges: &[(usize, &'static str)], cost: u64) -> Step {
+    Step {
+        t,
+        charges: charges.to_vec(),
+        cost,
+    }
+}
+
+/// Fixed traces: bursts, exact retry boundaries, refill, costs 0 / n / > burst, several
+/// policies on one key (one script) and on different keys (reserve then refund).
+fn traces() -> Vec<Step> {
+    let mut v = Vec::new();
+    for _ in 0..11 {
+        v.push(step(0, &[(0, "alice")], 1));
+    }
+    v.push(step(5_999, &[(0, "alice")], 1));
+    v.push(step(6_000, &[(0, "alice")], 1));
+    v.push(step(6_000, &[(0, "alice")], 0));
+    v.push(step(6_000, &[(0, "bob")], 11)); // can never fit
+    v.push(step(6_000, &[(0, "bob")], 4));
+    v.push(step(6_000, &[(0, "bob")], 7));
+    v.push(step(30_000, &[(0, "bob")], 7));
+    // Several policies on one key: all-or-nothing.
+    for t in [40_000, 40_000, 40_000, 40_100, 40_200, 40_400] {
+        v.push(step(t, &[(1, "carol"), (2, "carol")], 1));
+    }
+    v.push(step(41_000, &[(1, "carol"), (2, "carol")], 1));
+    v.push(step(41_000, &[(1, "carol")], 1));
+    // Different keys in one request: reserve then refund.
+    v.push(step(50_000, &[(1, "dave"), (2, "global")], 1));
+    v.push(step(50_000, &[(1, "dave"), (2, "global")], 1));
+    v.push(step(50_000, &[(2, "global"), (1, "dave")], 1));
+    v.push(step(50_000, &[(1, "dave"), (2, "global")], 1));
+    v.push(step(50_000, &[(1, "dave")], 1));
+    v.push(step(50_400, &[(1, "dave")], 2));
+    v.push(step(
+        200_000,
+        &[(0, "alice"), (1, "alice"), (2, "alice")],
+        2,
+    ));
+    // Fixed window (aligned to multiples of 10 s): the boundary double burst is expected.
+    for t in [
+        300_000, 305_000, 309_999, 309_999, 310_000, 310_000, 310_001,
+    ] {
+        v.push(step(t, &[(3, "erin")], 1));
+    }
+    v.push(step(310_500, &[(3, "erin")], 4)); // more than the limit: can never fit
+    v.push(step(310_500, &[(3, "erin")], 2));
+    v.push(step(310_500, &[(3, "erin")], 0));
+    // Mixed algorithms on one key: one script, all-or-nothing.
+    for t in [320_000, 320_000, 320_000, 320_100, 320_400] {
+        v.push(step(t, &[(4, "frank"), (3, "frank"), (0, "frank")], 1));
+    }
+    v.push(step(330_000, &[(3, "frank"), (4, "frank")], 1));
+    // Sliding window counter: estimate = previous * (1 - elapsed / W) + current.
+    for t in [
+        400_000, 401_000, 402_000, 409_000, 409_999, 410_000, 412_500, 412_500,
+    ] {
+        v.push(step(t, &[(5, "gina")], 1));
+    }
+    for t in [
+        415_000, 415_000, 417_600, 419_000, 421_000, 425_000, 440_000,
+    ] {
+        v.push(step(t, &[(5, "gina")], 1));
+    }
+    v.push(step(440_000, &[(5, "gina")], 3));
+    v.push(step(440_000, &[(5, "gina")], 5)); // more than the limit: can never fit
+    v.push(step(445_000, &[(5, "gina"), (3, "gina")], 2));
+    v.push(step(445_000, &[(5, "gina"), (3, "gina")], 1));
+    v
+}
+
+fn run_memory() -> Vec<Decisions> {
+    let clock = ManualClock::new();
+    let mut store = MemoryStore::<Key, _>::with_clock(clock.clone());
+    let ids: Vec<PolicyId> = conformance_policies()
+        .iter()
+        .map(|p| store.register(p).expect("register"))
+        .collect();
+    traces()
+        .iter()
+        .map(|s| {
+            clock.set(s.t * MS);
+            let keys: Vec<Key> = s.charges.iter().map(|(_, k)| Key::from(*k)).collect();
+            let charges: Vec<Charge<'_, Key>> = s
+                .charges
+                .iter()
+                .zip(&keys)
+                .map(|((p, _), k)| Charge::new(ids[*p], k, s.cost))
+                .collect();
+            store.check_now(&charges).expect("memory decides")
+        })
+        .collect()
+}
+
+async fn run_redis(build: impl AsyncFnOnce(RedisStoreBuilder) -> RedisStore) -> Vec<Decisions> {
+    let clock = ManualClock::new();
+    let mut store = build(
+        RedisStore::builder()
+            .clock(clock.clone())
+            .deadline(Duration::from_secs(2)),
+    )
+    .await;
+    let ids: Vec<PolicyId> = conformance_policies()
+        .iter()
+        .map(|p| store.register(p).expect("register"))
+        .collect();
+    let mut out = Vec::new();
+    for s in traces() {
+        clock.set(s.t * MS);
+        let charges: Vec<OwnedCharge> = s
+            .charges
+            .iter()
+            .map(|(p, k)| (ids[*p], Key::from(*k), s.cost))
+            .collect();
+        out.push(store.check_async(&charges).await.expect("redis decides"));
+    }
+    assert_eq!(store.stats().degraded, 0);
+    out
+}
+
+fn assert_reference_values(d: &[Decisions]) {
+    // Spot checks against the GCRA formulas (10 per 60 s, burst 10: T = 6 s).
+    assert_eq!(d[0].as_slice()[0].remaining(), 9);
+    assert_eq!(d[9].as_slice()[0].remaining(), 0);
+    assert_eq!(d[10].retry_after(), Some(Duration::from_secs(6)));
+    assert_eq!(d[11].retry_after(), Some(Duration::from_millis(1)));
+    assert!(d[12].is_allowed());
+    assert!(d[14].is_cannot_fit());
+    assert_eq!(d[14].retry_after(), None);
+    assert!(d[15].is_allowed());
+    assert_eq!(d[16].retry_after(), Some(Duration::from_secs(6)));
+    let admitted = d.iter().filter(|x| x.is_allowed()).count();
+    assert_eq!(admitted, 44, "decisions: {:?}", &d[49..]);
+    // Fixed window: 3 in [300 s, 310 s), 3 more right after the boundary.
+    let fw: Vec<bool> = d[33..40].iter().map(Decisions::is_allowed).collect();
+    assert_eq!(fw, [true, true, true, false, true, true, true]);
+    assert_eq!(d[36].retry_after(), Some(Duration::from_millis(1)));
+    assert_eq!(d[39].as_slice()[0].remaining(), 0);
+    assert_eq!(
+        d[39].as_slice()[0].reset_after(),
+        Duration::from_millis(9_999)
+    );
+    assert!(d[40].is_cannot_fit());
+    // Sliding window counter (4 per 10 s): the 5th at 409.999 s waits for the estimate
+    // 4 * (1 - e / 10 s) + 1 <= 4 in the next window: e = 2.5 s, so 2.501 s.
+    assert_eq!(d[53].retry_after(), Some(Duration::from_millis(2_501)));
+    assert!(d[55].is_allowed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_memory_standalone_and_cluster_decide_identically() {
+    let memory = run_memory();
+    assert_reference_values(&memory);
+
+    let server = RedisServer::start();
+    let url = server.url();
+    let standalone =
+        run_redis(async |b: RedisStoreBuilder| b.standalone(&url).await.expect("standalone")).await;
+    assert_eq!(standalone, memory, "standalone Redis differs from memory");
+
+    let cluster = RedisCluster::start();
+    let urls = cluster.urls();
+    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let clustered =
+        run_redis(async |b: RedisStoreBuilder| b.cluster(&nodes).await.expect("cluster")).await;
+    assert_eq!(clustered, memory, "Redis Cluster differs from memory");
+}
+
+/// An app whose key is the `x-key` header, on the given store.
+fn keyed_app(store: RedisStore, policy: Policy) -> Router {
+    let layer = RateLimitLayer::builder()
+        .policy(policy)
+        .key(|req: &Request<axum::body::Body>| {
+            req.headers()
+                .get("x-key")
+                .and_then(|v| v.to_str().ok())
+                .map(Key::from)
+                .ok_or(KeyError::Missing("x-key header"))
+        })
+        .store(store)
+        .build()
+        .expect("layer");
+    Router::new()
+        .route("/", get(|| async { "ok" }))
+        .layer(layer)
+}
+
+/// Fires `per_key` requests for each key at the given apps (round robin) from a barrier and
+/// returns (key, status, remaining header) for each.
+async fn hammer(
+    addrs: &[std::net::SocketAddr],
+    keys: &[String],
+    per_key: usize,
+) -> Vec<(String, u16, Option<u32>)> {
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(64)
+        .timeout(Duration::from_secs(20))
+        .build()
+        .expect("client");
+    let total = keys.len() * per_key;
+    let barrier = Arc::new(tokio::sync::Barrier::new(total));
+    let mut tasks = Vec::with_capacity(total);
+    for i in 0..total {
+        let key = keys[i % keys.len()].clone();
+        let addr = addrs[i % addrs.len()];
+        let client = client.clone();
+        let barrier = Arc::clone(&barrier);
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            let res = client
+                .get(format!("http://{addr}/"))
+                .header("x-key", &key)
+                .send()
+                .await
+                .expect("request");
+            let remaining = res
+                .headers()
+                .get("x-ratelimit-remaining")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse().ok());
+            (key, res.status().as_u16(), remaining)
+        }));
+    }
+    let mut out = Vec::with_capacity(total);
+    for t in tasks {
+        out.push(t.await.expect("task"));
+    }
+    out
+}
+
+/// Case B12 checks: exactly `quota` 200s per key with Remaining exactly {quota-1, ..., 0},
+/// every 429 with Remaining 0.
+fn assert_b12(results: &[(String, u16, Option<u32>)], keys: &[String], quota: u32) {
+    for key in keys {
+        let mut remaining: Vec<u32> = results
+            .iter()
+            .filter(|(k, s, _)| k == key && *s == 200)
+            .map(|(_, _, r)| r.expect("remaining on 200"))
+            .collect();
+        remaining.sort_unstable();
+        let expected: Vec<u32> = (0..quota).collect();
+        assert_eq!(remaining, expected, "key {key}");
+    }
+    for (_, status, remaining) in results.iter().filter(|(_, s, _)| *s != 200) {
+        assert_eq!(*status, 429);
+        assert_eq!(*remaining, Some(0));
+    }
+}
+
+/// B12 on Redis: fixed window 4 per 86 400 000 ms, clock frozen at t=0, 2 app instances
+/// sharing one Redis, 1000 requests over k1..k10 released together.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn b12_concurrent_requests_double_admit_redis() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new();
+    let policy = Policy::new("day", Quota::per_day(NonZeroU32::new(4).expect("4")))
+        .with_algorithm(Algorithm::FixedWindow);
+    let mut addrs = Vec::new();
+    for _ in 0..2 {
+        let store = RedisStore::builder()
+            .clock(clock.clone())
+            .deadline(Duration::from_secs(5))
+            .standalone(&server.url())
+            .await
+            .expect("store");
+        addrs.push(spawn(keyed_app(store, policy.clone())).await);
+    }
+    let keys: Vec<String> = (1..=10).map(|i| format!("k{i}")).collect();
+    let results = hammer(&addrs, &keys, 100).await;
+    assert_eq!(results.iter().filter(|r| r.1 == 200).count(), 40);
+    assert_eq!(results.iter().filter(|r| r.1 == 429).count(), 960);
+    assert_b12(&results, &keys, 4);
+    assert_every_key_has_ttl(&server);
+}
+
+/// B12 on the memory store (multi-thread runtime with 4 workers), same scenario.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn b12_concurrent_requests_double_admit_memory() {
+    let clock = ManualClock::new();
+    let layer = RateLimitLayer::builder()
+        .policy(Policy::new(
+            "day",
+            Quota::per_day(NonZeroU32::new(4).expect("4")),
+        ))
+        .key(|req: &Request<axum::body::Body>| {
+            req.headers()
+                .get("x-key")
+                .and_then(|v| v.to_str().ok())
+                .map(Key::from)
+                .ok_or(KeyError::Missing("x-key header"))
+        })
+        .store(MemoryStore::<Key, _>::with_clock(clock))
+        .build()
+        .expect("layer");
+    let addr = spawn(
+        Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(layer),
+    )
+    .await;
+    let keys: Vec<String> = (1..=10).map(|i| format!("k{i}")).collect();
+    let results = hammer(&[addr], &keys, 100).await;
+    assert_eq!(results.iter().filter(|r| r.1 == 200).count(), 40);
+    assert_b12(&results, &keys, 4);
+}
+
+/// Three app instances, each with its own Redis connection, on one key: exactly the quota
+/// is admitted in total (Redis `TIME`, 50 per hour: refilling one unit takes 72 s).
+async fn three_instances_admit_exactly(builders: Vec<RedisStore>) {
+    let policy = Policy::new("api", Quota::per_hour(NonZeroU32::new(50).expect("50")));
+    let mut addrs = Vec::new();
+    for store in builders {
+        addrs.push(spawn(keyed_app(store, policy.clone())).await);
+    }
+    let keys = vec!["shared".to_owned()];
+    let results = hammer(&addrs, &keys, 300).await;
+    let admitted = results.iter().filter(|r| r.1 == 200).count();
+    assert_eq!(admitted, 50, "over- or under-admission across instances");
+    assert_eq!(results.iter().filter(|r| r.1 == 429).count(), 250);
+    assert_b12(&results, &keys, 50);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_instances_share_one_budget_standalone() {
+    let server = RedisServer::start();
+    let mut stores = Vec::new();
+    for _ in 0..3 {
+        stores.push(
+            RedisStore::builder()
+                .deadline(Duration::from_secs(5))
+                .standalone(&server.url())
+                .await
+                .expect("store"),
+        );
+    }
+    three_instances_admit_exactly(stores).await;
+    assert_every_key_has_ttl(&server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_instances_share_one_budget_cluster() {
+    let cluster = RedisCluster::start();
+    let urls = cluster.urls();
+    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let mut stores = Vec::new();
+    for _ in 0..3 {
+        stores.push(
+            RedisStore::builder()
+                .deadline(Duration::from_secs(5))
+                .cluster(&nodes)
+                .await
+                .expect("store"),
+        );
+    }
+    three_instances_admit_exactly(stores).await;
+    for node in &cluster.nodes {
+        if node.cli(&["ROLE"]).is_some_and(|r| r.starts_with("master")) {
+            assert_every_key_has_ttl(node);
+        }
+    }
+}
+
+/// Every `rl:*` key on `server` has a TTL (PTTL > 0; -1 would be a key that never expires).
+fn assert_every_key_has_ttl(server: &RedisServer) {
+    let keys = server.cli(&["KEYS", "rl:*"]).expect("KEYS");
+    for k in keys.lines().filter(|l| !l.is_empty()) {
+        let ttl = pttl(server, k);
+        assert!(ttl > 0, "key {k} has PTTL {ttl}");
+    }
+}
+
+fn pttl(server: &RedisServer, key: &str) -> i64 {
+    server
+        .cli(&["PTTL", key])
+        .and_then(|s| s.trim().parse().ok())
+        .expect("PTTL")
+}
+
+/// B20, token bucket (the "repeat with the token bucket" part of the case): every key written has a PTTL in (0, time until full], a
+/// later write does not push the expiry beyond the refill time, idle keys disappear, and no
+/// key ever has PTTL -1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b20_key_ttl_never_set_token_bucket() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new();
+    let mut store = RedisStore::builder()
+        .clock(clock.clone())
+        .deadline(Duration::from_secs(2))
+        .standalone(&server.url())
+        .await
+        .expect("store");
+    // 5 per 60 s, burst 5: T = 12 s, full after 60 s idle.
+    let api = store
+        .register(&Policy::new("api", quota(5, 60_000, 5)))
+        .expect("register");
+    let key = Key::from("user:1");
+    let name = store.redis_key(api, &key).expect("key name");
+    assert_eq!(name, "rl:v1:{s:user:1}:api");
+    let check = async |store: &RedisStore| {
+        store
+            .check_async(&[(api, key.clone(), 1)])
+            .await
+            .expect("decides")
+    };
+
+    // R1 at t=0: Remaining 4, PTTL in (0, 12 000] (the state is "absent" again after 12 s).
+    let d = check(&store).await;
+    assert_eq!(d.as_slice()[0].remaining(), 4);
+    let ttl = pttl(&server, &name);
+    assert!(ttl > 0 && ttl <= 12_000, "PTTL {ttl}");
+
+    // R2 at t=1: Remaining 3, PTTL in (0, 24 000].
+    clock.set(MS);
+    assert_eq!(check(&store).await.as_slice()[0].remaining(), 3);
+    let ttl = pttl(&server, &name);
+    assert!(ttl > 12_000 && ttl <= 24_000, "PTTL {ttl}");
+
+    // R3 at t=59 000: the bucket refilled; Remaining 4 and the TTL is one emission
+    // interval, not a fresh 60 s.
+    clock.set(59_000 * MS);
+    assert_eq!(check(&store).await.as_slice()[0].remaining(), 4);
+    let ttl = pttl(&server, &name);
+    assert!(ttl > 0 && ttl <= 12_000, "PTTL {ttl}");
+
+    // Idle keys disappear: a key whose state is "absent" after 1 ms of real time.
+    let tiny = store
+        .register(&Policy::new("tiny", quota(1_000, 1_000, 1)))
+        .expect("register");
+    assert!(
+        store
+            .check_async(&[(tiny, key.clone(), 1)])
+            .await
+            .expect("decides")
+            .is_allowed()
+    );
+    let tiny_name = store.redis_key(tiny, &key).expect("name");
+    for _ in 0..100 {
+        if pttl(&server, &tiny_name) == -2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(pttl(&server, &tiny_name), -2, "idle key still present");
+
+    // No key ever written without a TTL.
+    assert_every_key_has_ttl(&server);
+}
+
+/// B19: every policy of one client key shares one hash tag (one slot), the script gets every
+/// key in KEYS, zero CROSSSLOT errors, exact decisions; a script error is handled by the
+/// failure policy and never becomes "allowed" with a made-up Remaining.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b19_cluster_crossslot_multi_key_scripts() {
+    let cluster = RedisCluster::start();
+    let urls = cluster.urls();
+    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let clock = ManualClock::new();
+    let mut store = RedisStore::builder()
+        .clock(clock.clone())
+        .deadline(Duration::from_secs(2))
+        .cluster(&nodes)
+        .await
+        .expect("cluster store");
+    let a = store
+        .register(&Policy::new("a", quota(2, 60_000, 2)))
+        .expect("a");
+    let b = store
+        .register(&Policy::new("b", quota(2, 60_000, 2)))
+        .expect("b");
+    let u42 = Key::from("user:42");
+    let (ka, kb) = (
+        store.redis_key(a, &u42).expect("a"),
+        store.redis_key(b, &u42).expect("b"),
+    );
+    let slot = |k: &str| cluster.nodes[0].cli(&["CLUSTER", "KEYSLOT", k]);
+    assert_eq!(slot(&ka), slot(&kb));
+
+    let both = |key: &Key| vec![(a, key.clone(), 1), (b, key.clone(), 1)];
+    let mut seen = Vec::new();
+    for t in [0, 1, 2] {
+        clock.set(t * MS);
+        seen.push(store.check_async(&both(&u42)).await.expect("no CROSSSLOT"));
+    }
+    assert!(seen[0].is_allowed());
+    assert_eq!(seen[0].as_slice()[0].remaining(), 1);
+    assert!(seen[1].is_allowed());
+    assert_eq!(seen[1].as_slice()[0].remaining(), 0);
+    assert!(!seen[2].is_allowed());
+    clock.set(3 * MS);
+    let u43 = store
+        .check_async(&both(&Key::from("user:43")))
+        .await
+        .expect("u43");
+    assert!(u43.is_allowed());
+    assert_eq!(u43.as_slice()[0].remaining(), 1);
+    assert_eq!(store.stats().degraded, 0);
+
+    // Fault injection: the key holds a value the script cannot use (a hash), so the node
+    // answers a script error. The failure policy (fail open) handles it: an error, never an
+    // "allowed" decision with a made-up Remaining.
+    let victim = Key::from("user:44");
+    let name = store.redis_key(a, &victim).expect("name");
+    let node = &cluster.nodes[cluster.primary_for(&name)];
+    node.cli(&["HSET", &name, "f", "v"]).expect("HSET");
+    let err = store
+        .check_async(&[(a, victim, 1)])
+        .await
+        .expect_err("a script error is not a decision");
+    assert!(err.is_unavailable());
+    assert_eq!(store.stats().degraded, 1);
+}
+
+/// The `distributed` example: two instances on two ports share one budget per client IP.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn distributed_example_two_instances_share_one_budget() {
+    let server = RedisServer::start();
+    let a = spawn(
+        ratekeeper_examples::distributed_app(&server.url())
+            .await
+            .expect("app"),
+    )
+    .await;
+    let b = spawn(
+        ratekeeper_examples::distributed_app(&server.url())
+            .await
+            .expect("app"),
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let mut seen = Vec::new();
+    for i in 0..12 {
+        let addr = if i % 2 == 0 { a } else { b };
+        let res = client
+            .get(format!("http://{addr}/"))
+            .send()
+            .await
+            .expect("request");
+        let remaining = res
+            .headers()
+            .get("x-ratelimit-remaining")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        seen.push((res.status().as_u16(), remaining));
+    }
+    let expected: Vec<(u16, Option<String>)> = (0..10)
+        .rev()
+        .map(|r| (200, Some(r.to_string())))
+        .chain([(429, Some("0".to_owned())), (429, Some("0".to_owned()))])
+        .collect();
+    assert_eq!(seen, expected);
+}
+
+/// The negative cache: after a denial, the same request is denied locally (exact
+/// `retry_after`, no round trip) until `retry_after` has passed; then Redis decides again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn negative_cache_denies_repeat_requests_without_redis_until_retry_after() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new();
+    let mut store = RedisStore::builder()
+        .clock(clock.clone())
+        .deadline(Duration::from_secs(2))
+        .standalone(&server.url())
+        .await
+        .expect("store");
+    // 2 per 10 s, burst 2: T = 5 s.
+    let api = store
+        .register(&Policy::new("api", quota(2, 10_000, 2)))
+        .expect("register");
+    let key = Key::from("abuser");
+    let check = async |store: &RedisStore| {
+        store
+            .check_async(&[(api, key.clone(), 1)])
+            .await
+            .expect("decides")
+    };
+    assert!(check(&store).await.is_allowed());
+    assert!(check(&store).await.is_allowed());
+    let denied = check(&store).await;
+    assert_eq!(denied.retry_after(), Some(Duration::from_secs(5)));
+    assert_eq!(store.stats().redis_decisions, 3);
+
+    for i in 1..=100u64 {
+        clock.set(i * 40 * MS); // up to 4 s later
+        let d = check(&store).await;
+        assert_eq!(
+            d.retry_after(),
+            Some(Duration::from_millis(5_000 - i * 40)),
+            "exact retry_after from the cache"
+        );
+        assert_eq!(d.as_slice()[0].remaining(), 0);
+        assert_eq!(
+            d.as_slice()[0].reset_after(),
+            Duration::from_millis(10_000 - i * 40)
+        );
+    }
+    let stats = store.stats();
+    assert_eq!((stats.redis_decisions, stats.negative_cache_hits), (3, 100));
+
+    clock.set(5_000 * MS);
+    let d = check(&store).await;
+    assert!(d.is_allowed());
+    assert_eq!(d.as_slice()[0].remaining(), 0);
+    assert_eq!(store.stats().redis_decisions, 4);
+}
+
+/// B20: fixed window 5 per 60 000 ms. The PTTL of the key is in (0, 60 000] and is not pushed
+/// out by later requests; the key is gone (PTTL -2) right after its window ends (margin: the
+/// TTL is rounded up to a whole ms); the next window starts fresh; no key ever has PTTL -1.
+/// The case's fault ("drop the connection right after the increment") cannot happen: the
+/// increment and the PX are one `SET` inside one script.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b20_key_ttl_never_set_fixed_window() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new();
+    let mut store = RedisStore::builder()
+        .clock(clock.clone())
+        .deadline(Duration::from_secs(2))
+        .standalone(&server.url())
+        .await
+        .expect("store");
+    let api = store
+        .register(&Policy::new("api", quota(5, 60_000, 5)).with_algorithm(Algorithm::FixedWindow))
+        .expect("register");
+    let key = Key::from("user:1");
+    let name = store.redis_key(api, &key).expect("key name");
+    let check = async |store: &RedisStore| {
+        store
+            .check_async(&[(api, key.clone(), 1)])
+            .await
+            .expect("decides")
+    };
+    let remaining = |d: &Decisions| d.as_slice()[0].remaining();
+
+    let r1 = check(&store).await;
+    assert_eq!((r1.is_allowed(), remaining(&r1)), (true, 4));
+    let ttl = pttl(&server, &name);
+    assert!(ttl > 0 && ttl <= 60_000, "R1 PTTL {ttl}");
+
+    clock.set(MS);
+    let r2 = check(&store).await;
+    assert_eq!((r2.is_allowed(), remaining(&r2)), (true, 3));
+    let ttl = pttl(&server, &name);
+    assert!(ttl > 0 && ttl <= 60_000, "R2 PTTL {ttl}");
+
+    clock.set(59_000 * MS);
+    let r3 = check(&store).await;
+    assert_eq!((r3.is_allowed(), remaining(&r3)), (true, 2));
+    let ttl = pttl(&server, &name);
+    assert!(
+        ttl > 0 && ttl <= 1_000,
+        "R3 PTTL {ttl}: the window was pushed out"
+    );
+    assert_every_key_has_ttl(&server);
+
+    // Real time catches up with the window end (1 s after R3): the key is gone.
+    tokio::time::sleep(Duration::from_millis(1_050)).await;
+    assert_eq!(
+        pttl(&server, &name),
+        -2,
+        "the old window's key is still there"
+    );
+
+    clock.set(60_001 * MS);
+    let r4 = check(&store).await;
+    assert_eq!((r4.is_allowed(), remaining(&r4)), (true, 4));
+    let ttl = pttl(&server, &name);
+    assert!(ttl > 0 && ttl <= 60_000, "R4 PTTL {ttl}");
+    assert_every_key_has_ttl(&server);
+}
+
+/// B20, sliding window counter: the key's PTTL is the time until both counts are zero
+/// (at most two windows), never -1, and is not pushed out beyond that by later requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b20_key_ttl_never_set_sliding_window() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new();
+    let mut store = RedisStore::builder()
+        .clock(clock.clone())
+        .deadline(Duration::from_secs(2))
+        .standalone(&server.url())
+        .await
+        .expect("store");
+    let api = store
+        .register(&Policy::new("api", quota(5, 60_000, 5)).with_algorithm(Algorithm::SlidingWindow))
+        .expect("register");
+    let key = Key::from("user:1");
+    let name = store.redis_key(api, &key).expect("key name");
+    let check = async |store: &RedisStore| {
+        store
+            .check_async(&[(api, key.clone(), 1)])
+            .await
+            .expect("decides")
+    };
+    let r1 = check(&store).await;
+    assert_eq!(r1.as_slice()[0].remaining(), 4);
+    let ttl = pttl(&server, &name);
+    assert!(ttl > 0 && ttl <= 120_000, "R1 PTTL {ttl}");
+    clock.set(59_000 * MS);
+    let r2 = check(&store).await;
+    assert_eq!(r2.as_slice()[0].remaining(), 3);
+    let ttl = pttl(&server, &name);
+    assert!(ttl > 0 && ttl <= 61_000, "R2 PTTL {ttl}");
+    clock.set(60_001 * MS);
+    let r3 = check(&store).await;
+    assert!(r3.is_allowed());
+    let ttl = pttl(&server, &name);
+    assert!(ttl > 0 && ttl <= 119_999, "R3 PTTL {ttl}");
+    assert_every_key_has_ttl(&server);
+}

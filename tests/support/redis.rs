@@ -1,0 +1,284 @@
+//! Real `redis-server` processes for the tests: standalone servers and a 3-primary,
+//! 3-replica cluster, each on free loopback ports, stopped (SIGKILL) when dropped.
+//!
+//! Nothing here skips: when `redis-server` is missing or does not start, the test fails with
+//! a message naming the fix (`apt-get install redis-server redis-tools`, which `.ci/run`
+//! does by itself).
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A free TCP port on 127.0.0.1 (bound, read, released).
+///
+/// # Panics
+///
+/// When no loopback port can be bound.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("bind 127.0.0.1:0")
+}
+
+/// A free port `p` such that `p + 10000` (Redis Cluster's bus port) is free too.
+fn free_cluster_port() -> u16 {
+    for _ in 0..200 {
+        let p = free_port();
+        if p < 55_000 && TcpListener::bind(("127.0.0.1", p + 10_000)).is_ok() {
+            return p;
+        }
+    }
+    panic!("no free port pair (p, p + 10000) on 127.0.0.1");
+}
+
+/// One `redis-server` process on 127.0.0.1. Killed (SIGKILL) on drop.
+#[derive(Debug)]
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    dir: PathBuf,
+    cluster: bool,
+}
+
+impl RedisServer {
+    /// Starts a standalone server on a free port and waits until it answers `PING`.
+    ///
+    /// # Panics
+    ///
+    /// When `redis-server` cannot be started or does not answer within 10 s.
+    pub fn start() -> Self {
+        Self::start_on(free_port(), false)
+    }
+
+    fn start_on(port: u16, cluster: bool) -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("ratekeeper-redis-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("create redis dir");
+        let mut server = Self {
+            child: None,
+            port,
+            dir,
+            cluster,
+        };
+        server.spawn();
+        server
+    }
+
+    fn spawn(&mut self) {
+        let mut cmd = Command::new("redis-server");
+        cmd.arg("--port")
+            .arg(self.port.to_string())
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--protected-mode", "no", "--loglevel", "warning"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if self.cluster {
+            cmd.args(["--cluster-enabled", "yes", "--cluster-node-timeout", "1000"])
+                .args(["--cluster-replica-validity-factor", "0"])
+                .arg("--cluster-config-file")
+                .arg(format!("nodes-{}.conf", self.port));
+        }
+        let child = cmd.spawn().unwrap_or_else(|e| {
+            panic!(
+                "cannot start redis-server ({e}); install it: apt-get install -y redis-server redis-tools"
+            )
+        });
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    fn wait_ready(&self) {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(10) {
+            if self.cli(&["PING"]).is_some_and(|o| o.trim() == "PONG") {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!(
+            "redis-server on port {} did not answer PING within 10 s",
+            self.port
+        );
+    }
+
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:<port>/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// The process id, while running.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Runs `redis-cli -p <port> <args>` (1 s timeout); its stdout, or `None` on failure.
+    pub fn cli(&self, args: &[&str]) -> Option<String> {
+        let out = Command::new("timeout")
+            .args(["2", "redis-cli", "-h", "127.0.0.1", "-p"])
+            .arg(self.port.to_string())
+            .args(args)
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// `kill -9` the server (it stays down until [`RedisServer::restart`]).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port (empty: nothing is persisted).
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    /// Sends a signal (`"STOP"`, `"CONT"`) to the server process.
+    ///
+    /// # Panics
+    ///
+    /// When the server is not running or `kill` fails.
+    pub fn signal(&self, sig: &str) {
+        let pid = self.pid().expect("server running");
+        let ok = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(pid.to_string())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill -{sig} {pid} failed");
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        if let Some(pid) = self.pid() {
+            // A stopped process must be continued to die cleanly on some kernels.
+            let _ = Command::new("kill")
+                .arg("-CONT")
+                .arg(pid.to_string())
+                .status();
+        }
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A Redis Cluster of 3 primaries and 3 replicas on loopback.
+#[derive(Debug)]
+pub struct RedisCluster {
+    /// The six nodes (the first three start as primaries).
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts six cluster-enabled servers and joins them with
+    /// `redis-cli --cluster create ... --cluster-replicas 1 --cluster-yes`, then waits until
+    /// every node reports `cluster_state:ok`.
+    ///
+    /// # Panics
+    ///
+    /// When a server does not start or the cluster is not ok within 20 s.
+    pub fn start() -> Self {
+        let nodes: Vec<RedisServer> = (0..6)
+            .map(|_| RedisServer::start_on(free_cluster_port(), true))
+            .collect();
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port()))
+            .collect();
+        let out = Command::new("timeout")
+            .args(["30", "redis-cli", "--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .output()
+            .expect("run redis-cli --cluster create");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let cluster = Self { nodes };
+        cluster.wait_ok(Duration::from_secs(20));
+        cluster
+    }
+
+    /// Waits until every running node reports `cluster_state:ok` and the slot map is stable.
+    ///
+    /// # Panics
+    ///
+    /// When that does not happen within `limit`.
+    pub fn wait_ok(&self, limit: Duration) {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            let ok = self.nodes.iter().filter(|n| n.pid().is_some()).all(|n| {
+                n.cli(&["CLUSTER", "INFO"])
+                    .is_some_and(|i| i.contains("cluster_state:ok"))
+            });
+            if ok {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("redis cluster not ok within {limit:?}");
+    }
+
+    /// `redis://127.0.0.1:<port>` of every node.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .map(|n| format!("redis://127.0.0.1:{}", n.port()))
+            .collect()
+    }
+
+    /// The node serving `key`'s slot as primary.
+    ///
+    /// # Panics
+    ///
+    /// When no running node claims the slot.
+    pub fn primary_for(&self, key: &str) -> usize {
+        let slot: u16 = self.nodes[0]
+            .cli(&["CLUSTER", "KEYSLOT", key])
+            .and_then(|s| s.trim().parse().ok())
+            .expect("CLUSTER KEYSLOT");
+        for (i, n) in self.nodes.iter().enumerate() {
+            let Some(role) = n.cli(&["ROLE"]) else {
+                continue;
+            };
+            if !role.starts_with("master") {
+                continue;
+            }
+            // CLUSTER NODES "myself" line lists this node's slot ranges.
+            let Some(nodes) = n.cli(&["CLUSTER", "NODES"]) else {
+                continue;
+            };
+            let Some(me) = nodes.lines().find(|l| l.contains("myself")) else {
+                continue;
+            };
+            for range in me.split_whitespace().skip(8) {
+                let mut ends = range.split('-').map(|x| x.parse::<u16>().ok());
+                let (Some(Some(a)), b) = (ends.next(), ends.next()) else {
+                    continue;
+                };
+                let b = b.flatten().unwrap_or(a);
+                if (a..=b).contains(&slot) {
+                    return i;
+                }
+            }
+        }
+        panic!("no primary serves slot {slot}");
+    }
+}
