@@ -65,10 +65,17 @@ impl Gcra {
 
     #[inline]
     fn remaining(&self, tat: u64, now: u64) -> u32 {
-        let room = (now as u128 + self.tau as u128).saturating_sub(tat as u128);
-        let whole = room / self.t as u128;
+        let burst = u64::from(self.burst);
+        let whole = match now.checked_add(self.tau) {
+            // The common case, in u64 (a 128-bit division costs a library call).
+            Some(horizon) => horizon.saturating_sub(tat) / self.t,
+            None => {
+                let room = (u128::from(now) + u128::from(self.tau)).saturating_sub(u128::from(tat));
+                u64::try_from(room / u128::from(self.t)).unwrap_or(u64::MAX)
+            }
+        };
         // Never more than the burst (saturation near u64::MAX could otherwise overstate it).
-        whole.min(self.burst as u128) as u32
+        whole.min(burst) as u32
     }
 
     /// The pure decision: `stored_tat` is the key's state (0 when absent). Returns the
@@ -106,6 +113,21 @@ impl Gcra {
         }
         if cost == 0 {
             return Verdict::Free;
+        }
+        // The common case: no intermediate value leaves u64, so u64 arithmetic is exact and
+        // agrees with the u128 path below.
+        if let Some(new_tat) = cost
+            .checked_mul(self.t)
+            .and_then(|step| tat.checked_add(step))
+        {
+            let allow_at = new_tat.saturating_sub(self.tau);
+            return if allow_at > now {
+                Verdict::Refuse(Outcome::Denied {
+                    retry_after: Duration::from_nanos(allow_at - now),
+                })
+            } else {
+                Verdict::Charge(new_tat)
+            };
         }
         let new_tat = u128::from(tat) + u128::from(cost) * u128::from(self.t);
         let allow_at = new_tat.saturating_sub(u128::from(self.tau));
@@ -317,6 +339,52 @@ mod tests {
         let mut tat = 0;
         for _ in 0..100_000 {
             assert!(run(&g, &mut tat, 0, 1).is_allowed());
+        }
+    }
+
+    /// The decision as first written, entirely in u128: the u64 fast paths must agree.
+    fn reference(g: &Gcra, stored: u64, now: u64, cost: u64) -> (Decision, Option<u64>) {
+        let (t, tau) = (u128::from(g.t), u128::from(g.tau));
+        let tat = stored.max(now);
+        let report = |outcome, tat: u64| {
+            let room = (u128::from(now) + tau).saturating_sub(u128::from(tat));
+            let remaining = (room / t).min(u128::from(g.burst)) as u32;
+            let reset = Duration::from_nanos(tat.saturating_sub(now));
+            Decision::new(outcome, g.limit, remaining, reset)
+        };
+        if cost > u64::from(g.burst) {
+            return (report(Outcome::CannotFit, tat), None);
+        }
+        if cost == 0 {
+            return (report(Outcome::Allowed, tat), None);
+        }
+        let new_tat = u128::from(tat) + u128::from(cost) * t;
+        let allow_at = new_tat.saturating_sub(tau);
+        if allow_at > u128::from(now) {
+            let wait = u64::try_from(allow_at - u128::from(now)).unwrap_or(u64::MAX);
+            let retry_after = Duration::from_nanos(wait);
+            (report(Outcome::Denied { retry_after }, tat), None)
+        } else {
+            let new_tat = u64::try_from(new_tat).unwrap_or(u64::MAX);
+            (report(Outcome::Allowed, new_tat), Some(new_tat))
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn fast_paths_agree_with_u128_reference(
+            limit in 1u32..,
+            period in proptest::prop_oneof![1u64..1_000_000_000_000, proptest::num::u64::ANY],
+            burst in 1u32..,
+            stored in proptest::prop_oneof![0u64..1 << 40, proptest::num::u64::ANY],
+            now in proptest::prop_oneof![0u64..1 << 40, proptest::num::u64::ANY],
+            cost in proptest::prop_oneof![0u64..4, proptest::num::u64::ANY],
+        ) {
+            let Ok(q) = Quota::new(limit, Duration::from_nanos(period)) else {
+                return Ok(());
+            };
+            let g = Gcra::new(&q.with_burst(burst).unwrap());
+            proptest::prop_assert_eq!(g.decide(stored, now, cost), reference(&g, stored, now, cost));
         }
     }
 

@@ -307,12 +307,20 @@ where
         self.check_at(charges, self.clock.now())
     }
 
+    /// One charge (the common case) inlines into the caller so the decision is written in
+    /// place; several charges go through [`MemoryStore::check_many`].
+    #[inline]
     fn check_at(&self, charges: &[Charge<'_, K>], now: u64) -> Result<Decisions, StoreError> {
         if let [only] = charges {
             let slot = self.slot(only.policy)?;
             let d = with_keyed!(slot, k => k.check(only.key, now, only.cost));
-            return Ok(Decisions::new([d]));
+            return Ok(Decisions::one(d));
         }
+        self.check_many(charges, now)
+    }
+
+    #[inline(never)]
+    fn check_many(&self, charges: &[Charge<'_, K>], now: u64) -> Result<Decisions, StoreError> {
         for c in charges {
             self.slot(c.policy)?;
         }

@@ -93,7 +93,16 @@ impl Decisions {
         }
     }
 
+    /// The decision of a single policy (cheaper than [`Decisions::new`] with one item).
+    #[inline]
+    pub fn one(decision: Decision) -> Self {
+        let mut items = SmallVec::new();
+        items.push(decision);
+        Self { items }
+    }
+
     /// Whether every policy allowed (and so every policy was charged).
+    #[inline]
     pub fn is_allowed(&self) -> bool {
         self.items.iter().all(Decision::is_allowed)
     }

@@ -429,7 +429,7 @@ impl Applied {
     }
 
     /// The policy index of each decision, in plan order.
-    pub(crate) fn indices(&self) -> impl Iterator<Item = usize> + '_ {
+    pub(crate) fn indices(&self) -> impl Iterator<Item = usize> + Clone + '_ {
         self.entries.iter().map(|e| e.index as usize)
     }
 

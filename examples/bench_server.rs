@@ -1,0 +1,80 @@
+//! The server `scripts/http_bench.sh` loads with `wrk`: the same tiny axum app, bare or behind
+//! a rate limiter, chosen by the `MODE` environment variable.
+//!
+//! | `MODE` | what answers |
+//! |---|---|
+//! | `bare` | axum alone |
+//! | `allow` | ratekeeper's `RateLimitLayer`, per peer IP, 1000 per millisecond, burst 1000: no load on loopback reaches it, every request passes |
+//! | `reject` | ratekeeper's `RateLimitLayer`, per peer IP, 1 per 10 minutes: after the first request every request gets a 429 |
+//! | `governor_allow` | `tower_governor`'s `GovernorLayer`, per peer IP, 1 per microsecond, burst 1000 (the same rate) |
+//! | `governor_reject` | `tower_governor`'s `GovernorLayer`, per peer IP, 1 per 10 minutes, burst 1 |
+//!
+//! The quotas keep header values below 1024, as typical quotas do (`X-RateLimit-Limit: 1000`,
+//! `Retry-After: 600`); larger values cost one allocation per header.
+//!
+//! ```text
+//! MODE=allow ADDR=127.0.0.1:3000 cargo run --release --example bench_server
+//! ```
+//!
+//! No tracing subscriber is installed, as in a server that logs nothing per request.
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::get;
+use ratekeeper_axum::{Quota, RateLimitLayer};
+use tower_governor::GovernorLayer;
+use tower_governor::governor::GovernorConfigBuilder;
+
+/// What every mode serves.
+fn app() -> Router {
+    Router::new().route("/", get(|| async { "hello from ratekeeper\n" }))
+}
+
+/// A quota no load on loopback reaches: 1000 per millisecond (10^6 per second), burst 1000.
+fn never_reached() -> Quota {
+    Quota::new(1000, Duration::from_millis(1)).unwrap_or(Quota::per_second(NonZeroU32::MAX))
+}
+
+/// 1 per 10 minutes, burst 1.
+fn ten_minutes() -> Quota {
+    Quota::new(1, Duration::from_secs(600)).unwrap_or(Quota::per_hour(NonZeroU32::MIN))
+}
+
+/// tower_governor with `period` between replenishments and `burst`.
+fn governor(period: Duration, burst: u32) -> Router {
+    let config = GovernorConfigBuilder::default()
+        .period(period)
+        .burst_size(burst)
+        .finish();
+    match config {
+        Some(config) => app().layer(GovernorLayer::new(config)),
+        None => {
+            eprintln!("invalid tower_governor configuration");
+            std::process::exit(2);
+        }
+    }
+}
+
+fn build(mode: &str) -> Option<Router> {
+    Some(match mode {
+        "bare" => app(),
+        "allow" => app().layer(RateLimitLayer::new(never_reached())),
+        "reject" => app().layer(RateLimitLayer::new(ten_minutes())),
+        "governor_allow" => governor(Duration::from_micros(1), 1000),
+        "governor_reject" => governor(Duration::from_secs(600), 1),
+        _ => return None,
+    })
+}
+
+#[tokio::main]
+async fn main() -> std::io::Result<()> {
+    let mode = std::env::var("MODE").unwrap_or_else(|_| "bare".to_owned());
+    let Some(app) = build(&mode) else {
+        eprintln!("unknown MODE {mode:?}: bare, allow, reject, governor_allow or governor_reject");
+        std::process::exit(2);
+    };
+    let addr = ratekeeper_examples::listen_addr();
+    ratekeeper_examples::serve(app, &addr).await
+}
