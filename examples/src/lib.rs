@@ -4,6 +4,12 @@
 //! ```
 //! let app = ratekeeper_examples::quickstart_app();
 //! # let _ = app;
+//! let apps = [
+//!     ratekeeper_examples::per_route_cost_app(),
+//!     ratekeeper_examples::nat_users_app(),
+//!     ratekeeper_examples::tiers_app(),
+//! ];
+//! # let _ = apps;
 //! ```
 
 use std::net::SocketAddr;
@@ -13,12 +19,23 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::handler::Handler;
+use axum::http::{Method, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use ratekeeper_axum::{Key, Policy, Quota, RateLimitInfo, RateLimitLayer};
+use ratekeeper_axum::core::clock::{Clock, MonotonicClock};
+use ratekeeper_axum::key::UserKey;
+use ratekeeper_axum::policy::{Plan, resolve_fn};
+use ratekeeper_axum::route::RouteTable;
+use ratekeeper_axum::{Key, PeerIp, Policy, Quota, RateLimitInfo, RateLimitLayer};
 use ratekeeper_core::store::MemoryStore;
 use ratekeeper_core::throttle::{Throttle, ThrottleError};
+
+fn per_minute(n: u32) -> Quota {
+    Quota::per_minute(NonZeroU32::new(n).unwrap_or(NonZeroU32::MIN))
+}
 
 /// The address an example listens on: `ADDR`, or `127.0.0.1:3000`.
 pub fn listen_addr() -> String {
@@ -66,6 +83,153 @@ async fn stale_prices(State(cache): State<PriceCache>, info: Option<RateLimitInf
         ratekeeper_axum::core::decision::ceil_secs(i.reset_after())
     });
     format!("prices v{version} (cached; fresh data again within {retry} s)\n")
+}
+
+/// `per_route_cost`: one budget of 100 units per minute per client IP; `GET /search` costs
+/// 10 units, `GET /status` costs 1. Costs are keyed by the route template, so `/search/` or
+/// `/search?q=x` cost 10 too.
+pub fn per_route_cost_app() -> Router {
+    per_route_cost_app_with(MemoryStore::new())
+}
+
+/// [`per_route_cost_app`] on a given store (tests pass one with a manual clock).
+///
+/// # Panics
+///
+/// Only if the static configuration above were invalid (a route cost above the burst is a
+/// build error): at startup, never at request time.
+pub fn per_route_cost_app_with<C: Clock>(store: MemoryStore<Key, C>) -> Router {
+    let layer = RateLimitLayer::builder()
+        .policy(Policy::new("api", per_minute(100)))
+        .resolver(RouteTable::new().cost(Method::GET, "/search", 10).cost(
+            Method::GET,
+            "/status",
+            1,
+        ))
+        .store(store)
+        .build()
+        .expect("static rate-limit configuration is valid");
+    Router::new()
+        .route("/search", get(|| async { "expensive search results\n" }))
+        .route("/status", get(|| async { "ok\n" }))
+        .layer(layer)
+}
+
+/// The principal the demo auth middleware of [`nat_users_app`] and [`tiers_app`] inserts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct User {
+    /// The user's name.
+    pub name: String,
+    /// The user's plan.
+    pub plan: Tier,
+}
+
+/// A user's plan in [`tiers_app`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tier {
+    /// 60 requests per minute.
+    Free,
+    /// 1000 requests per minute.
+    Paid,
+}
+
+/// Demo authentication: `Authorization: Bearer tok-<name>` for `alice` and `carol` (free),
+/// `bob` (paid). A known token inserts a [`User`]; an unknown token is a `401`; no header is
+/// an anonymous request.
+async fn demo_auth(mut req: Request, next: Next) -> Response {
+    let token = req
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            let (scheme, token) = v.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+        });
+    let Some(token) = token else {
+        return next.run(req).await;
+    };
+    let user = match token {
+        "tok-alice" => ("alice", Tier::Free),
+        "tok-carol" => ("carol", Tier::Free),
+        "tok-bob" => ("bob", Tier::Paid),
+        _ => return (StatusCode::UNAUTHORIZED, "unknown token\n").into_response(),
+    };
+    req.extensions_mut().insert(User {
+        name: user.0.to_owned(),
+        plan: user.1,
+    });
+    next.run(req).await
+}
+
+fn user_key(u: &User) -> Key {
+    Key::from(format!("user:{}", u.name))
+}
+
+/// `nat_users`: 5 requests per minute per **user**, so colleagues behind one NAT address get
+/// their own budgets; anonymous requests fall back to the client IP. The demo auth middleware
+/// runs before the limiter.
+pub fn nat_users_app() -> Router {
+    nat_users_app_with(MemoryStore::new())
+}
+
+/// [`nat_users_app`] on a given store.
+///
+/// # Panics
+///
+/// Only if the static configuration above were invalid: a build error at startup, never at
+/// request time.
+pub fn nat_users_app_with<C: Clock>(store: MemoryStore<Key, C>) -> Router {
+    let layer = RateLimitLayer::builder()
+        .policy(Policy::new("per-user", per_minute(5)))
+        .key(UserKey::new(user_key).or(PeerIp::new()))
+        .store(store)
+        .build()
+        .expect("static rate-limit configuration is valid");
+    Router::new()
+        .route(
+            "/",
+            get(|user: Option<axum::Extension<User>>| async move {
+                match user {
+                    Some(axum::Extension(u)) => format!("hello {}\n", u.name),
+                    None => "hello anonymous\n".to_owned(),
+                }
+            }),
+        )
+        // Layers run outside-in from the last added: auth first, then the limiter.
+        .layer(layer)
+        .layer(middleware::from_fn(demo_auth))
+}
+
+/// `tiers`: free users get 60 requests per minute, paid users 1000, keyed by user;
+/// anonymous requests get the free tier keyed by client IP.
+pub fn tiers_app() -> Router {
+    tiers_app_with(MemoryStore::<Key, MonotonicClock>::new())
+}
+
+/// [`tiers_app`] on a given store.
+///
+/// # Panics
+///
+/// Only if the static configuration above were invalid: a build error at startup, never at
+/// request time.
+pub fn tiers_app_with<C: Clock>(store: MemoryStore<Key, C>) -> Router {
+    let layer = RateLimitLayer::builder()
+        .policy(Policy::new("free", per_minute(60)))
+        .policy(Policy::new("paid", per_minute(1000)))
+        .key(UserKey::new(user_key).or(PeerIp::new()))
+        .resolver(resolve_fn(|req: &Request, plan: &mut Plan<'_>| {
+            match req.extensions().get::<User>().map(|u| u.plan) {
+                Some(Tier::Paid) => plan.charge("paid"),
+                _ => plan.charge("free"),
+            };
+        }))
+        .store(store)
+        .build()
+        .expect("static rate-limit configuration is valid");
+    Router::new()
+        .route("/", get(|| async { "hello\n" }))
+        .layer(layer)
+        .layer(middleware::from_fn(demo_auth))
 }
 
 /// The Redis URL of the `distributed` example: `REDIS_URL`, or `redis://127.0.0.1:6379/`.

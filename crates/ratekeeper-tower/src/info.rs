@@ -40,23 +40,34 @@ use std::time::Duration;
 
 use ratekeeper_core::Decision;
 use ratekeeper_core::store::Decisions;
+use smallvec::SmallVec;
 
 /// The decisions of every policy of one rate limit for one request. Cheap to clone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Info {
     names: Arc<[Box<str>]>,
+    /// The layer's policy index of each decision.
+    policies: SmallVec<[usize; 4]>,
     decisions: Decisions,
     limited: bool,
 }
 
 impl Info {
-    pub(crate) fn new(names: Arc<[Box<str>]>, decisions: Decisions) -> Self {
+    pub(crate) fn new(names: Arc<[Box<str>]>, policies: &[usize], decisions: Decisions) -> Self {
         let limited = !decisions.is_allowed();
         Self {
             names,
+            policies: SmallVec::from_slice(policies),
             decisions,
             limited,
         }
+    }
+
+    fn name(&self, decision: usize) -> &str {
+        self.policies
+            .get(decision)
+            .and_then(|&i| self.names.get(i))
+            .map_or("", |n| &**n)
     }
 
     /// Whether the request was over the limit but let through anyway (shadow mode, or a
@@ -82,7 +93,7 @@ impl Info {
     /// its name and decision.
     pub fn deciding(&self) -> Option<(&str, &Decision)> {
         let i = self.decisions.deciding()?;
-        Some((self.names.get(i)?, self.decisions.as_slice().get(i)?))
+        Some((self.name(i), self.decisions.as_slice().get(i)?))
     }
 
     /// Whole cost-1 requests left under the deciding policy (0 when there is none).

@@ -14,9 +14,11 @@
 //! ```
 //!
 //! See [`rate_limit`] for a complete example (and its modes and fallback), [`key`] for who is
-//! limited, [`cost`] for what a request costs, [`report`] for the headers and 429 bodies
-//! clients see, [`info`] for reading the decision in a handler and [`concurrency`] for the
-//! keyed concurrency limit.
+//! limited, [`cost`] for what a request costs, [`policy`] for choosing policies per request
+//! (tiers, per-policy keys, exemptions, refunds after the response), [`route`] for per-route
+//! costs and limits keyed by route template, [`cors`] for preflights, [`report`] for the
+//! headers and 429 bodies clients see, [`info`] for reading the decision in a handler and
+//! [`concurrency`] for the keyed concurrency limit.
 //!
 //! Design note: headers and problem+json bodies are rendered here rather than in
 //! `ratekeeper-axum`, because they are plain `http` and hyper and tonic users need them too;
@@ -26,15 +28,18 @@
 //!
 //! | feature | adds |
 //! |---|---|
-//! | `axum` | [`PeerIp`] also reads axum's `ConnectInfo<SocketAddr>` |
+//! | `axum` | [`PeerIp`] also reads axum's `ConnectInfo<SocketAddr>`; [`route`] reads axum's `MatchedPath` |
 
 pub mod body;
 pub mod concurrency;
+pub mod cors;
 pub mod cost;
 pub mod info;
 pub mod key;
+pub mod policy;
 pub mod rate_limit;
 pub mod report;
+pub mod route;
 
 pub use key::{GlobalKey, KeyError, KeyExtractor, PeerIp};
 pub use rate_limit::{BuildError, Builder as RateLimitBuilder, RateLimit, RateLimitLayer};

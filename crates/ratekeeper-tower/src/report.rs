@@ -206,11 +206,21 @@ impl fmt::Debug for PartitionKey {
 pub struct Limited<'a> {
     decisions: &'a Decisions,
     names: &'a [Box<str>],
+    /// The layer's policy index of each decision.
+    policies: &'a [usize],
 }
 
 impl<'a> Limited<'a> {
-    pub(crate) fn new(decisions: &'a Decisions, names: &'a [Box<str>]) -> Self {
-        Self { decisions, names }
+    pub(crate) fn new(
+        decisions: &'a Decisions,
+        names: &'a [Box<str>],
+        policies: &'a [usize],
+    ) -> Self {
+        Self {
+            decisions,
+            names,
+            policies,
+        }
     }
 
     /// The status to answer with: always `429 Too Many Requests`, whatever the reason
@@ -226,9 +236,10 @@ impl<'a> Limited<'a> {
 
     /// `(policy name, decision)` for every policy, in policy order.
     pub fn policies(&self) -> impl Iterator<Item = (&'a str, &'a Decision)> + 'a {
-        self.names
+        let names = self.names;
+        self.policies
             .iter()
-            .map(|n| &**n)
+            .map(move |&i| names.get(i).map_or("", |n| &**n))
             .zip(self.decisions.as_slice())
     }
 
@@ -453,6 +464,7 @@ impl Reporter {
     pub(crate) fn headers(
         &self,
         decisions: &Decisions,
+        policies: &[usize],
         pk: Option<&str>,
         prior: Option<Written>,
         unix_now: impl FnOnce() -> Duration,
@@ -498,7 +510,7 @@ impl Reporter {
             }
         }
         if ietf {
-            self.ietf_headers(decisions, pk, prior.is_some(), headers);
+            self.ietf_headers(decisions, policies, pk, prior.is_some(), headers);
         }
         Some(if inner_wins {
             prior.unwrap_or(mine)
@@ -510,22 +522,33 @@ impl Reporter {
     fn ietf_headers(
         &self,
         decisions: &Decisions,
+        policies: &[usize],
         pk: Option<&str>,
         append: bool,
         headers: &mut HeaderMap,
     ) {
+        // The policies this request was charged to (a resolver may pick a subset).
+        let every_policy = policies.len() == self.policy_items.len()
+            && policies.iter().enumerate().all(|(i, p)| i == *p);
         let policy = match pk {
-            None => self.policy_value.clone(),
-            Some(pk) => {
-                HeaderValue::try_from(join_items(self.policy_items.iter().map(|s| &**s), Some(pk)))
-                    .ok()
-            }
+            None if every_policy => self.policy_value.clone(),
+            _ => HeaderValue::try_from(join_items(
+                policies
+                    .iter()
+                    .filter_map(|&i| self.policy_items.get(i))
+                    .map(|s| &**s),
+                pk,
+            ))
+            .ok(),
         };
         if let Some(policy) = policy {
             insert_or_append(headers, &RATELIMIT_POLICY, policy, append);
         }
         let mut state = String::new();
-        for (name, d) in self.names.iter().zip(decisions.as_slice()) {
+        let names = policies
+            .iter()
+            .map(|&i| self.names.get(i).map_or("", |n| &**n));
+        for (name, d) in names.zip(decisions.as_slice()) {
             if !state.is_empty() {
                 state.push_str(", ");
             }
@@ -549,17 +572,18 @@ impl Reporter {
     pub(crate) fn limited(
         &self,
         decisions: &Decisions,
+        policies: &[usize],
         pk: Option<&str>,
         unix_now: impl FnOnce() -> Duration,
     ) -> (StatusCode, HeaderMap, Bytes, Option<Written>) {
-        let limited = Limited::new(decisions, &self.names);
+        let limited = Limited::new(decisions, &self.names, policies);
         let res = match &self.rejection {
             Some(rejection) => rejection.reject(&limited),
             None => ProblemJson.reject(&limited),
         };
         let (parts, body) = res.into_parts();
         let mut headers = parts.headers;
-        let written = self.headers(decisions, pk, None, unix_now, &mut headers);
+        let written = self.headers(decisions, policies, pk, None, unix_now, &mut headers);
         headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
         match limited.retry_after_secs() {
             Some(secs) => {
@@ -693,7 +717,7 @@ mod tests {
             Duration::from_millis(1),
         );
         let (status, headers, body, _) =
-            reporter().limited(&Decisions::new([d]), None, || Duration::ZERO);
+            reporter().limited(&Decisions::new([d]), &[0], None, || Duration::ZERO);
         assert_eq!(status, 429);
         assert_eq!(headers[RETRY_AFTER], "1");
         assert_eq!(headers[&X_RATELIMIT_RESET], "1");
@@ -776,7 +800,7 @@ mod tests {
     fn cannot_fit_has_no_retry_after() {
         let d = Decision::new(Outcome::CannotFit, 10, 10, Duration::ZERO);
         let (_, headers, body, _) =
-            reporter().limited(&Decisions::new([d]), None, || Duration::ZERO);
+            reporter().limited(&Decisions::new([d]), &[0], None, || Duration::ZERO);
         assert!(headers.get(RETRY_AFTER).is_none());
         assert!(String::from_utf8(body.to_vec()).unwrap().contains("never"));
     }
@@ -789,6 +813,7 @@ mod tests {
         let mut h = HeaderMap::new();
         r.headers(
             &Decisions::new([d]),
+            &[0],
             None,
             None,
             || Duration::from_millis(1_700_000_009_999),
@@ -813,7 +838,7 @@ mod tests {
         ]);
         let mut h = HeaderMap::new();
         h.insert(RATELIMIT.clone(), HeaderValue::from_static("stale"));
-        r.headers(&ds, None, None, || Duration::ZERO, &mut h);
+        r.headers(&ds, &[0, 1], None, None, || Duration::ZERO, &mut h);
         assert_eq!(
             h[&RATELIMIT_POLICY],
             "\"burst\";q=100;w=60, \"daily\";q=1000;w=86400"
@@ -824,7 +849,7 @@ mod tests {
 
         r.style = HeaderStyle::IetfLegacy;
         let mut h = HeaderMap::new();
-        r.headers(&ds, None, None, || Duration::ZERO, &mut h);
+        r.headers(&ds, &[0, 1], None, None, || Duration::ZERO, &mut h);
         assert_eq!(h[&RATELIMIT_LIMIT], "100");
         assert_eq!(h[&RATELIMIT_REMAINING], "42");
         assert_eq!(h[&RATELIMIT_RESET], "18");
@@ -851,7 +876,8 @@ mod tests {
             0,
             Duration::from_secs(60),
         );
-        let (status, headers, body, _) = r.limited(&Decisions::new([d]), None, || Duration::ZERO);
+        let (status, headers, body, _) =
+            r.limited(&Decisions::new([d]), &[0], None, || Duration::ZERO);
         assert_eq!(status, 429);
         assert_eq!(&body[..], b"{}");
         assert_eq!(headers[RETRY_AFTER], "3");

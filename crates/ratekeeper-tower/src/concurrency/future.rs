@@ -103,7 +103,7 @@ where
                 let (mut parts, body) = res.into_parts();
                 let prior = parts.extensions.get::<Written>().copied();
                 if let Some(written) =
-                    reporter.headers(decisions, None, prior, unix_now, &mut parts.headers)
+                    reporter.headers(decisions, &[0], None, prior, unix_now, &mut parts.headers)
                 {
                     parts.extensions.insert(written);
                 }

@@ -105,7 +105,9 @@ where
                     Duration::ZERO,
                 )]);
                 let (status, headers, body, written) =
-                    self.layer.reporter.limited(&decisions, None, unix_now);
+                    self.layer
+                        .reporter
+                        .limited(&decisions, &[0], None, unix_now);
                 ResponseFuture::answered(status, headers, body, written)
             }
         }

@@ -14,6 +14,7 @@ use tower_service::Service;
 use super::{RateLimit, RateLimitLayer};
 use ratekeeper_core::store::{FailureAction, StoreDegraded};
 
+use crate::policy::AllPolicies;
 use crate::report::RATELIMIT_DEGRADED;
 
 /// Marks a request that the rate limit denied, so that [`Fallback`] answers it.
@@ -37,12 +38,12 @@ const STORE_UNAVAILABLE: &str = "store-unavailable";
 
 /// A [`RateLimitLayer`] whose limited requests go to a fallback service instead of getting
 /// a 429; made by [`RateLimitLayer::with_fallback`].
-pub struct FallbackLayer<F, K, Co, St> {
-    limit: RateLimitLayer<K, Co, St>,
+pub struct FallbackLayer<F, K, Co, St, R = AllPolicies> {
+    limit: RateLimitLayer<K, Co, St, R>,
     fallback: F,
 }
 
-impl<K, Co, St> RateLimitLayer<K, Co, St> {
+impl<K, Co, St, R> RateLimitLayer<K, Co, St, R> {
     /// Sends requests that would get a 429 to `fallback` instead: a tower service (an axum
     /// handler via `Handler::with_state`) that answers cheaply, for example from a stale
     /// cache. Its responses get the rate-limit headers and `RateLimit-Degraded: "<policy>"`
@@ -87,7 +88,7 @@ impl<K, Co, St> RateLimitLayer<K, Co, St> {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn with_fallback<F>(self, fallback: F) -> FallbackLayer<F, K, Co, St> {
+    pub fn with_fallback<F>(self, fallback: F) -> FallbackLayer<F, K, Co, St, R> {
         FallbackLayer {
             limit: self,
             fallback,
@@ -95,7 +96,7 @@ impl<K, Co, St> RateLimitLayer<K, Co, St> {
     }
 }
 
-impl<F: Clone, K, Co, St> Clone for FallbackLayer<F, K, Co, St> {
+impl<F: Clone, K, Co, St, R> Clone for FallbackLayer<F, K, Co, St, R> {
     fn clone(&self) -> Self {
         Self {
             limit: self.limit.clone(),
@@ -104,7 +105,7 @@ impl<F: Clone, K, Co, St> Clone for FallbackLayer<F, K, Co, St> {
     }
 }
 
-impl<F, K, Co, St> fmt::Debug for FallbackLayer<F, K, Co, St> {
+impl<F, K, Co, St, R> fmt::Debug for FallbackLayer<F, K, Co, St, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FallbackLayer")
             .field("limit", &self.limit)
@@ -112,8 +113,8 @@ impl<F, K, Co, St> fmt::Debug for FallbackLayer<F, K, Co, St> {
     }
 }
 
-impl<S, F: Clone, K, Co, St> Layer<S> for FallbackLayer<F, K, Co, St> {
-    type Service = RateLimit<Fallback<S, F>, K, Co, St>;
+impl<S, F: Clone, K, Co, St, R> Layer<S> for FallbackLayer<F, K, Co, St, R> {
+    type Service = RateLimit<Fallback<S, F>, K, Co, St, R>;
 
     fn layer(&self, inner: S) -> Self::Service {
         let inner = Fallback {

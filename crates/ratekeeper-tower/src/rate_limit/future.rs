@@ -7,7 +7,6 @@ use bytes::Bytes;
 use http::header::CONTENT_TYPE;
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use pin_project_lite::pin_project;
-use ratekeeper_core::Key;
 use ratekeeper_core::store::{Checked, Decisions, FailureAction, StoreDegraded, StoreError};
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
@@ -17,6 +16,7 @@ use super::mode::{Limiter, Mode};
 use crate::body::ResponseBody;
 use crate::info::Info;
 use crate::key::KeyError;
+use crate::policy::Applied;
 use crate::report::Written;
 
 /// A response the layer writes itself.
@@ -73,11 +73,20 @@ pub(crate) fn on_store_error<B>(err: &StoreError, req: &mut Request<B>) -> Optio
     }
 }
 
-/// What the headers of one response report: the decisions and the hashed partition key.
+/// What the headers of one response report: the decisions, the charges they came from (to
+/// name the policies and settle after the response) and the hashed partition key.
 #[derive(Debug)]
 pub(crate) struct Reported {
     pub(crate) decisions: Decisions,
+    pub(crate) applied: Applied,
     pub(crate) pk: Option<Arc<str>>,
+}
+
+impl Reported {
+    /// The layer's policy index of each decision.
+    pub(crate) fn policies(&self) -> smallvec::SmallVec<[usize; 4]> {
+        self.applied.indices().collect()
+    }
 }
 
 /// Renders decisions; implemented by the layer's shared state (type-erased so the future does
@@ -90,6 +99,8 @@ pub(crate) trait Report: Send + Sync {
         headers: &mut HeaderMap,
     ) -> Option<Written>;
     fn limited(&self, reported: &Reported) -> Answer;
+    /// Refunds the charges a policy's settle rule gives back for this status.
+    fn settle(&self, applied: &Applied, status: StatusCode);
 }
 
 /// A request the layer still holds: waiting for an async store, or for capacity in
@@ -97,8 +108,7 @@ pub(crate) trait Report: Send + Sync {
 pub(crate) struct Pending<S, Req, SF> {
     pub(crate) inner: S,
     pub(crate) req: Req,
-    pub(crate) key: Key,
-    pub(crate) cost: u64,
+    pub(crate) applied: Applied,
     pub(crate) pk: Option<Arc<str>>,
     pub(crate) limiter: Arc<dyn Limiter<SF>>,
     /// Set when a [`Mode::Delay`] wait starts: the request is rejected after it.
@@ -250,23 +260,30 @@ where
         let Self {
             mut inner,
             mut req,
+            applied,
             pk,
             limiter,
             ..
         } = self;
         let names = limiter.reporter().names.clone();
+        let policies: smallvec::SmallVec<[usize; 4]> = applied.indices().collect();
         req.extensions_mut()
-            .insert(Info::new(names, decisions.clone()));
+            .insert(Info::new(names, &policies, decisions.clone()));
+        let reported = Reported {
+            decisions,
+            applied,
+            pk,
+        };
         Kind::Called {
             future: inner.call(req),
-            report: Some((limiter.as_report(), Reported { decisions, pk })),
+            report: Some((limiter.as_report(), reported)),
         }
     }
 
     fn denied(mut self, decisions: Decisions) -> Kind<S::Future, S, Request<ReqB>, SF> {
         match self.limiter.reporter().mode {
             Mode::Shadow => {
-                let policy = deciding_name(&self.limiter, &decisions);
+                let policy = deciding_name(&self.limiter, &self.applied, &decisions);
                 tracing::info!(target: "ratekeeper::shadow", policy, "shadow mode: request over the limit let through");
                 self.pass(decisions)
             }
@@ -295,12 +312,13 @@ where
 
     fn reject(mut self, decisions: Decisions) -> Kind<S::Future, S, Request<ReqB>, SF> {
         if self.degrade {
-            let policy = deciding_name(&self.limiter, &decisions);
+            let policy = deciding_name(&self.limiter, &self.applied, &decisions);
             self.req.extensions_mut().insert(Degrade::new(policy));
             self.pass(decisions)
         } else {
             let reported = Reported {
                 decisions,
+                applied: self.applied,
                 pk: self.pk,
             };
             Kind::Answered {
@@ -310,10 +328,15 @@ where
     }
 }
 
-fn deciding_name<'a, SF>(limiter: &'a Arc<dyn Limiter<SF>>, decisions: &Decisions) -> &'a str {
+fn deciding_name<'a, SF>(
+    limiter: &'a Arc<dyn Limiter<SF>>,
+    applied: &Applied,
+    decisions: &Decisions,
+) -> &'a str {
     decisions
         .deciding()
-        .and_then(|i| limiter.reporter().names.get(i))
+        .and_then(|i| applied.entries.get(i))
+        .and_then(|e| limiter.reporter().names.get(e.index as usize))
         .map_or("", |n| &**n)
 }
 
@@ -333,6 +356,7 @@ where
                     let res = ready!(future.poll(cx))?;
                     let (mut parts, body) = res.into_parts();
                     if let Some((report, reported)) = report.take() {
+                        report.settle(&reported.applied, parts.status);
                         let prior = parts.extensions.get::<Written>().copied();
                         if let Some(written) = report.headers(&reported, prior, &mut parts.headers)
                         {
@@ -356,15 +380,13 @@ where
                 KindProj::Waiting { sleep, pending } => {
                     ready!(sleep.poll(cx));
                     let next = match pending.take() {
-                        Some(pending) => {
-                            match pending.limiter.recheck(&pending.key, pending.cost) {
-                                Checked::Ready(result) => pending.decided(result),
-                                Checked::Pending(check) => Kind::Checking {
-                                    check,
-                                    pending: Some(pending),
-                                },
-                            }
-                        }
+                        Some(pending) => match pending.limiter.recheck(&pending.applied) {
+                            Checked::Ready(result) => pending.decided(result),
+                            Checked::Pending(check) => Kind::Checking {
+                                check,
+                                pending: Some(pending),
+                            },
+                        },
                         None => Kind::Answered { answer: None },
                     };
                     this.kind.set(next);

@@ -9,6 +9,7 @@ use tower_layer::Layer;
 use super::RateLimit;
 use super::mode::Options;
 use crate::key::PeerIp;
+use crate::policy::{AllPolicies, CheckPolicies, Rules, Settle};
 use crate::report::{HeaderStyle, Reporter, ResetFormat};
 
 /// Why a [`RateLimitLayer`] could not be built.
@@ -38,6 +39,9 @@ pub enum BuildError {
         /// The policy's capacity.
         burst: u32,
     },
+    /// A resolver or settle rule names a policy the layer does not have.
+    #[error("unknown policy {0:?}")]
+    UnknownPolicy(String),
     /// A [`Algorithm::Concurrency`](ratekeeper_core::Algorithm::Concurrency) policy holds
     /// permits until released; a rate limit never releases them, so it would end up denying
     /// everything. Use a concurrency limit layer for in-flight limits.
@@ -48,20 +52,22 @@ pub enum BuildError {
     ConcurrencyPolicy(String),
 }
 
-pub(crate) struct Shared<K, Co, St> {
+pub(crate) struct Shared<K, Co, St, R = AllPolicies> {
     pub(crate) store: St,
     pub(crate) ids: SmallVec<[PolicyId; 4]>,
     pub(crate) reporter: Reporter,
     pub(crate) key: K,
     pub(crate) cost: Co,
+    pub(crate) resolver: R,
+    pub(crate) rules: Rules,
 }
 
 /// A [`tower_layer::Layer`] that rate limits requests (see the [module docs](super)).
 ///
 /// Every service the layer builds, and every clone of those services, shares one state
 /// behind an [`Arc`], so one budget holds however many connections a server opens.
-pub struct RateLimitLayer<K = PeerIp, Co = u64, St = MemoryStore<Key>> {
-    shared: Arc<Shared<K, Co, St>>,
+pub struct RateLimitLayer<K = PeerIp, Co = u64, St = MemoryStore<Key>, R = AllPolicies> {
+    shared: Arc<Shared<K, Co, St, R>>,
 }
 
 impl RateLimitLayer {
@@ -79,6 +85,8 @@ impl RateLimitLayer {
             Reporter::new(&[policy], HeaderStyle::default(), ResetFormat::default()),
             PeerIp::new(),
             1,
+            AllPolicies,
+            Rules::default(),
         )
     }
 
@@ -88,13 +96,16 @@ impl RateLimitLayer {
     }
 }
 
-impl<K, Co, St> RateLimitLayer<K, Co, St> {
+impl<K, Co, St, R> RateLimitLayer<K, Co, St, R> {
+    #[allow(clippy::too_many_arguments)]
     fn from_parts(
         store: St,
         ids: SmallVec<[PolicyId; 4]>,
         reporter: Reporter,
         key: K,
         cost: Co,
+        resolver: R,
+        rules: Rules,
     ) -> Self {
         Self {
             shared: Arc::new(Shared {
@@ -103,15 +114,17 @@ impl<K, Co, St> RateLimitLayer<K, Co, St> {
                 reporter,
                 key,
                 cost,
+                resolver,
+                rules,
             }),
         }
     }
 
-    pub(crate) fn from_shared(shared: Arc<Shared<K, Co, St>>) -> Self {
+    pub(crate) fn from_shared(shared: Arc<Shared<K, Co, St, R>>) -> Self {
         Self { shared }
     }
 
-    pub(crate) fn shared(&self) -> Arc<Shared<K, Co, St>> {
+    pub(crate) fn shared(&self) -> Arc<Shared<K, Co, St, R>> {
         Arc::clone(&self.shared)
     }
 
@@ -126,7 +139,7 @@ impl<K, Co, St> RateLimitLayer<K, Co, St> {
     }
 }
 
-impl<K, Co, St> Clone for RateLimitLayer<K, Co, St> {
+impl<K, Co, St, R> Clone for RateLimitLayer<K, Co, St, R> {
     fn clone(&self) -> Self {
         Self {
             shared: Arc::clone(&self.shared),
@@ -134,7 +147,7 @@ impl<K, Co, St> Clone for RateLimitLayer<K, Co, St> {
     }
 }
 
-impl<K, Co, St> fmt::Debug for RateLimitLayer<K, Co, St> {
+impl<K, Co, St, R> fmt::Debug for RateLimitLayer<K, Co, St, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimitLayer")
             .field("policies", &self.shared.reporter.names)
@@ -142,8 +155,8 @@ impl<K, Co, St> fmt::Debug for RateLimitLayer<K, Co, St> {
     }
 }
 
-impl<S, K, Co, St> Layer<S> for RateLimitLayer<K, Co, St> {
-    type Service = RateLimit<S, K, Co, St>;
+impl<S, K, Co, St, R> Layer<S> for RateLimitLayer<K, Co, St, R> {
+    type Service = RateLimit<S, K, Co, St, R>;
 
     fn layer(&self, inner: S) -> Self::Service {
         RateLimit::from_shared(inner, Arc::clone(&self.shared))
@@ -165,7 +178,7 @@ impl<S, K, Co, St> Layer<S> for RateLimitLayer<K, Co, St> {
 /// assert_eq!(layer.policy_ids().len(), 2);
 /// # Ok::<(), ratekeeper_tower::BuildError>(())
 /// ```
-pub struct Builder<K = PeerIp, Co = u64, St = MemoryStore<Key>> {
+pub struct Builder<K = PeerIp, Co = u64, St = MemoryStore<Key>, R = AllPolicies> {
     policies: Vec<Policy>,
     key: K,
     cost: Co,
@@ -174,6 +187,9 @@ pub struct Builder<K = PeerIp, Co = u64, St = MemoryStore<Key>> {
     style: HeaderStyle,
     reset: ResetFormat,
     pub(super) options: Options,
+    resolver: R,
+    rules: Rules,
+    settle: Vec<(String, Settle)>,
 }
 
 impl Builder {
@@ -188,6 +204,9 @@ impl Builder {
             style: HeaderStyle::default(),
             reset: ResetFormat::default(),
             options: Options::default(),
+            resolver: AllPolicies,
+            rules: Rules::default(),
+            settle: Vec::new(),
         }
     }
 }
@@ -198,7 +217,7 @@ impl Default for Builder {
     }
 }
 
-impl<K, Co, St> Builder<K, Co, St> {
+impl<K, Co, St, R> Builder<K, Co, St, R> {
     /// Adds a policy. Every policy is checked on every request, all-or-nothing, with its own
     /// algorithm ([`Policy::with_algorithm`]; GCRA by default).
     pub fn policy(mut self, policy: Policy) -> Self {
@@ -212,7 +231,7 @@ impl<K, Co, St> Builder<K, Co, St> {
     }
 
     /// Sets the key extractor.
-    pub fn key<K2>(self, key: K2) -> Builder<K2, Co, St> {
+    pub fn key<K2>(self, key: K2) -> Builder<K2, Co, St, R> {
         Builder {
             policies: self.policies,
             key,
@@ -222,11 +241,14 @@ impl<K, Co, St> Builder<K, Co, St> {
             style: self.style,
             reset: self.reset,
             options: self.options,
+            resolver: self.resolver,
+            rules: self.rules,
+            settle: self.settle,
         }
     }
 
     /// Sets a fixed cost per request (checked against every policy's burst at build time).
-    pub fn cost(self, cost: u64) -> Builder<K, u64, St> {
+    pub fn cost(self, cost: u64) -> Builder<K, u64, St, R> {
         Builder {
             policies: self.policies,
             key: self.key,
@@ -236,12 +258,15 @@ impl<K, Co, St> Builder<K, Co, St> {
             style: self.style,
             reset: self.reset,
             options: self.options,
+            resolver: self.resolver,
+            rules: self.rules,
+            settle: self.settle,
         }
     }
 
     /// Sets a per-request cost function (see [`crate::cost::Cost`]). A cost above a policy's
     /// burst gets the "cost can never fit" 429.
-    pub fn cost_fn<Co2>(self, cost: Co2) -> Builder<K, Co2, St> {
+    pub fn cost_fn<Co2>(self, cost: Co2) -> Builder<K, Co2, St, R> {
         Builder {
             policies: self.policies,
             key: self.key,
@@ -251,11 +276,14 @@ impl<K, Co, St> Builder<K, Co, St> {
             style: self.style,
             reset: self.reset,
             options: self.options,
+            resolver: self.resolver,
+            rules: self.rules,
+            settle: self.settle,
         }
     }
 
     /// Sets the store (default: a new [`MemoryStore`]).
-    pub fn store<St2>(self, store: St2) -> Builder<K, Co, St2> {
+    pub fn store<St2>(self, store: St2) -> Builder<K, Co, St2, R> {
         Builder {
             policies: self.policies,
             key: self.key,
@@ -265,6 +293,9 @@ impl<K, Co, St> Builder<K, Co, St> {
             style: self.style,
             reset: self.reset,
             options: self.options,
+            resolver: self.resolver,
+            rules: self.rules,
+            settle: self.settle,
         }
     }
 
@@ -280,15 +311,63 @@ impl<K, Co, St> Builder<K, Co, St> {
         self
     }
 
+    /// Sets the policy resolver (default [`AllPolicies`]): which policies each request is
+    /// charged to, with which key and cost. See [`crate::policy`] and
+    /// [`crate::route::RouteTable`].
+    pub fn resolver<R2>(self, resolver: R2) -> Builder<K, Co, St, R2> {
+        Builder {
+            policies: self.policies,
+            key: self.key,
+            cost: self.cost,
+            fixed_cost: self.fixed_cost,
+            store: self.store,
+            style: self.style,
+            reset: self.reset,
+            options: self.options,
+            resolver,
+            rules: self.rules,
+            settle: self.settle,
+        }
+    }
+
+    /// Settles the named policy's charge once the response status is known (see
+    /// [`Settle`]). Checked at build time: the policy must exist.
+    pub fn settle(mut self, policy: &str, settle: Settle) -> Self {
+        self.settle.push((policy.to_owned(), settle));
+        self
+    }
+
+    /// Whether CORS preflights (`OPTIONS` with `Access-Control-Request-Method`) are counted.
+    /// Default `false`: preflights pass without charge or headers (see [`crate::cors`]).
+    pub fn count_preflight(mut self, count: bool) -> Self {
+        self.rules.count_preflight = count;
+        self
+    }
+
+    /// Peers inside these networks (for example monitoring or an internal network) are not
+    /// limited. Matched against the TCP peer (IPv4-mapped IPv6 as IPv4), never a forwarded
+    /// header.
+    pub fn exempt_networks(mut self, networks: impl IntoIterator<Item = ipnet::IpNet>) -> Self {
+        self.rules.exempt_networks.extend(networks);
+        self
+    }
+
+    /// Requests whose key (from the layer's key extractor) is one of `keys` are not limited.
+    pub fn exempt_keys(mut self, keys: impl IntoIterator<Item = Key>) -> Self {
+        self.rules.exempt_keys.extend(keys);
+        self
+    }
+
     /// Registers the policies with the store and builds the layer.
     ///
     /// # Errors
     ///
     /// [`BuildError`] when there is no policy, a name is reused or invalid, the store
     /// refuses a policy, or a fixed cost is 0 or larger than a policy's burst.
-    pub fn build(mut self) -> Result<RateLimitLayer<K, Co, St>, BuildError>
+    pub fn build(mut self) -> Result<RateLimitLayer<K, Co, St, R>, BuildError>
     where
         St: Store<Key>,
+        R: CheckPolicies,
     {
         if self.policies.is_empty() {
             return Err(BuildError::NoPolicy);
@@ -321,6 +400,16 @@ impl<K, Co, St> Builder<K, Co, St> {
                 });
             }
         }
+        for (name, settle) in &self.settle {
+            let index = self
+                .policies
+                .iter()
+                .position(|p| p.name() == name)
+                .and_then(|i| u32::try_from(i).ok())
+                .ok_or_else(|| BuildError::UnknownPolicy(name.clone()))?;
+            self.rules.settle.push((index, *settle));
+        }
+        self.resolver.check(&self.policies)?;
         let mut ids = SmallVec::new();
         for p in &self.policies {
             ids.push(self.store.register(p)?);
@@ -329,12 +418,18 @@ impl<K, Co, St> Builder<K, Co, St> {
             .options
             .apply(Reporter::new(&self.policies, self.style, self.reset));
         Ok(RateLimitLayer::from_parts(
-            self.store, ids, reporter, self.key, self.cost,
+            self.store,
+            ids,
+            reporter,
+            self.key,
+            self.cost,
+            self.resolver,
+            self.rules,
         ))
     }
 }
 
-impl<K, Co, St> fmt::Debug for Builder<K, Co, St> {
+impl<K, Co, St, R> fmt::Debug for Builder<K, Co, St, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Builder")
             .field("policies", &self.policies)

@@ -65,6 +65,7 @@ mod service;
 
 pub use fallback::{Fallback, FallbackFuture, FallbackLayer};
 pub use future::ResponseFuture;
+pub(crate) use layer::Shared;
 pub use layer::{BuildError, Builder, RateLimitLayer};
 pub use mode::Mode;
 /// Re-exported from `ratekeeper_core::throttle`: a clock on tokio's time, so a store follows

@@ -6,11 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ratekeeper_core::Key;
-use ratekeeper_core::store::{Charge, Checked, Store};
-use smallvec::SmallVec;
+use ratekeeper_core::store::{Checked, Store};
 
 use super::future::Report;
 use super::layer::{Builder, Shared};
+use crate::policy::Applied;
 use crate::report::{PartitionKey, Rejection, Reporter};
 
 /// What the layer does with a request that is over the limit.
@@ -112,7 +112,7 @@ impl Options {
     }
 }
 
-impl<K, Co, St> Builder<K, Co, St> {
+impl<K, Co, St, R> Builder<K, Co, St, R> {
     /// Sets what happens to a request over the limit (default [`Mode::Reject`]).
     pub fn mode(mut self, mode: Mode) -> Self {
         self.options.mode = mode;
@@ -122,7 +122,7 @@ impl<K, Co, St> Builder<K, Co, St> {
     /// Replaces the default problem+json 429 with `rejection` (see
     /// [`Rejection`](crate::report::Rejection)). The layer still adds the rate-limit headers,
     /// `Retry-After` and `Cache-Control: no-store` to its response.
-    pub fn rejection<R: Rejection>(mut self, rejection: R) -> Self {
+    pub fn rejection<J: Rejection>(mut self, rejection: J) -> Self {
         self.options.rejection = Some(Arc::new(rejection));
         self
     }
@@ -148,26 +148,22 @@ impl<K, Co, St> Builder<K, Co, St> {
 /// future needs after `call` returned.
 pub(crate) trait Limiter<SF>: Report {
     /// Checks the request's charges again.
-    fn recheck(&self, key: &Key, cost: u64) -> Checked<SF>;
+    fn recheck(&self, applied: &Applied) -> Checked<SF>;
     /// This state as a [`Report`].
     fn as_report(self: Arc<Self>) -> Arc<dyn Report>;
     /// The reporter (names, mode).
     fn reporter(&self) -> &Reporter;
 }
 
-impl<K, Co, St> Limiter<St::Future> for Shared<K, Co, St>
+impl<K, Co, St, R> Limiter<St::Future> for Shared<K, Co, St, R>
 where
     K: Send + Sync + 'static,
     Co: Send + Sync + 'static,
     St: Store<Key>,
+    R: Send + Sync + 'static,
 {
-    fn recheck(&self, key: &Key, cost: u64) -> Checked<St::Future> {
-        let charges: SmallVec<[Charge<'_, Key>; 4]> = self
-            .ids
-            .iter()
-            .map(|&id| Charge::new(id, key, cost))
-            .collect();
-        self.store.check(&charges)
+    fn recheck(&self, applied: &Applied) -> Checked<St::Future> {
+        self.store.check(&applied.charges(&self.ids))
     }
 
     fn as_report(self: Arc<Self>) -> Arc<dyn Report> {

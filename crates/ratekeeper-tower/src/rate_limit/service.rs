@@ -4,8 +4,7 @@ use std::task::{Context, Poll};
 
 use http::{Request, Response};
 use ratekeeper_core::Key;
-use ratekeeper_core::store::{Charge, Checked, Decisions, Store};
-use smallvec::SmallVec;
+use ratekeeper_core::store::{Checked, Decisions, Store};
 use tower_service::Service;
 
 use super::future::{Answer, Pending, Report, Reported, ResponseFuture, on_store_error};
@@ -15,21 +14,28 @@ use crate::body::ResponseBody;
 use crate::cost::Cost;
 use crate::info::Info;
 use crate::key::{KeyExtractor, PeerIp};
+use crate::policy::{AllPolicies, Applied, Prepared, Resolve};
 use crate::report::Written;
 
 /// The rate-limiting service: decides in `call`, answers a denied request with a 429 without
 /// calling the inner service, and adds rate-limit headers to the inner service's responses.
 ///
 /// `poll_ready` only forwards to the inner service: readiness never consumes quota.
-pub struct RateLimit<S, K = PeerIp, Co = u64, St = ratekeeper_core::store::MemoryStore<Key>> {
+pub struct RateLimit<
+    S,
+    K = PeerIp,
+    Co = u64,
+    St = ratekeeper_core::store::MemoryStore<Key>,
+    R = AllPolicies,
+> {
     inner: S,
-    shared: Arc<Shared<K, Co, St>>,
+    shared: Arc<Shared<K, Co, St, R>>,
     /// The inner service is a [`Fallback`](super::Fallback): denied requests go to it.
     degrade: bool,
 }
 
-impl<S, K, Co, St> RateLimit<S, K, Co, St> {
-    pub(crate) fn from_shared(inner: S, shared: Arc<Shared<K, Co, St>>) -> Self {
+impl<S, K, Co, St, R> RateLimit<S, K, Co, St, R> {
+    pub(crate) fn from_shared(inner: S, shared: Arc<Shared<K, Co, St, R>>) -> Self {
         Self {
             inner,
             shared,
@@ -37,7 +43,7 @@ impl<S, K, Co, St> RateLimit<S, K, Co, St> {
         }
     }
 
-    pub(crate) fn degrading(inner: S, shared: Arc<Shared<K, Co, St>>) -> Self {
+    pub(crate) fn degrading(inner: S, shared: Arc<Shared<K, Co, St, R>>) -> Self {
         Self {
             inner,
             shared,
@@ -61,12 +67,12 @@ impl<S, K, Co, St> RateLimit<S, K, Co, St> {
     }
 
     /// A layer that builds services sharing this service's state.
-    pub fn layer(&self) -> super::RateLimitLayer<K, Co, St> {
+    pub fn layer(&self) -> super::RateLimitLayer<K, Co, St, R> {
         super::RateLimitLayer::from_shared(Arc::clone(&self.shared))
     }
 }
 
-impl<S: Clone, K, Co, St> Clone for RateLimit<S, K, Co, St> {
+impl<S: Clone, K, Co, St, R> Clone for RateLimit<S, K, Co, St, R> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
@@ -76,7 +82,7 @@ impl<S: Clone, K, Co, St> Clone for RateLimit<S, K, Co, St> {
     }
 }
 
-impl<S: fmt::Debug, K, Co, St> fmt::Debug for RateLimit<S, K, Co, St> {
+impl<S: fmt::Debug, K, Co, St, R> fmt::Debug for RateLimit<S, K, Co, St, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimit")
             .field("inner", &self.inner)
@@ -85,11 +91,12 @@ impl<S: fmt::Debug, K, Co, St> fmt::Debug for RateLimit<S, K, Co, St> {
     }
 }
 
-impl<K, Co, St> Report for Shared<K, Co, St>
+impl<K, Co, St, R> Report for Shared<K, Co, St, R>
 where
     K: Send + Sync + 'static,
     Co: Send + Sync + 'static,
     St: Store<Key>,
+    R: Send + Sync + 'static,
 {
     fn headers(
         &self,
@@ -99,6 +106,7 @@ where
     ) -> Option<Written> {
         self.reporter.headers(
             &reported.decisions,
+            &reported.policies(),
             reported.pk.as_deref(),
             prior,
             || self.store.unix_now(),
@@ -106,12 +114,21 @@ where
         )
     }
 
+    fn settle(&self, applied: &Applied, status: http::StatusCode) {
+        let refunds = applied.refunds(&self.rules, &self.ids, status);
+        if !refunds.is_empty() {
+            tracing::debug!(key = %applied.key, %status, "refunding rate-limit charge after the response");
+            self.store.refund(&refunds);
+        }
+    }
+
     fn limited(&self, reported: &Reported) -> Answer {
-        let (status, headers, body, written) =
-            self.reporter
-                .limited(&reported.decisions, reported.pk.as_deref(), || {
-                    self.store.unix_now()
-                });
+        let (status, headers, body, written) = self.reporter.limited(
+            &reported.decisions,
+            &reported.policies(),
+            reported.pk.as_deref(),
+            || self.store.unix_now(),
+        );
         Answer {
             status,
             headers,
@@ -121,12 +138,13 @@ where
     }
 }
 
-impl<S, K, Co, St, ReqB, ResB> Service<Request<ReqB>> for RateLimit<S, K, Co, St>
+impl<S, K, Co, St, R, ReqB, ResB> Service<Request<ReqB>> for RateLimit<S, K, Co, St, R>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
     K: KeyExtractor<ReqB>,
     Co: Cost<ReqB>,
     St: Store<Key>,
+    R: Resolve<ReqB>,
 {
     type Response = Response<ResponseBody<ResB>>;
     type Error = S::Error;
@@ -139,40 +157,47 @@ where
 
     fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
         let shared = &*self.shared;
-        let key = match shared.key.extract(&req) {
-            Ok(key) => key,
-            Err(err) => return ResponseFuture::key_error(&err),
+        let applied = match shared.prepare(&req) {
+            Prepared::Charge(applied) => applied,
+            Prepared::Exempt => return ResponseFuture::unchecked(self.inner.call(req)),
+            Prepared::Failed(err) => return ResponseFuture::key_error(&err),
         };
-        let cost = shared.cost.cost(&req);
-        let pk = shared.reporter.pk(&key);
-        let charges: SmallVec<[Charge<'_, Key>; 4]> = shared
-            .ids
-            .iter()
-            .map(|&id| Charge::new(id, &key, cost))
-            .collect();
+        let pk = shared.reporter.pk(&applied.key);
+        let charges = applied.charges(&shared.ids);
         let checked = shared.store.check(&charges);
         drop(charges);
         match checked {
             Checked::Ready(Ok(decisions)) => {
                 if decisions.is_allowed() {
                     if shared.reporter.request_info {
-                        req.extensions_mut()
-                            .insert(Info::new(shared.reporter.names.clone(), decisions.clone()));
+                        let policies: smallvec::SmallVec<[usize; 4]> = applied.indices().collect();
+                        req.extensions_mut().insert(Info::new(
+                            shared.reporter.names.clone(),
+                            &policies,
+                            decisions.clone(),
+                        ));
                     }
                     let report: Arc<dyn Report> = self.shared.clone();
-                    ResponseFuture::called(self.inner.call(req), report, Reported { decisions, pk })
+                    let reported = Reported {
+                        decisions,
+                        applied,
+                        pk,
+                    };
+                    ResponseFuture::called(self.inner.call(req), report, reported)
                 } else {
-                    log_denial(&key, cost, &decisions, &shared.reporter.names);
+                    log_denial(&applied, &decisions, &shared.reporter.names);
                     if shared.reporter.mode == Mode::Reject && !self.degrade {
-                        return ResponseFuture::answered(
-                            shared.limited(&Reported { decisions, pk }),
-                        );
+                        return ResponseFuture::answered(shared.limited(&Reported {
+                            decisions,
+                            applied,
+                            pk,
+                        }));
                     }
                     // Shadow, Delay or a fallback: the request goes on with the ready inner
                     // service (this one gets a fresh clone).
                     let clone = self.inner.clone();
                     let ready = std::mem::replace(&mut self.inner, clone);
-                    let pending = self.pending(ready, req, key, cost, pk);
+                    let pending = self.pending(ready, req, applied, pk);
                     ResponseFuture::decided(pending, Ok(decisions))
                 }
             }
@@ -185,32 +210,31 @@ where
                 // (see the tower-service docs, "Be careful when cloning inner services").
                 let clone = self.inner.clone();
                 let ready = std::mem::replace(&mut self.inner, clone);
-                let pending = self.pending(ready, req, key, cost, pk);
+                let pending = self.pending(ready, req, applied, pk);
                 ResponseFuture::checking(check, pending)
             }
         }
     }
 }
 
-impl<S, K, Co, St> RateLimit<S, K, Co, St>
+impl<S, K, Co, St, R> RateLimit<S, K, Co, St, R>
 where
     K: Send + Sync + 'static,
     Co: Send + Sync + 'static,
     St: Store<Key>,
+    R: Send + Sync + 'static,
 {
     fn pending<Req>(
         &self,
         inner: S,
         req: Req,
-        key: Key,
-        cost: u64,
+        applied: Applied,
         pk: Option<Arc<str>>,
     ) -> Pending<S, Req, St::Future> {
         Pending {
             inner,
             req,
-            key,
-            cost,
+            applied,
             pk,
             limiter: self.shared.clone(),
             deadline: None,
@@ -219,11 +243,13 @@ where
     }
 }
 
-pub(crate) fn log_denial(key: &Key, cost: u64, decisions: &Decisions, names: &[Box<str>]) {
-    let policy = decisions
-        .deciding()
-        .and_then(|i| names.get(i))
+pub(crate) fn log_denial(applied: &Applied, decisions: &Decisions, names: &[Box<str>]) {
+    let entry = decisions.deciding().and_then(|i| applied.entries.get(i));
+    let policy = entry
+        .and_then(|e| names.get(e.index as usize))
         .map_or("", |n| &**n);
+    let key = entry.and_then(|e| e.key.as_ref()).unwrap_or(&applied.key);
+    let cost = entry.map_or(0, |e| e.cost);
     if decisions.is_cannot_fit() {
         tracing::warn!(%key, cost, policy, "request cost is larger than the policy's burst; it can never be allowed");
     } else {

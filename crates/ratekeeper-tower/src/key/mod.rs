@@ -7,7 +7,18 @@
 //!   to IPv4, IPv6 grouped by prefix (default /64) so one host cannot rotate through its
 //!   2^64 addresses. Reads axum's `ConnectInfo<SocketAddr>` (feature `axum`), a
 //!   [`SocketAddr`] extension, or a [`PeerAddr`] extension.
+//! - [`ForwardedIp`]: the client IP reported by trusted reverse proxies (CIDR list or hop
+//!   count), read only when the peer is trusted; the peer otherwise.
+//! - [`HeaderKey`]: an API key header, best validated into the principal it authenticates.
+//! - [`UserKey`]: the authenticated user an auth layer put in the request extensions.
+//! - [`MatchedRoute`](crate::route::MatchedRoute): the route template (axum `MatchedPath`).
 //! - [`GlobalKey`]: one budget for everyone.
+//! - [`Or`] (`a.or(b)`): `b` when `a` reports [`KeyError::Missing`]; tuples `(a, b)` and
+//!   `(a, b, c)`: several keys at once, such as (route, client).
+//!
+//! Every extractor returns a [`KeyError::Missing`] rather than an empty or made-up key, so
+//! a chain such as `UserKey.or(HeaderKey).or(PeerIp)` never merges unrelated clients into one
+//! bucket (case B25).
 //!
 //! # Example
 //!
@@ -26,6 +37,16 @@
 //! req.extensions_mut().insert(PeerAddr("[::ffff:192.0.2.1]:80".parse().unwrap()));
 //! assert_eq!(PeerIp::new().extract(&req).unwrap().to_string(), "ip:192.0.2.1");
 //! ```
+
+mod combine;
+mod forwarded;
+mod header;
+mod user;
+
+pub use combine::Or;
+pub use forwarded::{ForwardedIp, MAX_HOPS, Source, Trust};
+pub use header::{HeaderKey, MAX_RAW_LEN, Raw};
+pub use user::UserKey;
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
@@ -180,6 +201,26 @@ impl<B> KeyExtractor<B> for GlobalKey {
         Ok(Key::Global)
     }
 }
+
+/// Adds `.or(next)` to extractor types (closures use [`Or::new`]).
+macro_rules! impl_or {
+    ($($ty:ident $(<$($p:ident),*>)?),* $(,)?) => {$(
+        impl $(<$($p),*>)? $ty $(<$($p),*>)? {
+            /// Falls back to `next` when this extractor reports [`KeyError::Missing`].
+            pub fn or<N>(self, next: N) -> Or<Self, N> {
+                Or::new(self, next)
+            }
+        }
+    )*};
+}
+
+impl_or!(
+    PeerIp,
+    GlobalKey,
+    ForwardedIp,
+    HeaderKey<V>,
+    UserKey<T, F>,
+);
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,403 @@
+//! [`ForwardedIp`]: the client IP behind trusted reverse proxies.
+
+use std::net::{IpAddr, SocketAddr};
+use std::num::NonZeroU8;
+
+use http::header::{FORWARDED, HeaderName};
+use http::{HeaderMap, Request};
+use ipnet::IpNet;
+use ratekeeper_core::Key;
+
+use super::{KeyError, KeyExtractor, PeerIp};
+
+/// `X-Forwarded-For`.
+static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+
+/// At most this many forwarded entries are examined per request; a longer chain falls back to
+/// the peer (a 64 KiB header costs one bounded scan, never a key).
+pub const MAX_HOPS: usize = 32;
+
+/// Which proxies are trusted to append the client address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Trust {
+    /// Peers and forwarded entries inside these networks are proxies.
+    Cidrs(Vec<IpNet>),
+    /// Exactly this many proxies sit in front of the app and the peer is always the nearest;
+    /// the client is the `n`-th forwarded entry from the right.
+    Hops(NonZeroU8),
+}
+
+/// Which header carries the forwarded chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Source {
+    /// `X-Forwarded-For: client, proxy1, proxy2` (the default).
+    #[default]
+    XForwardedFor,
+    /// RFC 7239 `Forwarded: for=client, for="[2001:db8::1]:4711"`.
+    Forwarded,
+}
+
+/// Keys by the client IP that trusted reverse proxies report, and by the TCP peer otherwise.
+///
+/// Rules (case B01 of the project's `CASES.md`):
+///
+/// - The forwarded header is read **only** when the TCP peer is trusted ([`Trust::Cidrs`]
+///   contains it, or [`Trust::Hops`] is used). Otherwise the peer is the key, whatever the
+///   headers say; `X-Real-IP` is never read.
+/// - The chain is walked from the **right** (the entry the nearest proxy appended), skipping
+///   trusted proxies; the first untrusted entry is the client. With [`Trust::Hops`]`(n)` the
+///   `n`-th entry from the right is the client. If every entry is trusted, the leftmost is
+///   the client (an internal caller).
+/// - Ports are stripped (`198.51.100.7:51234`, `[2001:db8::1]:80`, RFC 7239 quoted forms).
+/// - An entry that does not parse (garbage, non-UTF-8 bytes, RFC 7239 `unknown` or obfuscated
+///   `_hidden` identifiers), a missing header, or a chain longer than [`MAX_HOPS`] makes the
+///   extractor **fall back to the peer**: it never skips leftward past an unparsable entry
+///   (that entry is where a client could inject a victim's address) and never keys on the
+///   raw text.
+/// - The result is keyed like [`PeerIp`]: IPv4-mapped IPv6 as IPv4, IPv6 by a prefix
+///   (default /64).
+///
+/// # Example
+///
+/// ```
+/// use http::Request;
+/// use ratekeeper_tower::key::{ForwardedIp, KeyExtractor, PeerAddr};
+///
+/// let ip = ForwardedIp::trusting(["10.0.0.0/8".parse().unwrap()]);
+/// let req = |peer: &str, xff: &str| {
+///     let mut req = Request::builder().header("x-forwarded-for", xff).body(()).unwrap();
+///     req.extensions_mut().insert(PeerAddr(peer.parse().unwrap()));
+///     req
+/// };
+/// // From a trusted proxy: the rightmost untrusted entry, port stripped.
+/// let key = ip.extract(&req("10.0.0.5:1", "6.6.6.6, 198.51.100.7:51234")).unwrap();
+/// assert_eq!(key.to_string(), "ip:198.51.100.7");
+/// // From anyone else: the peer; the header is ignored.
+/// assert_eq!(ip.extract(&req("203.0.113.9:1", "1.1.1.1")).unwrap().to_string(), "ip:203.0.113.9");
+/// // Unparsable rightmost entry: the peer, never `198.51.100.8`.
+/// let key = ip.extract(&req("10.0.0.5:1", "198.51.100.8, not-an-ip")).unwrap();
+/// assert_eq!(key.to_string(), "ip:10.0.0.5");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForwardedIp {
+    trust: Trust,
+    source: Source,
+    peer: PeerIp,
+}
+
+impl ForwardedIp {
+    /// Trusts peers and forwarded entries inside `proxies` (for example `10.0.0.0/8`).
+    pub fn trusting(proxies: impl IntoIterator<Item = IpNet>) -> Self {
+        Self {
+            trust: Trust::Cidrs(proxies.into_iter().collect()),
+            source: Source::default(),
+            peer: PeerIp::new(),
+        }
+    }
+
+    /// Trusts exactly `hops` proxies in front of the app (the peer is always one of them).
+    pub const fn hops(hops: NonZeroU8) -> Self {
+        Self {
+            trust: Trust::Hops(hops),
+            source: Source::XForwardedFor,
+            peer: PeerIp::new(),
+        }
+    }
+
+    /// Reads `source` instead of `X-Forwarded-For`.
+    pub fn source(mut self, source: Source) -> Self {
+        self.source = source;
+        self
+    }
+
+    /// Groups IPv6 clients by a `/prefix` (clamped to 1..=128; default 64).
+    pub fn ipv6_prefix(mut self, prefix: u8) -> Self {
+        self.peer = PeerIp::ipv6_prefix(prefix);
+        self
+    }
+
+    fn trusted(&self, ip: IpAddr) -> bool {
+        match &self.trust {
+            Trust::Cidrs(nets) => nets.iter().any(|n| n.contains(&ip)),
+            Trust::Hops(_) => true,
+        }
+    }
+
+    /// The client address for a request from `peer`, or `None` to key on the peer.
+    pub fn client_ip(&self, peer: IpAddr, headers: &HeaderMap) -> Option<IpAddr> {
+        let peer = peer.to_canonical();
+        if !self.trusted(peer) {
+            return None;
+        }
+        let mut entries = Entries::new(headers, self.source);
+        match &self.trust {
+            Trust::Hops(n) => {
+                let n = usize::from(n.get());
+                for _ in 1..n {
+                    entries.next()?.ok()?;
+                }
+                entries.next()?.ok()
+            }
+            Trust::Cidrs(_) => {
+                let mut last = None;
+                for entry in entries {
+                    let ip = entry.ok()?;
+                    if !self.trusted(ip) {
+                        return Some(ip);
+                    }
+                    last = Some(ip);
+                }
+                last
+            }
+        }
+    }
+}
+
+impl<B> KeyExtractor<B> for ForwardedIp {
+    fn extract(&self, req: &Request<B>) -> Result<Key, KeyError> {
+        let peer = PeerIp::peer_addr(req)
+            .ok_or(KeyError::Misconfigured(
+                "no peer address in request extensions; serve the app with \
+                 `into_make_service_with_connect_info::<SocketAddr>()` or insert `PeerAddr`",
+            ))?
+            .ip();
+        let ip = self.client_ip(peer, req.headers()).unwrap_or(peer);
+        Ok(self.peer.key_for(ip))
+    }
+}
+
+/// Forwarded entries from right to left; an `Err` is an entry that does not parse. Ends
+/// with one `Err` after [`MAX_HOPS`] entries.
+struct Entries<'a> {
+    lines: std::iter::Rev<http::header::ValueIter<'a, http::HeaderValue>>,
+    current: Option<std::iter::Rev<std::str::Split<'a, char>>>,
+    source: Source,
+    seen: usize,
+}
+
+impl<'a> Entries<'a> {
+    fn new(headers: &'a HeaderMap, source: Source) -> Self {
+        let name = match source {
+            Source::XForwardedFor => &X_FORWARDED_FOR,
+            Source::Forwarded => &FORWARDED,
+        };
+        Self {
+            lines: headers.get_all(name).iter().rev(),
+            current: None,
+            source,
+            seen: 0,
+        }
+    }
+}
+
+impl Iterator for Entries<'_> {
+    type Item = Result<IpAddr, ()>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.seen > MAX_HOPS {
+            return None;
+        }
+        loop {
+            if let Some(parts) = &mut self.current {
+                if let Some(part) = parts.next() {
+                    self.seen += 1;
+                    if self.seen > MAX_HOPS {
+                        return Some(Err(()));
+                    }
+                    let parsed = match self.source {
+                        Source::XForwardedFor => parse_node(part.trim()),
+                        Source::Forwarded => parse_forwarded_element(part),
+                    };
+                    return Some(parsed.ok_or(()));
+                }
+                self.current = None;
+            }
+            let line = self.lines.next()?;
+            match line.to_str() {
+                Ok(text) => self.current = Some(text.split(',').rev()),
+                Err(_) => {
+                    self.seen = MAX_HOPS + 1;
+                    return Some(Err(()));
+                }
+            }
+        }
+    }
+}
+
+/// An address with an optional port: `1.2.3.4`, `1.2.3.4:5`, `2001:db8::1`, `[2001:db8::1]`,
+/// `[2001:db8::1]:5`.
+fn parse_node(s: &str) -> Option<IpAddr> {
+    if let Ok(ip) = s.parse::<IpAddr>() {
+        return Some(ip);
+    }
+    if let Ok(sa) = s.parse::<SocketAddr>() {
+        return Some(sa.ip());
+    }
+    s.strip_prefix('[')
+        .and_then(|rest| rest.strip_suffix(']'))
+        .and_then(|inner| inner.parse::<IpAddr>().ok())
+}
+
+/// The `for=` node of one RFC 7239 element (`for=192.0.2.60;proto=http;by=...`). `unknown`,
+/// obfuscated identifiers (`_hidden`) and elements without `for=` do not parse.
+fn parse_forwarded_element(element: &str) -> Option<IpAddr> {
+    element.split(';').find_map(|pair| {
+        let (name, value) = pair.trim().split_once('=')?;
+        if !name.trim().eq_ignore_ascii_case("for") {
+            return None;
+        }
+        let value = value.trim();
+        let value = value
+            .strip_prefix('"')
+            .and_then(|v| v.strip_suffix('"'))
+            .unwrap_or(value);
+        parse_node(value)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key::PeerAddr;
+
+    fn key(ip: &ForwardedIp, peer: &str, name: &str, values: &[&[u8]]) -> String {
+        let mut req = Request::new(());
+        for v in values {
+            req.headers_mut().append(
+                HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                http::HeaderValue::from_bytes(v).unwrap(),
+            );
+        }
+        req.extensions_mut()
+            .insert(PeerAddr(SocketAddr::new(peer.parse().unwrap(), 1)));
+        ip.extract(&req).unwrap().to_string()
+    }
+
+    fn trusting() -> ForwardedIp {
+        ForwardedIp::trusting(["10.0.0.0/8".parse().unwrap()])
+    }
+
+    #[test]
+    fn b01_keys() {
+        let ip = trusting();
+        let xff = "x-forwarded-for";
+        assert_eq!(
+            key(&ip, "203.0.113.50", xff, &[b"1.1.1.1"]),
+            "ip:203.0.113.50"
+        );
+        assert_eq!(
+            key(&ip, "203.0.113.50", "x-real-ip", &[b"9.9.9.9"]),
+            "ip:203.0.113.50"
+        );
+        assert_eq!(
+            key(&ip, "10.0.0.5", xff, &[b"6.6.6.6, 198.51.100.7"]),
+            "ip:198.51.100.7"
+        );
+        assert_eq!(
+            key(&ip, "10.0.0.5", xff, &[b"198.51.100.7:51234"]),
+            "ip:198.51.100.7"
+        );
+        assert_eq!(
+            key(&ip, "10.0.0.5", xff, &[b"198.51.100.8, not-an-ip"]),
+            "ip:10.0.0.5"
+        );
+        assert_eq!(key(&ip, "10.0.0.5", xff, &[b"\xFF\xFE"]), "ip:10.0.0.5");
+    }
+
+    #[test]
+    fn trusted_hops_are_skipped_and_lines_are_joined() {
+        let ip = trusting();
+        let xff = "x-forwarded-for";
+        assert_eq!(
+            key(
+                &ip,
+                "10.0.0.5",
+                xff,
+                &[b"5.5.5.5", b"198.51.100.7, 10.1.1.1"]
+            ),
+            "ip:198.51.100.7"
+        );
+        // Every entry trusted: the leftmost is the (internal) client.
+        assert_eq!(
+            key(&ip, "10.0.0.5", xff, &[b"10.9.9.9, 10.1.1.1"]),
+            "ip:10.9.9.9"
+        );
+        // No header at all: the peer.
+        assert_eq!(key(&ip, "10.0.0.5", xff, &[]), "ip:10.0.0.5");
+        // v6 with port and mapped v4.
+        assert_eq!(
+            key(&ip, "10.0.0.5", xff, &[b"[2001:db8:aa:1::9]:80"]),
+            "net:2001:db8:aa:1::/64"
+        );
+        assert_eq!(
+            key(&ip, "::ffff:10.0.0.5", xff, &[b"::ffff:192.0.2.1"]),
+            "ip:192.0.2.1"
+        );
+    }
+
+    #[test]
+    fn hop_count() {
+        let ip = ForwardedIp::hops(NonZeroU8::new(2).unwrap());
+        let xff = "x-forwarded-for";
+        assert_eq!(
+            key(&ip, "127.0.0.1", xff, &[b"1.1.1.1, 2.2.2.2, 3.3.3.3"]),
+            "ip:2.2.2.2"
+        );
+        // Too few entries: the peer.
+        assert_eq!(key(&ip, "127.0.0.1", xff, &[b"3.3.3.3"]), "ip:127.0.0.1");
+    }
+
+    #[test]
+    fn rfc7239_forwarded() {
+        let ip = trusting().source(Source::Forwarded);
+        let fwd = "forwarded";
+        assert_eq!(
+            key(
+                &ip,
+                "10.0.0.5",
+                fwd,
+                &[b"for=6.6.6.6, for=\"[2001:db8:cafe::17]:4711\";proto=https"]
+            ),
+            "net:2001:db8:cafe::/64"
+        );
+        assert_eq!(
+            key(
+                &ip,
+                "10.0.0.5",
+                fwd,
+                &[b"For=192.0.2.60;proto=http;by=10.0.0.5"]
+            ),
+            "ip:192.0.2.60"
+        );
+        for hidden in [
+            &b"for=_hidden"[..],
+            b"for=unknown",
+            b"for=\"_x:_y\"",
+            b"proto=http",
+        ] {
+            assert_eq!(key(&ip, "10.0.0.5", fwd, &[hidden]), "ip:10.0.0.5");
+        }
+        // X-Forwarded-For is not read in this mode.
+        assert_eq!(
+            key(&ip, "10.0.0.5", "x-forwarded-for", &[b"1.1.1.1"]),
+            "ip:10.0.0.5"
+        );
+    }
+
+    #[test]
+    fn long_chains_fall_back_to_the_peer() {
+        let ip = trusting();
+        let chain = vec!["10.0.0.1"; MAX_HOPS + 5].join(", ");
+        assert_eq!(
+            key(&ip, "10.0.0.5", "x-forwarded-for", &[chain.as_bytes()]),
+            "ip:10.0.0.5"
+        );
+        let huge = "9".repeat(64 * 1024);
+        assert_eq!(
+            key(&ip, "10.0.0.5", "x-forwarded-for", &[huge.as_bytes()]),
+            "ip:10.0.0.5"
+        );
+    }
+}
