@@ -138,17 +138,20 @@ pin_project! {
         Answered {
             answer: Option<Answer>,
         },
-        // A store that needs I/O is deciding; the ready inner service waits here.
+        // A store that needs I/O is deciding; the ready inner service waits here. The held
+        // request is boxed so that it does not grow every response future: the memory store
+        // (always `Ready`) never gets here, and a networked store's round trip dwarfs one
+        // allocation.
         Checking {
             #[pin]
             check: SF,
-            pending: Option<Pending<S, Req, SF>>,
+            pending: Option<Box<Pending<S, Req, SF>>>,
         },
-        // Delay mode: sleeping until the store said the request would pass.
+        // Delay mode: sleeping until the store said the request would pass (boxed as above).
         Waiting {
             #[pin]
             sleep: Sleep,
-            pending: Option<Pending<S, Req, SF>>,
+            pending: Option<Box<Pending<S, Req, SF>>>,
         },
     }
 }
@@ -206,7 +209,7 @@ impl<F, S, Req, SF> ResponseFuture<F, S, Req, SF> {
         Self {
             kind: Kind::Checking {
                 check,
-                pending: Some(pending),
+                pending: Some(Box::new(pending)),
             },
         }
     }
@@ -300,7 +303,7 @@ where
                         tracing::debug!(?wait, "delay mode: waiting for capacity");
                         Kind::Waiting {
                             sleep: tokio::time::sleep(wait),
-                            pending: Some(self),
+                            pending: Some(Box::new(self)),
                         }
                     }
                     _ => self.reject(decisions),
@@ -372,7 +375,7 @@ where
                 KindProj::Checking { check, pending } => {
                     let result = ready!(check.poll(cx));
                     let next = match pending.take() {
-                        Some(pending) => pending.decided(result),
+                        Some(pending) => (*pending).decided(result),
                         None => Kind::Answered { answer: None },
                     };
                     this.kind.set(next);
@@ -381,7 +384,7 @@ where
                     ready!(sleep.poll(cx));
                     let next = match pending.take() {
                         Some(pending) => match pending.limiter.recheck(&pending.applied) {
-                            Checked::Ready(result) => pending.decided(result),
+                            Checked::Ready(result) => (*pending).decided(result),
                             Checked::Pending(check) => Kind::Checking {
                                 check,
                                 pending: Some(pending),
