@@ -138,20 +138,17 @@ pin_project! {
         Answered {
             answer: Option<Answer>,
         },
-        // A store that needs I/O is deciding; the ready inner service waits here. The held
-        // request is boxed so that it does not grow every response future: the memory store
-        // (always `Ready`) never gets here, and a networked store's round trip dwarfs one
-        // allocation.
+        // A store that needs I/O is deciding; the ready inner service waits here.
         Checking {
             #[pin]
             check: SF,
-            pending: Option<Box<Pending<S, Req, SF>>>,
+            pending: Option<Pending<S, Req, SF>>,
         },
-        // Delay mode: sleeping until the store said the request would pass (boxed as above).
+        // Delay mode: sleeping until the store said the request would pass.
         Waiting {
             #[pin]
             sleep: Sleep,
-            pending: Option<Box<Pending<S, Req, SF>>>,
+            pending: Option<Pending<S, Req, SF>>,
         },
     }
 }
@@ -209,7 +206,7 @@ impl<F, S, Req, SF> ResponseFuture<F, S, Req, SF> {
         Self {
             kind: Kind::Checking {
                 check,
-                pending: Some(Box::new(pending)),
+                pending: Some(pending),
             },
         }
     }
@@ -303,7 +300,7 @@ where
                         tracing::debug!(?wait, "delay mode: waiting for capacity");
                         Kind::Waiting {
                             sleep: tokio::time::sleep(wait),
-                            pending: Some(Box::new(self)),
+                            pending: Some(self),
                         }
                     }
                     _ => self.reject(decisions),
@@ -375,7 +372,7 @@ where
                 KindProj::Checking { check, pending } => {
                     let result = ready!(check.poll(cx));
                     let next = match pending.take() {
-                        Some(pending) => (*pending).decided(result),
+                        Some(pending) => pending.decided(result),
                         None => Kind::Answered { answer: None },
                     };
                     this.kind.set(next);
@@ -384,7 +381,7 @@ where
                     ready!(sleep.poll(cx));
                     let next = match pending.take() {
                         Some(pending) => match pending.limiter.recheck(&pending.applied) {
-                            Checked::Ready(result) => (*pending).decided(result),
+                            Checked::Ready(result) => pending.decided(result),
                             Checked::Pending(check) => Kind::Checking {
                                 check,
                                 pending: Some(pending),
