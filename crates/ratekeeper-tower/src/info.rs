@@ -53,11 +53,15 @@ pub struct Info {
 }
 
 impl Info {
-    pub(crate) fn new(names: Arc<[Box<str>]>, policies: &[usize], decisions: Decisions) -> Self {
+    pub(crate) fn new(
+        names: Arc<[Box<str>]>,
+        policies: impl Iterator<Item = usize>,
+        decisions: Decisions,
+    ) -> Self {
         let limited = !decisions.is_allowed();
         Self {
             names,
-            policies: SmallVec::from_slice(policies),
+            policies: policies.collect(),
             decisions,
             limited,
         }

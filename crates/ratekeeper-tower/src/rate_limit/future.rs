@@ -266,9 +266,8 @@ where
             ..
         } = self;
         let names = limiter.reporter().names.clone();
-        let policies: smallvec::SmallVec<[usize; 4]> = applied.indices().collect();
         req.extensions_mut()
-            .insert(Info::new(names, &policies, decisions.clone()));
+            .insert(Info::new(names, applied.indices(), decisions.clone()));
         let reported = Reported {
             decisions,
             applied,

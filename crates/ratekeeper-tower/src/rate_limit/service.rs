@@ -170,10 +170,9 @@ where
             Checked::Ready(Ok(decisions)) => {
                 if decisions.is_allowed() {
                     if shared.reporter.request_info {
-                        let policies: smallvec::SmallVec<[usize; 4]> = applied.indices().collect();
                         req.extensions_mut().insert(Info::new(
                             shared.reporter.names.clone(),
-                            &policies,
+                            applied.indices(),
                             decisions.clone(),
                         ));
                     }
