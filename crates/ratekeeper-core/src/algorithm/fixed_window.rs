@@ -26,6 +26,13 @@ pub struct FixedWindowState {
 /// [`SlidingLog`](super::SlidingLog) or [`SlidingWindow`](super::SlidingWindow) when that
 /// matters. The quota's `burst` is not used: the window holds `limit` units.
 ///
+/// What "time 0" is depends on the store's clock. In the
+/// [`MemoryStore`](crate::store::MemoryStore) with the default
+/// [`MonotonicClock`](crate::clock::MonotonicClock) it is the moment the store was created,
+/// so a "per minute" window is **not** aligned to wall-clock minutes; the Redis store reads
+/// Redis `TIME`, so its windows are aligned to the Unix epoch (a per-minute window turns over
+/// at :00 seconds). Either way every key shares the same boundaries.
+///
 /// For a request of cost `n` at `now` (all ns, `u128` intermediate values, no overflow):
 ///
 /// ```text
