@@ -86,8 +86,9 @@ async fn stale_prices(State(cache): State<PriceCache>, info: Option<RateLimitInf
 }
 
 /// `per_route_cost`: one budget of 100 units per minute per client IP; `GET /search` costs
-/// 10 units, `GET /status` costs 1. Costs are keyed by the route template, so `/search/` or
-/// `/search?q=x` cost 10 too.
+/// 10 units, `GET /status` costs 1. Costs are keyed by the route template, so
+/// `/search?q=x` and `HEAD /search` cost 10 too. This app has no `NormalizePathLayer`, so
+/// `/search/` is a 404: charged the default cost 1, it never reaches the search handler.
 pub fn per_route_cost_app() -> Router {
     per_route_cost_app_with(MemoryStore::new())
 }

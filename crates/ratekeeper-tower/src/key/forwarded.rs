@@ -227,34 +227,67 @@ impl Iterator for Entries<'_> {
 }
 
 /// An address with an optional port: `1.2.3.4`, `1.2.3.4:5`, `2001:db8::1`, `[2001:db8::1]`,
-/// `[2001:db8::1]:5`.
+/// `[2001:db8::1]:5`. See [`client_address`] for what is refused.
 fn parse_node(s: &str) -> Option<IpAddr> {
-    if let Ok(ip) = s.parse::<IpAddr>() {
-        return Some(ip);
-    }
-    if let Ok(sa) = s.parse::<SocketAddr>() {
-        return Some(sa.ip());
-    }
-    s.strip_prefix('[')
-        .and_then(|rest| rest.strip_suffix(']'))
-        .and_then(|inner| inner.parse::<IpAddr>().ok())
+    let ip = if let Ok(ip) = s.parse::<IpAddr>() {
+        ip
+    } else if let Ok(sa) = s.parse::<SocketAddr>() {
+        sa.ip()
+    } else {
+        s.strip_prefix('[')
+            .and_then(|rest| rest.strip_suffix(']'))
+            .and_then(|inner| inner.parse::<IpAddr>().ok())?
+    };
+    client_address(ip)
 }
 
-/// The `for=` node of one RFC 7239 element (`for=192.0.2.60;proto=http;by=...`). `unknown`,
-/// obfuscated identifiers (`_hidden`) and elements without `for=` do not parse.
+/// Normalises an entry the same way as the peer (IPv4-mapped IPv6 becomes IPv4, so a trusted
+/// hop written `::ffff:10.0.0.1` is recognised as trusted) and refuses addresses that can
+/// never be a client's: unspecified (`0.0.0.0`, `::`), multicast and the IPv4 broadcast
+/// address. A refused entry is unparsable: the extractor keys on the peer.
+fn client_address(ip: IpAddr) -> Option<IpAddr> {
+    let ip = ip.to_canonical();
+    let never_a_client = ip.is_unspecified()
+        || ip.is_multicast()
+        || matches!(ip, IpAddr::V4(v4) if v4.is_broadcast());
+    (!never_a_client).then_some(ip)
+}
+
+/// The `for=` node of one RFC 7239 element (`for=192.0.2.60;proto=http;by=...`), strictly
+/// per RFC 7239 §4 and §6: a parameter appears at most once, an IPv6 node is quoted and
+/// bracketed (`for="[2001:db8::1]:4711"`), a node with a port is quoted, an unquoted node is
+/// a bare IPv4 address. `unknown`, obfuscated identifiers (`_hidden`), malformed pairs and
+/// elements without `for=` do not parse.
 fn parse_forwarded_element(element: &str) -> Option<IpAddr> {
-    element.split(';').find_map(|pair| {
-        let (name, value) = pair.trim().split_once('=')?;
-        if !name.trim().eq_ignore_ascii_case("for") {
-            return None;
+    let mut node = None;
+    for pair in element.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+        let (name, value) = pair.split_once('=')?;
+        if name.trim().eq_ignore_ascii_case("for") {
+            if node.is_some() {
+                return None;
+            }
+            node = Some(value.trim());
         }
-        let value = value.trim();
-        let value = value
-            .strip_prefix('"')
-            .and_then(|v| v.strip_suffix('"'))
-            .unwrap_or(value);
-        parse_node(value)
-    })
+    }
+    let node = node?;
+    match node.strip_prefix('"') {
+        Some(quoted) => {
+            let inner = quoted.strip_suffix('"')?;
+            if inner.starts_with('[') || !inner.contains(':') {
+                parse_node(inner)
+            } else {
+                // `ipv4:port` is the only unbracketed form with a colon.
+                inner
+                    .parse::<std::net::SocketAddrV4>()
+                    .ok()
+                    .and_then(|sa| client_address(IpAddr::V4(*sa.ip())))
+            }
+        }
+        None => node
+            .parse::<std::net::Ipv4Addr>()
+            .ok()
+            .and_then(|v4| client_address(IpAddr::V4(v4))),
+    }
 }
 
 #[cfg(test)]
@@ -304,6 +337,71 @@ mod tests {
             "ip:10.0.0.5"
         );
         assert_eq!(key(&ip, "10.0.0.5", xff, &[b"\xFF\xFE"]), "ip:10.0.0.5");
+    }
+
+    #[test]
+    fn mapped_trusted_hops_are_trusted_and_never_a_client_addresses_fall_back() {
+        let ip = ForwardedIp::trusting(["127.0.0.0/8".parse().unwrap()]);
+        let xff = "x-forwarded-for";
+        // A dual-stack proxy writes itself as an IPv4-mapped address: still a trusted hop.
+        assert_eq!(
+            key(&ip, "127.0.0.1", xff, &[b"7.2.7.2, ::ffff:127.0.0.1"]),
+            "ip:7.2.7.2"
+        );
+        assert_eq!(
+            key(
+                &ip.clone().source(Source::Forwarded),
+                "127.0.0.1",
+                "forwarded",
+                &[b"for=7.3.7.3, for=\"[::ffff:127.0.0.1]\""]
+            ),
+            "ip:7.3.7.3"
+        );
+        // A mapped client entry is keyed as its IPv4 address.
+        assert_eq!(
+            key(&ip, "127.0.0.1", xff, &[b"::ffff:7.2.7.2"]),
+            "ip:7.2.7.2"
+        );
+        // Addresses that are never a client's are unparsable: the peer is the key.
+        for bad in [
+            &b"0.0.0.0"[..],
+            b"::",
+            b"255.255.255.255",
+            b"224.0.0.1",
+            b"ff02::1",
+        ] {
+            assert_eq!(key(&ip, "127.0.0.1", xff, &[bad]), "ip:127.0.0.1");
+        }
+    }
+
+    #[test]
+    fn forwarded_syntax_is_strict() {
+        let ip = ForwardedIp::trusting(["127.0.0.0/8".parse().unwrap()]).source(Source::Forwarded);
+        let fwd = "forwarded";
+        let peer = "ip:127.0.0.1";
+        // RFC 7239 §6: IPv6 must be quoted and bracketed; a port needs quotes.
+        assert_eq!(key(&ip, "127.0.0.1", fwd, &[b"for=[2001:db8::2]"]), peer);
+        assert_eq!(key(&ip, "127.0.0.1", fwd, &[b"for=\"2001:db8::2\""]), peer);
+        assert_eq!(key(&ip, "127.0.0.1", fwd, &[b"for=1.2.3.4:80"]), peer);
+        assert_eq!(
+            key(&ip, "127.0.0.1", fwd, &[b"for=\"[2001:db8::2]:4711\""]),
+            "net:2001:db8::/64"
+        );
+        assert_eq!(
+            key(&ip, "127.0.0.1", fwd, &[b"for=\"1.2.3.4:80\""]),
+            "ip:1.2.3.4"
+        );
+        assert_eq!(
+            key(&ip, "127.0.0.1", fwd, &[b"For=1.2.3.4;proto=https"]),
+            "ip:1.2.3.4"
+        );
+        // §4: a parameter appears at most once per element.
+        assert_eq!(
+            key(&ip, "127.0.0.1", fwd, &[b"for=\"1.2.3.4\";for=6.6.6.6"]),
+            peer
+        );
+        // A malformed pair makes the element unparsable.
+        assert_eq!(key(&ip, "127.0.0.1", fwd, &[b"for=1.2.3.4;proto"]), peer);
     }
 
     #[test]
