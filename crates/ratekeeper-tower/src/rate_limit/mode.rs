@@ -49,20 +49,35 @@ pub enum Mode {
     /// Answer with a 429 (or the degraded-response fallback). The default.
     #[default]
     Reject,
-    /// Throttle: hold the request until the policies admit it, as long as that happens
-    /// within `max_wait` of its arrival; otherwise reject it (at once when the store's
-    /// `retry_after` already says it cannot pass in time; "cost can never fit" is rejected
-    /// at once).
+    /// Throttle: wait for capacity up to `max_wait`, then reject (DESIGN §2).
     ///
-    /// While it waits the request holds no reservation: it sleeps for the store's exact
-    /// `retry_after` and asks again, so a request dropped while waiting (client gone,
-    /// timeout) has charged nothing and needs no refund. Waiters are not served in arrival
-    /// order. Waiting uses tokio's timer; outside a tokio runtime the request is rejected.
-    /// The inner service instance that was ready when the request arrived waits with it (a
-    /// fresh clone serves the next request), so whatever its readiness reserved (for example
-    /// a `tower::limit::ConcurrencyLimit` permit) stays reserved during the wait.
+    /// The layer **reserves** ([`Store::reserve`]): a request that can pass within
+    /// `max_wait` is charged at once and told how long to wait; it sleeps that long (tokio's
+    /// timer) and then reaches the inner service without a second check, so it can no longer
+    /// wait and still get a 429, and waiters are served in the order they reserved. A request
+    /// whose wait would exceed `max_wait` is rejected at once, without sleeping, with
+    /// `Retry-After` = the time until a new reservation would fit within `max_wait`; "cost
+    /// can never fit" is rejected at once (case B10). A request dropped while it waits
+    /// (client gone, timeout) is refunded, so it does not delay the requests behind it. The
+    /// headers of the eventual response report the state as of the reservation.
+    ///
+    /// With the memory store, GCRA reserves exactly (the burst passes at once, then one
+    /// request per `T = period / limit`) and the leaky bucket reserves as a shaper (output
+    /// spaced by `T` from the first request, at most `burst` queued:
+    /// [`LeakyBucket::shape`](ratekeeper_core::algorithm::LeakyBucket::shape)). The window
+    /// algorithms, the concurrency counter and stores that cannot reserve (the Redis store,
+    /// user stores using the default [`Store::reserve`]) fall back to check-and-retry: a
+    /// waiting request holds nothing, sleeps for the store's `retry_after` and asks again
+    /// while its deadline (`max_wait` after arrival) allows, so it may still be rejected
+    /// after waiting, and waiters are not ordered.
+    ///
+    /// Waiting uses tokio's timer; outside a tokio runtime the layer checks instead of
+    /// reserving and rejects a denied request. The inner service instance that was ready
+    /// when the request arrived waits with it (a fresh clone serves the next request), so
+    /// whatever its readiness reserved (for example a `tower::limit::ConcurrencyLimit`
+    /// permit) stays reserved during the wait.
     Delay {
-        /// The longest a request may wait, measured from its first check.
+        /// The longest a request may wait, measured from its arrival (its reservation).
         max_wait: Duration,
     },
     /// Decide and report (headers, `tracing` events at INFO with target
@@ -144,11 +159,14 @@ impl<K, Co, St, R> Builder<K, Co, St, R> {
     }
 }
 
-/// Re-checks a waiting request: the type-erased part of the layer's state that the response
-/// future needs after `call` returned.
+/// Re-reserves for a waiting request and refunds a dropped reservation: the type-erased part
+/// of the layer's state that the response future needs after `call` returned.
 pub(crate) trait Limiter<SF>: Report {
-    /// Checks the request's charges again.
-    fn recheck(&self, applied: &Applied) -> Checked<SF>;
+    /// Reserves the request's charges again, waiting at most `max_wait` (check-and-retry for
+    /// stores or algorithms that cannot reserve).
+    fn recheck(&self, applied: &Applied, max_wait: Duration) -> Checked<SF>;
+    /// Gives back the charges of a reservation that was dropped before it proceeded.
+    fn refund(&self, applied: &Applied);
     /// This state as a [`Report`].
     fn as_report(self: Arc<Self>) -> Arc<dyn Report>;
     /// The reporter (names, mode).
@@ -162,8 +180,13 @@ where
     St: Store<Key>,
     R: Send + Sync + 'static,
 {
-    fn recheck(&self, applied: &Applied) -> Checked<St::Future> {
-        self.store.check(&applied.charges(&self.ids))
+    fn recheck(&self, applied: &Applied, max_wait: Duration) -> Checked<St::Future> {
+        self.store.reserve(&applied.charges(&self.ids), max_wait)
+    }
+
+    fn refund(&self, applied: &Applied) {
+        tracing::debug!(key = %applied.key, "refunding a dropped delay-mode reservation");
+        self.store.refund(&applied.charges(&self.ids));
     }
 
     fn as_report(self: Arc<Self>) -> Arc<dyn Report> {
