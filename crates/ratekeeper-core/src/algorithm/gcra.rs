@@ -203,7 +203,10 @@ impl Gcra {
         }
         if cost == 0 {
             return (
-                Shaped::new(self.report(Outcome::Allowed, tat, now), Some(Duration::ZERO)),
+                Shaped::new(
+                    self.report(Outcome::Allowed, tat, now),
+                    Some(Duration::ZERO),
+                ),
                 None,
             );
         }

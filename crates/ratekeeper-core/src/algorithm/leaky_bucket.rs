@@ -188,16 +188,15 @@ impl KeyedAlgorithm for LeakyBucket {
 
     /// The shaper ([`LeakyBucket::shape`]), applied atomically.
     fn reserve(&self, state: &AtomicU64, now: u64, cost: u64, max_wait: u64) -> Reserved {
-        shaped_cas(state, |tat| self.shape(tat, now, cost, Duration::from_nanos(max_wait)))
+        shaped_cas(state, |tat| {
+            self.shape(tat, now, cost, Duration::from_nanos(max_wait))
+        })
     }
 }
 
 /// Runs a reservation (`f` maps the stored TAT to the answer and the TAT to store) with a
 /// compare-and-swap loop. Exact: a denial is final.
-pub(super) fn shaped_cas(
-    state: &AtomicU64,
-    f: impl Fn(u64) -> (Shaped, Option<u64>),
-) -> Reserved {
+pub(super) fn shaped_cas(state: &AtomicU64, f: impl Fn(u64) -> (Shaped, Option<u64>)) -> Reserved {
     let mut current = state.load(Ordering::Acquire);
     loop {
         let (shaped, next) = f(current);

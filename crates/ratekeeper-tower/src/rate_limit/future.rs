@@ -324,7 +324,10 @@ where
             self.limiter.refund(&self.applied);
             return self.reject(decisions);
         }
-        tracing::debug!(?delay, "delay mode: capacity reserved, waiting for its turn");
+        tracing::debug!(
+            ?delay,
+            "delay mode: capacity reserved, waiting for its turn"
+        );
         Kind::Reserved {
             sleep: tokio::time::sleep(delay),
             reservation: Reservation {
@@ -445,9 +448,9 @@ where
                     let next = match pending.take() {
                         Some(pending) => match pending.limiter.recheck(
                             &pending.applied,
-                            pending
-                                .deadline
-                                .map_or(Duration::ZERO, |d| d.saturating_duration_since(Instant::now())),
+                            pending.deadline.map_or(Duration::ZERO, |d| {
+                                d.saturating_duration_since(Instant::now())
+                            }),
                         ) {
                             Checked::Ready(result) => pending.decided(result),
                             Checked::Pending(check) => Kind::Checking {
