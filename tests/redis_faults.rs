@@ -3,7 +3,12 @@
 //! `SCRIPT FLUSH`, and a Redis Cluster failover. No panic, no hung request.
 //!
 //! These tests measure real latency, so they use wall-clock time; every bound has a margin
-//! for a loaded 2-core CI machine and every loop is bounded in count and time.
+//! for a loaded 2-core CI machine and every loop is bounded in count and time. Latency
+//! bounds apply to the middleware's own time (B18: "each adds <= 100 ms of middleware
+//! latency"), measured on the server around the rate-limit layer and the handler by
+//! [`timed`], not to the client's round trip: on a loaded machine the client, the HTTP stack
+//! and the load tasks share two cores with the server, and their queueing is not the
+//! middleware's latency.
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -11,7 +16,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::Router;
+use axum::middleware::Next;
+use axum::response::Response;
 use axum::routing::get;
+use http::HeaderValue;
 use http::Request;
 use ratekeeper_axum::core::store::redis::{OnFailure, RedisStore, RedisStoreBuilder};
 use ratekeeper_axum::core::store::{FailureAction, StoreDegraded};
@@ -23,6 +31,9 @@ use ratekeeper_tests::spawn;
 const DEADLINE: Duration = Duration::from_millis(50);
 /// What a request may take beyond the deadline on a busy CI machine.
 const MARGIN: Duration = Duration::from_millis(250);
+/// A client round trip longer than this is a hung request (the wrong behaviour of B18), not
+/// queueing on a busy machine.
+const HUNG: Duration = Duration::from_secs(5);
 
 type Layer =
     RateLimitLayer<fn(&Request<axum::body::Body>) -> Result<Key, KeyError>, u64, RedisStore>;
@@ -44,6 +55,21 @@ fn layer(store: RedisStore, policy: Policy) -> Layer {
         .expect("layer")
 }
 
+/// Response header carrying the time spent in the rate-limit layer and the handler, µs.
+const MIDDLEWARE_US: &str = "x-test-middleware-us";
+
+/// Outermost middleware: times everything inside it (the rate-limit layer, its store call
+/// with the deadline, the handler) and reports it in [`MIDDLEWARE_US`].
+async fn timed(req: Request<axum::body::Body>, next: Next) -> Response {
+    let start = Instant::now();
+    let mut res = next.run(req).await;
+    let us = start.elapsed().as_micros().to_string();
+    if let Ok(v) = HeaderValue::from_str(&us) {
+        res.headers_mut().insert(MIDDLEWARE_US, v);
+    }
+    res
+}
+
 /// The handler says whether the layer marked the request degraded (the fallback hook).
 fn app(layer: Layer) -> Router {
     Router::new()
@@ -58,6 +84,7 @@ fn app(layer: Layer) -> Router {
             }),
         )
         .layer(layer)
+        .layer(axum::middleware::from_fn(timed))
 }
 
 fn client() -> reqwest::Client {
@@ -73,7 +100,10 @@ struct Answer {
     remaining: Option<u32>,
     retry_after: Option<u32>,
     body: String,
+    /// Client round trip (reported, not bounded: it includes the loaded machine's queueing).
     took: Duration,
+    /// Time inside the rate-limit layer and the handler, measured by the server ([`timed`]).
+    middleware: Duration,
 }
 
 async fn get_key(client: &reqwest::Client, addr: std::net::SocketAddr, key: &str) -> Answer {
@@ -93,6 +123,13 @@ async fn get_key(client: &reqwest::Client, addr: std::net::SocketAddr, key: &str
     };
     let remaining = header("x-ratelimit-remaining");
     let retry_after = header("retry-after");
+    let middleware = res
+        .headers()
+        .get(MIDDLEWARE_US)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .map(Duration::from_micros)
+        .expect("middleware time header");
     let body = res.text().await.unwrap_or_default();
     Answer {
         status,
@@ -100,6 +137,7 @@ async fn get_key(client: &reqwest::Client, addr: std::net::SocketAddr, key: &str
         retry_after,
         body,
         took: start.elapsed(),
+        middleware,
     }
 }
 
@@ -146,15 +184,16 @@ async fn b18(on_failure: OnFailure, local: Option<Policy>) -> Vec<Answer> {
     answers.push(get_key(&client, addr, "client").await);
     for (i, a) in answers.iter().enumerate().take(5) {
         assert!(
-            a.took <= Duration::from_millis(100),
-            "R{} took {:?}",
+            a.middleware <= Duration::from_millis(100),
+            "R{} spent {:?} in the middleware",
             i + 1,
-            a.took
+            a.middleware
         );
     }
     for a in &answers {
         assert_ne!(a.status, 500);
-        assert!(a.took <= DEADLINE + MARGIN, "{a:?}");
+        assert!(a.middleware <= DEADLINE + MARGIN, "{a:?}");
+        assert!(a.took < HUNG, "{a:?}");
     }
     // R6: decided by Redis at normal latency: 200, Remaining 2.
     let r6 = &answers[5];
@@ -292,7 +331,11 @@ async fn kill_9_under_load_applies_policy_counts_and_recovers() {
         answers.iter().all(|a| a.status == 200),
         "fail open answers 200"
     );
-    let slowest = answers.iter().map(|a| a.took).max().unwrap_or_default();
+    let slowest = answers
+        .iter()
+        .map(|a| a.middleware)
+        .max()
+        .unwrap_or_default();
     assert!(slowest <= DEADLINE + MARGIN, "slowest request {slowest:?}");
     assert!(answers.iter().any(|a| a.body == "degraded"));
     assert!(answers.iter().any(|a| a.remaining.is_some()));
@@ -327,7 +370,11 @@ async fn sigstop_for_two_seconds_fails_closed_within_deadline_then_recovers() {
         "fail closed answers 503 while Redis is stopped"
     );
     assert!(answers.iter().all(|a| a.status == 200 || a.status == 503));
-    let slowest = answers.iter().map(|a| a.took).max().unwrap_or_default();
+    let slowest = answers
+        .iter()
+        .map(|a| a.middleware)
+        .max()
+        .unwrap_or_default();
     assert!(slowest <= DEADLINE + MARGIN, "slowest request {slowest:?}");
     assert!(handle.store().stats().degraded >= u64::try_from(unavailable).unwrap_or(0));
 }
@@ -392,7 +439,11 @@ async fn cluster_failover_keeps_answering_and_recovers() {
     let answers = load.await.expect("load");
 
     assert!(answers.iter().all(|a| a.status == 200));
-    let slowest = answers.iter().map(|a| a.took).max().unwrap_or_default();
+    let slowest = answers
+        .iter()
+        .map(|a| a.middleware)
+        .max()
+        .unwrap_or_default();
     assert!(slowest <= DEADLINE + MARGIN, "slowest request {slowest:?}");
     assert!(took < Duration::from_secs(20));
     let stats = handle.store().stats();

@@ -137,12 +137,18 @@ fn run_memory() -> Vec<Decisions> {
         .collect()
 }
 
+/// TTL floor of the conformance runs: longer than the whole test, so Redis's real-time
+/// expiry never acts on the injected timeline (see `RedisStoreBuilder::min_ttl` and
+/// `injected_time_decisions_do_not_depend_on_real_time_between_calls`).
+const CONFORMANCE_MIN_TTL: Duration = Duration::from_secs(3_600);
+
 async fn run_redis(build: impl AsyncFnOnce(RedisStoreBuilder) -> RedisStore) -> Vec<Decisions> {
     let clock = ManualClock::new();
     let mut store = build(
         RedisStore::builder()
             .clock(clock.clone())
-            .deadline(Duration::from_secs(2)),
+            .deadline(Duration::from_secs(2))
+            .min_ttl(CONFORMANCE_MIN_TTL),
     )
     .await;
     let ids: Vec<PolicyId> = conformance_policies()
@@ -209,6 +215,58 @@ async fn conformance_memory_standalone_and_cluster_decide_identically() {
     let clustered =
         run_redis(async |b: RedisStoreBuilder| b.cluster(&nodes).await.expect("cluster")).await;
     assert_eq!(clustered, memory, "Redis Cluster differs from memory");
+}
+
+/// The root cause of the conformance flake: with injected time the fixed window's third
+/// request at 309.999 s writes its count with PX = 1 ms (the time left in the window on the
+/// injected clock), but Redis counts that TTL down in real time. On a loaded machine more
+/// than 1 ms passed before the fourth request at the same injected instant, the key was
+/// gone and Redis disagreed with the memory store. The real-time pause here stands in for
+/// the load; with a TTL floor the decision is the timeline's whatever real time passes, and
+/// without one the key is gone (which is what made the suite flaky).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn injected_time_decisions_do_not_depend_on_real_time_between_calls() {
+    let server = RedisServer::start();
+    let fw = Policy::new("fw", quota(3, 10_000, 3)).with_algorithm(Algorithm::FixedWindow);
+    let erin = Key::from("erin");
+    for floor in [Some(CONFORMANCE_MIN_TTL), None] {
+        let clock = ManualClock::new();
+        let mut builder = RedisStore::builder()
+            .clock(clock.clone())
+            .deadline(Duration::from_secs(2))
+            .prefix(if floor.is_some() { "floor" } else { "exact" });
+        if let Some(ttl) = floor {
+            builder = builder.min_ttl(ttl);
+        }
+        let mut store = builder.standalone(&server.url()).await.expect("store");
+        let id = store.register(&fw).expect("register");
+        let charge = [(id, erin.clone(), 1)];
+        clock.set(309_999 * MS);
+        for _ in 0..3 {
+            assert!(
+                store
+                    .check_async(&charge)
+                    .await
+                    .expect("decides")
+                    .is_allowed()
+            );
+        }
+        let name = store.redis_key(id, &erin).expect("name");
+        let ttl = pttl(&server, &name);
+        // Real time passes, the injected clock does not (a descheduled test thread).
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let fourth = store.check_async(&charge).await.expect("decides");
+        if floor.is_some() {
+            assert!(ttl > 3_000_000, "PTTL {ttl}");
+            assert_eq!(fourth.retry_after(), Some(Duration::from_millis(1)));
+        } else {
+            assert!(ttl <= 1, "PTTL {ttl} (-2: already expired)");
+            assert!(
+                fourth.is_allowed(),
+                "the 1 ms key outlived 20 ms of real time"
+            );
+        }
+    }
 }
 
 /// An app whose key is the `x-key` header, on the given store.

@@ -10,7 +10,8 @@
 -- ARGV[2]   stale deadline in Unix µs (Redis TIME domain), or '': a call that reaches Redis
 --           after it does nothing and returns {-1} (its caller already gave up on it).
 -- ARGV[3]   'check' (all-or-nothing charge), 'peek' (no write) or 'refund'.
--- ARGV[4+5(i-1) .. 8+5(i-1)]  algorithm, p1, p2, p3, cost, where algorithm 1 = GCRA
+-- ARGV[4]   least PX of a write in ms ('0': none; see RedisStoreBuilder::min_ttl).
+-- ARGV[5+5(i-1) .. 9+5(i-1)]  algorithm, p1, p2, p3, cost, where algorithm 1 = GCRA
 --           (p1 = T, the emission interval in µs; p2 = tau = burst * T in µs; p3 = burst) and
 --           2 = fixed window and 3 = sliding window counter (p1 = W, the window in µs;
 --           p2 = limit; p3 unused). The Rust side keeps 2 * limit * W below 2^53, so every
@@ -19,7 +20,8 @@
 -- Returns four integers per key: code (0 allowed, 1 denied, 2 cannot fit), remaining,
 -- reset_after (µs) and retry_after (µs, 0 unless denied).
 -- Every write sets PX to the time until the state equals "absent" (GCRA: TAT - now; fixed
--- window: until the window ends), rounded up to a ms; a state equal to "absent" is deleted.
+-- window: until the window ends), rounded up to a ms, and at least ARGV[4] ms; a state equal
+-- to "absent" is deleted.
 local clock = redis.call('TIME')
 local server_now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 if ARGV[2] ~= '' and server_now > tonumber(ARGV[2]) then
@@ -30,10 +32,11 @@ if ARGV[1] ~= '' then
   now = tonumber(ARGV[1])
 end
 local mode = ARGV[3]
+local min_ttl = tonumber(ARGV[4]) or 0
 local n = #KEYS
 
 local function param(i, j)
-  return tonumber(ARGV[3 + (i - 1) * 5 + j])
+  return tonumber(ARGV[4 + (i - 1) * 5 + j])
 end
 local function algo(i)
   return param(i, 1)
@@ -128,20 +131,20 @@ local function store(i, st)
       redis.call('DEL', key)
     else
       redis.call('SET', key, string.format('%.0f:%.0f:%.0f', st[1], st[2], st[3]), 'PX',
-        string.format('%.0f', math.max(1, math.ceil(sw_reset(i, st) / 1000))))
+        string.format('%.0f', math.max(1, min_ttl, math.ceil(sw_reset(i, st) / 1000))))
     end
   elseif algo(i) == 2 then
     if st[2] <= 0 then
       redis.call('DEL', key)
     else
       redis.call('SET', key, string.format('%.0f:%.0f', st[1], st[2]), 'PX',
-        string.format('%.0f', math.max(1, math.ceil(fw_until_end(i, st[1]) / 1000))))
+        string.format('%.0f', math.max(1, min_ttl, math.ceil(fw_until_end(i, st[1]) / 1000))))
     end
   elseif st <= now then
     redis.call('DEL', key)
   else
     redis.call('SET', key, string.format('%.0f', st), 'PX',
-      string.format('%.0f', math.ceil((st - now) / 1000)))
+      string.format('%.0f', math.max(min_ttl, math.ceil((st - now) / 1000))))
   end
 end
 

@@ -30,7 +30,8 @@
 //!   longer than 128 bytes become `h:<sha1>`. `v1` is the state-format version.
 //! - **TTL on every write** (`SET ... PX`) equal to the time until the state equals "absent"
 //!   (GCRA: `TAT - now`; fixed window: until the window ends; rounded up to a ms), so idle keys disappear and no key is ever left
-//!   without a TTL (case B20). A denial writes nothing.
+//!   without a TTL (case B20). A denial writes nothing. [`RedisStoreBuilder::min_ttl`] sets a
+//!   floor (for injected time, whose TTLs Redis still counts down in real time).
 //! - **All-or-nothing**: within one client key the script charges every policy or none.
 //!   Charges for different client keys (different slots) are checked one key group after the
 //!   other; when a later group denies, the groups already charged are refunded
@@ -220,6 +221,7 @@ pub struct RedisStoreBuilder {
     breaker_failures: u32,
     breaker_open_for: Duration,
     max_clock_skew: Duration,
+    min_ttl: Duration,
     negative_cache: bool,
     clock: Option<Arc<dyn Clock>>,
     local_policies: Vec<Policy>,
@@ -246,6 +248,7 @@ impl Default for RedisStoreBuilder {
             breaker_failures: 3,
             breaker_open_for: Duration::from_millis(500),
             max_clock_skew: Duration::from_secs(1),
+            min_ttl: Duration::ZERO,
             negative_cache: true,
             clock: None,
             local_policies: Vec::new(),
@@ -284,6 +287,22 @@ impl RedisStoreBuilder {
     /// reaching Redis later than `deadline + max_clock_skew` after it was sent does nothing.
     pub fn max_clock_skew(mut self, skew: Duration) -> Self {
         self.max_clock_skew = skew;
+        self
+    }
+
+    /// The least TTL of a written key (default 0: every write's `PX` is exactly the time
+    /// until its state equals "absent", rounded up to a ms; case B20). A larger floor keeps
+    /// idle keys longer and never changes a decision: the scripts read a state whose time has
+    /// run out exactly like an absent key.
+    ///
+    /// Meant for an injected [`clock`](Self::clock): the scripts then compute TTLs on the
+    /// injected timeline, but Redis still expires keys in real time, so a key written with
+    /// 1 ms left on the injected clock vanishes after 1 ms of *real* time even when the
+    /// injected clock has not moved. On a loaded machine the next call can come later than
+    /// that and see the key absent where the timeline says it still counts. A floor longer
+    /// than the test keeps expiry off the injected timeline. Whole ms (sub-ms parts dropped).
+    pub fn min_ttl(mut self, ttl: Duration) -> Self {
+        self.min_ttl = ttl;
         self
     }
 
@@ -364,6 +383,7 @@ impl RedisStoreBuilder {
                 prefix: self.prefix,
                 deadline: self.deadline,
                 max_clock_skew: self.max_clock_skew,
+                min_ttl_ms: u64::try_from(self.min_ttl.as_millis()).unwrap_or(u64::MAX),
                 on_failure: self.on_failure,
                 clock,
                 injected,
@@ -464,6 +484,8 @@ struct Shared {
     prefix: String,
     deadline: Duration,
     max_clock_skew: Duration,
+    /// Least PX of a write, ms (ARGV[4] of the script).
+    min_ttl_ms: u64,
     on_failure: OnFailure,
     clock: Arc<dyn Clock>,
     injected: bool,
@@ -851,7 +873,11 @@ impl Shared {
         for key in &group.keys {
             invocation.key(key);
         }
-        invocation.arg(now_arg).arg(stale).arg(mode);
+        invocation
+            .arg(now_arg)
+            .arg(stale)
+            .arg(mode)
+            .arg(self.min_ttl_ms);
         for v in &group.params {
             invocation.arg(*v);
         }
