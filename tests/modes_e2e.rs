@@ -69,11 +69,13 @@ async fn delay_spaces_a_burst_at_the_rate_and_rejects_beyond_max_wait() {
         .iter()
         .map(|(s, at, _)| (*s, at.as_millis() as u64 / 100))
         .collect();
-    // 200s at 0, 1, 2, 3 s (in tenths of a second); the fifth would pass at 4 s > 3 s:
-    // rejected at 3 s.
+    // 200s at 0, 1, 2, 3 s (in tenths of a second): each request reserves its turn. The
+    // fifth would pass at 4 s > 3 s: rejected at once (t = 0, no waiting), Retry-After 1
+    // (a reservation fits within 3 s after 1 s). The old check-and-retry Delay mode
+    // rejected it only at 3 s, after waiting for nothing.
     assert_eq!(
         summary,
-        vec![(200, 0), (200, 10), (200, 20), (200, 30), (429, 30)],
+        vec![(200, 0), (429, 0), (200, 10), (200, 20), (200, 30)],
         "{results:?}"
     );
     let rejected = results.iter().find(|(s, _, _)| *s == 429).unwrap();

@@ -1,7 +1,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::KeyedAlgorithm;
+use super::leaky_bucket::shaped_cas;
+use super::{KeyedAlgorithm, Reserved, Shaped};
 use crate::{Decision, Outcome, Quota};
 
 enum Verdict {
@@ -151,6 +152,82 @@ impl Gcra {
         )
     }
 
+    /// The reservation (used by the `Delay` mode): charges `cost` now and says how long to
+    /// wait before proceeding, if that wait is at most `max_wait`. Returns the answer and,
+    /// when reserved, the new TAT to store. With the terms of [`Gcra`] (ns, saturating):
+    ///
+    /// ```text
+    /// tat      = max(stored, now)
+    /// new_tat  = tat + n * T
+    /// wait     = max(new_tat - tau - now, 0)        // allow_at - now
+    /// reserved = wait <= max_wait                   // stored_tat := new_tat; delay = wait
+    /// denied   : retry_after = wait - max_wait      // when a new reservation would fit
+    /// ```
+    ///
+    /// The burst passes at once (delay 0); beyond it, requests are spaced by `T` in the
+    /// order they reserve. A reserved decision reports the state after the charge
+    /// (`remaining` 0 while it waits). `n > burst` is [`Outcome::CannotFit`] whatever
+    /// `max_wait`; `n = 0` passes with no delay and no charge.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratekeeper_core::algorithm::Gcra;
+    /// use ratekeeper_core::Quota;
+    ///
+    /// // 2 per second, burst 1 (T = 500 ms); wait at most 1 s.
+    /// let gcra = Gcra::new(&Quota::new(2, Duration::from_secs(1))?.with_burst(1)?);
+    /// let mut tat = 0;
+    /// for expected in [0, 500, 1_000] {
+    ///     let (r, next) = gcra.reserve(tat, 0, 1, Duration::from_secs(1));
+    ///     assert_eq!(r.delay(), Some(Duration::from_millis(expected)));
+    ///     tat = next.unwrap();
+    /// }
+    /// let (full, unchanged) = gcra.reserve(tat, 0, 1, Duration::from_secs(1));
+    /// assert_eq!(full.decision().retry_after(), Some(Duration::from_millis(500)));
+    /// assert_eq!(unchanged, None);
+    /// # Ok::<(), ratekeeper_core::QuotaError>(())
+    /// ```
+    pub fn reserve(
+        &self,
+        stored_tat: u64,
+        now: u64,
+        cost: u64,
+        max_wait: Duration,
+    ) -> (Shaped, Option<u64>) {
+        let tat = stored_tat.max(now);
+        if cost > u64::from(self.burst) {
+            return (
+                Shaped::new(self.report(Outcome::CannotFit, tat, now), None),
+                None,
+            );
+        }
+        if cost == 0 {
+            return (
+                Shaped::new(
+                    self.report(Outcome::Allowed, tat, now),
+                    Some(Duration::ZERO),
+                ),
+                None,
+            );
+        }
+        let max_wait = u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX);
+        let step = u64::try_from(u128::from(cost) * u128::from(self.t)).unwrap_or(u64::MAX);
+        let new_tat = tat.saturating_add(step);
+        let wait = new_tat.saturating_sub(self.tau).saturating_sub(now);
+        if wait <= max_wait {
+            let decision = self.report(Outcome::Allowed, new_tat, now);
+            (
+                Shaped::new(decision, Some(Duration::from_nanos(wait))),
+                Some(new_tat),
+            )
+        } else {
+            let outcome = Outcome::Denied {
+                retry_after: Duration::from_nanos(wait - max_wait),
+            };
+            (Shaped::new(self.report(outcome, tat, now), None), None)
+        }
+    }
+
     /// The TAT after refunding `cost` units from `stored_tat`.
     #[inline]
     pub fn refunded(&self, stored_tat: u64, cost: u64) -> u64 {
@@ -187,6 +264,12 @@ impl KeyedAlgorithm for Gcra {
 
     fn is_idle(&self, state: &AtomicU64, now: u64) -> bool {
         state.load(Ordering::Acquire) <= now
+    }
+
+    fn reserve(&self, state: &AtomicU64, now: u64, cost: u64, max_wait: u64) -> Reserved {
+        shaped_cas(state, |tat| {
+            Gcra::reserve(self, tat, now, cost, Duration::from_nanos(max_wait))
+        })
     }
 }
 

@@ -1,7 +1,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::{Gcra, KeyedAlgorithm};
+use super::{Gcra, KeyedAlgorithm, Reserved};
 use crate::{Decision, Outcome, Quota};
 
 /// The leaky bucket, as a meter (police) and as a shaper (queue).
@@ -65,6 +65,10 @@ pub struct Shaped {
 }
 
 impl Shaped {
+    pub(crate) const fn new(decision: Decision, delay: Option<Duration>) -> Self {
+        Self { decision, delay }
+    }
+
     /// The decision (`remaining` and `reset_after` after the request is queued, if it was).
     pub const fn decision(&self) -> Decision {
         self.decision
@@ -180,6 +184,34 @@ impl KeyedAlgorithm for LeakyBucket {
 
     fn is_idle(&self, state: &AtomicU64, now: u64) -> bool {
         LeakyBucket::is_idle(self, state.load(Ordering::Acquire), now)
+    }
+
+    /// The shaper ([`LeakyBucket::shape`]), applied atomically.
+    fn reserve(&self, state: &AtomicU64, now: u64, cost: u64, max_wait: u64) -> Reserved {
+        shaped_cas(state, |tat| {
+            self.shape(tat, now, cost, Duration::from_nanos(max_wait))
+        })
+    }
+}
+
+/// Runs a reservation (`f` maps the stored TAT to the answer and the TAT to store) with a
+/// compare-and-swap loop. Exact: a denial is final.
+pub(super) fn shaped_cas(state: &AtomicU64, f: impl Fn(u64) -> (Shaped, Option<u64>)) -> Reserved {
+    let mut current = state.load(Ordering::Acquire);
+    loop {
+        let (shaped, next) = f(current);
+        let reserved = Reserved {
+            decision: shaped.decision,
+            delay: shaped
+                .delay
+                .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+            exact: true,
+        };
+        let Some(next) = next else { return reserved };
+        match state.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return reserved,
+            Err(actual) => current = actual,
+        }
     }
 }
 

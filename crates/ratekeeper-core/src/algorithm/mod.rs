@@ -223,6 +223,28 @@ pub(crate) trait KeyedAlgorithm: Send + Sync + 'static {
 
     /// Whether the state equals "absent" at `now`, so the key can be evicted unseen.
     fn is_idle(&self, state: &Self::State, now: u64) -> bool;
+
+    /// Reserves `cost` units for a request that may wait up to `max_wait` ns. The default
+    /// cannot reserve: it is [`KeyedAlgorithm::check`] (no delay, denials not final), the
+    /// check-and-retry fallback of the window algorithms and the concurrency counter.
+    fn reserve(&self, state: &Self::State, now: u64, cost: u64, max_wait: u64) -> Reserved {
+        let _ = max_wait;
+        Reserved {
+            decision: self.check(state, now, cost),
+            delay: 0,
+            exact: false,
+        }
+    }
+}
+
+/// The answer of [`KeyedAlgorithm::reserve`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Reserved {
+    pub(crate) decision: Decision,
+    /// ns to wait before proceeding (allowed only).
+    pub(crate) delay: u64,
+    /// The algorithm reserved exactly: a denial is final for this `max_wait`.
+    pub(crate) exact: bool,
 }
 
 #[cfg(test)]

@@ -10,7 +10,8 @@ use smallvec::SmallVec;
 
 use super::{Charge, Checked, Decisions, PolicyId, Store, StoreError};
 use crate::algorithm::{
-    Concurrency, FixedWindow, Gcra, KeyedAlgorithm, LeakyBucket, SlidingLog, SlidingWindow,
+    Concurrency, FixedWindow, Gcra, KeyedAlgorithm, LeakyBucket, Reserved, SlidingLog,
+    SlidingWindow,
 };
 use crate::clock::{Clock, MonotonicClock};
 use crate::{Algorithm, Decision, Policy};
@@ -169,6 +170,20 @@ impl<K: Hash + Eq + Clone, A: KeyedAlgorithm> Keyed<K, A> {
         };
         self.after_insert(now);
         decision
+    }
+
+    /// A reservation for a stored key; an unseen key is absent, where a reservation is a
+    /// check (no wait), so it goes through [`Keyed::check`] (with its insertion and overflow
+    /// handling).
+    fn reserve_charge(&self, key: &K, now: u64, cost: u64, max_wait: u64) -> Reserved {
+        if let Some(state) = self.map.get(key) {
+            return self.algorithm.reserve(&state, now, cost, max_wait);
+        }
+        Reserved {
+            decision: self.check(key, now, cost),
+            delay: 0,
+            exact: false,
+        }
     }
 
     fn peek(&self, key: &K, now: u64, cost: u64) -> Decision {
@@ -351,6 +366,67 @@ where
         Ok(Decisions::new(out))
     }
 
+    /// Reserves `charges` all-or-nothing at the clock's current time for a request that may
+    /// wait up to `max_wait`. Same as [`Store::reserve`] without the [`Checked`] wrapper.
+    ///
+    /// Exact for GCRA ([`Gcra::reserve`]) and the leaky bucket (the shaper,
+    /// [`LeakyBucket::shape`]): the answer charges now and gives the delay. The fixed
+    /// window, sliding log, sliding window counter and concurrency counter cannot reserve:
+    /// for them a reservation is a check (allowed now, or denied with a `retry_after` that is
+    /// not final), so a request limited by them falls back to check-and-retry.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::UnknownPolicy`] when a charge names a policy this store never registered
+    /// (nothing is charged then).
+    pub fn reserve_now(
+        &self,
+        charges: &[Charge<'_, K>],
+        max_wait: std::time::Duration,
+    ) -> Result<Decisions, StoreError> {
+        let max_wait = u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX);
+        self.reserve_at(charges, self.clock.now(), max_wait)
+    }
+
+    fn reserve_at(
+        &self,
+        charges: &[Charge<'_, K>],
+        now: u64,
+        max_wait: u64,
+    ) -> Result<Decisions, StoreError> {
+        for c in charges {
+            self.slot(c.policy)?;
+        }
+        let mut out: SmallVec<[Decision; 4]> = SmallVec::new();
+        let mut delay = 0;
+        for (i, c) in charges.iter().enumerate() {
+            let slot = self.slot(c.policy)?;
+            let r = with_keyed!(slot, k => k.reserve_charge(c.key, now, c.cost, max_wait));
+            if r.decision.is_denied() {
+                // All-or-nothing: refund the reservations of the earlier policies, then
+                // report every policy's state as it now is.
+                for prev in &charges[..i] {
+                    let slot = self.slot(prev.policy)?;
+                    with_keyed!(slot, k => k.refund(prev.key, now, prev.cost));
+                }
+                let mut report = SmallVec::<[Decision; 4]>::new();
+                for (j, other) in charges.iter().enumerate() {
+                    if j == i {
+                        report.push(r.decision);
+                    } else {
+                        let slot = self.slot(other.policy)?;
+                        report.push(with_keyed!(slot, k => k.peek(other.key, now, other.cost)));
+                    }
+                }
+                let is_final = r.exact || r.decision.is_cannot_fit();
+                return Ok(Decisions::new(report).with_final(is_final));
+            }
+            delay = r.delay.max(delay);
+            out.push(r.decision);
+        }
+        Ok(Decisions::new(out).with_delay(std::time::Duration::from_nanos(delay)))
+    }
+
     /// Keys held across all policies.
     pub fn len(&self) -> usize {
         self.policies
@@ -419,6 +495,16 @@ where
         Checked::Ready(self.check_at(charges, self.clock.now()))
     }
 
+    /// Exact for GCRA and the leaky bucket; check-and-retry for the other algorithms (see
+    /// [`MemoryStore::reserve_now`]).
+    fn reserve(
+        &self,
+        charges: &[Charge<'_, K>],
+        max_wait: std::time::Duration,
+    ) -> Checked<Self::Future> {
+        Checked::Ready(self.reserve_now(charges, max_wait))
+    }
+
     fn refund(&self, charges: &[Charge<'_, K>]) {
         let now = self.clock.now();
         for c in charges {
@@ -484,6 +570,133 @@ mod tests {
         // The wide policy was refunded: still 99, not 98.
         assert_eq!(d.as_slice()[0].remaining(), 99);
         assert_eq!(d.deciding(), Some(1));
+    }
+
+    const MS: u64 = 1_000_000;
+
+    fn reserve(s: &MemoryStore<Key, ManualClock>, charges: &[Charge<'_, Key>]) -> Decisions {
+        match Store::reserve(s, charges, Duration::from_secs(2)) {
+            Checked::Ready(r) => r.unwrap(),
+            Checked::Pending(_) => unreachable!("the memory store answers at once"),
+        }
+    }
+
+    #[test]
+    fn gcra_reservations_are_spaced_in_order_and_denials_are_final() {
+        let (mut s, clock) = store();
+        // 2 per second, burst 1: T = 500 ms; max_wait 2 s.
+        let p = s
+            .register(&Policy::new("p", q(2, 1).with_burst(1).unwrap()))
+            .unwrap();
+        let k = Key::Global;
+        let c = [Charge::new(p, &k, 1)];
+        for expected in [0, 500, 1_000, 1_500, 2_000] {
+            let d = reserve(&s, &c);
+            assert!(d.is_allowed());
+            assert_eq!(d.delay(), Duration::from_millis(expected));
+            assert_eq!(d.as_slice()[0].remaining(), 0);
+            assert_eq!(
+                d.as_slice()[0].reset_after(),
+                Duration::from_millis(expected + 500)
+            );
+        }
+        for _ in 0..2 {
+            let d = reserve(&s, &c);
+            assert!(!d.is_allowed() && d.is_final());
+            assert_eq!(d.delay(), Duration::ZERO);
+            // allow_at 2.5 s - max_wait 2 s.
+            assert_eq!(d.retry_after(), Some(Duration::from_millis(500)));
+        }
+        // A dropped reservation is refunded: the next one takes its turn.
+        s.refund(&c);
+        assert_eq!(reserve(&s, &c).delay(), Duration::from_millis(2_000));
+        clock.advance(Duration::from_millis(500));
+        // Half a second later the next turn (2.5 s) is within 2 s again.
+        assert_eq!(reserve(&s, &c).delay(), Duration::from_millis(2_000));
+    }
+
+    #[test]
+    fn reservations_are_all_or_nothing_across_policies() {
+        let (mut s, _) = store();
+        // a: 1 per second, burst 1. b: 1 per 10 s, burst 2 (T = 10 s, tau = 20 s).
+        let a = s
+            .register(&Policy::new("a", q(1, 1).with_burst(1).unwrap()))
+            .unwrap();
+        let b = s
+            .register(&Policy::new("b", q(1, 10).with_burst(2).unwrap()))
+            .unwrap();
+        let k = Key::Global;
+        let both = [Charge::new(a, &k, 1), Charge::new(b, &k, 1)];
+        assert_eq!(reserve(&s, &both).delay(), Duration::ZERO);
+        let d = reserve(&s, &both);
+        assert!(d.is_allowed());
+        assert_eq!(d.delay(), Duration::from_secs(1));
+        // a could wait 2 s, but b would need 10 s > 2 s: denied, final, a refunded.
+        let d = reserve(&s, &both);
+        assert!(!d.is_allowed() && d.is_final());
+        assert_eq!(d.retry_after(), Some(Duration::from_secs(8)));
+        assert_eq!(d.deciding(), Some(1));
+        let only_a = reserve(&s, &[Charge::new(a, &k, 1)]);
+        assert_eq!(only_a.delay(), Duration::from_secs(2), "a was not refunded");
+    }
+
+    #[test]
+    fn leaky_bucket_reserves_as_a_shaper() {
+        let (mut s, _) = store();
+        // 10 per second, queue of 3.
+        let p = s
+            .register(
+                &Policy::new("p", q(10, 1).with_burst(3).unwrap())
+                    .with_algorithm(Algorithm::LeakyBucket),
+            )
+            .unwrap();
+        let k = Key::Global;
+        let c = [Charge::new(p, &k, 1)];
+        for expected in [0, 100 * MS, 200 * MS] {
+            assert_eq!(reserve(&s, &c).delay(), Duration::from_nanos(expected));
+        }
+        let d = reserve(&s, &c);
+        assert!(!d.is_allowed() && d.is_final());
+        assert_eq!(d.retry_after(), Some(Duration::from_millis(100)));
+    }
+
+    #[test]
+    fn window_algorithms_fall_back_to_check_and_retry() {
+        let (mut s, _) = store();
+        let g = s
+            .register(&Policy::new("g", q(1, 1).with_burst(1).unwrap()))
+            .unwrap();
+        let w = s
+            .register(&Policy::new("w", q(1, 10)).with_algorithm(Algorithm::FixedWindow))
+            .unwrap();
+        let k = Key::Global;
+        let both = [Charge::new(g, &k, 1), Charge::new(w, &k, 1)];
+        assert_eq!(reserve(&s, &both).delay(), Duration::ZERO);
+        // The window denies: not final (retry after it), and the GCRA reservation is refunded.
+        let d = reserve(&s, &both);
+        assert!(!d.is_allowed() && !d.is_final());
+        assert_eq!(d.retry_after(), Some(Duration::from_secs(10)));
+        assert_eq!(
+            reserve(&s, &[Charge::new(g, &k, 1)]).delay(),
+            Duration::from_secs(1)
+        );
+    }
+
+    #[test]
+    fn b10_reserving_more_than_the_burst_fails_at_once() {
+        let (mut s, _) = store();
+        let p = s
+            .register(&Policy::new("p", q(1, 1).with_burst(1).unwrap()))
+            .unwrap();
+        let k = Key::Global;
+        let d = reserve(&s, &[Charge::new(p, &k, 2)]);
+        assert!(d.is_cannot_fit() && d.is_final());
+        assert_eq!(d.retry_after(), None);
+        assert!(s.is_empty());
+        assert_eq!(
+            reserve(&s, &[Charge::new(p, &k, 1)]).as_slice()[0].remaining(),
+            0
+        );
     }
 
     #[test]

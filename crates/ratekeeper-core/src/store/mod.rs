@@ -80,9 +80,15 @@ impl<'a, K: ?Sized> Charge<'a, K> {
 }
 
 /// The decisions for a list of charges, in the same order. Inline up to 4 policies.
+///
+/// An answer of [`Store::reserve`] also carries the reservation: [`Decisions::delay`] (how
+/// long an allowed, already charged request waits before it proceeds) and
+/// [`Decisions::is_final`] (a denial that waiting within `max_wait` cannot change).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Decisions {
     items: SmallVec<[Decision; 4]>,
+    delay: std::time::Duration,
+    is_final: bool,
 }
 
 impl Decisions {
@@ -90,6 +96,8 @@ impl Decisions {
     pub fn new(items: impl IntoIterator<Item = Decision>) -> Self {
         Self {
             items: items.into_iter().collect(),
+            delay: std::time::Duration::ZERO,
+            is_final: false,
         }
     }
 
@@ -98,7 +106,42 @@ impl Decisions {
     pub fn one(decision: Decision) -> Self {
         let mut items = SmallVec::new();
         items.push(decision);
-        Self { items }
+        Self {
+            items,
+            delay: std::time::Duration::ZERO,
+            is_final: false,
+        }
+    }
+
+    /// Sets the reservation delay (see [`Decisions::delay`]).
+    #[must_use]
+    pub const fn with_delay(mut self, delay: std::time::Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+
+    /// Marks a denial as final (see [`Decisions::is_final`]).
+    #[must_use]
+    pub const fn with_final(mut self, is_final: bool) -> Self {
+        self.is_final = is_final;
+        self
+    }
+
+    /// For an allowed answer of [`Store::reserve`]: how long the request waits before it
+    /// proceeds. Every policy is already charged; the caller must not check again, and must
+    /// [`Store::refund`] the charges if the request is dropped before it proceeds.
+    /// [`Duration::ZERO`](std::time::Duration::ZERO) for "allowed now" and for every answer
+    /// of [`Store::check`].
+    pub const fn delay(&self) -> std::time::Duration {
+        self.delay
+    }
+
+    /// For a denied answer of [`Store::reserve`]: whether the store reserved exactly and no
+    /// wait within `max_wait` can admit the request, so the caller rejects at once instead of
+    /// retrying after `retry_after`. `false` for [`Store::check`] answers and for stores
+    /// (or algorithms) that cannot reserve, whose callers fall back to check-and-retry.
+    pub const fn is_final(&self) -> bool {
+        self.is_final
     }
 
     /// Whether every policy allowed (and so every policy was charged).
@@ -295,6 +338,29 @@ pub trait Store<K: ?Sized>: Send + Sync + 'static {
     /// Checks every charge all-or-nothing: if any policy denies, none is charged. The
     /// decisions come back in charge order.
     fn check(&self, charges: &[Charge<'_, K>]) -> Checked<Self::Future>;
+
+    /// Reserves capacity for a request that may wait up to `max_wait` (the `Delay` mode of
+    /// the HTTP layer; DESIGN §2). All-or-nothing across charges, like [`Store::check`]:
+    ///
+    /// - allowed with [`Decisions::delay`] zero: charged, proceed now;
+    /// - allowed with a positive delay: **reserved**, already charged; proceed after the delay
+    ///   without checking again, or [`Store::refund`] the charges if the request is dropped;
+    /// - denied: nothing charged (reservations made for other charges are refunded). When
+    ///   [`Decisions::is_final`], no wait within `max_wait` helps and the caller rejects at
+    ///   once; otherwise it may sleep `retry_after` and reserve again (check-and-retry).
+    ///
+    /// The default method cannot reserve: it is [`Store::check`] (delay always zero, denials
+    /// never final), so a store without reservations (the Redis store, user stores) keeps
+    /// the check-and-retry behaviour: a waiting request holds nothing, can wait and still be
+    /// denied, and waiters are not served in arrival order.
+    fn reserve(
+        &self,
+        charges: &[Charge<'_, K>],
+        max_wait: std::time::Duration,
+    ) -> Checked<Self::Future> {
+        let _ = max_wait;
+        self.check(charges)
+    }
 
     /// Gives back charges made earlier (a response-based refund, or a dropped reservation).
     /// Never fails visibly: a networked store logs and counts errors.

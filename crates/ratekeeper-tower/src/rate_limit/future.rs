@@ -2,6 +2,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::CONTENT_TYPE;
@@ -117,6 +118,29 @@ pub(crate) struct Pending<S, Req, SF> {
     pub(crate) degrade: bool,
 }
 
+/// A [`Mode::Delay`] reservation: charged, waiting for its turn. Dropping it before it
+/// proceeds (client gone, timeout) refunds the charges (DESIGN §3: "a Delay-mode reservation
+/// that is dropped is refunded").
+pub(crate) struct Reservation<S, Req, SF> {
+    /// `None` once the request proceeded (or was never reserved).
+    pending: Option<(Pending<S, Req, SF>, Decisions)>,
+}
+
+impl<S, Req, SF> Reservation<S, Req, SF> {
+    /// The request proceeds: the charges stay.
+    fn proceed(&mut self) -> Option<(Pending<S, Req, SF>, Decisions)> {
+        self.pending.take()
+    }
+}
+
+impl<S, Req, SF> Drop for Reservation<S, Req, SF> {
+    fn drop(&mut self) {
+        if let Some((pending, _)) = self.pending.take() {
+            pending.limiter.refund(&pending.applied);
+        }
+    }
+}
+
 pin_project! {
     /// Response future of [`RateLimit`](super::RateLimit).
     pub struct ResponseFuture<F, S, Req, SF> {
@@ -144,7 +168,15 @@ pin_project! {
             check: SF,
             pending: Option<Pending<S, Req, SF>>,
         },
-        // Delay mode: sleeping until the store said the request would pass.
+        // Delay mode, reserved: the request is charged and sleeps until its turn, then goes
+        // to the inner service without a new check. Dropped before then, it is refunded.
+        Reserved {
+            #[pin]
+            sleep: Sleep,
+            reservation: Reservation<S, Req, SF>,
+        },
+        // Delay mode, check-and-retry (a store or algorithm that cannot reserve): sleeping
+        // until the store said the request would pass, then reserving again.
         Waiting {
             #[pin]
             sleep: Sleep,
@@ -236,6 +268,9 @@ where
         result: Result<Decisions, StoreError>,
     ) -> Kind<S::Future, S, Request<ReqB>, SF> {
         match result {
+            Ok(decisions) if decisions.is_allowed() && !decisions.delay().is_zero() => {
+                self.reserved(decisions)
+            }
             Ok(decisions) if decisions.is_allowed() => self.pass(decisions),
             Ok(decisions) => self.denied(decisions),
             Err(err) => {
@@ -279,6 +314,27 @@ where
         }
     }
 
+    /// A reservation: sleep for its delay, then proceed without checking again; the headers
+    /// report the state as of the reservation.
+    fn reserved(self, decisions: Decisions) -> Kind<S::Future, S, Request<ReqB>, SF> {
+        let delay = decisions.delay();
+        if tokio::runtime::Handle::try_current().is_err() {
+            // Cannot wait outside a tokio runtime: give the reservation back and reject.
+            self.limiter.refund(&self.applied);
+            return self.reject(decisions);
+        }
+        tracing::debug!(
+            ?delay,
+            "delay mode: capacity reserved, waiting for its turn"
+        );
+        Kind::Reserved {
+            sleep: tokio::time::sleep(delay),
+            reservation: Reservation {
+                pending: Some((self, decisions)),
+            },
+        }
+    }
+
     fn denied(mut self, decisions: Decisions) -> Kind<S::Future, S, Request<ReqB>, SF> {
         match self.limiter.reporter().mode {
             Mode::Shadow => {
@@ -292,8 +348,10 @@ where
                     .deadline
                     .get_or_insert_with(|| now.checked_add(max_wait).unwrap_or(now));
                 match decisions.retry_after() {
+                    // A final denial (the store reserved exactly) cannot pass in time.
                     Some(wait)
-                        if now.checked_add(wait).is_some_and(|at| at <= deadline)
+                        if !decisions.is_final()
+                            && now.checked_add(wait).is_some_and(|at| at <= deadline)
                             && tokio::runtime::Handle::try_current().is_ok() =>
                     {
                         tracing::debug!(?wait, "delay mode: waiting for capacity");
@@ -376,10 +434,23 @@ where
                     };
                     this.kind.set(next);
                 }
+                KindProj::Reserved { sleep, reservation } => {
+                    ready!(sleep.poll(cx));
+                    let next = match reservation.proceed() {
+                        Some((pending, decisions)) => pending.pass(decisions),
+                        None => Kind::Answered { answer: None },
+                    };
+                    this.kind.set(next);
+                }
                 KindProj::Waiting { sleep, pending } => {
                     ready!(sleep.poll(cx));
                     let next = match pending.take() {
-                        Some(pending) => match pending.limiter.recheck(&pending.applied) {
+                        Some(pending) => match pending.limiter.recheck(
+                            &pending.applied,
+                            pending.deadline.map_or(Duration::ZERO, |d| {
+                                d.saturating_duration_since(Instant::now())
+                            }),
+                        ) {
                             Checked::Ready(result) => pending.decided(result),
                             Checked::Pending(check) => Kind::Checking {
                                 check,

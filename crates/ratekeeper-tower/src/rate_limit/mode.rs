@@ -49,20 +49,35 @@ pub enum Mode {
     /// Answer with a 429 (or the degraded-response fallback). The default.
     #[default]
     Reject,
-    /// Throttle: hold the request until the policies admit it, as long as that happens
-    /// within `max_wait` of its arrival; otherwise reject it (at once when the store's
-    /// `retry_after` already says it cannot pass in time; "cost can never fit" is rejected
-    /// at once).
+    /// Throttle: wait for capacity up to `max_wait`, then reject (DESIGN §2).
     ///
-    /// While it waits the request holds no reservation: it sleeps for the store's exact
-    /// `retry_after` and asks again, so a request dropped while waiting (client gone,
-    /// timeout) has charged nothing and needs no refund. Waiters are not served in arrival
-    /// order. Waiting uses tokio's timer; outside a tokio runtime the request is rejected.
-    /// The inner service instance that was ready when the request arrived waits with it (a
-    /// fresh clone serves the next request), so whatever its readiness reserved (for example
-    /// a `tower::limit::ConcurrencyLimit` permit) stays reserved during the wait.
+    /// The layer **reserves** ([`Store::reserve`]): a request that can pass within
+    /// `max_wait` is charged at once and told how long to wait; it sleeps that long (tokio's
+    /// timer) and then reaches the inner service without a second check, so it can no longer
+    /// wait and still get a 429, and waiters are served in the order they reserved. A request
+    /// whose wait would exceed `max_wait` is rejected at once, without sleeping, with
+    /// `Retry-After` = the time until a new reservation would fit within `max_wait`; "cost
+    /// can never fit" is rejected at once (case B10). A request dropped while it waits
+    /// (client gone, timeout) is refunded, so it does not delay the requests behind it. The
+    /// headers of the eventual response report the state as of the reservation.
+    ///
+    /// With the memory store, GCRA reserves exactly (the burst passes at once, then one
+    /// request per `T = period / limit`) and the leaky bucket reserves as a shaper (output
+    /// spaced by `T` from the first request, at most `burst` queued:
+    /// [`LeakyBucket::shape`](ratekeeper_core::algorithm::LeakyBucket::shape)). The window
+    /// algorithms, the concurrency counter and stores that cannot reserve (the Redis store,
+    /// user stores using the default [`Store::reserve`]) fall back to check-and-retry: a
+    /// waiting request holds nothing, sleeps for the store's `retry_after` and asks again
+    /// while its deadline (`max_wait` after arrival) allows, so it may still be rejected
+    /// after waiting, and waiters are not ordered.
+    ///
+    /// Waiting uses tokio's timer; outside a tokio runtime the layer checks instead of
+    /// reserving and rejects a denied request. The inner service instance that was ready
+    /// when the request arrived waits with it (a fresh clone serves the next request), so
+    /// whatever its readiness reserved (for example a `tower::limit::ConcurrencyLimit`
+    /// permit) stays reserved during the wait.
     Delay {
-        /// The longest a request may wait, measured from its first check.
+        /// The longest a request may wait, measured from its arrival (its reservation).
         max_wait: Duration,
     },
     /// Decide and report (headers, `tracing` events at INFO with target
@@ -144,11 +159,14 @@ impl<K, Co, St, R> Builder<K, Co, St, R> {
     }
 }
 
-/// Re-checks a waiting request: the type-erased part of the layer's state that the response
-/// future needs after `call` returned.
+/// Re-reserves for a waiting request and refunds a dropped reservation: the type-erased part
+/// of the layer's state that the response future needs after `call` returned.
 pub(crate) trait Limiter<SF>: Report {
-    /// Checks the request's charges again.
-    fn recheck(&self, applied: &Applied) -> Checked<SF>;
+    /// Reserves the request's charges again, waiting at most `max_wait` (check-and-retry for
+    /// stores or algorithms that cannot reserve).
+    fn recheck(&self, applied: &Applied, max_wait: Duration) -> Checked<SF>;
+    /// Gives back the charges of a reservation that was dropped before it proceeded.
+    fn refund(&self, applied: &Applied);
     /// This state as a [`Report`].
     fn as_report(self: Arc<Self>) -> Arc<dyn Report>;
     /// The reporter (names, mode).
@@ -162,8 +180,13 @@ where
     St: Store<Key>,
     R: Send + Sync + 'static,
 {
-    fn recheck(&self, applied: &Applied) -> Checked<St::Future> {
-        self.store.check(&applied.charges(&self.ids))
+    fn recheck(&self, applied: &Applied, max_wait: Duration) -> Checked<St::Future> {
+        self.store.reserve(&applied.charges(&self.ids), max_wait)
+    }
+
+    fn refund(&self, applied: &Applied) {
+        tracing::debug!(key = %applied.key, "refunding a dropped delay-mode reservation");
+        self.store.refund(&applied.charges(&self.ids));
     }
 
     fn as_report(self: Arc<Self>) -> Arc<dyn Report> {
@@ -185,7 +208,7 @@ mod tests {
     use http::{Request, Response, StatusCode};
     use ratekeeper_core::store::MemoryStore;
     use ratekeeper_core::{Policy, Quota};
-    use tower::{ServiceBuilder, ServiceExt};
+    use tower::{Service, ServiceBuilder, ServiceExt};
 
     use super::*;
     use crate::rate_limit::TokioClock;
@@ -239,27 +262,153 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_request_dropped_while_waiting_holds_no_capacity() {
+    async fn a_reservation_dropped_while_waiting_is_refunded() {
         let svc = ServiceBuilder::new()
             .layer(delayed(Duration::from_secs(5)))
             .service_fn(ok);
+        let start = tokio::time::Instant::now();
         svc.clone().oneshot(Request::new(())).await.unwrap();
         {
-            // The second request starts waiting, then its client goes away.
+            // The second request reserves the turn at 1 s, then its client goes away.
             let mut waiting = pin!(svc.clone().oneshot(Request::new(())));
             assert!(matches!(futures_poll(waiting.as_mut()), Poll::Pending));
         }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        // The third request finds the slot the dropped one never took.
-        let mut third = pin!(svc.clone().oneshot(Request::new(())));
-        match futures_poll(third.as_mut()) {
-            Poll::Ready(res) => assert_eq!(res.unwrap().status(), StatusCode::OK),
-            Poll::Pending => panic!("the third request should pass at once"),
+        // The third request takes the refunded turn at 1 s, not the next one at 2 s.
+        let res = svc.clone().oneshot(Request::new(())).await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        assert_eq!(start.elapsed(), Duration::from_secs(1));
+    }
+
+    /// 2 per second, burst 1 (T = 500 ms), max_wait 2 s; seven requests arrive at t = 0.
+    /// Requests 1..5 reserve the turns at 0, 0.5, 1, 1.5 and 2 s and reach the service in
+    /// arrival order; 6 and 7 would need 2.5 s > 2 s: 429 at t = 0, `Retry-After: 1`
+    /// (0.5 s until a turn is within 2 s, rounded up), with nothing charged.
+    #[tokio::test(start_paused = true)]
+    async fn delay_reserves_turns_in_arrival_order_and_rejects_the_rest_at_once() {
+        use std::sync::Mutex;
+        let served = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&served);
+        let layer = RateLimitLayer::builder()
+            .policy(Policy::new(
+                "default",
+                Quota::per_second(NonZeroU32::new(2).unwrap())
+                    .with_burst(1)
+                    .unwrap(),
+            ))
+            .key(GlobalKey)
+            .store(MemoryStore::with_clock(TokioClock::new()))
+            .mode(Mode::Delay {
+                max_wait: Duration::from_secs(2),
+            })
+            .build()
+            .unwrap();
+        let mut svc = ServiceBuilder::new()
+            .layer(layer)
+            .service_fn(move |req: Request<u32>| {
+                let start = tokio::time::Instant::now();
+                log.lock().unwrap().push((*req.body(), start));
+                std::future::ready(Ok::<_, Infallible>(Response::new(String::new())))
+            });
+        let start = tokio::time::Instant::now();
+        let mut tasks = Vec::new();
+        for i in 1..=7u32 {
+            // Each request reserves in `call`, in arrival order.
+            let fut = svc.ready().await.unwrap().call(Request::new(i));
+            tasks.push(tokio::spawn(async move {
+                let res = fut.await.unwrap();
+                let retry = res
+                    .headers()
+                    .get("retry-after")
+                    .map(|v| v.to_str().unwrap().to_owned());
+                (i, res.status().as_u16(), start.elapsed(), retry)
+            }));
         }
+        let mut results = Vec::new();
+        for t in tasks {
+            results.push(t.await.unwrap());
+        }
+        let ms = Duration::from_millis;
+        assert_eq!(
+            results,
+            vec![
+                (1, 200, ms(0), None),
+                (2, 200, ms(500), None),
+                (3, 200, ms(1_000), None),
+                (4, 200, ms(1_500), None),
+                (5, 200, ms(2_000), None),
+                (6, 429, ms(0), Some("1".to_owned())),
+                (7, 429, ms(0), Some("1".to_owned())),
+            ]
+        );
+        let order: Vec<(u32, Duration)> = served
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(i, at)| (*i, at.duration_since(start)))
+            .collect();
+        assert_eq!(
+            order,
+            vec![
+                (1, ms(0)),
+                (2, ms(500)),
+                (3, ms(1_000)),
+                (4, ms(1_500)),
+                (5, ms(2_000))
+            ]
+        );
+    }
+
+    /// Two policies: a reservation the second cannot make within `max_wait` is rejected at
+    /// once and the first one's reservation is refunded.
+    #[tokio::test(start_paused = true)]
+    async fn delay_reservations_are_all_or_nothing_across_policies() {
+        let layer = RateLimitLayer::builder()
+            .policy(Policy::new("fast", Quota::per_second(NonZeroU32::MIN)))
+            .policy(Policy::new(
+                "slow",
+                Quota::new(1, Duration::from_secs(10))
+                    .unwrap()
+                    .with_burst(2)
+                    .unwrap(),
+            ))
+            .key(GlobalKey)
+            .store(MemoryStore::with_clock(TokioClock::new()))
+            .mode(Mode::Delay {
+                max_wait: Duration::from_secs(2),
+            })
+            .build()
+            .unwrap();
+        let svc = ServiceBuilder::new().layer(layer).service_fn(ok);
+        let start = tokio::time::Instant::now();
+        // t = 0: passes; then the turn at 1 s ("fast"), still in "slow"'s burst.
+        assert_eq!(
+            svc.clone()
+                .oneshot(Request::new(()))
+                .await
+                .unwrap()
+                .status(),
+            200
+        );
+        assert_eq!(
+            svc.clone()
+                .oneshot(Request::new(()))
+                .await
+                .unwrap()
+                .status(),
+            200
+        );
+        assert_eq!(start.elapsed(), Duration::from_secs(1));
+        // "fast" could give the turn at 2 s, "slow" only at 10 s: 429 at once (retry after
+        // 10 - 1 - 2 = 7 s) and "fast" refunded.
+        let res = svc.clone().oneshot(Request::new(())).await.unwrap();
+        assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(res.headers()["retry-after"], "7");
+        assert_eq!(start.elapsed(), Duration::from_secs(1));
+        assert_eq!(res.headers()["x-ratelimit-remaining"], "0");
     }
 
     #[tokio::test(start_paused = true)]
-    async fn cost_above_burst_is_rejected_at_once_in_delay_mode() {
+    async fn b10_cost_above_burst_is_rejected_at_once_in_delay_mode() {
         let layer = RateLimitLayer::builder()
             .policy(Policy::new("default", Quota::per_second(NonZeroU32::MIN)))
             .key(GlobalKey)

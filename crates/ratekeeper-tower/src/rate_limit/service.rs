@@ -164,11 +164,18 @@ where
         };
         let pk = shared.reporter.pk(&applied.key);
         let charges = applied.charges(&shared.ids);
-        let checked = shared.store.check(&charges);
+        let checked = match shared.reporter.mode {
+            // Delay mode reserves (it needs tokio's timer to wait; without a runtime it
+            // checks, and a denied request is rejected).
+            Mode::Delay { max_wait } if tokio::runtime::Handle::try_current().is_ok() => {
+                shared.store.reserve(&charges, max_wait)
+            }
+            _ => shared.store.check(&charges),
+        };
         drop(charges);
         match checked {
             Checked::Ready(Ok(decisions)) => {
-                if decisions.is_allowed() {
+                if decisions.is_allowed() && decisions.delay().is_zero() {
                     if shared.reporter.request_info {
                         req.extensions_mut().insert(Info::new(
                             shared.reporter.names.clone(),
@@ -184,7 +191,9 @@ where
                     };
                     ResponseFuture::called(self.inner.call(req), report, reported)
                 } else {
-                    log_denial(&applied, &decisions, &shared.reporter.names);
+                    if !decisions.is_allowed() {
+                        log_denial(&applied, &decisions, &shared.reporter.names);
+                    }
                     if shared.reporter.mode == Mode::Reject && !self.degrade {
                         return ResponseFuture::answered(shared.limited(&Reported {
                             decisions,
@@ -192,8 +201,8 @@ where
                             pk,
                         }));
                     }
-                    // Shadow, Delay or a fallback: the request goes on with the ready inner
-                    // service (this one gets a fresh clone).
+                    // Shadow, Delay (reserved or denied) or a fallback: the request goes on
+                    // with the ready inner service (this one gets a fresh clone).
                     let clone = self.inner.clone();
                     let ready = std::mem::replace(&mut self.inner, clone);
                     let pending = self.pending(ready, req, applied, pk);
