@@ -72,6 +72,20 @@
 //! - [`report::Rejection`]: replace the problem+json 429 body.
 //! - [`concurrency::ConcurrencyLimitLayer`]: at most n requests in flight per key, until the
 //!   response body ends.
+//!
+//! # Recipes: who is limited, and what a request costs
+//!
+//! | need | use | runnable example |
+//! |---|---|---|
+//! | a tighter limit or a higher cost on an expensive route | [`route::RouteTable`], keyed by the axum route template (`MatchedPath`), so no path spelling bypasses it | `per_route_cost` |
+//! | users behind one NAT IP get their own budgets | [`key::UserKey`] (the principal your auth layer inserts) `.or(PeerIp::new())` for anonymous requests | `nat_users` |
+//! | tiers (free 60/min, paid 1000/min) | [`policy::resolve_fn`] picking policies per request | `tiers` |
+//! | clients behind a load balancer or proxy | [`key::ForwardedIp`], which trusts `X-Forwarded-For` / `Forwarded` only from proxies you list | |
+//! | an API key | [`key::HeaderKey`], validated to a principal so rotated or empty keys get no fresh budget | |
+//! | one budget shared by many app instances | the Redis store, feature `redis`: `core::store::redis::RedisStore` | `distributed` |
+//! | throttle calls *to* another rate-limited API | `core::throttle::Throttle` (core feature `tokio`) | `outbound_throttle` |
+//!
+//! Run an example with `ADDR=127.0.0.1:3000 cargo run --example <name>`.
 
 pub mod extract;
 
