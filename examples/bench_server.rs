@@ -6,6 +6,7 @@
 //! | `bare` | axum alone |
 //! | `allow` | ratekeeper's `RateLimitLayer`, per peer IP, 1000 per millisecond, burst 1000: no load on loopback reaches it, every request passes |
 //! | `reject` | ratekeeper's `RateLimitLayer`, per peer IP, 1 per 10 minutes: after the first request every request gets a 429 |
+//! | `headers` | axum plus tower-http's `SetResponseHeaderLayer` (three, in one `ServiceBuilder`, so axum boxes the route once, as for one layer) adding the three `X-RateLimit-*` headers `allow` sends, as constant values: the floor for any layer that sends them |
 //! | `governor_allow` | `tower_governor`'s `GovernorLayer`, per peer IP, 1 per microsecond, burst 1000 (the same rate) |
 //! | `governor_reject` | `tower_governor`'s `GovernorLayer`, per peer IP, 1 per 10 minutes, burst 1 |
 //!
@@ -23,9 +24,12 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::routing::get;
+use http::{HeaderName, HeaderValue};
 use ratekeeper_axum::{Quota, RateLimitLayer};
+use tower::ServiceBuilder;
 use tower_governor::GovernorLayer;
 use tower_governor::governor::GovernorConfigBuilder;
+use tower_http::set_header::SetResponseHeaderLayer;
 
 /// What every mode serves.
 fn app() -> Router {
@@ -62,6 +66,26 @@ fn build(mode: &str) -> Option<Router> {
         "bare" => app(),
         "allow" => app().layer(RateLimitLayer::new(never_reached())),
         "reject" => app().layer(RateLimitLayer::new(ten_minutes())),
+        "headers" => app().layer(
+            ServiceBuilder::new()
+                .layer(SetResponseHeaderLayer::overriding(
+                    HeaderName::from_static("x-ratelimit-limit"),
+                    HeaderValue::from_static("1000"),
+                ))
+                .layer(SetResponseHeaderLayer::overriding(
+                    HeaderName::from_static("x-ratelimit-remaining"),
+                    HeaderValue::from_static("999"),
+                ))
+                .layer(SetResponseHeaderLayer::overriding(
+                    HeaderName::from_static("x-ratelimit-reset"),
+                    HeaderValue::from_static("1"),
+                )),
+        ),
+        "noop" => app().layer(tower::layer::util::Identity::new()),
+        "headers1" => app().layer(SetResponseHeaderLayer::overriding(
+            HeaderName::from_static("x-ratelimit-limit"),
+            HeaderValue::from_static("1000"),
+        )),
         "governor_allow" => governor(Duration::from_micros(1), 1000),
         "governor_reject" => governor(Duration::from_secs(600), 1),
         _ => return None,
@@ -72,7 +96,9 @@ fn build(mode: &str) -> Option<Router> {
 async fn main() -> std::io::Result<()> {
     let mode = std::env::var("MODE").unwrap_or_else(|_| "bare".to_owned());
     let Some(app) = build(&mode) else {
-        eprintln!("unknown MODE {mode:?}: bare, allow, reject, governor_allow or governor_reject");
+        eprintln!(
+            "unknown MODE {mode:?}: bare, allow, reject, headers, governor_allow or governor_reject"
+        );
         std::process::exit(2);
     };
     let addr = ratekeeper_examples::listen_addr();
