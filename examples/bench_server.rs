@@ -22,7 +22,11 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
+use std::net::SocketAddr;
+
 use axum::Router;
+use axum::body::Body;
+use tower::{Layer as _, ServiceExt};
 use axum::routing::get;
 use http::{HeaderName, HeaderValue};
 use ratekeeper_axum::{Quota, RateLimitLayer};
@@ -81,6 +85,13 @@ fn build(mode: &str) -> Option<Router> {
                     HeaderValue::from_static("1"),
                 )),
         ),
+        "allow_noinfo" => app().layer(
+            RateLimitLayer::builder()
+                .quota(never_reached())
+                .request_info(false)
+                .build()
+                .ok()?,
+        ),
         "noop" => app().layer(tower::layer::util::Identity::new()),
         "headers1" => app().layer(SetResponseHeaderLayer::overriding(
             HeaderName::from_static("x-ratelimit-limit"),
@@ -92,9 +103,44 @@ fn build(mode: &str) -> Option<Router> {
     })
 }
 
+/// The layer around the whole router (`layer.layer(router)`, tower style) instead of
+/// `Router::layer`, which wraps and re-boxes every route: one rate-limit service per app.
+async fn serve_outer(layer: RateLimitLayer, addr: &str) -> std::io::Result<()> {
+    // axum::serve wants axum's body; `Router::layer` converts the same way.
+    let app = ServiceExt::<http::Request<Body>>::map_response(layer.layer(app()), |res| {
+        res.map(Body::new)
+    });
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    println!("listening on {}", listener.local_addr()?);
+    axum::serve(
+        listener,
+        axum::ServiceExt::<http::Request<Body>>::into_make_service_with_connect_info::<SocketAddr>(
+            app,
+        ),
+    )
+    .await
+}
+
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
     let mode = std::env::var("MODE").unwrap_or_else(|_| "bare".to_owned());
+    match mode.as_str() {
+        "allow_outer" => {
+            return serve_outer(
+                RateLimitLayer::new(never_reached()),
+                &ratekeeper_examples::listen_addr(),
+            )
+            .await;
+        }
+        "reject_outer" => {
+            return serve_outer(
+                RateLimitLayer::new(ten_minutes()),
+                &ratekeeper_examples::listen_addr(),
+            )
+            .await;
+        }
+        _ => {}
+    }
     let Some(app) = build(&mode) else {
         eprintln!(
             "unknown MODE {mode:?}: bare, allow, reject, headers, governor_allow or governor_reject"

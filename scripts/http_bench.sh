@@ -53,7 +53,7 @@ cpu_ticks() { # pid -> utime + stime in clock ticks (fields 14 and 15; comm has 
 
 expected_status() {
     case $1 in
-        *reject) echo 429 ;;
+        *reject*) echo 429 ;;
         *) echo 200 ;;
     esac
 }
