@@ -32,7 +32,7 @@ use ratekeeper_axum::route::RouteTable;
 use ratekeeper_axum::{
     Algorithm, Key, KeyError, KeyExtractor, PeerIp, Policy, Quota, RateLimitLayer,
 };
-use ratekeeper_tests::{TestServer, ok_app};
+use ratekeeper_tests::{TestServer, ok_app, spawn_service};
 use tower::{Layer, ServiceExt};
 use tower_http::cors::CorsLayer;
 use tower_http::normalize_path::NormalizePathLayer;
@@ -240,8 +240,8 @@ async fn forwarded_for_from_a_trusted_loopback_proxy_keys_each_client() {
 async fn route_table_charges_the_configured_cost_under_every_spelling() {
     let (_clock, store) = manual_store();
     let app = ratekeeper_examples::per_route_cost_app_with(store);
-    let server =
-        TestServer::start_service(NormalizePathLayer::trim_trailing_slash().layer(app)).await;
+    let addr = spawn_service(NormalizePathLayer::trim_trailing_slash().layer(app)).await;
+    let server = TestServer::at(addr);
     let mut remaining = 100u64;
     let mut searches = 0;
     for (method, path) in [
@@ -685,8 +685,8 @@ async fn b24_path_spellings_cannot_bypass_a_per_route_limit() {
         )
         .route("/users/{id}/avatar", post(|| async { "avatar" }))
         .layer(layer);
-    let server =
-        TestServer::start_service(NormalizePathLayer::trim_trailing_slash().layer(app)).await;
+    let addr = spawn_service(NormalizePathLayer::trim_trailing_slash().layer(app)).await;
+    let server = TestServer::at(addr);
     let send = |path: &str| server.post(path).send();
     let trace = [
         (0, "/login", Some(200), "2"),

@@ -99,24 +99,8 @@ impl TestServer {
         Self::at(spawn(app).await)
     }
 
-    /// Serves `svc` as [`spawn_service`] does, with a default `reqwest::Client`.
-    ///
-    /// # Panics
-    ///
-    /// As [`spawn`].
-    pub async fn start_service<S>(svc: S) -> Self
-    where
-        S: tower_service::Service<Request, Response = Response, Error = Infallible>
-            + Clone
-            + Send
-            + Sync
-            + 'static,
-        S::Future: Send,
-    {
-        Self::at(spawn_service(svc).await)
-    }
-
-    /// A server already listening on `addr`, with a default `reqwest::Client`.
+    /// A server already listening on `addr` (say, from [`spawn_service`]), with a default
+    /// `reqwest::Client`.
     pub fn at(addr: SocketAddr) -> Self {
         Self {
             addr,
@@ -128,11 +112,6 @@ impl TestServer {
     #[must_use]
     pub fn with_client(self, client: reqwest::Client) -> Self {
         Self { client, ..self }
-    }
-
-    /// The address the server listens on.
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
     }
 
     /// `http://127.0.0.1:<port>` followed by `path` (a path and query, starting with `/`).
