@@ -47,7 +47,7 @@ use smallvec::SmallVec;
 pub struct Info {
     names: Arc<[Box<str>]>,
     /// The layer's policy index of each decision.
-    policies: SmallVec<[usize; 4]>,
+    policies: SmallVec<[usize; 2]>,
     decisions: Decisions,
     limited: bool,
 }

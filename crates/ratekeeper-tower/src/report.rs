@@ -22,8 +22,13 @@
 //!   sets the rate-limit headers, `Retry-After` and `Cache-Control` on whatever it returns, each
 //!   exactly once.
 //!
-//! Every header is written with `insert`, never `append`, so a header the inner service (or
-//! a rejection) already set is replaced rather than duplicated.
+//! Every header is written with `insert`, never `append`, so each appears once. When the
+//! response already reports a limit (an inner ratekeeper layer, say a per-route
+//! `route_layer` inside a global `Router::layer`), the `X-RateLimit-*` and legacy
+//! `RateLimit-*` fields keep the more restrictive state (fewer remaining, then the later
+//! reset) and the IETF `RateLimit` / `RateLimit-Policy` lists get this layer's items appended.
+//! Fields that report no remaining count (a rejection's own `X-RateLimit-Limit`, say) are
+//! replaced.
 //!
 //! # Example
 //!
@@ -406,30 +411,65 @@ impl fmt::Debug for Reporter {
     }
 }
 
-/// What a ratekeeper layer reported on a response (kept in the response's extensions so an
-/// outer layer can merge instead of overwriting).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Written {
-    remaining: u32,
-    reset_after: Duration,
+/// Sets `name` to `value`, or, when the field already holds a list of policy items (each a
+/// quoted name, as draft-ietf-httpapi-ratelimit-headers-11 §3 and §4 define them; an inner
+/// ratekeeper layer writes these), to that list followed by `value` (RFC 9651 §3.1: a List
+/// may be split across field lines, and joining with ", " is the same List), keeping a single
+/// field line. Anything else in the field is replaced.
+fn insert_or_append(headers: &mut HeaderMap, name: &HeaderName, value: HeaderValue) {
+    let joined = headers.get(name).and_then(|old| {
+        if !old.as_bytes().starts_with(b"\"") {
+            return None;
+        }
+        let mut v = Vec::with_capacity(old.len() + 2 + value.len());
+        v.extend_from_slice(old.as_bytes());
+        v.extend_from_slice(b", ");
+        v.extend_from_slice(value.as_bytes());
+        HeaderValue::from_bytes(&v).ok()
+    });
+    headers.insert(name.clone(), joined.unwrap_or(value));
 }
 
-/// Sets `name` to `value`, or, when `append` and the field exists, to the existing list
-/// followed by `value` (RFC 9651 §3.1: a List may be split across field lines, and joining
-/// with ", " is the same List), keeping a single field line.
-fn insert_or_append(headers: &mut HeaderMap, name: &HeaderName, value: HeaderValue, append: bool) {
-    let joined = if append {
-        headers.get(name).and_then(|old| {
-            let mut v = Vec::with_capacity(old.len() + 2 + value.len());
-            v.extend_from_slice(old.as_bytes());
-            v.extend_from_slice(b", ");
-            v.extend_from_slice(value.as_bytes());
-            HeaderValue::from_bytes(&v).ok()
-        })
-    } else {
-        None
+/// Writes one policy's limit, remaining and reset (`None`: no reset, the field is removed)
+/// under `names`. When the response already reported a more restrictive state (fewer
+/// remaining, or as many and a later reset), that state is put back: the client sees the
+/// tighter of the two limits.
+fn single_policy(
+    headers: &mut HeaderMap,
+    names: [&HeaderName; 3],
+    d: &Decision,
+    reset: Option<u64>,
+) {
+    let [limit_name, remaining_name, reset_name] = names;
+    let old_limit = headers.insert(limit_name.clone(), number(d.limit().into()));
+    let old_remaining = headers.insert(remaining_name.clone(), number(d.remaining().into()));
+    let old_reset = match reset {
+        Some(reset) => headers.insert(reset_name.clone(), number(reset)),
+        None => headers.remove(reset_name),
     };
-    headers.insert(name.clone(), joined.unwrap_or(value));
+    let Some(prior) = old_remaining.as_ref().and_then(parse_number) else {
+        return;
+    };
+    let prior_reset = old_reset.as_ref().and_then(parse_number).unwrap_or(0);
+    let mine = u64::from(d.remaining());
+    if prior < mine || (prior == mine && prior_reset > reset.unwrap_or(0)) {
+        let restore = [
+            (limit_name, old_limit),
+            (remaining_name, old_remaining),
+            (reset_name, old_reset),
+        ];
+        for (name, old) in restore {
+            match old {
+                Some(value) => headers.insert(name.clone(), value),
+                None => headers.remove(name),
+            };
+        }
+    }
+}
+
+/// A header value holding a decimal number, as the single-policy styles write.
+fn parse_number(value: &HeaderValue) -> Option<u64> {
+    value.to_str().ok()?.trim().parse().ok()
 }
 
 fn join_items<'a>(items: impl Iterator<Item = &'a str>, pk: Option<&str>) -> String {
@@ -525,31 +565,26 @@ impl Reporter {
 
     /// Adds the rate-limit headers for `decisions`, so that each appears once.
     ///
-    /// `prior` is what an inner ratekeeper layer already wrote on this response (nested
-    /// layers, e.g. a global `Router::layer` around a per-route `route_layer`): the
-    /// single-policy styles keep the more restrictive of the two (fewer remaining, then the
-    /// later reset), the IETF lists get this layer's items appended. Returns what the
-    /// response now reports, for the next layer out.
+    /// The response may already report a limit: nested layers (a global `Router::layer`
+    /// around a per-route `route_layer`), or a handler passing on an upstream's headers. The
+    /// single-policy styles then keep the more restrictive of the two (fewer remaining, then
+    /// the later reset), read back from the values the inserts replace, so the common case
+    /// (nothing there yet) costs nothing extra; the IETF lists get this layer's items
+    /// appended (RFC 9651 §3.1).
     pub(crate) fn headers(
         &self,
         decisions: &Decisions,
         policies: &[usize],
         pk: Option<&str>,
-        prior: Option<Written>,
         unix_now: impl FnOnce() -> Duration,
         headers: &mut HeaderMap,
-    ) -> Option<Written> {
-        let d = decisions
+    ) {
+        let Some(d) = decisions
             .deciding()
-            .and_then(|i| decisions.as_slice().get(i))?;
-        let mine = Written {
-            remaining: d.remaining(),
-            reset_after: d.reset_after(),
+            .and_then(|i| decisions.as_slice().get(i))
+        else {
+            return;
         };
-        let inner_wins = prior.is_some_and(|p| {
-            p.remaining < mine.remaining
-                || (p.remaining == mine.remaining && p.reset_after > mine.reset_after)
-        });
         let (x, ietf, legacy) = match self.style {
             HeaderStyle::XRateLimit => (true, false, false),
             HeaderStyle::Ietf => (false, true, false),
@@ -557,35 +592,27 @@ impl Reporter {
             HeaderStyle::Both => (true, true, false),
             HeaderStyle::None => (false, false, false),
         };
-        if x && !inner_wins {
-            headers.insert(X_RATELIMIT_LIMIT.clone(), number(d.limit().into()));
-            headers.insert(X_RATELIMIT_REMAINING.clone(), number(d.remaining().into()));
-            if self.windowless {
-                headers.remove(&X_RATELIMIT_RESET);
-            } else {
-                headers.insert(
-                    X_RATELIMIT_RESET.clone(),
-                    number(self.reset_value(d, unix_now)),
-                );
-            }
+        if x {
+            let reset = (!self.windowless).then(|| self.reset_value(d, unix_now));
+            single_policy(
+                headers,
+                [&X_RATELIMIT_LIMIT, &X_RATELIMIT_REMAINING, &X_RATELIMIT_RESET],
+                d,
+                reset,
+            );
         }
-        if legacy && !inner_wins {
-            headers.insert(RATELIMIT_LIMIT.clone(), number(d.limit().into()));
-            headers.insert(RATELIMIT_REMAINING.clone(), number(d.remaining().into()));
-            if self.windowless {
-                headers.remove(&RATELIMIT_RESET);
-            } else {
-                headers.insert(RATELIMIT_RESET.clone(), number(ceil_secs(d.reset_after())));
-            }
+        if legacy {
+            let reset = (!self.windowless).then(|| ceil_secs(d.reset_after()));
+            single_policy(
+                headers,
+                [&RATELIMIT_LIMIT, &RATELIMIT_REMAINING, &RATELIMIT_RESET],
+                d,
+                reset,
+            );
         }
         if ietf {
-            self.ietf_headers(decisions, policies, pk, prior.is_some(), headers);
+            self.ietf_headers(decisions, policies, pk, headers);
         }
-        Some(if inner_wins {
-            prior.unwrap_or(mine)
-        } else {
-            mine
-        })
     }
 
     fn ietf_headers(
@@ -593,7 +620,6 @@ impl Reporter {
         decisions: &Decisions,
         policies: &[usize],
         pk: Option<&str>,
-        append: bool,
         headers: &mut HeaderMap,
     ) {
         // The policies this request was charged to (a resolver may pick a subset).
@@ -611,7 +637,7 @@ impl Reporter {
             .ok(),
         };
         if let Some(policy) = policy {
-            insert_or_append(headers, &RATELIMIT_POLICY, policy, append);
+            insert_or_append(headers, &RATELIMIT_POLICY, policy);
         }
         let mut state = String::new();
         let names = policies
@@ -632,7 +658,7 @@ impl Reporter {
             }
         }
         if let Ok(value) = HeaderValue::try_from(state) {
-            insert_or_append(headers, &RATELIMIT, value, append);
+            insert_or_append(headers, &RATELIMIT, value);
         }
     }
 
@@ -644,7 +670,7 @@ impl Reporter {
         policies: &[usize],
         pk: Option<&str>,
         unix_now: impl FnOnce() -> Duration,
-    ) -> (StatusCode, HeaderMap, Bytes, Option<Written>) {
+    ) -> (StatusCode, HeaderMap, Bytes) {
         let limited = Limited::new(decisions, &self.names, policies, &self.problems);
         let res = match &self.rejection {
             Some(rejection) => rejection.reject(&limited),
@@ -652,7 +678,7 @@ impl Reporter {
         };
         let (parts, body) = res.into_parts();
         let mut headers = parts.headers;
-        let written = self.headers(decisions, policies, pk, None, unix_now, &mut headers);
+        self.headers(decisions, policies, pk, unix_now, &mut headers);
         headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
         match limited.retry_after_secs() {
             Some(secs) => {
@@ -662,7 +688,7 @@ impl Reporter {
                 headers.remove(RETRY_AFTER);
             }
         }
-        (parts.status, headers, body, written)
+        (parts.status, headers, body)
     }
 }
 
@@ -785,7 +811,7 @@ mod tests {
             0,
             Duration::from_millis(1),
         );
-        let (status, headers, body, _) =
+        let (status, headers, body) =
             reporter().limited(&Decisions::new([d]), &[0], None, || Duration::ZERO);
         assert_eq!(status, 429);
         assert_eq!(headers[RETRY_AFTER], "1");
@@ -881,7 +907,7 @@ mod tests {
     #[test]
     fn cannot_fit_has_no_retry_after() {
         let d = Decision::new(Outcome::CannotFit, 10, 10, Duration::ZERO);
-        let (_, headers, body, _) =
+        let (_, headers, body) =
             reporter().limited(&Decisions::new([d]), &[0], None, || Duration::ZERO);
         assert!(headers.get(RETRY_AFTER).is_none());
         assert!(String::from_utf8(body.to_vec()).unwrap().contains("never"));
@@ -896,7 +922,6 @@ mod tests {
         r.headers(
             &Decisions::new([d]),
             &[0],
-            None,
             None,
             || Duration::from_millis(1_700_000_009_999),
             &mut h,
@@ -920,7 +945,7 @@ mod tests {
         ]);
         let mut h = HeaderMap::new();
         h.insert(RATELIMIT.clone(), HeaderValue::from_static("stale"));
-        r.headers(&ds, &[0, 1], None, None, || Duration::ZERO, &mut h);
+        r.headers(&ds, &[0, 1], None, || Duration::ZERO, &mut h);
         assert_eq!(
             h[&RATELIMIT_POLICY],
             "\"burst\";q=100;w=60, \"daily\";q=1000;w=86400"
@@ -931,7 +956,7 @@ mod tests {
 
         r.style = HeaderStyle::IetfLegacy;
         let mut h = HeaderMap::new();
-        r.headers(&ds, &[0, 1], None, None, || Duration::ZERO, &mut h);
+        r.headers(&ds, &[0, 1], None, || Duration::ZERO, &mut h);
         assert_eq!(h[&RATELIMIT_LIMIT], "100");
         assert_eq!(h[&RATELIMIT_REMAINING], "42");
         assert_eq!(h[&RATELIMIT_RESET], "18");
@@ -958,12 +983,55 @@ mod tests {
             0,
             Duration::from_secs(60),
         );
-        let (status, headers, body, _) =
+        let (status, headers, body) =
             r.limited(&Decisions::new([d]), &[0], None, || Duration::ZERO);
         assert_eq!(status, 429);
         assert_eq!(&body[..], b"{}");
         assert_eq!(headers[RETRY_AFTER], "3");
         assert_eq!(headers.get_all(&X_RATELIMIT_LIMIT).iter().count(), 1);
         assert_eq!(headers[&X_RATELIMIT_LIMIT], "10");
+    }
+
+    #[test]
+    fn an_earlier_more_restrictive_report_is_kept() {
+        let r = reporter();
+        let report = |remaining: u32, reset_secs: u64, h: &mut HeaderMap| {
+            let d = Decision::new(
+                Outcome::Allowed,
+                10,
+                remaining,
+                Duration::from_secs(reset_secs),
+            );
+            r.headers(&Decisions::new([d]), &[0], None, || Duration::ZERO, h);
+        };
+        let fields = |h: &HeaderMap| {
+            [&X_RATELIMIT_LIMIT, &X_RATELIMIT_REMAINING, &X_RATELIMIT_RESET]
+                .map(|n| h.get(n).and_then(|v| v.to_str().ok()).unwrap_or("-").to_owned())
+        };
+        // Inner reported fewer remaining: it stays.
+        let mut h = HeaderMap::new();
+        report(2, 30, &mut h);
+        report(5, 60, &mut h);
+        assert_eq!(fields(&h), ["10", "2", "30"]);
+        // Inner reported more remaining: this layer's state replaces it.
+        let mut h = HeaderMap::new();
+        report(7, 30, &mut h);
+        report(5, 60, &mut h);
+        assert_eq!(fields(&h), ["10", "5", "60"]);
+        // As many remaining: the later reset wins, whichever layer wrote it.
+        let mut h = HeaderMap::new();
+        report(5, 90, &mut h);
+        report(5, 60, &mut h);
+        assert_eq!(fields(&h), ["10", "5", "90"]);
+        let mut h = HeaderMap::new();
+        report(5, 30, &mut h);
+        report(5, 60, &mut h);
+        assert_eq!(fields(&h), ["10", "5", "60"]);
+        // A field that is not a number is replaced.
+        let mut h = HeaderMap::new();
+        h.insert(X_RATELIMIT_REMAINING.clone(), HeaderValue::from_static("lots"));
+        report(5, 60, &mut h);
+        assert_eq!(fields(&h), ["10", "5", "60"]);
+        assert_eq!(h.len(), 3);
     }
 }

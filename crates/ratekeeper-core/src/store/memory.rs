@@ -339,7 +339,7 @@ where
         for c in charges {
             self.slot(c.policy)?;
         }
-        let mut out: SmallVec<[Decision; 4]> = SmallVec::new();
+        let mut out: SmallVec<[Decision; 2]> = SmallVec::new();
         for (i, c) in charges.iter().enumerate() {
             let slot = self.slot(c.policy)?;
             let d = with_keyed!(slot, k => k.check(c.key, now, c.cost));
@@ -397,7 +397,7 @@ where
         for c in charges {
             self.slot(c.policy)?;
         }
-        let mut out: SmallVec<[Decision; 4]> = SmallVec::new();
+        let mut out: SmallVec<[Decision; 2]> = SmallVec::new();
         let mut delay = 0;
         for (i, c) in charges.iter().enumerate() {
             let slot = self.slot(c.policy)?;

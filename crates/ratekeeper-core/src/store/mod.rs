@@ -86,7 +86,7 @@ impl<'a, K: ?Sized> Charge<'a, K> {
 /// [`Decisions::is_final`] (a denial that waiting within `max_wait` cannot change).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Decisions {
-    items: SmallVec<[Decision; 4]>,
+    items: SmallVec<[Decision; 2]>,
     delay: std::time::Duration,
     is_final: bool,
 }

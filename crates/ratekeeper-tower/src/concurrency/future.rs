@@ -14,7 +14,7 @@ use super::layer::Permit;
 use super::service::unix_now;
 use crate::body::ResponseBody;
 use crate::key::KeyError;
-use crate::report::{Reporter, Written};
+use crate::report::Reporter;
 
 pin_project! {
     /// Response future of [`ConcurrencyLimit`](super::ConcurrencyLimit).
@@ -35,7 +35,7 @@ pin_project! {
             decisions: Decisions,
         },
         Answered {
-            answer: Option<(StatusCode, HeaderMap, Bytes, Option<Written>)>,
+            answer: Option<(StatusCode, HeaderMap, Bytes)>,
         },
     }
 }
@@ -57,15 +57,10 @@ impl<F> ResponseFuture<F> {
         }
     }
 
-    pub(crate) fn answered(
-        status: StatusCode,
-        headers: HeaderMap,
-        body: Bytes,
-        written: Option<Written>,
-    ) -> Self {
+    pub(crate) fn answered(status: StatusCode, headers: HeaderMap, body: Bytes) -> Self {
         Self {
             kind: Kind::Answered {
-                answer: Some((status, headers, body, written)),
+                answer: Some((status, headers, body)),
             },
         }
     }
@@ -80,7 +75,7 @@ impl<F> ResponseFuture<F> {
             CONTENT_TYPE,
             HeaderValue::from_static("text/plain; charset=utf-8"),
         );
-        Self::answered(status, headers, Bytes::from(format!("{err}\n")), None)
+        Self::answered(status, headers, Bytes::from(format!("{err}\n")))
     }
 }
 
@@ -101,12 +96,7 @@ where
                 // An error drops the permit with this future.
                 let res = ready!(future.poll(cx))?;
                 let (mut parts, body) = res.into_parts();
-                let prior = parts.extensions.get::<Written>().copied();
-                if let Some(written) =
-                    reporter.headers(decisions, &[0], None, prior, unix_now, &mut parts.headers)
-                {
-                    parts.extensions.insert(written);
-                }
+                reporter.headers(decisions, &[0], None, unix_now, &mut parts.headers);
                 let body = ConcurrencyBody {
                     inner: ResponseBody::inner(body),
                     permit: permit.take(),
@@ -114,12 +104,11 @@ where
                 Poll::Ready(Ok(Response::from_parts(parts, body)))
             }
             KindProj::Answered { answer } => {
-                let (status, headers, body, written) = answer.take().unwrap_or_else(|| {
+                let (status, headers, body) = answer.take().unwrap_or_else(|| {
                     (
                         StatusCode::INTERNAL_SERVER_ERROR,
                         HeaderMap::new(),
                         Bytes::from_static(b"response future polled after completion\n"),
-                        None,
                     )
                 });
                 let mut res = Response::new(ConcurrencyBody {
@@ -128,9 +117,6 @@ where
                 });
                 *res.status_mut() = status;
                 *res.headers_mut() = headers;
-                if let Some(written) = written {
-                    res.extensions_mut().insert(written);
-                }
                 Poll::Ready(Ok(res))
             }
         }

@@ -104,11 +104,11 @@ where
                     0,
                     Duration::ZERO,
                 )]);
-                let (status, headers, body, written) =
+                let (status, headers, body) =
                     self.layer
                         .reporter
                         .limited(&decisions, &[0], None, unix_now);
-                ResponseFuture::answered(status, headers, body, written)
+                ResponseFuture::answered(status, headers, body)
             }
         }
     }

@@ -269,7 +269,7 @@ pub struct Plan<'a> {
     names: &'a [Box<str>],
     key: &'a Key,
     cost: u64,
-    entries: SmallVec<[Entry; 4]>,
+    entries: SmallVec<[Entry; 2]>,
     exempt: bool,
     error: Option<KeyError>,
 }
@@ -404,7 +404,7 @@ impl<'a> Plan<'a> {
 #[derive(Debug, Clone)]
 pub(crate) struct Applied {
     pub(crate) key: Key,
-    pub(crate) entries: SmallVec<[Entry; 4]>,
+    pub(crate) entries: SmallVec<[Entry; 2]>,
 }
 
 impl Default for Applied {

@@ -18,7 +18,6 @@ use crate::body::ResponseBody;
 use crate::info::Info;
 use crate::key::KeyError;
 use crate::policy::Applied;
-use crate::report::Written;
 
 /// A response the layer writes itself.
 #[derive(Debug)]
@@ -26,8 +25,6 @@ pub(crate) struct Answer {
     pub(crate) status: StatusCode,
     pub(crate) headers: HeaderMap,
     pub(crate) body: Bytes,
-    /// What the headers report, for an outer ratekeeper layer.
-    pub(crate) written: Option<Written>,
 }
 
 impl Answer {
@@ -35,9 +32,6 @@ impl Answer {
         let mut res = Response::new(ResponseBody::full(self.body));
         *res.status_mut() = self.status;
         *res.headers_mut() = self.headers;
-        if let Some(written) = self.written {
-            res.extensions_mut().insert(written);
-        }
         res
     }
 }
@@ -63,7 +57,6 @@ pub(crate) fn on_store_error<B>(err: &StoreError, req: &mut Request<B>) -> Optio
                 status: StatusCode::SERVICE_UNAVAILABLE,
                 headers,
                 body: Bytes::from_static(b"rate limiter unavailable\n"),
-                written: None,
             })
         }
         _ => {
@@ -85,7 +78,7 @@ pub(crate) struct Reported {
 
 impl Reported {
     /// The layer's policy index of each decision.
-    pub(crate) fn policies(&self) -> smallvec::SmallVec<[usize; 4]> {
+    pub(crate) fn policies(&self) -> smallvec::SmallVec<[usize; 2]> {
         self.applied.indices().collect()
     }
 }
@@ -93,12 +86,7 @@ impl Reported {
 /// Renders decisions; implemented by the layer's shared state (type-erased so the future does
 /// not carry the key, cost and store types).
 pub(crate) trait Report: Send + Sync {
-    fn headers(
-        &self,
-        reported: &Reported,
-        prior: Option<Written>,
-        headers: &mut HeaderMap,
-    ) -> Option<Written>;
+    fn headers(&self, reported: &Reported, headers: &mut HeaderMap);
     fn limited(&self, reported: &Reported) -> Answer;
     /// Refunds the charges a policy's settle rule gives back for this status.
     fn settle(&self, applied: &Applied, status: StatusCode);
@@ -230,7 +218,6 @@ impl<F, S, Req, SF> ResponseFuture<F, S, Req, SF> {
             status,
             headers,
             body: Bytes::from(message),
-            written: None,
         })
     }
 
@@ -414,11 +401,7 @@ where
                     let (mut parts, body) = res.into_parts();
                     if let Some((report, reported)) = report.take() {
                         report.settle(&reported.applied, parts.status);
-                        let prior = parts.extensions.get::<Written>().copied();
-                        if let Some(written) = report.headers(&reported, prior, &mut parts.headers)
-                        {
-                            parts.extensions.insert(written);
-                        }
+                        report.headers(&reported, &mut parts.headers);
                     }
                     return Poll::Ready(Ok(Response::from_parts(parts, ResponseBody::inner(body))));
                 }
@@ -471,6 +454,5 @@ fn polled_after_completion() -> Answer {
         status: StatusCode::INTERNAL_SERVER_ERROR,
         headers: HeaderMap::new(),
         body: Bytes::from_static(b"response future polled after completion\n"),
-        written: None,
     }
 }

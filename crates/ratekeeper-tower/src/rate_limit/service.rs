@@ -15,7 +15,6 @@ use crate::cost::Cost;
 use crate::info::Info;
 use crate::key::{KeyExtractor, PeerIp};
 use crate::policy::{AllPolicies, Applied, Prepared, Resolve};
-use crate::report::Written;
 
 /// The rate-limiting service: decides in `call`, answers a denied request with a 429 without
 /// calling the inner service, and adds rate-limit headers to the inner service's responses.
@@ -98,20 +97,14 @@ where
     St: Store<Key>,
     R: Send + Sync + 'static,
 {
-    fn headers(
-        &self,
-        reported: &Reported,
-        prior: Option<Written>,
-        headers: &mut http::HeaderMap,
-    ) -> Option<Written> {
+    fn headers(&self, reported: &Reported, headers: &mut http::HeaderMap) {
         self.reporter.headers(
             &reported.decisions,
             &reported.policies(),
             reported.pk.as_deref(),
-            prior,
             || self.store.unix_now(),
             headers,
-        )
+        );
     }
 
     fn settle(&self, applied: &Applied, status: http::StatusCode) {
@@ -123,7 +116,7 @@ where
     }
 
     fn limited(&self, reported: &Reported) -> Answer {
-        let (status, headers, body, written) = self.reporter.limited(
+        let (status, headers, body) = self.reporter.limited(
             &reported.decisions,
             &reported.policies(),
             reported.pk.as_deref(),
@@ -133,7 +126,6 @@ where
             status,
             headers,
             body,
-            written,
         }
     }
 }
