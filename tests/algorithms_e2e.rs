@@ -14,7 +14,7 @@ use ratekeeper_core::clock::ManualClock;
 use ratekeeper_core::store::{Charge, MemoryStore};
 use ratekeeper_core::throttle::{Throttle, TokioClock};
 use ratekeeper_core::{Outcome, QuotaError};
-use ratekeeper_tests::spawn;
+use ratekeeper_tests::TestServer;
 
 const MS: u64 = 1_000_000;
 
@@ -95,8 +95,7 @@ async fn every_algorithm_is_selectable_per_policy_over_http() {
             get(|| async { "ok" }).layer(layer(&clock, p.clone())),
         );
     }
-    let addr = spawn(app).await;
-    let client = reqwest::Client::new();
+    let server = TestServer::start(app).await;
     // Retry-After of the 4th request at t = 0, per algorithm (3 per 60 s):
     // GCRA and leaky bucket: one every 20 s. Fixed window and sliding log: the window (or
     // the oldest entry) ends at 60 s. Sliding counter: 3 * (1 - e) + 1 <= 3 needs e >= 1/3
@@ -109,13 +108,13 @@ async fn every_algorithm_is_selectable_per_policy_over_http() {
         ("counter", 80),
     ];
     for (name, retry) in expected {
-        let url = format!("http://{addr}/{name}");
+        let path = format!("/{name}");
         for remaining in [2, 1, 0] {
-            let s = send(client.get(&url)).await;
+            let s = send(server.get(&path)).await;
             assert_eq!(s.status, 200, "{name}");
             assert_eq!(s.remaining, Some(remaining.to_string()), "{name}");
         }
-        let s = send(client.get(&url)).await;
+        let s = send(server.get(&path)).await;
         assert_eq!(s.status, 429, "{name}");
         assert_eq!(s.retry_after, Some(retry.to_string()), "{name}");
     }
@@ -138,9 +137,7 @@ async fn b07_reset_and_retry_after_delta_and_epoch() {
             .build()
             .unwrap();
         let app = Router::new().route("/", get(|| async { "ok" }).layer(layer));
-        let addr = spawn(app).await;
-        let client = reqwest::Client::new();
-        let url = format!("http://{addr}/");
+        let server = TestServer::start(app).await;
         let reset = |delta: u64, epoch: u64| match format {
             ResetFormat::DeltaSeconds => delta,
             _ => epoch,
@@ -154,7 +151,7 @@ async fn b07_reset_and_retry_after_delta_and_epoch() {
         ];
         for (t, expected) in trace {
             clock.set(t * MS);
-            let s = send(client.get(&url)).await;
+            let s = send(server.get("/")).await;
             assert_eq!(s, expected, "{format:?} at t={t}");
         }
     }
@@ -179,10 +176,9 @@ async fn b10_cost_larger_than_burst_never_fits() {
         .route("/export", post(|| async { "export" }))
         .route("/item", get(|| async { "item" }))
         .layer(layer);
-    let addr = spawn(app).await;
-    let client = reqwest::Client::new();
-    let export = || client.post(format!("http://{addr}/export"));
-    let item = || client.get(format!("http://{addr}/item"));
+    let server = TestServer::start(app).await;
+    let export = || server.post("/export");
+    let item = || server.get("/item");
 
     clock.set(0);
     let res = export().send().await.unwrap();
@@ -296,13 +292,11 @@ async fn b13_boundary_burst_every_algorithm() {
         let clock = ManualClock::new();
         let policy = Policy::new("b13", "10/min".parse().unwrap()).with_algorithm(case.algorithm);
         let app = Router::new().route("/", get(|| async { "ok" }).layer(layer(&clock, policy)));
-        let addr = spawn(app).await;
-        let client = reqwest::Client::new();
-        let url = format!("http://{addr}/");
+        let server = TestServer::start(app).await;
         let mut admitted = Vec::new();
         clock.set(59_900 * MS);
         for rem in (0..10).rev() {
-            let s = send(client.get(&url)).await;
+            let s = send(server.get("/")).await;
             let reset = case.first_reset;
             // GCRA / leaky bucket: each admission moves the full-again time 6 s further.
             let reset = if matches!(case.algorithm, Algorithm::Gcra | Algorithm::LeakyBucket) {
@@ -315,7 +309,7 @@ async fn b13_boundary_burst_every_algorithm() {
         }
         clock.set(60_100 * MS);
         for rem in (0..10).rev() {
-            let s = send(client.get(&url)).await;
+            let s = send(server.get("/")).await;
             let mut expected = (case.second)(rem);
             if case.algorithm == Algorithm::Gcra || case.algorithm == Algorithm::LeakyBucket {
                 // Full again 60 s after 59.9 s: 59.8 s rounded up.

@@ -7,7 +7,6 @@
 //! `route_layer`). R1 at t = 0 and R2 at t = 1 ms.
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
@@ -20,7 +19,7 @@ use ratekeeper_axum::core::clock::ManualClock;
 use ratekeeper_axum::core::store::MemoryStore;
 use ratekeeper_axum::report::Limited;
 use ratekeeper_axum::{Algorithm, GlobalKey, Key, Policy, Quota, RateLimitLayer};
-use ratekeeper_tests::spawn;
+use ratekeeper_tests::TestServer;
 use tower::buffer::BufferLayer;
 use tower::{BoxError, ServiceBuilder, ServiceExt};
 
@@ -79,10 +78,8 @@ fn once(headers: &HeaderMap, name: &str, value: &str) {
     assert_eq!(all, vec![value], "{name}");
 }
 
-async fn run(addr: SocketAddr, clock: &ManualClock, variant: &str) {
-    let client = reqwest::Client::new();
-    let url = format!("http://{addr}/api");
-    let r1 = client.get(&url).send().await.unwrap();
+async fn run(server: TestServer, clock: &ManualClock, variant: &str) {
+    let r1 = server.get("/api").send().await.unwrap();
     assert_eq!(r1.status(), 200, "{variant}");
     let h = r1.headers();
     once(h, "x-ratelimit-limit", "1");
@@ -92,7 +89,7 @@ async fn run(addr: SocketAddr, clock: &ManualClock, variant: &str) {
     assert_eq!(r1.text().await.unwrap(), "api");
 
     clock.advance(Duration::from_millis(1));
-    let r2 = client.get(&url).send().await.unwrap();
+    let r2 = server.get("/api").send().await.unwrap();
     assert_eq!(r2.status(), 429, "{variant}");
     let h = r2.headers();
     once(h, "retry-after", "10");
@@ -113,7 +110,7 @@ async fn b22_status_and_headers_survive_every_stack() {
     // Bare.
     let clock = ManualClock::new();
     let app = api().layer(layer(&[global(), route()], &clock));
-    run(spawn(app).await, &clock, "bare").await;
+    run(TestServer::start(app).await, &clock, "bare").await;
 
     // HandleErrorLayer without BufferLayer.
     let clock = ManualClock::new();
@@ -122,7 +119,7 @@ async fn b22_status_and_headers_survive_every_stack() {
             .layer(HandleErrorLayer::new(handle_infallible))
             .layer(layer(&[global(), route()], &clock)),
     );
-    run(spawn(app).await, &clock, "handle-error").await;
+    run(TestServer::start(app).await, &clock, "handle-error").await;
 
     // BufferLayer + HandleErrorLayer.
     let clock = ManualClock::new();
@@ -132,14 +129,14 @@ async fn b22_status_and_headers_survive_every_stack() {
             .layer(BufferLayer::new(64))
             .layer(layer(&[global(), route()], &clock)),
     );
-    run(spawn(app).await, &clock, "buffer+handle-error").await;
+    run(TestServer::start(app).await, &clock, "buffer+handle-error").await;
 
     // Global limit on the router, route limit on the route: nested layers, headers once.
     let clock = ManualClock::new();
     let app = api()
         .route_layer(layer(&[route()], &clock))
         .layer(layer(&[global()], &clock));
-    run(spawn(app).await, &clock, "nested").await;
+    run(TestServer::start(app).await, &clock, "nested").await;
 }
 
 #[tokio::test]

@@ -1,17 +1,14 @@
 //! Every header style over real HTTP, byte for byte, on 200 and 429, with two policies and a
 //! manual clock; and `Retry-After` is never 0 and never fractional.
 
-use std::net::SocketAddr;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
-use axum::Router;
-use axum::routing::get;
 use ratekeeper_axum::core::clock::ManualClock;
 use ratekeeper_axum::core::store::MemoryStore;
 use ratekeeper_axum::report::{HeaderStyle, PartitionKey, ResetFormat};
 use ratekeeper_axum::{Policy, Quota, RateLimitLayer};
-use ratekeeper_tests::spawn;
+use ratekeeper_tests::{TestServer, ok_app};
 
 const PROBLEM_BURST: &str = "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\
 \"title\":\"Too Many Requests\",\"status\":429,\
@@ -23,7 +20,7 @@ async fn serve(
     reset: ResetFormat,
     pk: Option<PartitionKey>,
     clock: ManualClock,
-) -> SocketAddr {
+) -> TestServer {
     let mut builder = RateLimitLayer::builder()
         .policy(Policy::new(
             "burst",
@@ -39,10 +36,7 @@ async fn serve(
     if let Some(pk) = pk {
         builder = builder.partition_key(pk);
     }
-    let app = Router::new()
-        .route("/", get(|| async { "ok" }))
-        .layer(builder.build().unwrap());
-    spawn(app).await
+    TestServer::start(ok_app().layer(builder.build().unwrap())).await
 }
 
 /// Every header but `date`, sorted, as `name: value` lines.
@@ -109,7 +103,7 @@ async fn check_style(style: HeaderStyle, reset: ResetFormat, pk: Option<(&str, &
         ResetFormat::UnixEpoch => ManualClock::with_unix_origin(Duration::from_secs(1_700_000_000)),
         _ => ManualClock::new(),
     };
-    let addr = serve(
+    let server = serve(
         style,
         reset,
         pk.map(|(salt, _)| PartitionKey::salted(salt)),
@@ -117,8 +111,6 @@ async fn check_style(style: HeaderStyle, reset: ResetFormat, pk: Option<(&str, &
     )
     .await;
     let pk = pk.map(|(_, value)| value);
-    let client = reqwest::Client::new();
-    let url = format!("http://{addr}/");
     let reset_s = |delta: &'static str| match reset {
         ResetFormat::UnixEpoch => "1700000001",
         _ => delta,
@@ -150,7 +142,7 @@ async fn check_style(style: HeaderStyle, reset: ResetFormat, pk: Option<(&str, &
         ),
     ];
     for (i, (expect, status)) in steps.iter().enumerate() {
-        let res = client.get(&url).send().await.unwrap();
+        let res = server.get("/").send().await.unwrap();
         assert_eq!(res.status(), *status, "{style:?} step {i}");
         let mut want = rate_lines(style, expect, pk);
         if *status == 200 {
@@ -184,7 +176,7 @@ async fn check_style(style: HeaderStyle, reset: ResetFormat, pk: Option<(&str, &
 
     // t = 0.25 s: still denied, 0.25 s to wait: Retry-After rounds up to 1.
     clock.advance(Duration::from_millis(250));
-    let res = client.get(&url).send().await.unwrap();
+    let res = server.get("/").send().await.unwrap();
     assert_eq!(res.status(), 429);
     let mut want = rate_lines(
         style,
@@ -207,7 +199,7 @@ async fn check_style(style: HeaderStyle, reset: ResetFormat, pk: Option<(&str, &
 
     // t = 0.5 s: allowed again; "burst" is full again 1 s later (epoch 1_700_000_001.5 -> ...002).
     clock.advance(Duration::from_millis(250));
-    let res = client.get(&url).send().await.unwrap();
+    let res = server.get("/").send().await.unwrap();
     assert_eq!(res.status(), 200);
     let reset_last = match reset {
         ResetFormat::UnixEpoch => "1700000002",
@@ -284,16 +276,9 @@ async fn retry_after_is_never_zero_and_never_fractional() {
         .store(MemoryStore::with_clock(clock.clone()))
         .build()
         .unwrap();
-    let addr = spawn(
-        Router::new()
-            .route("/", get(|| async { "ok" }))
-            .layer(layer),
-    )
-    .await;
-    let client = reqwest::Client::new();
-    let url = format!("http://{addr}/");
+    let server = TestServer::start(ok_app().layer(layer)).await;
     for _ in 0..2 {
-        assert_eq!(client.get(&url).send().await.unwrap().status(), 200);
+        assert_eq!(server.get("/").send().await.unwrap().status(), 200);
     }
     // At t the wait is 2.5 s - t: 2.5 s -> 3, 1.5 s -> 2, 0.5 s -> 1, 1 ns -> 1.
     let offsets_ns: [(u64, &str); 6] = [
@@ -306,12 +291,12 @@ async fn retry_after_is_never_zero_and_never_fractional() {
     ];
     for (at, want) in offsets_ns {
         clock.set(at);
-        let res = client.get(&url).send().await.unwrap();
+        let res = server.get("/").send().await.unwrap();
         assert_eq!(res.status(), 429, "t = {at} ns");
         let value = res.headers()["retry-after"].to_str().unwrap();
         assert_eq!(value, want, "t = {at} ns");
         assert!(value.bytes().all(|b| b.is_ascii_digit()) && value != "0");
     }
     clock.set(2_500_000_000);
-    assert_eq!(client.get(&url).send().await.unwrap().status(), 200);
+    assert_eq!(server.get("/").send().await.unwrap().status(), 200);
 }

@@ -32,7 +32,7 @@ use ratekeeper_axum::route::RouteTable;
 use ratekeeper_axum::{
     Algorithm, Key, KeyError, KeyExtractor, PeerIp, Policy, Quota, RateLimitLayer,
 };
-use ratekeeper_tests::spawn;
+use ratekeeper_tests::{TestServer, ok_app, spawn_service};
 use tower::{Layer, ServiceExt};
 use tower_http::cors::CorsLayer;
 use tower_http::normalize_path::NormalizePathLayer;
@@ -67,23 +67,6 @@ fn h<'a>(res: &'a Response, name: &str) -> &'a str {
         .get(name)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("<absent>")
-}
-
-/// Serves any `Request -> Response` service (a router wrapped in an outer layer) like `spawn`.
-async fn spawn_service<S>(svc: S) -> SocketAddr
-where
-    S: tower::Service<Request, Response = Response, Error = std::convert::Infallible>
-        + Clone
-        + Send
-        + Sync
-        + 'static,
-    S::Future: Send,
-{
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let make = axum::ServiceExt::<Request>::into_make_service_with_connect_info::<SocketAddr>(svc);
-    tokio::spawn(async move { axum::serve(listener, make).await.unwrap() });
-    addr
 }
 
 /// Sends `req` to `app` as if from `peer`.
@@ -125,14 +108,12 @@ fn last(log: &Mutex<Vec<String>>) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nat_users_each_get_their_full_budget_and_anonymous_is_limited_by_ip() {
     let (_clock, store) = manual_store();
-    let addr = spawn(ratekeeper_examples::nat_users_app_with(store)).await;
-    let client = reqwest::Client::new();
-    let url = format!("http://{addr}/");
+    let server = TestServer::start(ratekeeper_examples::nat_users_app_with(store)).await;
     // alice and carol share 127.0.0.1 and each get 5; the anonymous client is limited by IP.
     for who in ["alice", "carol"] {
         for expected in (0..5).rev() {
-            let res = client
-                .get(&url)
+            let res = server
+                .get("/")
                 .bearer_auth(format!("tok-{who}"))
                 .send()
                 .await
@@ -141,8 +122,8 @@ async fn nat_users_each_get_their_full_budget_and_anonymous_is_limited_by_ip() {
             assert_eq!(header(&res, "x-ratelimit-remaining"), expected.to_string());
             assert_eq!(res.text().await.unwrap(), format!("hello {who}\n"));
         }
-        let res = client
-            .get(&url)
+        let res = server
+            .get("/")
             .bearer_auth(format!("tok-{who}"))
             .send()
             .await
@@ -150,21 +131,16 @@ async fn nat_users_each_get_their_full_budget_and_anonymous_is_limited_by_ip() {
         assert_eq!(res.status(), 429, "{who}");
     }
     for expected in (0..5).rev() {
-        let res = client.get(&url).send().await.unwrap();
+        let res = server.get("/").send().await.unwrap();
         assert_eq!(res.status(), 200);
         assert_eq!(header(&res, "x-ratelimit-remaining"), expected.to_string());
         assert_eq!(res.text().await.unwrap(), "hello anonymous\n");
     }
-    let res = client.get(&url).send().await.unwrap();
+    let res = server.get("/").send().await.unwrap();
     assert_eq!(res.status(), 429);
     assert_eq!(header(&res, "retry-after"), "12");
     // A logged-in user behind the same, exhausted IP still has their own budget.
-    let res = client
-        .get(&url)
-        .bearer_auth("tok-bob")
-        .send()
-        .await
-        .unwrap();
+    let res = server.get("/").bearer_auth("tok-bob").send().await.unwrap();
     assert_eq!(res.status(), 200);
     assert_eq!(header(&res, "x-ratelimit-remaining"), "4");
 }
@@ -172,16 +148,14 @@ async fn nat_users_each_get_their_full_budget_and_anonymous_is_limited_by_ip() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tiers_pick_the_policy_by_the_users_plan() {
     let (_clock, store) = manual_store();
-    let addr = spawn(ratekeeper_examples::tiers_app_with(store)).await;
-    let client = reqwest::Client::new();
-    let url = format!("http://{addr}/");
+    let server = TestServer::start(ratekeeper_examples::tiers_app_with(store)).await;
     for (token, limit, remaining) in [
         (Some("tok-alice"), "60", "59"),
         (Some("tok-bob"), "1000", "999"),
         (None, "60", "59"),
         (Some("tok-alice"), "60", "58"),
     ] {
-        let mut req = client.get(&url);
+        let mut req = server.get("/");
         if let Some(t) = token {
             req = req.bearer_auth(t);
         }
@@ -195,8 +169,8 @@ async fn tiers_pick_the_policy_by_the_users_plan() {
         );
     }
     // An unknown token is refused by the auth middleware before the limiter.
-    let res = client
-        .get(&url)
+    let res = server
+        .get("/")
         .bearer_auth("tok-mallory")
         .send()
         .await
@@ -215,18 +189,12 @@ async fn spoofed_x_forwarded_for_from_an_untrusted_peer_is_keyed_by_the_peer() {
         .store(store)
         .build()
         .unwrap();
-    let addr = spawn(
-        Router::new()
-            .route("/", get(|| async { "ok" }))
-            .layer(layer),
-    )
-    .await;
-    let client = reqwest::Client::new();
+    let server = TestServer::start(ok_app().layer(layer)).await;
     let statuses: Vec<u16> = {
         let mut v = Vec::new();
         for i in 1..=4 {
-            let res = client
-                .get(format!("http://{addr}/"))
+            let res = server
+                .get("/")
                 .header("x-forwarded-for", format!("1.1.1.{i}"))
                 .header("x-real-ip", format!("9.9.9.{i}"))
                 .send()
@@ -250,21 +218,15 @@ async fn forwarded_for_from_a_trusted_loopback_proxy_keys_each_client() {
         .store(store)
         .build()
         .unwrap();
-    let addr = spawn(
-        Router::new()
-            .route("/", get(|| async { "ok" }))
-            .layer(layer),
-    )
-    .await;
-    let client = reqwest::Client::new();
+    let server = TestServer::start(ok_app().layer(layer)).await;
     for (xff, status, key) in [
         ("203.0.113.1, 127.0.0.2", 200, "ip:203.0.113.1"),
         ("6.6.6.6, 203.0.113.2:4711", 200, "ip:203.0.113.2"),
         ("203.0.113.1", 429, "ip:203.0.113.1"),
         ("203.0.113.3, not-an-ip", 200, "ip:127.0.0.1"),
     ] {
-        let res = client
-            .get(format!("http://{addr}/"))
+        let res = server
+            .get("/")
             .header("x-forwarded-for", xff)
             .send()
             .await
@@ -279,7 +241,7 @@ async fn route_table_charges_the_configured_cost_under_every_spelling() {
     let (_clock, store) = manual_store();
     let app = ratekeeper_examples::per_route_cost_app_with(store);
     let addr = spawn_service(NormalizePathLayer::trim_trailing_slash().layer(app)).await;
-    let client = reqwest::Client::new();
+    let server = TestServer::at(addr);
     let mut remaining = 100u64;
     let mut searches = 0;
     for (method, path) in [
@@ -293,11 +255,7 @@ async fn route_table_charges_the_configured_cost_under_every_spelling() {
         (Method::GET, "/search//"),
         (Method::GET, "/status"),
     ] {
-        let res = client
-            .request(method.clone(), format!("http://{addr}{path}"))
-            .send()
-            .await
-            .unwrap();
+        let res = server.request(method.clone(), path).send().await.unwrap();
         let status = res.status();
         // A spelling the router sends to /search costs 10; /status costs 1; a 404 (no
         // route matched, so no template) costs the default 1.
@@ -335,15 +293,9 @@ async fn a_denial_by_the_second_policy_charges_nothing_to_the_first() {
         .store(store)
         .build()
         .unwrap();
-    let addr = spawn(
-        Router::new()
-            .route("/", get(|| async { "ok" }))
-            .layer(layer),
-    )
-    .await;
-    let client = reqwest::Client::new();
+    let server = TestServer::start(ok_app().layer(layer)).await;
     let send = |user: Option<&'static str>| {
-        let mut req = client.get(format!("http://{addr}/"));
+        let mut req = server.get("/");
         if let Some(u) = user {
             req = req.header("x-user", u);
         }
@@ -403,11 +355,10 @@ async fn login_counting_only_401s_lets_good_users_through_and_blocks_failing_one
             }),
         )
         .layer(layer);
-    let addr = spawn(app).await;
-    let client = reqwest::Client::new();
+    let server = TestServer::start(app).await;
     let login = |user: &'static str, password: &'static str| {
-        client
-            .post(format!("http://{addr}/login"))
+        server
+            .post("/login")
             .header("x-user", user)
             .header("x-password", password)
             .send()
@@ -433,7 +384,7 @@ async fn login_counting_only_401s_lets_good_users_through_and_blocks_failing_one
 // Bad input: a defined answer, never a panic or a 500
 // ---------------------------------------------------------------------------------------
 
-async fn bad_input_app() -> SocketAddr {
+async fn bad_input_app() -> TestServer {
     let (_clock, store) = manual_store();
     let api_key = HeaderKey::validated("x-api-key", |raw: &str| {
         (raw == "key-alice").then(|| Key::from("user:alice"))
@@ -445,20 +396,15 @@ async fn bad_input_app() -> SocketAddr {
         .store(store)
         .build()
         .unwrap();
-    spawn(
-        Router::new()
-            .route("/", get(|| async { "ok" }))
-            .layer(layer),
-    )
-    .await
+    TestServer::start(ok_app().layer(layer)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn non_utf8_header_bytes_are_ignored_not_a_500() {
-    let addr = bad_input_app().await;
+    let server = bad_input_app().await;
     let bytes = HeaderValue::from_bytes(&[0xFF, 0xFE]).unwrap();
-    let res = reqwest::Client::new()
-        .get(format!("http://{addr}/"))
+    let res = server
+        .get("/")
         .header("x-api-key", bytes.clone())
         .header("x-forwarded-for", bytes)
         .send()
@@ -470,10 +416,10 @@ async fn non_utf8_header_bytes_are_ignored_not_a_500() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_64_kib_header_is_ignored_not_a_500() {
-    let addr = bad_input_app().await;
+    let server = bad_input_app().await;
     let huge = "1.2.3.4, ".repeat(64 * 1024 / 9);
-    let res = reqwest::Client::new()
-        .get(format!("http://{addr}/"))
+    let res = server
+        .get("/")
         .header("x-forwarded-for", huge.clone())
         .header("x-api-key", huge)
         .send()
@@ -495,13 +441,7 @@ async fn forwarded_with_obfuscated_identifiers_falls_back_to_the_peer() {
         .store(store)
         .build()
         .unwrap();
-    let addr = spawn(
-        Router::new()
-            .route("/", get(|| async { "ok" }))
-            .layer(layer),
-    )
-    .await;
-    let client = reqwest::Client::new();
+    let server = TestServer::start(ok_app().layer(layer)).await;
     for (value, key) in [
         ("for=_hidden", "ip:127.0.0.1"),
         ("for=\"_gazonk\";proto=https", "ip:127.0.0.1"),
@@ -509,8 +449,8 @@ async fn forwarded_with_obfuscated_identifiers_falls_back_to_the_peer() {
         ("for=192.0.2.60, for=_hidden", "ip:127.0.0.1"),
         ("for=\"[2001:db8:cafe::17]:4711\"", "net:2001:db8:cafe::/64"),
     ] {
-        let res = client
-            .get(format!("http://{addr}/"))
+        let res = server
+            .get("/")
             .header("forwarded", value)
             .send()
             .await
@@ -522,10 +462,9 @@ async fn forwarded_with_obfuscated_identifiers_falls_back_to_the_peer() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_empty_api_key_counts_as_absent() {
-    let addr = bad_input_app().await;
-    let client = reqwest::Client::new();
-    let res = client
-        .get(format!("http://{addr}/"))
+    let server = bad_input_app().await;
+    let res = server
+        .get("/")
         .header("x-api-key", "")
         .send()
         .await
@@ -533,10 +472,10 @@ async fn an_empty_api_key_counts_as_absent() {
     assert_eq!(res.status(), 200);
     assert_eq!(header(&res, "x-ratelimit-remaining"), "99");
     // Same bucket as no header at all (the IP), not a shared "" bucket.
-    let res = client.get(format!("http://{addr}/")).send().await.unwrap();
+    let res = server.get("/").send().await.unwrap();
     assert_eq!(header(&res, "x-ratelimit-remaining"), "98");
-    let res = client
-        .get(format!("http://{addr}/"))
+    let res = server
+        .get("/")
         .header("x-api-key", "key-alice")
         .send()
         .await
@@ -649,7 +588,6 @@ async fn b23_cors_preflight_not_counted_and_429_readable() {
             .allow_methods([Method::POST])
             .expose_headers(EXPOSED_HEADERS.clone())
     };
-    let client = reqwest::Client::new();
     // The recommended order (CORS outside the limiter) and the other one (the limiter's own
     // preflight default) give the same trace.
     for cors_outside in [true, false] {
@@ -665,13 +603,12 @@ async fn b23_cors_preflight_not_counted_and_429_readable() {
         } else {
             routes.layer(cors()).layer(layer)
         };
-        let addr = spawn(app).await;
-        let url = format!("http://{addr}/api");
+        let server = TestServer::start(app).await;
         for t in 0..6u64 {
             at(&clock, t);
             if t % 2 == 0 {
-                let res = client
-                    .request(Method::OPTIONS, &url)
+                let res = server
+                    .request(Method::OPTIONS, "/api")
                     .header("origin", origin)
                     .header("access-control-request-method", "POST")
                     .send()
@@ -682,8 +619,8 @@ async fn b23_cors_preflight_not_counted_and_429_readable() {
                 assert_eq!(header(&res, "x-ratelimit-remaining"), "<absent>");
                 continue;
             }
-            let res = client
-                .post(&url)
+            let res = server
+                .post("/api")
                 .header("origin", origin)
                 .send()
                 .await
@@ -749,8 +686,8 @@ async fn b24_path_spellings_cannot_bypass_a_per_route_limit() {
         .route("/users/{id}/avatar", post(|| async { "avatar" }))
         .layer(layer);
     let addr = spawn_service(NormalizePathLayer::trim_trailing_slash().layer(app)).await;
-    let client = reqwest::Client::new();
-    let send = |path: &str| client.post(format!("http://{addr}{path}")).send();
+    let server = TestServer::at(addr);
+    let send = |path: &str| server.post(path).send();
     let trace = [
         (0, "/login", Some(200), "2"),
         (1, "/login/", Some(200), "1"),

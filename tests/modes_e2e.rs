@@ -22,7 +22,7 @@ use ratekeeper_axum::core::store::MemoryStore;
 use ratekeeper_axum::rate_limit::{Mode, TokioClock};
 use ratekeeper_axum::report::HeaderStyle;
 use ratekeeper_axum::{GlobalKey, Policy, Quota, RateLimitInfo, RateLimitLayer};
-use ratekeeper_tests::spawn;
+use ratekeeper_tests::{TestServer, ok_app};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -38,19 +38,13 @@ async fn delay_spaces_a_burst_at_the_rate_and_rejects_beyond_max_wait() {
         })
         .build()
         .unwrap();
-    let addr = spawn(
-        Router::new()
-            .route("/", get(|| async { "ok" }))
-            .layer(layer),
-    )
-    .await;
-    let client = reqwest::Client::new();
+    let server = TestServer::start(ok_app().layer(layer)).await;
     let start = Instant::now();
     let tasks: Vec<_> = (0..5)
         .map(|_| {
-            let client = client.clone();
+            let server = server.clone();
             tokio::spawn(async move {
-                let res = client.get(format!("http://{addr}/")).send().await.unwrap();
+                let res = server.get("/").send().await.unwrap();
                 let status = res.status().as_u16();
                 let retry = res
                     .headers()
@@ -107,10 +101,9 @@ async fn shadow_mode_never_blocks_but_reports() {
             }),
         )
         .layer(layer);
-    let addr = spawn(app).await;
-    let client = reqwest::Client::new();
+    let server = TestServer::start(app).await;
     for i in 0..4 {
-        let res = client.get(format!("http://{addr}/")).send().await.unwrap();
+        let res = server.get("/").send().await.unwrap();
         assert_eq!(res.status(), 200, "request {i}");
         assert_eq!(res.headers()["x-ratelimit-limit"], "1");
         assert_eq!(res.headers()["x-ratelimit-remaining"], "0");
@@ -128,14 +121,12 @@ async fn shadow_mode_never_blocks_but_reports() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fallback_serves_the_limited_request_with_the_marker() {
-    let addr = spawn(ratekeeper_examples::degraded_fallback_app()).await;
-    let client = reqwest::Client::new();
-    let url = format!("http://{addr}/prices");
+    let server = TestServer::start(ratekeeper_examples::degraded_fallback_app()).await;
     for (i, want) in ["prices v1 (fresh)\n", "prices v2 (fresh)\n"]
         .iter()
         .enumerate()
     {
-        let res = client.get(&url).send().await.unwrap();
+        let res = server.get("/prices").send().await.unwrap();
         assert_eq!(res.status(), 200);
         assert!(res.headers().get("ratelimit-degraded").is_none());
         assert_eq!(
@@ -145,7 +136,7 @@ async fn fallback_serves_the_limited_request_with_the_marker() {
         assert_eq!(res.text().await.unwrap(), *want);
     }
     for _ in 0..2 {
-        let res = client.get(&url).send().await.unwrap();
+        let res = server.get("/prices").send().await.unwrap();
         assert_eq!(res.status(), 200);
         let h = res.headers();
         assert_eq!(h["ratelimit-degraded"], "\"default\"");
@@ -196,11 +187,9 @@ async fn concurrency_limit_rejects_the_third_and_admits_after_a_body_ends() {
                 .key(GlobalKey)
                 .headers(HeaderStyle::Both),
         );
-    let addr = spawn(app).await;
-    let client = reqwest::Client::new();
-    let url = format!("http://{addr}/");
+    let server = TestServer::start(app).await;
 
-    let a = client.get(&url).send().await.unwrap();
+    let a = server.get("/").send().await.unwrap();
     assert_eq!(a.status(), 200);
     assert_eq!(a.headers()["x-ratelimit-limit"], "2");
     assert_eq!(a.headers()["x-ratelimit-remaining"], "1");
@@ -210,12 +199,12 @@ async fn concurrency_limit_rejects_the_third_and_admits_after_a_body_ends() {
         "\"concurrency\";q=2;qu=\"concurrent-requests\""
     );
     assert_eq!(a.headers()["ratelimit"], "\"concurrency\";r=1");
-    let b = client.get(&url).send().await.unwrap();
+    let b = server.get("/").send().await.unwrap();
     assert_eq!(b.status(), 200);
     assert_eq!(b.headers()["x-ratelimit-remaining"], "0");
 
     // Both bodies are still open: the third concurrent request is refused.
-    let c = client.get(&url).send().await.unwrap();
+    let c = server.get("/").send().await.unwrap();
     assert_eq!(c.status(), 429);
     assert_eq!(c.headers()["retry-after"], "1");
     assert_eq!(c.headers()["x-ratelimit-remaining"], "0");
@@ -227,7 +216,7 @@ async fn concurrency_limit_rejects_the_third_and_admits_after_a_body_ends() {
     drop(first);
     assert_eq!(a.text().await.unwrap(), "start;end");
 
-    let d = client.get(&url).send().await.unwrap();
+    let d = server.get("/").send().await.unwrap();
     assert_eq!(d.status(), 200);
     assert_eq!(d.headers()["x-ratelimit-remaining"], "0");
     senders.lock().unwrap().clear();

@@ -4,14 +4,13 @@
 use std::num::NonZeroU32;
 
 use ratekeeper_axum::{GlobalKey, Quota, RateLimitLayer};
-use ratekeeper_tests::{fresh_connection_client, spawn};
+use ratekeeper_tests::{TestServer, bind_loopback, fresh_connection_client};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn twelve_requests_get_ten_200s_then_two_429s() {
-    let addr = spawn(ratekeeper_examples::quickstart_app()).await;
-    let client = reqwest::Client::new();
+    let server = TestServer::start(ratekeeper_examples::quickstart_app()).await;
     for expected_remaining in (0..10).rev() {
-        let res = client.get(format!("http://{addr}/")).send().await.unwrap();
+        let res = server.get("/").send().await.unwrap();
         assert_eq!(res.status(), 200);
         let h = res.headers();
         assert_eq!(h["x-ratelimit-limit"], "10");
@@ -25,7 +24,7 @@ async fn twelve_requests_get_ten_200s_then_two_429s() {
         assert_eq!(res.text().await.unwrap(), "hello from ratekeeper\n");
     }
     for _ in 0..2 {
-        let res = client.get(format!("http://{addr}/")).send().await.unwrap();
+        let res = server.get("/").send().await.unwrap();
         assert_eq!(res.status(), 429);
         let h = res.headers();
         assert_eq!(h["retry-after"], "6");
@@ -46,14 +45,15 @@ async fn twelve_requests_get_ten_200s_then_two_429s() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn many_connections_share_one_budget_per_client_ip() {
-    let addr = spawn(ratekeeper_examples::quickstart_app()).await;
-    let client = fresh_connection_client();
+    let server = TestServer::start(ratekeeper_examples::quickstart_app())
+        .await
+        .with_client(fresh_connection_client());
     let tasks: Vec<_> = (0..50)
         .map(|_| {
-            let client = client.clone();
+            let server = server.clone();
             tokio::spawn(async move {
-                client
-                    .get(format!("http://{addr}/"))
+                server
+                    .get("/")
                     .header("connection", "close")
                     .send()
                     .await
@@ -92,15 +92,10 @@ async fn b21_state_shared_across_routes_clones_and_readiness() {
     let app = Router::new()
         .route("/a", get(|| async { "a" }).layer(layer.clone()))
         .route("/b", get(|| async { "b" }).layer(layer));
-    let addr = spawn(app).await;
-    let client = reqwest::Client::new();
+    let server = TestServer::start(app).await;
     let mut statuses = Vec::new();
-    for path in ["a", "a", "a", "b", "b", "b"] {
-        let res = client
-            .get(format!("http://{addr}/{path}"))
-            .send()
-            .await
-            .unwrap();
+    for path in ["/a", "/a", "/a", "/b", "/b", "/b"] {
+        let res = server.get(path).send().await.unwrap();
         statuses.push(res.status().as_u16());
     }
     assert_eq!(statuses, [200, 200, 200, 200, 200, 429]);
@@ -141,8 +136,7 @@ async fn missing_connect_info_is_a_500_not_a_panic() {
     let app: Router = Router::new()
         .route("/", get(|| async { "x" }))
         .layer(RateLimitLayer::new(Quota::per_second(NonZeroU32::MIN)));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
+    let (listener, addr) = bind_loopback().await;
     // Served without connect info on purpose.
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     let res = reqwest::get(format!("http://{addr}/")).await.unwrap();

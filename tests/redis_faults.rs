@@ -302,6 +302,15 @@ fn big_quota() -> Policy {
     )
 }
 
+/// Serves [`app`] on `store` with [`big_quota`] and waits (at most 5 s) until Redis decides a
+/// request; returns a clone of the layer (for the store's stats) and the server's address.
+async fn serve_decided(store: RedisStore) -> (Layer, std::net::SocketAddr) {
+    let layer = layer(store, big_quota());
+    let addr = spawn(app(layer.clone())).await;
+    wait_recovered(addr, Duration::from_secs(5)).await;
+    (layer, addr)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_under_load_applies_policy_counts_and_recovers() {
     let mut server = RedisServer::start();
@@ -309,10 +318,7 @@ async fn kill_9_under_load_applies_policy_counts_and_recovers() {
         .standalone(&server.url())
         .await
         .expect("store");
-    let layer = layer(store, big_quota());
-    let handle = layer.clone();
-    let addr = spawn(app(layer)).await;
-    wait_recovered(addr, Duration::from_secs(5)).await;
+    let (handle, addr) = serve_decided(store).await;
 
     let stop = Arc::new(AtomicBool::new(false));
     let load = start_load(addr, 4, Arc::clone(&stop), Duration::from_secs(20));
@@ -349,10 +355,7 @@ async fn sigstop_for_two_seconds_fails_closed_within_deadline_then_recovers() {
         .standalone(&server.url())
         .await
         .expect("store");
-    let layer = layer(store, big_quota());
-    let handle = layer.clone();
-    let addr = spawn(app(layer)).await;
-    wait_recovered(addr, Duration::from_secs(5)).await;
+    let (handle, addr) = serve_decided(store).await;
 
     let stop = Arc::new(AtomicBool::new(false));
     let load = start_load(addr, 4, Arc::clone(&stop), Duration::from_secs(20));
@@ -423,10 +426,7 @@ async fn cluster_failover_keeps_answering_and_recovers() {
         .await
         .expect("cluster store");
     let probe_key = "rl:v1:{s:probe}:api";
-    let layer = layer(store, big_quota());
-    let handle = layer.clone();
-    let addr = spawn(app(layer)).await;
-    wait_recovered(addr, Duration::from_secs(5)).await;
+    let (handle, addr) = serve_decided(store).await;
 
     let stop = Arc::new(AtomicBool::new(false));
     let load = start_load(addr, 4, Arc::clone(&stop), Duration::from_secs(40));

@@ -6,14 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::routing::get;
 use http::Request;
 use ratekeeper_axum::core::clock::ManualClock;
 use ratekeeper_axum::core::store::redis::{OwnedCharge, RedisStore, RedisStoreBuilder};
 use ratekeeper_axum::core::store::{Charge, Decisions, MemoryStore, PolicyId, Store};
 use ratekeeper_axum::{Algorithm, Key, KeyError, Policy, Quota, RateLimitLayer};
 use ratekeeper_tests::redis::{RedisCluster, RedisServer};
-use ratekeeper_tests::spawn;
+use ratekeeper_tests::{TestServer, ok_app, spawn};
 
 const MS: u64 = 1_000_000;
 
@@ -283,9 +282,7 @@ fn keyed_app(store: RedisStore, policy: Policy) -> Router {
         .store(store)
         .build()
         .expect("layer");
-    Router::new()
-        .route("/", get(|| async { "ok" }))
-        .layer(layer)
+    ok_app().layer(layer)
 }
 
 /// Fires `per_key` requests for each key at the given apps (round robin) from a barrier and
@@ -395,12 +392,7 @@ async fn b12_concurrent_requests_double_admit_memory() {
         .store(MemoryStore::<Key, _>::with_clock(clock))
         .build()
         .expect("layer");
-    let addr = spawn(
-        Router::new()
-            .route("/", get(|| async { "ok" }))
-            .layer(layer),
-    )
-    .await;
+    let addr = spawn(ok_app().layer(layer)).await;
     let keys: Vec<String> = (1..=10).map(|i| format!("k{i}")).collect();
     let results = hammer(&[addr], &keys, 100).await;
     assert_eq!(results.iter().filter(|r| r.1 == 200).count(), 40);
@@ -617,27 +609,16 @@ async fn b19_cluster_crossslot_multi_key_scripts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn distributed_example_two_instances_share_one_budget() {
     let server = RedisServer::start();
-    let a = spawn(
-        ratekeeper_examples::distributed_app(&server.url())
+    let mut instances = Vec::new();
+    for _ in 0..2 {
+        let app = ratekeeper_examples::distributed_app(&server.url())
             .await
-            .expect("app"),
-    )
-    .await;
-    let b = spawn(
-        ratekeeper_examples::distributed_app(&server.url())
-            .await
-            .expect("app"),
-    )
-    .await;
-    let client = reqwest::Client::new();
+            .expect("app");
+        instances.push(TestServer::start(app).await);
+    }
     let mut seen = Vec::new();
     for i in 0..12 {
-        let addr = if i % 2 == 0 { a } else { b };
-        let res = client
-            .get(format!("http://{addr}/"))
-            .send()
-            .await
-            .expect("request");
+        let res = instances[i % 2].get("/").send().await.expect("request");
         let remaining = res
             .headers()
             .get("x-ratelimit-remaining")

@@ -596,7 +596,11 @@ impl Reporter {
             let reset = (!self.windowless).then(|| self.reset_value(d, unix_now));
             single_policy(
                 headers,
-                [&X_RATELIMIT_LIMIT, &X_RATELIMIT_REMAINING, &X_RATELIMIT_RESET],
+                [
+                    &X_RATELIMIT_LIMIT,
+                    &X_RATELIMIT_REMAINING,
+                    &X_RATELIMIT_RESET,
+                ],
                 d,
                 reset,
             );
@@ -1005,8 +1009,17 @@ mod tests {
             r.headers(&Decisions::new([d]), &[0], None, || Duration::ZERO, h);
         };
         let fields = |h: &HeaderMap| {
-            [&X_RATELIMIT_LIMIT, &X_RATELIMIT_REMAINING, &X_RATELIMIT_RESET]
-                .map(|n| h.get(n).and_then(|v| v.to_str().ok()).unwrap_or("-").to_owned())
+            [
+                &X_RATELIMIT_LIMIT,
+                &X_RATELIMIT_REMAINING,
+                &X_RATELIMIT_RESET,
+            ]
+            .map(|n| {
+                h.get(n)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("-")
+                    .to_owned()
+            })
         };
         // Inner reported fewer remaining: it stays.
         let mut h = HeaderMap::new();
@@ -1029,7 +1042,10 @@ mod tests {
         assert_eq!(fields(&h), ["10", "5", "60"]);
         // A field that is not a number is replaced.
         let mut h = HeaderMap::new();
-        h.insert(X_RATELIMIT_REMAINING.clone(), HeaderValue::from_static("lots"));
+        h.insert(
+            X_RATELIMIT_REMAINING.clone(),
+            HeaderValue::from_static("lots"),
+        );
         report(5, 60, &mut h);
         assert_eq!(fields(&h), ["10", "5", "60"]);
         assert_eq!(h.len(), 3);
