@@ -26,11 +26,11 @@ use std::net::SocketAddr;
 
 use axum::Router;
 use axum::body::Body;
-use tower::{Layer as _, ServiceExt};
 use axum::routing::get;
 use http::{HeaderName, HeaderValue};
 use ratekeeper_axum::{Quota, RateLimitLayer};
 use tower::ServiceBuilder;
+use tower::{Layer as _, ServiceExt};
 use tower_governor::GovernorLayer;
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_http::set_header::SetResponseHeaderLayer;

@@ -21,6 +21,9 @@ type Hasher = foldhash::fast::RandomState;
 /// Sweeps never run before this many new keys were inserted since the last one.
 const MIN_SWEEP_INSERTS: usize = 4_096;
 
+/// The [`metrics`] counter that counts decisions made on a policy's shared overflow state.
+const OVERFLOWED_TOTAL: &str = "ratekeeper_memory_store_overflowed_total";
+
 /// The in-memory store (the embedded default): one [`DashMap`] per policy, per-key state in
 /// atomics where the algorithm allows (GCRA: one `AtomicU64`, updated by compare-and-swap).
 ///
@@ -154,6 +157,7 @@ impl<K: Hash + Eq + Clone, A: KeyedAlgorithm> Keyed<K, A> {
             self.after_insert(now);
             if !self.reserve() {
                 self.overflowed.fetch_add(1, Ordering::Relaxed);
+                metrics::counter!(OVERFLOWED_TOTAL).increment(1);
                 return self.algorithm.check(&self.overflow, now, cost);
             }
         }
@@ -286,7 +290,9 @@ where
     }
 
     /// Decisions made on the shared overflow state because a policy held `max_keys` keys,
-    /// summed over policies.
+    /// summed over policies. Each is also counted by the [`metrics`] counter
+    /// `ratekeeper_memory_store_overflowed_total` (DESIGN §5: overflow is counted in
+    /// metrics).
     pub fn overflowed(&self) -> u64 {
         self.policies
             .iter()
@@ -877,6 +883,71 @@ mod tests {
         assert_eq!(s.len(), 2);
         assert_eq!(check(&s, 8).remaining(), 0);
         assert_eq!(s.overflowed(), 4);
+    }
+
+    /// Counts increments of the overflow counter (a `metrics` recorder for this test only).
+    struct OverflowRecorder(Arc<std::sync::atomic::AtomicU64>);
+
+    impl metrics::Recorder for OverflowRecorder {
+        fn describe_counter(
+            &self,
+            _: metrics::KeyName,
+            _: Option<metrics::Unit>,
+            _: metrics::SharedString,
+        ) {
+        }
+        fn describe_gauge(
+            &self,
+            _: metrics::KeyName,
+            _: Option<metrics::Unit>,
+            _: metrics::SharedString,
+        ) {
+        }
+        fn describe_histogram(
+            &self,
+            _: metrics::KeyName,
+            _: Option<metrics::Unit>,
+            _: metrics::SharedString,
+        ) {
+        }
+        fn register_counter(
+            &self,
+            key: &metrics::Key,
+            _: &metrics::Metadata<'_>,
+        ) -> metrics::Counter {
+            if key.name() == OVERFLOWED_TOTAL {
+                metrics::Counter::from_arc(Arc::clone(&self.0))
+            } else {
+                metrics::Counter::noop()
+            }
+        }
+        fn register_gauge(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+            metrics::Gauge::noop()
+        }
+        fn register_histogram(
+            &self,
+            _: &metrics::Key,
+            _: &metrics::Metadata<'_>,
+        ) -> metrics::Histogram {
+            metrics::Histogram::noop()
+        }
+    }
+
+    #[test]
+    fn overflow_decisions_are_counted_in_metrics() {
+        let hits = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let recorder = OverflowRecorder(Arc::clone(&hits));
+        let mut s = MemoryStore::with_clock(ManualClock::new())
+            .with_max_keys(NonZeroUsize::new(1).unwrap());
+        let p = s.register(&Policy::new("p", q(5, 60))).unwrap();
+        metrics::with_local_recorder(&recorder, || {
+            for k in 0..4 {
+                s.check_now(&[Charge::new(p, &Key::Int(k), 1)]).unwrap();
+            }
+        });
+        // Key 0 is stored; keys 1, 2 and 3 go to the overflow state.
+        assert_eq!(s.overflowed(), 3);
+        assert_eq!(hits.load(Ordering::Relaxed), 3);
     }
 
     #[test]
