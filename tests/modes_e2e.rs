@@ -89,6 +89,7 @@ async fn shadow_mode_never_blocks_but_reports() {
         .key(GlobalKey)
         .store(MemoryStore::with_clock(ManualClock::new()))
         .mode(Mode::Shadow)
+        .request_info(true) // the handler reads the decision of allowed requests too
         .build()
         .unwrap();
     let counter = Arc::clone(&calls);

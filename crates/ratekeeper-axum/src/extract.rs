@@ -1,9 +1,11 @@
 //! [`RateLimitInfo`]: read the rate-limit decision in a handler.
 //!
-//! The [`RateLimit`](crate::RateLimit) service puts the decision of every policy into the
-//! request before the handler runs. Extract it as `RateLimitInfo` (a `500` with
-//! [`MissingRateLimitInfo`] when the route is not behind a rate limit) or as
-//! `Option<RateLimitInfo>` (never fails).
+//! A [`RateLimit`](crate::RateLimit) service built with `.request_info(true)` puts the
+//! decision of every policy into the request before the handler runs (off by default, as it
+//! costs an allocation per request; requests let through over the limit by shadow mode or a
+//! fallback always carry it). Extract it as `RateLimitInfo` (a `500` with
+//! [`MissingRateLimitInfo`] when no decision is there) or as `Option<RateLimitInfo>` (never
+//! fails).
 //!
 //! # Example
 //!
@@ -22,6 +24,7 @@
 //! let layer = RateLimitLayer::builder()
 //!     .quota(Quota::per_minute(NonZeroU32::new(3).unwrap()))
 //!     .key(GlobalKey)
+//!     .request_info(true)
 //!     .build()?;
 //! let app = Router::new().route("/", get(handler)).route_layer(layer);
 //! let res = app.oneshot(Request::new(Body::empty())).await?;
@@ -52,12 +55,14 @@ impl Deref for RateLimitInfo {
     }
 }
 
-/// The handler asked for [`RateLimitInfo`] but no rate limit ran for this request (the
-/// route is not behind a `RateLimitLayer`, or the layer is inside the extractor's route).
+/// The handler asked for [`RateLimitInfo`] but the request carries no decision: the layer
+/// was built without `.request_info(true)`, or the route is not behind a `RateLimitLayer`.
 /// Answered with `500 Internal Server Error` and an error log line: it is a server bug.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-#[error("no rate-limit decision for this request: is the route behind a RateLimitLayer?")]
+#[error(
+    "no rate-limit decision for this request: build the RateLimitLayer with .request_info(true), and put the route behind it"
+)]
 pub struct MissingRateLimitInfo;
 
 impl IntoResponse for MissingRateLimitInfo {
@@ -128,6 +133,7 @@ mod tests {
                 RateLimitLayer::builder()
                     .quota(Quota::per_minute(NonZeroU32::new(7).unwrap()))
                     .key(GlobalKey)
+                    .request_info(true)
                     .build()
                     .unwrap(),
             );
@@ -140,7 +146,6 @@ mod tests {
                 RateLimitLayer::builder()
                     .quota(Quota::per_minute(NonZeroU32::new(7).unwrap()))
                     .key(GlobalKey)
-                    .request_info(false)
                     .build()
                     .unwrap(),
             );
@@ -169,7 +174,7 @@ mod tests {
     async fn missing_info_is_a_500_with_a_clear_message() {
         let (status, text) = body(app(), "/required").await;
         assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
-        assert!(text.contains("RateLimitLayer"), "{text}");
+        assert!(text.contains(".request_info(true)"), "{text}");
         assert_eq!(
             body(app(), "/optional").await,
             (StatusCode::OK, "false".to_owned())
@@ -177,7 +182,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn request_info_can_be_turned_off() {
+    async fn request_info_is_off_by_default() {
         assert_eq!(
             body(app(), "/quiet").await,
             (StatusCode::OK, "false".to_owned())

@@ -48,6 +48,7 @@
 //!     .policy(Policy::new("burst", Quota::per_second(NonZeroU32::new(2).unwrap())))
 //!     .key(GlobalKey)
 //!     .headers(HeaderStyle::Ietf)
+//!     .request_info(true) // for the RateLimitInfo extractor
 //!     .build()?;
 //! let app = Router::new()
 //!     .route("/api", get(|info: RateLimitInfo| async move { info.remaining().to_string() }))

@@ -1,9 +1,12 @@
 //! [`Info`]: the rate-limit decision for a request, readable by handlers.
 //!
 //! The [`RateLimit`](crate::RateLimit) service inserts an [`Info`] into the request's
-//! extensions before it calls the inner service (on every request it lets through: allowed,
-//! shadow-mode overruns and degraded fallbacks), so a handler can tell a client how much
-//! budget is left or serve a cheaper answer near the limit. axum users read it with the
+//! extensions before it calls the inner service, so a handler can tell a client how much
+//! budget is left or serve a cheaper answer near the limit. Requests let through over the
+//! limit (shadow-mode overruns, degraded fallbacks) always carry it; allowed requests carry
+//! it when the layer was built with
+//! [`request_info(true)`](crate::rate_limit::Builder::request_info) (off by default: it
+//! costs an allocation per request that most apps never read). axum users read it with the
 //! `RateLimitInfo` extractor of `ratekeeper-axum`.
 //!
 //! # Example
@@ -22,6 +25,7 @@
 //! let layer = RateLimitLayer::builder()
 //!     .quota(Quota::per_minute(NonZeroU32::new(5).unwrap()))
 //!     .key(GlobalKey)
+//!     .request_info(true)
 //!     .build()?;
 //! let svc = ServiceBuilder::new().layer(layer).service_fn(|req: Request<()>| async move {
 //!     let info = req.extensions().get::<Info>().cloned();

@@ -542,7 +542,7 @@ impl Reporter {
             partition_key: None,
             rejection: None,
             mode: Mode::Reject,
-            request_info: true,
+            request_info: false,
         }
     }
 
