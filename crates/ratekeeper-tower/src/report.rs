@@ -396,6 +396,9 @@ pub(crate) struct Reporter {
     pub(crate) mode: Mode,
     /// Insert an `Info` extension into allowed requests.
     pub(crate) request_info: bool,
+    /// The header fields of the default 429 in the `X-RateLimit` style, in order, with
+    /// placeholder numbers (see [`Reporter::limited`]).
+    template_429: HeaderMap,
 }
 
 impl fmt::Debug for Reporter {
@@ -543,6 +546,7 @@ impl Reporter {
             rejection: None,
             mode: Mode::Reject,
             request_info: false,
+            template_429: template_429(),
         }
     }
 
@@ -676,6 +680,9 @@ impl Reporter {
         unix_now: impl FnOnce() -> Duration,
     ) -> (StatusCode, HeaderMap, Bytes) {
         let limited = Limited::new(decisions, &self.names, policies, &self.problems);
+        if let Some((retry_after, d)) = self.template_fits(&limited) {
+            return self.limited_from_template(&limited, retry_after, d, unix_now);
+        }
         let res = match &self.rejection {
             Some(rejection) => rejection.reject(&limited),
             None => ProblemJson.reject(&limited),
@@ -694,6 +701,74 @@ impl Reporter {
         }
         (parts.status, headers, body)
     }
+}
+
+impl Reporter {
+    /// Whether this 429 is the usual one (default rejection, `X-RateLimit` style, a retry
+    /// time, a window), which [`Reporter::limited_from_template`] writes: its `Retry-After`
+    /// seconds and the deciding decision.
+    fn template_fits<'l>(&self, limited: &Limited<'l>) -> Option<(u64, &'l Decision)> {
+        if self.style != HeaderStyle::XRateLimit || self.windowless || self.rejection.is_some() {
+            return None;
+        }
+        let retry_after = limited.retry_after_secs()?;
+        let decisions = limited.decisions;
+        let d = decisions
+            .deciding()
+            .and_then(|i| decisions.as_slice().get(i))?;
+        Some((retry_after, d))
+    }
+
+    /// The usual 429: a clone of [`template_429`] with its four numbers written in place.
+    /// Same fields and order as the general path, without hashing a header name per request
+    /// (about 900 fewer instructions per 429, measured with `scripts/callgrind_http.sh`).
+    fn limited_from_template(
+        &self,
+        limited: &Limited<'_>,
+        retry_after: u64,
+        d: &Decision,
+        unix_now: impl FnOnce() -> Duration,
+    ) -> (StatusCode, HeaderMap, Bytes) {
+        let reset = self.reset_value(d, unix_now);
+        let mut headers = self.template_429.clone();
+        // The template's fields in order (`template_429`): content type, limit, remaining,
+        // reset, cache control, retry after. Written by position: no name is compared.
+        let numbers = [
+            None,
+            Some(u64::from(d.limit())),
+            Some(u64::from(d.remaining())),
+            Some(reset),
+            None,
+            Some(retry_after),
+        ];
+        for ((_, value), n) in headers.iter_mut().zip(numbers) {
+            if let Some(n) = n {
+                *value = number(n);
+            }
+        }
+        (limited.status(), headers, limited.problem_json())
+    }
+}
+
+/// The fields of a default 429 in the `X-RateLimit` style, as the general path writes them
+/// (`Content-Type`, the three rate-limit fields, `Cache-Control`, `Retry-After`), with
+/// placeholder numbers.
+fn template_429() -> HeaderMap {
+    let mut headers = HeaderMap::with_capacity(6);
+    headers.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    for name in [
+        &X_RATELIMIT_LIMIT,
+        &X_RATELIMIT_REMAINING,
+        &X_RATELIMIT_RESET,
+    ] {
+        headers.insert(name.clone(), HeaderValue::from_static("0"));
+    }
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(RETRY_AFTER, HeaderValue::from_static("0"));
+    headers
 }
 
 /// Header values for 0..SMALL_NUMBERS are made once per process and cloned for free.
@@ -1049,5 +1124,56 @@ mod tests {
         report(5, 60, &mut h);
         assert_eq!(fields(&h), ["10", "5", "60"]);
         assert_eq!(h.len(), 3);
+    }
+
+    #[test]
+    fn the_429_template_writes_what_the_general_path_writes() {
+        let fast = reporter();
+        // The same default rejection, given explicitly, takes the general path.
+        let mut general = reporter();
+        general.rejection = Some(Arc::new(ProblemJson));
+        let fields = |h: &HeaderMap| {
+            h.iter()
+                .map(|(n, v)| format!("{n}: {}", v.to_str().unwrap()))
+                .collect::<Vec<_>>()
+        };
+        for (remaining, retry_ms, reset_ms, epoch) in [
+            (0, 2_500, 60_000, false),
+            (0, 1, 1, false),
+            (3, 90_000, 3_600_000, false),
+            (0, 999_999_000, 86_400_000_000, true),
+        ] {
+            let d = Decision::new(
+                Outcome::Denied {
+                    retry_after: Duration::from_millis(retry_ms),
+                },
+                10,
+                remaining,
+                Duration::from_millis(reset_ms),
+            );
+            let ds = Decisions::new([d]);
+            let mut fast = fast.clone();
+            let mut general = general.clone();
+            if epoch {
+                fast.reset = ResetFormat::UnixEpoch;
+                general.reset = ResetFormat::UnixEpoch;
+            }
+            let now = || Duration::from_secs(1_700_000_000);
+            let a = fast.limited(&ds, &[0], None, now);
+            let b = general.limited(&ds, &[0], None, now);
+            assert!(
+                fast.template_fits(&Limited::new(&ds, &fast.names, &[0], &fast.problems))
+                    .is_some()
+            );
+            assert_eq!(a.0, b.0);
+            assert_eq!(fields(&a.1), fields(&b.1));
+            assert_eq!(a.2, b.2);
+        }
+        // Cannot fit (no Retry-After) takes the general path.
+        let ds = Decisions::new([Decision::new(Outcome::CannotFit, 10, 10, Duration::ZERO)]);
+        assert!(
+            fast.template_fits(&Limited::new(&ds, &fast.names, &[0], &fast.problems))
+                .is_none()
+        );
     }
 }
