@@ -87,23 +87,12 @@ pub enum Mode {
 }
 
 /// Client-facing options of a [`Builder`].
-#[derive(Clone)]
+#[derive(Clone, Default)]
 pub(crate) struct Options {
     pub(crate) mode: Mode,
     pub(crate) rejection: Option<Arc<dyn Rejection>>,
     pub(crate) partition_key: Option<PartitionKey>,
     pub(crate) request_info: bool,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Self {
-            mode: Mode::default(),
-            rejection: None,
-            partition_key: None,
-            request_info: false,
-        }
-    }
 }
 
 impl std::fmt::Debug for Options {
