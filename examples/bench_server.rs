@@ -4,9 +4,13 @@
 //! | `MODE` | what answers |
 //! |---|---|
 //! | `bare` | axum alone |
-//! | `allow` | ratekeeper's `RateLimitLayer`, per peer IP, 1000 per millisecond, burst 1000: no load on loopback reaches it, every request passes |
-//! | `reject` | ratekeeper's `RateLimitLayer`, per peer IP, 1 per 10 minutes: after the first request every request gets a 429 |
-//! | `headers` | axum plus tower-http's `SetResponseHeaderLayer` (three, in one `ServiceBuilder`, so axum boxes the route once, as for one layer) adding the three `X-RateLimit-*` headers `allow` sends, as constant values: the floor for any layer that sends them |
+//! | `noop` | axum with `Router::layer(Identity)`: what axum's per-route re-boxing alone costs |
+//! | `headers` | axum plus tower-http's `SetResponseHeaderLayer` (three, in one `ServiceBuilder`, so axum boxes the route once, as for one layer) adding the three `X-RateLimit-*` headers `allow` sends, as constant values: the floor for any `Router::layer` that sends them |
+//! | `allow` | `Router::layer(RateLimitLayer::new(..))`, per peer IP, 1000 per millisecond, burst 1000: no load on loopback reaches it, every request passes |
+//! | `allow_info` | `allow` built with `.request_info(true)` (the `Info` extension for the `RateLimitInfo` extractor) |
+//! | `allow_outer` | the same layer around the whole router (`layer.layer(router)`, tower style): no per-route re-boxing |
+//! | `reject` | `Router::layer(RateLimitLayer::new(..))`, per peer IP, 1 per 10 minutes: after the first request every request gets a 429 |
+//! | `reject_outer` | the same around the whole router |
 //! | `governor_allow` | `tower_governor`'s `GovernorLayer`, per peer IP, 1 per microsecond, burst 1000 (the same rate) |
 //! | `governor_reject` | `tower_governor`'s `GovernorLayer`, per peer IP, 1 per 10 minutes, burst 1 |
 //!
@@ -85,18 +89,14 @@ fn build(mode: &str) -> Option<Router> {
                     HeaderValue::from_static("1"),
                 )),
         ),
-        "allow_noinfo" => app().layer(
+        "allow_info" => app().layer(
             RateLimitLayer::builder()
                 .quota(never_reached())
-                .request_info(false)
+                .request_info(true)
                 .build()
                 .ok()?,
         ),
         "noop" => app().layer(tower::layer::util::Identity::new()),
-        "headers1" => app().layer(SetResponseHeaderLayer::overriding(
-            HeaderName::from_static("x-ratelimit-limit"),
-            HeaderValue::from_static("1000"),
-        )),
         "governor_allow" => governor(Duration::from_micros(1), 1000),
         "governor_reject" => governor(Duration::from_secs(600), 1),
         _ => return None,

@@ -3,7 +3,7 @@
 # callgrind: repeatable on a busy machine, unlike wall-clock req/s. Kernel TCP work is not
 # counted, so this is the layer's cost, not a throughput ratio.
 #
-#   scripts/callgrind_http.sh                 # bare headers allow reject
+#   scripts/callgrind_http.sh                 # every ratekeeper mode and its floors
 #   scripts/callgrind_http.sh bare allow      # chosen modes
 #
 # Each mode starts the server under callgrind, sends two requests (the reject modes spend
@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 DURATION=${DURATION:-6}
 PORT=${PORT:-38181}
 modes=("$@")
-[ ${#modes[@]} -gt 0 ] || modes=(bare headers allow reject)
+[ ${#modes[@]} -gt 0 ] || modes=(bare noop headers allow allow_info allow_outer reject reject_outer)
 for tool in valgrind callgrind_control wrk curl; do
     command -v "$tool" >/dev/null || { echo "$tool is required" >&2; exit 1; }
 done

@@ -2,7 +2,7 @@
 # HTTP load comparison on loopback: bare axum vs the same app behind ratekeeper's layer
 # (nothing rejected / everything rejected), with tower_governor for reference.
 #
-#   scripts/http_bench.sh                 # 5 rounds x 5 modes x 10 s
+#   scripts/http_bench.sh                 # 5 rounds x every mode x 10 s
 #   ROUNDS=3 DURATION=5 scripts/http_bench.sh bare allow reject
 #
 # The server (examples/bench_server.rs, one tokio worker) is pinned to CPU $SERVER_CPU and
@@ -28,7 +28,7 @@ SERVER_CPU=${SERVER_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
 PORT=${PORT:-38080}
 MODES=("$@")
-[ ${#MODES[@]} -gt 0 ] || MODES=(bare allow reject governor_allow governor_reject)
+[ ${#MODES[@]} -gt 0 ] || MODES=(bare noop headers allow allow_info allow_outer reject reject_outer governor_allow governor_reject)
 
 for tool in wrk curl taskset bc; do
     command -v "$tool" >/dev/null || { echo "$tool is required" >&2; exit 1; }

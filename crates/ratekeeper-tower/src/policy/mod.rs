@@ -376,13 +376,16 @@ impl<'a> Plan<'a> {
     /// Charges every policy with the layer's key and cost.
     pub fn charge_all(&mut self) -> &mut Self {
         let cost = self.cost;
-        self.entries.extend((0..self.names.len()).filter_map(|i| {
-            Some(Entry {
-                index: u32::try_from(i).ok()?,
-                key: None,
-                cost,
-            })
-        }));
+        // A plain loop: SmallVec's `extend` sizes and re-checks more than one or two pushes.
+        for i in 0..self.names.len() {
+            if let Ok(index) = u32::try_from(i) {
+                self.entries.push(Entry {
+                    index,
+                    key: None,
+                    cost,
+                });
+            }
+        }
         self
     }
 
@@ -418,14 +421,14 @@ impl Default for Applied {
 
 impl Applied {
     /// The store charges, in plan order.
-    pub(crate) fn charges<'a>(&'a self, ids: &[PolicyId]) -> SmallVec<[Charge<'a, Key>; 4]> {
-        self.entries
-            .iter()
-            .filter_map(|e| {
-                let id = *ids.get(e.index as usize)?;
-                Some(Charge::new(id, e.key.as_ref().unwrap_or(&self.key), e.cost))
-            })
-            .collect()
+    pub(crate) fn charges<'a>(&'a self, ids: &[PolicyId]) -> SmallVec<[Charge<'a, Key>; 2]> {
+        let mut charges = SmallVec::new();
+        for e in &self.entries {
+            if let Some(&id) = ids.get(e.index as usize) {
+                charges.push(Charge::new(id, e.key.as_ref().unwrap_or(&self.key), e.cost));
+            }
+        }
+        charges
     }
 
     /// The policy index of each decision, in plan order.
