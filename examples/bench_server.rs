@@ -108,7 +108,7 @@ fn build(mode: &str) -> Option<Router> {
 async fn serve_outer(layer: RateLimitLayer, addr: &str) -> std::io::Result<()> {
     // axum::serve wants axum's body; `Router::layer` converts the same way.
     let app = ServiceExt::<http::Request<Body>>::map_response(layer.layer(app()), |res| {
-        res.map(Body::new)
+        res.map(Body::from)
     });
     let listener = tokio::net::TcpListener::bind(addr).await?;
     println!("listening on {}", listener.local_addr()?);

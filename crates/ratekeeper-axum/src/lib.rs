@@ -74,6 +74,43 @@
 //! - [`concurrency::ConcurrencyLimitLayer`]: at most n requests in flight per key, until the
 //!   response body ends.
 //!
+//! # One limit for the whole app, at the lowest cost
+//!
+//! `Router::layer` wraps every route in the layer and boxes it again, and axum boxes the
+//! layer's response body once more: about 1 000 instructions per allowed request on top of
+//! the layer's own work, and a rejected request is routed before it is refused (measured in
+//! `BENCHMARKS.md` §2). A limit that applies to every request alike (a peer-IP or API-key
+//! budget, no per-route costs) can wrap the whole router instead, tower style: a 429 then
+//! costs about what a bare 200 does, and `Body::from` unwraps the layer's body without
+//! boxing it:
+//!
+//! ```
+//! use std::net::SocketAddr;
+//! use std::num::NonZeroU32;
+//! use axum::{Router, body::Body, extract::ConnectInfo, http::Request, routing::get};
+//! use ratekeeper_axum::{Quota, RateLimitLayer};
+//! use tower::{Layer, Service, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let app = Router::new().route("/", get(|| async { "hello" }));
+//! let limit = RateLimitLayer::new(Quota::per_minute(NonZeroU32::new(10).unwrap()));
+//! let mut svc = ServiceExt::<Request<Body>>::map_response(limit.layer(app), |res| {
+//!     res.map(Body::from)
+//! });
+//! // Served with `axum::serve(listener, axum::ServiceExt::<Request<Body>>::
+//! // into_make_service_with_connect_info::<SocketAddr>(svc))`; here, one request by hand.
+//! let mut req = Request::new(Body::empty());
+//! req.extensions_mut().insert(ConnectInfo(SocketAddr::from(([192, 0, 2, 1], 4321))));
+//! let res = ServiceExt::<Request<Body>>::ready(&mut svc).await?.call(req).await?;
+//! assert_eq!(res.headers()["x-ratelimit-remaining"], "9");
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Route-aware features ([`route::RouteTable`], `MatchedPath`) need the layer inside the
+//! router: use `Router::layer` or `route_layer` for those.
+//!
 //! # Recipes: who is limited, and what a request costs
 //!
 //! | need | use | runnable example |

@@ -34,6 +34,16 @@ impl<B> ResponseBody<B> {
         }
     }
 
+    /// The inner service's body, or (`Err`) the complete body the layer wrote. Lets a
+    /// framework with one body type unwrap instead of boxing again (for axum, the `From`
+    /// impl below does this).
+    pub fn into_inner(self) -> Result<B, Bytes> {
+        match self.kind {
+            Kind::Inner { body } => Ok(body),
+            Kind::Full { data } => Err(data.unwrap_or_default()),
+        }
+    }
+
     /// A complete body (empty when `data` is empty).
     pub fn full(data: Bytes) -> Self {
         Self {
@@ -75,5 +85,16 @@ where
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }
         }
+    }
+}
+
+/// axum's body without a second box: the inner body as it was, or the layer's bytes.
+/// `Body::new` would box the wrapper; use this when a whole `Router` is wrapped and served
+/// with `axum::serve`, which wants axum's body:
+/// `svc.map_response(|res| res.map(axum::body::Body::from))`.
+#[cfg(feature = "axum")]
+impl From<ResponseBody<axum::body::Body>> for axum::body::Body {
+    fn from(body: ResponseBody<axum::body::Body>) -> Self {
+        body.into_inner().unwrap_or_else(axum::body::Body::from)
     }
 }
