@@ -98,3 +98,34 @@ impl From<ResponseBody<axum::body::Body>> for axum::body::Body {
         body.into_inner().unwrap_or_else(axum::body::Body::from)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn into_inner_gives_back_the_inner_body_or_the_layer_bytes() {
+        let inner = ResponseBody::inner(String::from("handler"));
+        assert_eq!(inner.into_inner(), Ok(String::from("handler")));
+        let full = ResponseBody::<String>::full(Bytes::from_static(b"{\"status\":429}"));
+        assert_eq!(
+            full.into_inner(),
+            Err(Bytes::from_static(b"{\"status\":429}"))
+        );
+        let empty = ResponseBody::<String>::full(Bytes::new());
+        assert_eq!(empty.into_inner(), Err(Bytes::new()));
+    }
+
+    #[cfg(feature = "axum")]
+    #[tokio::test]
+    async fn axum_body_from_the_layer_body_keeps_the_bytes() {
+        let body = axum::body::Body::from(ResponseBody::<axum::body::Body>::full(
+            Bytes::from_static(b"limited"),
+        ));
+        let bytes = axum::body::to_bytes(body, 64).await.unwrap();
+        assert_eq!(&bytes[..], b"limited");
+        let body = axum::body::Body::from(ResponseBody::inner(axum::body::Body::from("ok")));
+        let bytes = axum::body::to_bytes(body, 64).await.unwrap();
+        assert_eq!(&bytes[..], b"ok");
+    }
+}
