@@ -297,7 +297,10 @@ impl<'a> Plan<'a> {
         }
     }
 
-    /// The layer's key for this request.
+    /// The layer's key for this request. When the key extractor found none, this is
+    /// [`Key::Global`] standing in for it: the resolver runs so that it can
+    /// [`exempt`](Plan::exempt) the request (a health check without an API key, say), and
+    /// anything else it does is ignored; the request then fails with the key error.
     pub fn key(&self) -> &Key {
         self.key
     }
@@ -492,16 +495,28 @@ impl<K, Co, St, R> Shared<K, Co, St, R> {
                 }
             }
         }
-        let key = match self.key.extract(req) {
-            Ok(key) => key,
-            Err(err) => return Prepared::Failed(err),
+        let (key, key_error) = match self.key.extract(req) {
+            Ok(key) => (key, None),
+            // The resolver still runs, with one budget standing in for the missing key, so
+            // that it can exempt the request (a health check that sends no API key); if it
+            // does not, the key error answers.
+            Err(err) => (Key::Global, Some(err)),
         };
-        if rules.exempt_keys.contains(&key) {
+        if key_error.is_none() && rules.exempt_keys.contains(&key) {
             return Prepared::Exempt;
         }
         let cost = self.cost.cost(req);
         let mut plan = Plan::new(&self.reporter.names, &key, cost);
         self.resolver.resolve(req, &mut plan);
+        if let Some(err) = key_error {
+            // Only an explicit exemption lets a request without a key through: a resolver
+            // that charges nothing for the stand-in key must not open a bypass.
+            return if plan.exempt {
+                Prepared::Exempt
+            } else {
+                Prepared::Failed(err)
+            };
+        }
         if let Some(err) = plan.error {
             return Prepared::Failed(err);
         }
@@ -627,6 +642,44 @@ mod tests {
         assert_eq!(res.headers()["x-ratelimit-remaining"], "0");
         let res = svc.clone().oneshot(req("203.0.113.1", "/")).await.unwrap();
         assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    }
+
+    #[tokio::test]
+    async fn an_exempt_route_needs_no_key_and_others_still_do() {
+        // Keyed by API key; the health check sends none.
+        let layer = RateLimitLayer::builder()
+            .quota(per_minute(1))
+            .key(crate::key::HeaderKey::raw("x-api-key"))
+            .resolver(AllPolicies.except(|r: &Request<()>| r.uri().path() == "/health"))
+            .build()
+            .unwrap();
+        let svc = ServiceBuilder::new().layer(layer).service_fn(app);
+        for _ in 0..3 {
+            let res = svc
+                .clone()
+                .oneshot(req("192.0.2.1", "/health"))
+                .await
+                .unwrap();
+            assert_eq!(res.status(), StatusCode::OK);
+            assert!(res.headers().get("x-ratelimit-limit").is_none());
+        }
+        // Not exempt and no key: the key error, as before.
+        let res = svc.clone().oneshot(req("192.0.2.1", "/")).await.unwrap();
+        assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+        // A resolver that charges nothing for the stand-in key does not open a bypass.
+        let layer = RateLimitLayer::builder()
+            .quota(per_minute(1))
+            .key(crate::key::HeaderKey::raw("x-api-key"))
+            .resolver(resolve_fn(|_: &Request<()>, plan: &mut Plan<'_>| {
+                if plan.key() != &Key::Global {
+                    plan.charge_all();
+                }
+            }))
+            .build()
+            .unwrap();
+        let svc = ServiceBuilder::new().layer(layer).service_fn(app);
+        let res = svc.clone().oneshot(req("192.0.2.1", "/")).await.unwrap();
+        assert_eq!(res.status(), StatusCode::BAD_REQUEST);
     }
 
     #[tokio::test]
