@@ -254,6 +254,9 @@ where
         self,
         result: Result<Decisions, StoreError>,
     ) -> Kind<S::Future, S, Request<ReqB>, SF> {
+        if let Ok(decisions) = &result {
+            self.limiter.record(&self.applied, decisions);
+        }
         match result {
             Ok(decisions) if decisions.is_allowed() && !decisions.delay().is_zero() => {
                 self.reserved(decisions)

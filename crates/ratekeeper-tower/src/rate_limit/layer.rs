@@ -7,6 +7,7 @@ use smallvec::SmallVec;
 use tower_layer::Layer;
 
 use super::RateLimit;
+use super::meter::Meter;
 use super::mode::Options;
 use crate::key::PeerIp;
 use crate::policy::{AllPolicies, CheckPolicies, Rules, Settle};
@@ -60,6 +61,8 @@ pub(crate) struct Shared<K, Co, St, R = AllPolicies> {
     pub(crate) cost: Co,
     pub(crate) resolver: R,
     pub(crate) rules: Rules,
+    /// The decision counters.
+    pub(crate) meter: Meter,
 }
 
 /// A [`tower_layer::Layer`] that rate limits requests (see the [module docs](super)).
@@ -111,6 +114,7 @@ impl<K, Co, St, R> RateLimitLayer<K, Co, St, R> {
             shared: Arc::new(Shared {
                 store,
                 ids,
+                meter: Meter::new(reporter.names.clone()),
                 reporter,
                 key,
                 cost,

@@ -8,8 +8,9 @@
 //! inner service being called. All clones share one state, and `poll_ready` never
 //! consumes quota.
 //!
-//! Requests that pass carry an [`Info`](crate::info::Info) extension with the decisions.
-//! Over the limit, [`Mode`] decides: reject (default), wait within a bound
+//! With [`Builder::request_info`], requests that pass carry an [`Info`](crate::info::Info)
+//! extension with the decisions. Every decision is counted in the `metrics` counter
+//! [`DECISIONS_TOTAL`] (`ratekeeper_decisions_total{policy, outcome}`). Over the limit, [`Mode`] decides: reject (default), wait within a bound
 //! ([`Mode::Delay`]) or only report ([`Mode::Shadow`]); [`RateLimitLayer::with_fallback`]
 //! answers rejected requests with another service instead of a 429, and
 //! [`Builder::rejection`] replaces the 429 body (see [`report`](crate::report)).
@@ -60,6 +61,7 @@
 mod fallback;
 mod future;
 mod layer;
+mod meter;
 mod mode;
 mod service;
 
@@ -67,6 +69,7 @@ pub use fallback::{Fallback, FallbackFuture, FallbackLayer};
 pub use future::ResponseFuture;
 pub(crate) use layer::Shared;
 pub use layer::{BuildError, Builder, RateLimitLayer};
+pub use meter::DECISIONS_TOTAL;
 pub use mode::Mode;
 /// Re-exported from `ratekeeper_core::throttle`: a clock on tokio's time, so a store follows
 /// tokio's paused time in tests and [`Mode::Delay`] waits agree with store decisions.

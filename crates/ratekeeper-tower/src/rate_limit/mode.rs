@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ratekeeper_core::Key;
-use ratekeeper_core::store::{Checked, Store};
+use ratekeeper_core::store::{Checked, Decisions, Store};
 
 use super::future::Report;
 use super::layer::{Builder, Shared};
@@ -162,6 +162,8 @@ pub(crate) trait Limiter<SF>: Report {
     fn as_report(self: Arc<Self>) -> Arc<dyn Report>;
     /// The reporter (names, mode).
     fn reporter(&self) -> &Reporter;
+    /// Counts a store's decisions in the `metrics` counters.
+    fn record(&self, applied: &Applied, decisions: &Decisions);
 }
 
 impl<K, Co, St, R> Limiter<St::Future> for Shared<K, Co, St, R>
@@ -182,6 +184,10 @@ where
 
     fn as_report(self: Arc<Self>) -> Arc<dyn Report> {
         self
+    }
+
+    fn record(&self, applied: &Applied, decisions: &Decisions) {
+        self.meter.record(applied, decisions);
     }
 
     fn reporter(&self) -> &Reporter {

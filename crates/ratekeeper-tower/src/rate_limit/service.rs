@@ -173,6 +173,7 @@ where
         drop(charges);
         match checked {
             Checked::Ready(Ok(decisions)) => {
+                shared.meter.record(&applied, &decisions);
                 if decisions.is_allowed() && decisions.delay().is_zero() {
                     if shared.reporter.request_info {
                         req.extensions_mut().insert(Info::new(

@@ -1,0 +1,166 @@
+//! `metrics` counters of a rate limit's decisions (DESIGN §8: decisions by policy and
+//! outcome).
+
+use std::sync::{Arc, OnceLock};
+
+use metrics::Counter;
+use ratekeeper_core::Outcome;
+use ratekeeper_core::store::Decisions;
+
+use crate::policy::Applied;
+
+/// The counter's name: one count per charged policy per decision, labels `policy` (the
+/// policy's name) and `outcome` (`allowed`, `denied`, or `cannot_fit` for a cost larger than
+/// the burst). Each policy's own decision is counted: with several policies, a request one
+/// of them denies counts as allowed for the others, which were not charged (all or
+/// nothing). Shadow-mode and delayed requests are counted by their decision, so a shadow
+/// rollout shows how many requests a limit would deny.
+pub const DECISIONS_TOTAL: &str = "ratekeeper_decisions_total";
+
+/// Per policy, one counter handle per outcome, registered with the `metrics` recorder the
+/// first time that policy has that outcome (so a recorder installed after the layer was
+/// built, but before traffic, still gets every count). Counting costs a load and a branch
+/// when no recorder is installed.
+pub(crate) struct Meter {
+    names: Arc<[Box<str>]>,
+    counters: Box<[[OnceLock<Counter>; 4]]>,
+}
+
+impl Meter {
+    pub(crate) fn new(names: Arc<[Box<str>]>) -> Self {
+        let counters = names.iter().map(|_| Default::default()).collect();
+        Self { names, counters }
+    }
+
+    /// Counts the decision of every policy `applied` charged.
+    pub(crate) fn record(&self, applied: &Applied, decisions: &Decisions) {
+        for (entry, decision) in applied.entries.iter().zip(decisions.as_slice()) {
+            let (outcome, label) = match decision.outcome() {
+                Outcome::Allowed => (0, "allowed"),
+                Outcome::Denied { .. } => (1, "denied"),
+                Outcome::CannotFit => (2, "cannot_fit"),
+                // `Outcome` is non-exhaustive.
+                _ => (3, "other"),
+            };
+            let index = entry.index as usize;
+            let (Some(slots), Some(name)) = (self.counters.get(index), self.names.get(index))
+            else {
+                continue;
+            };
+            let Some(slot) = slots.get(outcome) else {
+                continue;
+            };
+            slot.get_or_init(|| {
+                metrics::counter!(
+                    DECISIONS_TOTAL,
+                    "policy" => name.to_string(),
+                    "outcome" => label
+                )
+            })
+            .increment(1);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::convert::Infallible;
+    use std::future::{Future, Ready, ready};
+    use std::num::NonZeroU32;
+    use std::pin::pin;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::task::{Context, Poll, Waker};
+
+    use http::{Request, Response};
+    use metrics::{Gauge, Histogram, KeyName, Metadata, SharedString, Unit};
+    use ratekeeper_core::{Policy, Quota};
+    use tower::{Layer, Service, service_fn};
+
+    use super::*;
+    use crate::{GlobalKey, RateLimitLayer};
+
+    /// Counts every `ratekeeper_decisions_total` series by `(policy, outcome)`.
+    #[derive(Default)]
+    struct Recorder(Mutex<HashMap<(String, String), Arc<AtomicU64>>>);
+
+    impl Recorder {
+        fn count(&self, policy: &str, outcome: &str) -> u64 {
+            let series = self.0.lock().unwrap();
+            series
+                .get(&(policy.to_owned(), outcome.to_owned()))
+                .map_or(0, |c| c.load(Ordering::SeqCst))
+        }
+    }
+
+    impl metrics::Recorder for Recorder {
+        fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+
+        fn register_counter(&self, key: &metrics::Key, _: &Metadata<'_>) -> Counter {
+            if key.name() != DECISIONS_TOTAL {
+                return Counter::noop();
+            }
+            let label = |name: &str| {
+                key.labels()
+                    .find(|l| l.key() == name)
+                    .map_or_else(String::new, |l| l.value().to_owned())
+            };
+            let mut series = self.0.lock().unwrap();
+            let counter = series
+                .entry((label("policy"), label("outcome")))
+                .or_default();
+            Counter::from_arc(Arc::clone(counter))
+        }
+
+        fn register_gauge(&self, _: &metrics::Key, _: &Metadata<'_>) -> Gauge {
+            Gauge::noop()
+        }
+
+        fn register_histogram(&self, _: &metrics::Key, _: &Metadata<'_>) -> Histogram {
+            Histogram::noop()
+        }
+    }
+
+    fn ok(_req: Request<()>) -> Ready<Result<Response<String>, Infallible>> {
+        ready(Ok(Response::new(String::new())))
+    }
+
+    #[test]
+    fn decisions_are_counted_by_policy_and_outcome() {
+        let recorder = Recorder::default();
+        // Built before the recorder is installed: handles are registered at first use.
+        let layer = RateLimitLayer::builder()
+            .policy(Policy::new(
+                "burst",
+                Quota::per_minute(NonZeroU32::new(2).unwrap()),
+            ))
+            .policy(Policy::new(
+                "daily",
+                Quota::per_day(NonZeroU32::new(100).unwrap()),
+            ))
+            .key(GlobalKey)
+            .build()
+            .unwrap();
+        let mut svc = layer.layer(service_fn(ok));
+        metrics::with_local_recorder(&recorder, || {
+            for want in [200, 200, 429] {
+                let future = pin!(svc.call(Request::new(())));
+                let mut cx = Context::from_waker(Waker::noop());
+                let Poll::Ready(Ok(res)) = future.poll(&mut cx) else {
+                    panic!("the memory store decides in call");
+                };
+                assert_eq!(res.status(), want);
+            }
+        });
+        assert_eq!(recorder.count("burst", "allowed"), 2);
+        assert_eq!(recorder.count("burst", "denied"), 1);
+        // Each policy's own decision: "daily" would have passed the third request too (it
+        // was not charged, all or nothing).
+        assert_eq!(recorder.count("daily", "allowed"), 3);
+        assert_eq!(recorder.count("daily", "denied"), 0);
+        assert_eq!(recorder.count("burst", "cannot_fit"), 0);
+    }
+}
