@@ -22,14 +22,17 @@
 //!   sets the rate-limit headers, `Retry-After` and `Cache-Control` on whatever it returns, each
 //!   exactly once.
 //!
-//! Every header is written with `insert`, never `append`, so each appears once. When the
-//! response already reports a limit (an inner ratekeeper layer, say a per-route
-//! `route_layer` inside a global `Router::layer`), the `X-RateLimit-*` and legacy
-//! `RateLimit-*` fields keep the more restrictive state (fewer remaining, then the later
-//! reset) and the IETF `RateLimit` / `RateLimit-Policy` lists get this layer's items appended.
-//! Fields that report no remaining count (a rejection's own `X-RateLimit-Limit`, say) are
-//! replaced.
-//!
+//! Every header is written with `insert`, never `append`, so each appears once. A 429's
+//! rate-limit fields replace whatever the [`Rejection`] set. On a response from the inner
+//! service, which may already report a limit (an inner ratekeeper layer, say a per-route
+//! `route_layer` inside a global `Router::layer`, or a handler passing on an upstream's
+//! fields), the `X-RateLimit-*` and legacy `RateLimit-*` fields keep the earlier report when
+//! it is complete (limit and remaining are numbers, reset a number or absent) and more
+//! restrictive: fewer remaining, or as many and a later reset, compared in seconds whether
+//! each side writes delta seconds or a Unix time. Otherwise this layer's three values replace
+//! it. The IETF `RateLimit` / `RateLimit-Policy` fields append this layer's item to the policy
+//! lists already there (every field line that starts with a quoted name), on one line.
+
 //! # Example
 //!
 //! ```
@@ -77,6 +80,7 @@
 //! # }
 //! ```
 
+use std::cell::LazyCell;
 use std::fmt;
 use std::fmt::Write as _;
 use std::sync::{Arc, OnceLock};
@@ -397,8 +401,9 @@ pub(crate) struct Reporter {
     /// Insert an `Info` extension into allowed requests.
     pub(crate) request_info: bool,
     /// The header fields of the default 429 in the `X-RateLimit` style, in order, with
-    /// placeholder numbers (see [`Reporter::limited`]).
-    template_429: HeaderMap,
+    /// placeholder numbers (see [`Reporter::limited`]); `None` if the map does not keep
+    /// them in that order.
+    template_429: Option<HeaderMap>,
 }
 
 impl fmt::Debug for Reporter {
@@ -414,48 +419,85 @@ impl fmt::Debug for Reporter {
     }
 }
 
-/// Sets `name` to `value`, or, when the field already holds a list of policy items (each a
-/// quoted name, as draft-ietf-httpapi-ratelimit-headers-11 §3 and §4 define them; an inner
-/// ratekeeper layer writes these), to that list followed by `value` (RFC 9651 §3.1: a List
-/// may be split across field lines, and joining with ", " is the same List), keeping a single
-/// field line. Anything else in the field is replaced.
-fn insert_or_append(headers: &mut HeaderMap, name: &HeaderName, value: HeaderValue) {
-    let joined = headers.get(name).and_then(|old| {
-        if !old.as_bytes().starts_with(b"\"") {
-            return None;
-        }
-        let mut v = Vec::with_capacity(old.len() + 2 + value.len());
-        v.extend_from_slice(old.as_bytes());
-        v.extend_from_slice(b", ");
-        v.extend_from_slice(value.as_bytes());
-        HeaderValue::from_bytes(&v).ok()
-    });
+/// Sets `name` to `value`. With `merge`, when the field already holds lists of policy items
+/// (each line starting with a quoted name, as draft-ietf-httpapi-ratelimit-headers-11 §3 and
+/// §4 define them; an inner ratekeeper layer writes these), the field becomes those lists,
+/// every line of them, followed by `value` (RFC 9651 §3.1: a List may be split across field
+/// lines, and joining with ", " is the same List), on a single field line. Lines that are not
+/// policy lists are dropped.
+fn insert_or_append(headers: &mut HeaderMap, name: &HeaderName, value: HeaderValue, merge: bool) {
+    let joined = merge
+        .then(|| {
+            let mut v = Vec::new();
+            for old in headers.get_all(name) {
+                if old.as_bytes().starts_with(b"\"") {
+                    v.extend_from_slice(old.as_bytes());
+                    v.extend_from_slice(b", ");
+                }
+            }
+            if v.is_empty() {
+                return None;
+            }
+            v.extend_from_slice(value.as_bytes());
+            HeaderValue::from_bytes(&v).ok()
+        })
+        .flatten();
     headers.insert(name.clone(), joined.unwrap_or(value));
 }
 
-/// Writes one policy's limit, remaining and reset (`None`: no reset, the field is removed)
-/// under `names`. When the response already reported a more restrictive state (fewer
-/// remaining, or as many and a later reset), that state is put back: the client sees the
-/// tighter of the two limits.
+/// A reset value at or above this is a Unix time, below it a delta (1e9 s is 2001-09-09,
+/// and 31 years: no window is that long). Lets a layer compare an inner layer's reset
+/// whatever [`ResetFormat`] that one writes.
+const EPOCH_RESET_FROM: u64 = 1_000_000_000;
+
+/// This layer's reset for one policy: the value written, and the same as delta seconds.
+#[derive(Clone, Copy)]
+struct Reset {
+    value: u64,
+    delta: u64,
+}
+
+/// Writes one policy's limit, remaining and reset (`None`: no window, the field is removed)
+/// under `names`, replacing what was there.
+///
+/// With `merge` (a response from the inner service: an inner ratekeeper layer, or a handler
+/// passing on an upstream's headers, may have reported already), an earlier report that is
+/// complete (limit and remaining numbers, reset a number or absent) and more restrictive
+/// (fewer remaining, or as many and a later reset, compared as delta seconds; `now_secs`
+/// gives the Unix time for an earlier reset written as one) is put back, so the client sees
+/// the tighter of the two limits, as one consistent set.
 fn single_policy(
     headers: &mut HeaderMap,
     names: [&HeaderName; 3],
     d: &Decision,
-    reset: Option<u64>,
+    reset: Option<Reset>,
+    merge: bool,
+    now_secs: impl FnOnce() -> u64,
 ) {
     let [limit_name, remaining_name, reset_name] = names;
     let old_limit = headers.insert(limit_name.clone(), number(d.limit().into()));
     let old_remaining = headers.insert(remaining_name.clone(), number(d.remaining().into()));
     let old_reset = match reset {
-        Some(reset) => headers.insert(reset_name.clone(), number(reset)),
+        Some(reset) => headers.insert(reset_name.clone(), number(reset.value)),
         None => headers.remove(reset_name),
     };
-    let Some(prior) = old_remaining.as_ref().and_then(parse_number) else {
+    if !merge {
+        return;
+    }
+    let (Some(_), Some(prior)) = (
+        old_limit.as_ref().and_then(parse_number),
+        old_remaining.as_ref().and_then(parse_number),
+    ) else {
         return;
     };
-    let prior_reset = old_reset.as_ref().and_then(parse_number).unwrap_or(0);
+    let prior_reset = match old_reset.as_ref().map(parse_number) {
+        None => 0,
+        Some(None) => return,
+        Some(Some(at)) if at >= EPOCH_RESET_FROM => at.saturating_sub(now_secs()),
+        Some(Some(delta)) => delta,
+    };
     let mine = u64::from(d.remaining());
-    if prior < mine || (prior == mine && prior_reset > reset.unwrap_or(0)) {
+    if prior < mine || (prior == mine && prior_reset > reset.map_or(0, |r| r.delta)) {
         let restore = [
             (limit_name, old_limit),
             (remaining_name, old_remaining),
@@ -583,6 +625,19 @@ impl Reporter {
         unix_now: impl FnOnce() -> Duration,
         headers: &mut HeaderMap,
     ) {
+        self.write_headers(decisions, policies, pk, unix_now, headers, true);
+    }
+
+    /// [`Reporter::headers`], merging with an earlier report only when `merge`.
+    fn write_headers(
+        &self,
+        decisions: &Decisions,
+        policies: &[usize],
+        pk: Option<&str>,
+        unix_now: impl FnOnce() -> Duration,
+        headers: &mut HeaderMap,
+        merge: bool,
+    ) {
         let Some(d) = decisions
             .deciding()
             .and_then(|i| decisions.as_slice().get(i))
@@ -596,8 +651,14 @@ impl Reporter {
             HeaderStyle::Both => (true, true, false),
             HeaderStyle::None => (false, false, false),
         };
+        // Read at most once, and only for a Unix-time reset.
+        let unix_now = LazyCell::new(unix_now);
+        let delta = ceil_secs(d.reset_after());
         if x {
-            let reset = (!self.windowless).then(|| self.reset_value(d, unix_now));
+            let reset = (!self.windowless).then(|| Reset {
+                value: self.reset_value(d, || *unix_now),
+                delta,
+            });
             single_policy(
                 headers,
                 [
@@ -607,19 +668,26 @@ impl Reporter {
                 ],
                 d,
                 reset,
+                merge,
+                || unix_now.as_secs(),
             );
         }
         if legacy {
-            let reset = (!self.windowless).then(|| ceil_secs(d.reset_after()));
+            let reset = (!self.windowless).then_some(Reset {
+                value: delta,
+                delta,
+            });
             single_policy(
                 headers,
                 [&RATELIMIT_LIMIT, &RATELIMIT_REMAINING, &RATELIMIT_RESET],
                 d,
                 reset,
+                merge,
+                || unix_now.as_secs(),
             );
         }
         if ietf {
-            self.ietf_headers(decisions, policies, pk, headers);
+            self.ietf_headers(decisions, policies, pk, headers, merge);
         }
     }
 
@@ -629,6 +697,7 @@ impl Reporter {
         policies: &[usize],
         pk: Option<&str>,
         headers: &mut HeaderMap,
+        merge: bool,
     ) {
         // The policies this request was charged to (a resolver may pick a subset).
         let every_policy = policies.len() == self.policy_items.len()
@@ -645,7 +714,7 @@ impl Reporter {
             .ok(),
         };
         if let Some(policy) = policy {
-            insert_or_append(headers, &RATELIMIT_POLICY, policy);
+            insert_or_append(headers, &RATELIMIT_POLICY, policy, merge);
         }
         let mut state = String::new();
         let names = policies
@@ -666,7 +735,7 @@ impl Reporter {
             }
         }
         if let Ok(value) = HeaderValue::try_from(state) {
-            insert_or_append(headers, &RATELIMIT, value);
+            insert_or_append(headers, &RATELIMIT, value, merge);
         }
     }
 
@@ -680,8 +749,8 @@ impl Reporter {
         unix_now: impl FnOnce() -> Duration,
     ) -> (StatusCode, HeaderMap, Bytes) {
         let limited = Limited::new(decisions, &self.names, policies, &self.problems);
-        if let Some((retry_after, d)) = self.template_fits(&limited) {
-            return self.limited_from_template(&limited, retry_after, d, unix_now);
+        if let Some((template, retry_after, d)) = self.template_fits(&limited) {
+            return self.limited_from_template(template, &limited, retry_after, d, unix_now);
         }
         let res = match &self.rejection {
             Some(rejection) => rejection.reject(&limited),
@@ -689,7 +758,8 @@ impl Reporter {
         };
         let (parts, body) = res.into_parts();
         let mut headers = parts.headers;
-        self.headers(decisions, policies, pk, unix_now, &mut headers);
+        // The rejection's own rate-limit fields are replaced, not merged with.
+        self.write_headers(decisions, policies, pk, unix_now, &mut headers, false);
         headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
         match limited.retry_after_secs() {
             Some(secs) => {
@@ -707,16 +777,17 @@ impl Reporter {
     /// Whether this 429 is the usual one (default rejection, `X-RateLimit` style, a retry
     /// time, a window), which [`Reporter::limited_from_template`] writes: its `Retry-After`
     /// seconds and the deciding decision.
-    fn template_fits<'l>(&self, limited: &Limited<'l>) -> Option<(u64, &'l Decision)> {
+    fn template_fits<'l>(&self, limited: &Limited<'l>) -> Option<(&HeaderMap, u64, &'l Decision)> {
         if self.style != HeaderStyle::XRateLimit || self.windowless || self.rejection.is_some() {
             return None;
         }
+        let template = self.template_429.as_ref()?;
         let retry_after = limited.retry_after_secs()?;
         let decisions = limited.decisions;
         let d = decisions
             .deciding()
             .and_then(|i| decisions.as_slice().get(i))?;
-        Some((retry_after, d))
+        Some((template, retry_after, d))
     }
 
     /// The usual 429: a clone of [`template_429`] with its four numbers written in place.
@@ -724,13 +795,14 @@ impl Reporter {
     /// (about 900 fewer instructions per 429, measured with `scripts/callgrind_http.sh`).
     fn limited_from_template(
         &self,
+        template: &HeaderMap,
         limited: &Limited<'_>,
         retry_after: u64,
         d: &Decision,
         unix_now: impl FnOnce() -> Duration,
     ) -> (StatusCode, HeaderMap, Bytes) {
         let reset = self.reset_value(d, unix_now);
-        let mut headers = self.template_429.clone();
+        let mut headers = template.clone();
         // The template's fields in order (`template_429`): content type, limit, remaining,
         // reset, cache control, retry after. Written by position: no name is compared.
         let numbers = [
@@ -750,25 +822,33 @@ impl Reporter {
     }
 }
 
-/// The fields of a default 429 in the `X-RateLimit` style, as the general path writes them
-/// (`Content-Type`, the three rate-limit fields, `Cache-Control`, `Retry-After`), with
-/// placeholder numbers.
-fn template_429() -> HeaderMap {
-    let mut headers = HeaderMap::with_capacity(6);
-    headers.insert(
+/// The fields of a default 429 in the `X-RateLimit` style, in the order the general path
+/// writes them, with placeholder numbers. [`Reporter::limited_from_template`] writes its
+/// numbers by position, so this checks, once, that the map iterates in insertion order (it
+/// does for distinct names; `http` does not promise it): `None` otherwise, and every 429
+/// takes the general path.
+fn template_429() -> Option<HeaderMap> {
+    let names = [
         CONTENT_TYPE,
+        X_RATELIMIT_LIMIT.clone(),
+        X_RATELIMIT_REMAINING.clone(),
+        X_RATELIMIT_RESET.clone(),
+        CACHE_CONTROL,
+        RETRY_AFTER,
+    ];
+    let values = [
         HeaderValue::from_static("application/problem+json"),
-    );
-    for name in [
-        &X_RATELIMIT_LIMIT,
-        &X_RATELIMIT_REMAINING,
-        &X_RATELIMIT_RESET,
-    ] {
-        headers.insert(name.clone(), HeaderValue::from_static("0"));
+        HeaderValue::from_static("0"),
+        HeaderValue::from_static("0"),
+        HeaderValue::from_static("0"),
+        HeaderValue::from_static("no-store"),
+        HeaderValue::from_static("0"),
+    ];
+    let mut headers = HeaderMap::with_capacity(names.len());
+    for (name, value) in names.iter().zip(values) {
+        headers.insert(name.clone(), value);
     }
-    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    headers.insert(RETRY_AFTER, HeaderValue::from_static("0"));
-    headers
+    headers.keys().eq(names.iter()).then_some(headers)
 }
 
 /// Header values for 0..SMALL_NUMBERS are made once per process and cloned for free.

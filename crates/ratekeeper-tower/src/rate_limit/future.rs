@@ -280,7 +280,9 @@ where
         }
     }
 
-    /// Calls the inner service with the decisions in the request's extensions.
+    /// Calls the inner service, with the decisions in the request's extensions when the
+    /// layer asks for them ([`request_info`](super::Builder::request_info)) and always for a
+    /// request let through over the limit (shadow mode, fallback).
     fn pass(self, decisions: Decisions) -> Kind<S::Future, S, Request<ReqB>, SF> {
         let Self {
             mut inner,
@@ -290,9 +292,11 @@ where
             limiter,
             ..
         } = self;
-        let names = limiter.reporter().names.clone();
-        req.extensions_mut()
-            .insert(Info::new(names, applied.indices(), decisions.clone()));
+        if limiter.reporter().request_info || !decisions.is_allowed() {
+            let names = limiter.reporter().names.clone();
+            req.extensions_mut()
+                .insert(Info::new(names, applied.indices(), decisions.clone()));
+        }
         let reported = Reported {
             decisions,
             applied,

@@ -136,7 +136,8 @@ impl<K, Co, St, R> Builder<K, Co, St, R> {
     /// extract it). Off, an allowed request costs no extension: about 600 fewer instructions
     /// (one allocation, a map insert, a copy of the decisions) per request, measured with
     /// `scripts/callgrind_http.sh`. Requests let through over the limit (shadow mode,
-    /// fallback) always carry it.
+    /// fallback) always carry it; in shadow mode, requests under the limit carry it only
+    /// when this is on.
     pub fn request_info(mut self, on: bool) -> Self {
         self.options.request_info = on;
         self

@@ -102,7 +102,9 @@ where
         // Only the IETF fields name the policies; the others need no list.
         let policies = match self.reporter.style {
             HeaderStyle::Ietf | HeaderStyle::Both => reported.policies(),
-            _ => smallvec::SmallVec::new(),
+            HeaderStyle::XRateLimit | HeaderStyle::IetfLegacy | HeaderStyle::None => {
+                smallvec::SmallVec::new()
+            }
         };
         self.reporter.headers(
             &reported.decisions,
