@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 DURATION=${DURATION:-6}
 PORT=${PORT:-38181}
 modes=("$@")
-[ ${#modes[@]} -gt 0 ] || modes=(bare noop headers allow allow_info allow_outer reject reject_outer)
+[ ${#modes[@]} -gt 0 ] || modes=(bare noop headers_min headers allow allow_info allow_outer reject reject_outer)
 for tool in valgrind callgrind_control wrk curl; do
     command -v "$tool" >/dev/null || { echo "$tool is required" >&2; exit 1; }
 done

@@ -29,7 +29,7 @@ SERVER_CPU=${SERVER_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
 PORT=${PORT:-38080}
 MODES=("$@")
-[ ${#MODES[@]} -gt 0 ] || MODES=(bare noop headers allow allow_info allow_outer reject reject_outer governor_allow governor_reject)
+[ ${#MODES[@]} -gt 0 ] || MODES=(bare noop headers_min headers allow allow_info allow_outer reject reject_outer governor_allow governor_reject)
 
 for tool in wrk curl taskset bc; do
     command -v "$tool" >/dev/null || { echo "$tool is required" >&2; exit 1; }
