@@ -791,3 +791,97 @@ async fn b20_key_ttl_never_set_sliding_window() {
     assert!(ttl > 0 && ttl <= 119_999, "R3 PTTL {ttl}");
     assert_every_key_has_ttl(&server);
 }
+
+/// Counts the observations of `ratekeeper_store_latency_seconds{outcome="ok"}`.
+#[derive(Default)]
+struct LatencyRecorder(Arc<std::sync::Mutex<Vec<f64>>>);
+
+struct Samples(Arc<std::sync::Mutex<Vec<f64>>>);
+
+impl metrics::HistogramFn for Samples {
+    fn record(&self, value: f64) {
+        self.0.lock().expect("samples").push(value);
+    }
+}
+
+impl metrics::Recorder for LatencyRecorder {
+    fn describe_counter(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_gauge(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_histogram(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn register_counter(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
+        metrics::Counter::noop()
+    }
+    fn register_gauge(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+        metrics::Gauge::noop()
+    }
+    fn register_histogram(
+        &self,
+        key: &metrics::Key,
+        _: &metrics::Metadata<'_>,
+    ) -> metrics::Histogram {
+        let ok = key
+            .labels()
+            .any(|l| l.key() == "outcome" && l.value() == "ok");
+        if key.name() == "ratekeeper_store_latency_seconds" && ok {
+            metrics::Histogram::from_arc(Arc::new(Samples(Arc::clone(&self.0))))
+        } else {
+            metrics::Histogram::noop()
+        }
+    }
+}
+
+/// Every decision's round trip lands in the latency histogram (DESIGN §8). A current-thread
+/// runtime inside `with_local_recorder`, so the store's futures see the test's recorder.
+#[test]
+fn every_redis_decision_is_timed() {
+    let server = RedisServer::start();
+    let recorder = LatencyRecorder::default();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    metrics::with_local_recorder(&recorder, || {
+        runtime.block_on(async {
+            let mut store = RedisStore::builder()
+                .deadline(Duration::from_secs(2))
+                .standalone(&server.url())
+                .await
+                .expect("store");
+            let id = store
+                .register(&Policy::new(
+                    "p",
+                    Quota::per_minute(NonZeroU32::new(10).unwrap()),
+                ))
+                .expect("register");
+            let key = Key::from("timed");
+            for _ in 0..3 {
+                let d = store
+                    .check_async(&[(id, key.clone(), 1)])
+                    .await
+                    .expect("decides");
+                assert!(d.is_allowed());
+            }
+        });
+    });
+    let samples = recorder.0.lock().expect("samples");
+    assert_eq!(samples.len(), 3, "{samples:?}");
+    assert!(samples.iter().all(|s| *s > 0.0 && *s < 2.0), "{samples:?}");
+}

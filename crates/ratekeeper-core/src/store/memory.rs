@@ -3,9 +3,11 @@ use std::future::Ready;
 use std::hash::Hash;
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
+use metrics::{Counter, Gauge};
 use smallvec::SmallVec;
 
 use super::{Charge, Checked, Decisions, PolicyId, Store, StoreError};
@@ -21,8 +23,13 @@ type Hasher = foldhash::fast::RandomState;
 /// Sweeps never run before this many new keys were inserted since the last one.
 const MIN_SWEEP_INSERTS: usize = 4_096;
 
-/// The [`metrics`] counter that counts decisions made on a policy's shared overflow state.
+/// The [`metrics`] counter of decisions made on a policy's shared overflow state (label
+/// `policy`).
 const OVERFLOWED_TOTAL: &str = "ratekeeper_memory_store_overflowed_total";
+/// The [`metrics`] gauge of the keys a policy holds (label `policy`).
+const KEYS: &str = "ratekeeper_memory_store_keys";
+/// The [`metrics`] counter of idle keys swept away (label `policy`).
+const EVICTED_TOTAL: &str = "ratekeeper_memory_store_evicted_total";
 
 /// The in-memory store (the embedded default): one [`DashMap`] per policy, per-key state in
 /// atomics where the algorithm allows (GCRA: one `AtomicU64`, updated by compare-and-swap).
@@ -96,6 +103,11 @@ macro_rules! with_keyed {
 
 struct Keyed<K, A: KeyedAlgorithm> {
     algorithm: A,
+    /// The policy's name, the `policy` label of the metrics.
+    name: Arc<str>,
+    /// Metric handles, registered with the recorder on first use.
+    keys_gauge: OnceLock<Gauge>,
+    overflow_counter: OnceLock<Counter>,
     map: DashMap<K, A::State, Hasher>,
     /// Entries in `map` plus insertions in progress; never above `max_keys`.
     held: AtomicUsize,
@@ -109,9 +121,12 @@ struct Keyed<K, A: KeyedAlgorithm> {
 }
 
 impl<K: Hash + Eq + Clone, A: KeyedAlgorithm> Keyed<K, A> {
-    fn new(algorithm: A, max_keys: usize) -> Self {
+    fn new(algorithm: A, name: &str, max_keys: usize) -> Self {
         Self {
             algorithm,
+            name: name.into(),
+            keys_gauge: OnceLock::new(),
+            overflow_counter: OnceLock::new(),
             map: DashMap::with_hasher(Hasher::default()),
             held: AtomicUsize::new(0),
             max_keys,
@@ -157,7 +172,11 @@ impl<K: Hash + Eq + Clone, A: KeyedAlgorithm> Keyed<K, A> {
             self.after_insert(now);
             if !self.reserve() {
                 self.overflowed.fetch_add(1, Ordering::Relaxed);
-                metrics::counter!(OVERFLOWED_TOTAL).increment(1);
+                self.overflow_counter
+                    .get_or_init(
+                        || metrics::counter!(OVERFLOWED_TOTAL, "policy" => self.name.to_string()),
+                    )
+                    .increment(1);
                 return self.algorithm.check(&self.overflow, now, cost);
             }
         }
@@ -169,6 +188,7 @@ impl<K: Hash + Eq + Clone, A: KeyedAlgorithm> Keyed<K, A> {
             }
             Entry::Vacant(vacant) => {
                 let state = vacant.insert(A::State::default());
+                self.keys_gauge().increment(1.0);
                 self.algorithm.check(&state, now, cost)
             }
         };
@@ -209,7 +229,14 @@ impl<K: Hash + Eq + Clone, A: KeyedAlgorithm> Keyed<K, A> {
     fn remove(&self, key: &K) {
         if self.map.remove(key).is_some() {
             self.release(1);
+            self.keys_gauge().decrement(1.0);
         }
+    }
+
+    /// The keys-held gauge (see [`KEYS`]).
+    fn keys_gauge(&self) -> &Gauge {
+        self.keys_gauge
+            .get_or_init(|| metrics::gauge!(KEYS, "policy" => self.name.to_string()))
     }
 
     fn after_insert(&self, now: u64) {
@@ -236,6 +263,13 @@ impl<K: Hash + Eq + Clone, A: KeyedAlgorithm> Keyed<K, A> {
             keep
         });
         self.release(removed);
+        if removed > 0 {
+            // Precision: a gauge is an f64; key counts stay far below 2^53.
+            #[allow(clippy::cast_precision_loss)]
+            self.keys_gauge().decrement(removed as f64);
+            metrics::counter!(EVICTED_TOTAL, "policy" => self.name.to_string())
+                .increment(removed as u64);
+        }
         self.kept_by_last_sweep
             .store(self.map.len(), Ordering::Relaxed);
         self.inserts_since_sweep.store(0, Ordering::Relaxed);
@@ -473,22 +507,34 @@ where
         policy.validate()?;
         let quota = policy.quota();
         let slot = match policy.algorithm() {
-            Algorithm::Gcra => Slot::Gcra(Keyed::new(Gcra::new(quota), self.max_keys)),
-            Algorithm::LeakyBucket => {
-                Slot::LeakyBucket(Keyed::new(LeakyBucket::new(quota), self.max_keys))
+            Algorithm::Gcra => {
+                Slot::Gcra(Keyed::new(Gcra::new(quota), policy.name(), self.max_keys))
             }
-            Algorithm::FixedWindow => {
-                Slot::FixedWindow(Keyed::new(FixedWindow::new(quota), self.max_keys))
-            }
-            Algorithm::SlidingLog => {
-                Slot::SlidingLog(Keyed::new(SlidingLog::new(quota), self.max_keys))
-            }
-            Algorithm::SlidingWindow => {
-                Slot::SlidingWindow(Keyed::new(SlidingWindow::new(quota), self.max_keys))
-            }
-            Algorithm::Concurrency => {
-                Slot::Concurrency(Keyed::new(Concurrency::new(quota), self.max_keys))
-            }
+            Algorithm::LeakyBucket => Slot::LeakyBucket(Keyed::new(
+                LeakyBucket::new(quota),
+                policy.name(),
+                self.max_keys,
+            )),
+            Algorithm::FixedWindow => Slot::FixedWindow(Keyed::new(
+                FixedWindow::new(quota),
+                policy.name(),
+                self.max_keys,
+            )),
+            Algorithm::SlidingLog => Slot::SlidingLog(Keyed::new(
+                SlidingLog::new(quota),
+                policy.name(),
+                self.max_keys,
+            )),
+            Algorithm::SlidingWindow => Slot::SlidingWindow(Keyed::new(
+                SlidingWindow::new(quota),
+                policy.name(),
+                self.max_keys,
+            )),
+            Algorithm::Concurrency => Slot::Concurrency(Keyed::new(
+                Concurrency::new(quota),
+                policy.name(),
+                self.max_keys,
+            )),
         };
         let index = u32::try_from(self.policies.len())
             .map_err(|_| StoreError::UnknownPolicy(PolicyId::from_index(u32::MAX)))?;
@@ -948,6 +994,96 @@ mod tests {
         // Key 0 is stored; keys 1, 2 and 3 go to the overflow state.
         assert_eq!(s.overflowed(), 3);
         assert_eq!(hits.load(Ordering::Relaxed), 3);
+    }
+
+    /// Holds the keys gauge and the evictions counter of policy "p".
+    #[derive(Default)]
+    struct KeysRecorder {
+        keys: Arc<std::sync::atomic::AtomicU64>,
+        evicted: Arc<std::sync::atomic::AtomicU64>,
+    }
+
+    impl KeysRecorder {
+        fn keys(&self) -> f64 {
+            f64::from_bits(self.keys.load(Ordering::Relaxed))
+        }
+    }
+
+    impl metrics::Recorder for KeysRecorder {
+        fn describe_counter(
+            &self,
+            _: metrics::KeyName,
+            _: Option<metrics::Unit>,
+            _: metrics::SharedString,
+        ) {
+        }
+        fn describe_gauge(
+            &self,
+            _: metrics::KeyName,
+            _: Option<metrics::Unit>,
+            _: metrics::SharedString,
+        ) {
+        }
+        fn describe_histogram(
+            &self,
+            _: metrics::KeyName,
+            _: Option<metrics::Unit>,
+            _: metrics::SharedString,
+        ) {
+        }
+        fn register_counter(
+            &self,
+            key: &metrics::Key,
+            _: &metrics::Metadata<'_>,
+        ) -> metrics::Counter {
+            let policy_p = key
+                .labels()
+                .any(|l| l.key() == "policy" && l.value() == "p");
+            if key.name() == EVICTED_TOTAL && policy_p {
+                metrics::Counter::from_arc(Arc::clone(&self.evicted))
+            } else {
+                metrics::Counter::noop()
+            }
+        }
+        fn register_gauge(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+            let policy_p = key
+                .labels()
+                .any(|l| l.key() == "policy" && l.value() == "p");
+            if key.name() == KEYS && policy_p {
+                metrics::Gauge::from_arc(Arc::clone(&self.keys))
+            } else {
+                metrics::Gauge::noop()
+            }
+        }
+        fn register_histogram(
+            &self,
+            _: &metrics::Key,
+            _: &metrics::Metadata<'_>,
+        ) -> metrics::Histogram {
+            metrics::Histogram::noop()
+        }
+    }
+
+    #[test]
+    fn keys_held_and_evictions_are_in_metrics() {
+        let recorder = KeysRecorder::default();
+        let (mut s, clock) = store();
+        let p = s.register(&Policy::new("p", q(10, 1))).unwrap();
+        metrics::with_local_recorder(&recorder, || {
+            for k in 0..5 {
+                s.check_now(&[Charge::new(p, &Key::Int(k), 1)]).unwrap();
+            }
+            // An existing key adds nothing.
+            s.check_now(&[Charge::new(p, &Key::Int(0), 1)]).unwrap();
+            assert_eq!(recorder.keys(), 5.0);
+            s.reset(p, &Key::Int(4));
+            assert_eq!(recorder.keys(), 4.0);
+            clock.advance(Duration::from_secs(2));
+            s.sweep();
+        });
+        assert_eq!(s.len(), 0);
+        assert_eq!(recorder.keys(), 0.0);
+        assert_eq!(recorder.evicted.load(Ordering::Relaxed), 4);
     }
 
     #[test]

@@ -45,6 +45,9 @@
 //! the same or overridden policies decides) or [`OnFailure::Degrade`] (the degraded-response
 //! fallback serves the request). Each such decision is counted ([`RedisStats::degraded`] and
 //! the `ratekeeper_store_degraded_total` counter of the [`metrics`] crate, label `action`).
+//! Every decision's round trip is timed in the `ratekeeper_store_latency_seconds` histogram
+//! (label `outcome`: `ok` or `error`, a timeout included), and every failure counted in
+//! `ratekeeper_store_errors_total`.
 //!
 //! A **circuit breaker** opens after 3 failures in a row: for the next 500 ms (configurable)
 //! decisions go straight to the failure policy without waiting on Redis; then one request
@@ -657,10 +660,16 @@ impl RedisStore {
         let this = self.handle();
         Checked::Pending(Box::pin(async move {
             let run = this.shared.run(&groups, charges.len());
+            let started = std::time::Instant::now();
             let result = match tokio::time::timeout(this.shared.deadline, run).await {
                 Ok(result) => result,
                 Err(_) => Err(StoreError::Timeout),
             };
+            metrics::histogram!(
+                "ratekeeper_store_latency_seconds",
+                "outcome" => if result.is_ok() { "ok" } else { "error" }
+            )
+            .record(started.elapsed().as_secs_f64());
             match result {
                 Ok(decisions) => {
                     this.shared.breaker.success();
