@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use axum::Router;
 use http::Request;
+use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use ratekeeper_axum::core::clock::ManualClock;
 use ratekeeper_axum::core::store::redis::{OwnedCharge, RedisStore, RedisStoreBuilder};
 use ratekeeper_axum::core::store::{Charge, Decisions, MemoryStore, PolicyId, Store};
@@ -792,68 +793,13 @@ async fn b20_key_ttl_never_set_sliding_window() {
     assert_every_key_has_ttl(&server);
 }
 
-/// Counts the observations of `ratekeeper_store_latency_seconds{outcome="ok"}`.
-#[derive(Default)]
-struct LatencyRecorder(Arc<std::sync::Mutex<Vec<f64>>>);
-
-struct Samples(Arc<std::sync::Mutex<Vec<f64>>>);
-
-impl metrics::HistogramFn for Samples {
-    fn record(&self, value: f64) {
-        self.0.lock().expect("samples").push(value);
-    }
-}
-
-impl metrics::Recorder for LatencyRecorder {
-    fn describe_counter(
-        &self,
-        _: metrics::KeyName,
-        _: Option<metrics::Unit>,
-        _: metrics::SharedString,
-    ) {
-    }
-    fn describe_gauge(
-        &self,
-        _: metrics::KeyName,
-        _: Option<metrics::Unit>,
-        _: metrics::SharedString,
-    ) {
-    }
-    fn describe_histogram(
-        &self,
-        _: metrics::KeyName,
-        _: Option<metrics::Unit>,
-        _: metrics::SharedString,
-    ) {
-    }
-    fn register_counter(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
-        metrics::Counter::noop()
-    }
-    fn register_gauge(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
-        metrics::Gauge::noop()
-    }
-    fn register_histogram(
-        &self,
-        key: &metrics::Key,
-        _: &metrics::Metadata<'_>,
-    ) -> metrics::Histogram {
-        let ok = key
-            .labels()
-            .any(|l| l.key() == "outcome" && l.value() == "ok");
-        if key.name() == "ratekeeper_store_latency_seconds" && ok {
-            metrics::Histogram::from_arc(Arc::new(Samples(Arc::clone(&self.0))))
-        } else {
-            metrics::Histogram::noop()
-        }
-    }
-}
-
 /// Every decision's round trip lands in the latency histogram (DESIGN §8). A current-thread
 /// runtime inside `with_local_recorder`, so the store's futures see the test's recorder.
 #[test]
 fn every_redis_decision_is_timed() {
     let server = RedisServer::start();
-    let recorder = LatencyRecorder::default();
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -881,7 +827,26 @@ fn every_redis_decision_is_timed() {
             }
         });
     });
-    let samples = recorder.0.lock().expect("samples");
+    let samples: Vec<f64> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter_map(|(key, _, _, value)| {
+            let key = key.key();
+            let ok = key
+                .labels()
+                .any(|l| l.key() == "outcome" && l.value() == "ok");
+            match value {
+                DebugValue::Histogram(v)
+                    if key.name() == "ratekeeper_store_latency_seconds" && ok =>
+                {
+                    Some(v.into_iter().map(|s| s.into_inner()))
+                }
+                _ => None,
+            }
+        })
+        .flatten()
+        .collect();
     assert_eq!(samples.len(), 3, "{samples:?}");
     assert!(samples.iter().all(|s| *s > 0.0 && *s < 2.0), "{samples:?}");
 }

@@ -592,6 +592,9 @@ mod tests {
     use super::*;
     use crate::clock::ManualClock;
     use crate::{Key, Quota};
+    use std::collections::HashMap;
+
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
     use std::num::NonZeroU32;
     use std::sync::Arc;
     use std::time::Duration;
@@ -931,58 +934,26 @@ mod tests {
         assert_eq!(s.overflowed(), 4);
     }
 
-    /// Counts increments of the overflow counter (a `metrics` recorder for this test only).
-    struct OverflowRecorder(Arc<std::sync::atomic::AtomicU64>);
-
-    impl metrics::Recorder for OverflowRecorder {
-        fn describe_counter(
-            &self,
-            _: metrics::KeyName,
-            _: Option<metrics::Unit>,
-            _: metrics::SharedString,
-        ) {
-        }
-        fn describe_gauge(
-            &self,
-            _: metrics::KeyName,
-            _: Option<metrics::Unit>,
-            _: metrics::SharedString,
-        ) {
-        }
-        fn describe_histogram(
-            &self,
-            _: metrics::KeyName,
-            _: Option<metrics::Unit>,
-            _: metrics::SharedString,
-        ) {
-        }
-        fn register_counter(
-            &self,
-            key: &metrics::Key,
-            _: &metrics::Metadata<'_>,
-        ) -> metrics::Counter {
-            if key.name() == OVERFLOWED_TOTAL {
-                metrics::Counter::from_arc(Arc::clone(&self.0))
-            } else {
-                metrics::Counter::noop()
-            }
-        }
-        fn register_gauge(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
-            metrics::Gauge::noop()
-        }
-        fn register_histogram(
-            &self,
-            _: &metrics::Key,
-            _: &metrics::Metadata<'_>,
-        ) -> metrics::Histogram {
-            metrics::Histogram::noop()
-        }
+    /// The metrics of policy "p" that changed since the previous snapshot (the debugging
+    /// recorder reports each counter and gauge by its change), by name.
+    fn changed(snapshotter: &Snapshotter) -> HashMap<String, DebugValue> {
+        snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .filter(|(key, ..)| {
+                key.key()
+                    .labels()
+                    .any(|l| l.key() == "policy" && l.value() == "p")
+            })
+            .map(|(key, _, _, value)| (key.key().name().to_owned(), value))
+            .collect()
     }
 
     #[test]
     fn overflow_decisions_are_counted_in_metrics() {
-        let hits = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let recorder = OverflowRecorder(Arc::clone(&hits));
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
         let mut s = MemoryStore::with_clock(ManualClock::new())
             .with_max_keys(NonZeroUsize::new(1).unwrap());
         let p = s.register(&Policy::new("p", q(5, 60))).unwrap();
@@ -993,80 +964,17 @@ mod tests {
         });
         // Key 0 is stored; keys 1, 2 and 3 go to the overflow state.
         assert_eq!(s.overflowed(), 3);
-        assert_eq!(hits.load(Ordering::Relaxed), 3);
-    }
-
-    /// Holds the keys gauge and the evictions counter of policy "p".
-    #[derive(Default)]
-    struct KeysRecorder {
-        keys: Arc<std::sync::atomic::AtomicU64>,
-        evicted: Arc<std::sync::atomic::AtomicU64>,
-    }
-
-    impl KeysRecorder {
-        fn keys(&self) -> f64 {
-            f64::from_bits(self.keys.load(Ordering::Relaxed))
-        }
-    }
-
-    impl metrics::Recorder for KeysRecorder {
-        fn describe_counter(
-            &self,
-            _: metrics::KeyName,
-            _: Option<metrics::Unit>,
-            _: metrics::SharedString,
-        ) {
-        }
-        fn describe_gauge(
-            &self,
-            _: metrics::KeyName,
-            _: Option<metrics::Unit>,
-            _: metrics::SharedString,
-        ) {
-        }
-        fn describe_histogram(
-            &self,
-            _: metrics::KeyName,
-            _: Option<metrics::Unit>,
-            _: metrics::SharedString,
-        ) {
-        }
-        fn register_counter(
-            &self,
-            key: &metrics::Key,
-            _: &metrics::Metadata<'_>,
-        ) -> metrics::Counter {
-            let policy_p = key
-                .labels()
-                .any(|l| l.key() == "policy" && l.value() == "p");
-            if key.name() == EVICTED_TOTAL && policy_p {
-                metrics::Counter::from_arc(Arc::clone(&self.evicted))
-            } else {
-                metrics::Counter::noop()
-            }
-        }
-        fn register_gauge(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
-            let policy_p = key
-                .labels()
-                .any(|l| l.key() == "policy" && l.value() == "p");
-            if key.name() == KEYS && policy_p {
-                metrics::Gauge::from_arc(Arc::clone(&self.keys))
-            } else {
-                metrics::Gauge::noop()
-            }
-        }
-        fn register_histogram(
-            &self,
-            _: &metrics::Key,
-            _: &metrics::Metadata<'_>,
-        ) -> metrics::Histogram {
-            metrics::Histogram::noop()
-        }
+        assert_eq!(
+            changed(&snapshotter).get(OVERFLOWED_TOTAL),
+            Some(&DebugValue::Counter(3))
+        );
     }
 
     #[test]
     fn keys_held_and_evictions_are_in_metrics() {
-        let recorder = KeysRecorder::default();
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let keys = |n: f64| DebugValue::Gauge(n.into());
         let (mut s, clock) = store();
         let p = s.register(&Policy::new("p", q(10, 1))).unwrap();
         metrics::with_local_recorder(&recorder, || {
@@ -1075,15 +983,16 @@ mod tests {
             }
             // An existing key adds nothing.
             s.check_now(&[Charge::new(p, &Key::Int(0), 1)]).unwrap();
-            assert_eq!(recorder.keys(), 5.0);
+            assert_eq!(changed(&snapshotter).get(KEYS), Some(&keys(5.0)));
             s.reset(p, &Key::Int(4));
-            assert_eq!(recorder.keys(), 4.0);
+            assert_eq!(changed(&snapshotter).get(KEYS), Some(&keys(-1.0)));
             clock.advance(Duration::from_secs(2));
             s.sweep();
         });
         assert_eq!(s.len(), 0);
-        assert_eq!(recorder.keys(), 0.0);
-        assert_eq!(recorder.evicted.load(Ordering::Relaxed), 4);
+        let swept = changed(&snapshotter);
+        assert_eq!(swept.get(KEYS), Some(&keys(-4.0)));
+        assert_eq!(swept.get(EVICTED_TOTAL), Some(&DebugValue::Counter(4)));
     }
 
     #[test]

@@ -273,43 +273,29 @@ mod tests {
     use std::future::{Future, Ready, ready};
     use std::num::NonZeroU32;
     use std::pin::pin;
-    use std::sync::atomic::{AtomicU64, Ordering};
     use std::task::Waker;
 
-    use metrics::{Counter, Gauge, Histogram, KeyName, Metadata, SharedString, Unit};
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
     use ratekeeper_core::Quota;
     use tower::service_fn;
 
     use super::*;
     use crate::GlobalKey;
 
-    /// Counts `ratekeeper_degraded_total{policy="default"}`.
-    struct Recorder(Arc<AtomicU64>);
-
-    impl metrics::Recorder for Recorder {
-        fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-        fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-        fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-
-        fn register_counter(&self, key: &metrics::Key, _: &Metadata<'_>) -> Counter {
-            let policy = key
-                .labels()
-                .find(|l| l.key() == "policy")
-                .map(|l| l.value().to_owned());
-            if key.name() == "ratekeeper_degraded_total" && policy.as_deref() == Some("default") {
-                Counter::from_arc(Arc::clone(&self.0))
-            } else {
-                Counter::noop()
-            }
-        }
-
-        fn register_gauge(&self, _: &metrics::Key, _: &Metadata<'_>) -> Gauge {
-            Gauge::noop()
-        }
-
-        fn register_histogram(&self, _: &metrics::Key, _: &Metadata<'_>) -> Histogram {
-            Histogram::noop()
-        }
+    /// `ratekeeper_degraded_total{policy="default"}` from a debugging recorder.
+    fn degraded(snapshotter: &Snapshotter) -> Option<DebugValue> {
+        snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .find(|(key, ..)| {
+                let key = key.key();
+                key.name() == "ratekeeper_degraded_total"
+                    && key
+                        .labels()
+                        .any(|l| l.key() == "policy" && l.value() == "default")
+            })
+            .map(|(.., value)| value)
     }
 
     fn answer(
@@ -320,8 +306,8 @@ mod tests {
 
     #[test]
     fn degraded_responses_are_marked_and_counted() {
-        let count = Arc::new(AtomicU64::new(0));
-        let recorder = Recorder(Arc::clone(&count));
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
         let layer = RateLimitLayer::builder()
             .quota(Quota::per_minute(NonZeroU32::MIN))
             .key(GlobalKey)
@@ -353,7 +339,7 @@ mod tests {
                 assert_eq!(frame.into_data().unwrap(), want);
             }
         });
-        assert_eq!(count.load(Ordering::SeqCst), 2);
+        assert_eq!(degraded(&snapshotter), Some(DebugValue::Counter(2)));
     }
 
     #[test]

@@ -69,59 +69,37 @@ mod tests {
     use std::future::{Future, Ready, ready};
     use std::num::NonZeroU32;
     use std::pin::pin;
-    use std::sync::Mutex;
-    use std::sync::atomic::{AtomicU64, Ordering};
     use std::task::{Context, Poll, Waker};
 
     use http::{Request, Response};
-    use metrics::{Gauge, Histogram, KeyName, Metadata, SharedString, Unit};
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
     use ratekeeper_core::{Policy, Quota};
     use tower::{Layer, Service, service_fn};
 
     use super::*;
     use crate::{GlobalKey, RateLimitLayer};
 
-    /// Counts every `ratekeeper_decisions_total` series by `(policy, outcome)`.
-    #[derive(Default)]
-    struct Recorder(Mutex<HashMap<(String, String), Arc<AtomicU64>>>);
-
-    impl Recorder {
-        fn count(&self, policy: &str, outcome: &str) -> u64 {
-            let series = self.0.lock().unwrap();
-            series
-                .get(&(policy.to_owned(), outcome.to_owned()))
-                .map_or(0, |c| c.load(Ordering::SeqCst))
-        }
-    }
-
-    impl metrics::Recorder for Recorder {
-        fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-        fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-        fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
-
-        fn register_counter(&self, key: &metrics::Key, _: &Metadata<'_>) -> Counter {
-            if key.name() != DECISIONS_TOTAL {
-                return Counter::noop();
-            }
-            let label = |name: &str| {
-                key.labels()
-                    .find(|l| l.key() == name)
-                    .map_or_else(String::new, |l| l.value().to_owned())
-            };
-            let mut series = self.0.lock().unwrap();
-            let counter = series
-                .entry((label("policy"), label("outcome")))
-                .or_default();
-            Counter::from_arc(Arc::clone(counter))
-        }
-
-        fn register_gauge(&self, _: &metrics::Key, _: &Metadata<'_>) -> Gauge {
-            Gauge::noop()
-        }
-
-        fn register_histogram(&self, _: &metrics::Key, _: &Metadata<'_>) -> Histogram {
-            Histogram::noop()
-        }
+    /// `ratekeeper_decisions_total` by `(policy, outcome)`, from a debugging recorder.
+    fn decisions(snapshotter: &Snapshotter) -> HashMap<(String, String), u64> {
+        let label = |key: &metrics::Key, name: &str| {
+            key.labels()
+                .find(|l| l.key() == name)
+                .map_or_else(String::new, |l| l.value().to_owned())
+        };
+        snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .filter_map(|(key, _, _, value)| {
+                let key = key.key();
+                match value {
+                    DebugValue::Counter(n) if key.name() == DECISIONS_TOTAL => {
+                        Some(((label(key, "policy"), label(key, "outcome")), n))
+                    }
+                    _ => None,
+                }
+            })
+            .collect()
     }
 
     fn ok(_req: Request<()>) -> Ready<Result<Response<String>, Infallible>> {
@@ -130,7 +108,8 @@ mod tests {
 
     #[test]
     fn decisions_are_counted_by_policy_and_outcome() {
-        let recorder = Recorder::default();
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
         // Built before the recorder is installed: handles are registered at first use.
         let layer = RateLimitLayer::builder()
             .policy(Policy::new(
@@ -155,12 +134,19 @@ mod tests {
                 assert_eq!(res.status(), want);
             }
         });
-        assert_eq!(recorder.count("burst", "allowed"), 2);
-        assert_eq!(recorder.count("burst", "denied"), 1);
+        let counts = decisions(&snapshotter);
+        let count = |policy: &str, outcome: &str| {
+            counts
+                .get(&(policy.to_owned(), outcome.to_owned()))
+                .copied()
+                .unwrap_or(0)
+        };
+        assert_eq!(count("burst", "allowed"), 2);
+        assert_eq!(count("burst", "denied"), 1);
         // Each policy's own decision: "daily" would have passed the third request too (it
         // was not charged, all or nothing).
-        assert_eq!(recorder.count("daily", "allowed"), 3);
-        assert_eq!(recorder.count("daily", "denied"), 0);
-        assert_eq!(recorder.count("burst", "cannot_fit"), 0);
+        assert_eq!(count("daily", "allowed"), 3);
+        assert_eq!(count("daily", "denied"), 0);
+        assert_eq!(count("burst", "cannot_fit"), 0);
     }
 }
