@@ -1177,25 +1177,21 @@ mod tests {
                     .to_owned()
             })
         };
-        // Inner reported fewer remaining: it stays.
-        let mut h = HeaderMap::new();
-        report(2, 30, &mut h);
-        report(5, 60, &mut h);
-        assert_eq!(fields(&h), ["10", "2", "30"]);
-        // Inner reported more remaining: this layer's state replaces it.
-        let mut h = HeaderMap::new();
-        report(7, 30, &mut h);
-        report(5, 60, &mut h);
-        assert_eq!(fields(&h), ["10", "5", "60"]);
-        // As many remaining: the later reset wins, whichever layer wrote it.
-        let mut h = HeaderMap::new();
-        report(5, 90, &mut h);
-        report(5, 60, &mut h);
-        assert_eq!(fields(&h), ["10", "5", "90"]);
-        let mut h = HeaderMap::new();
-        report(5, 30, &mut h);
-        report(5, 60, &mut h);
-        assert_eq!(fields(&h), ["10", "5", "60"]);
+        // (inner remaining, inner reset) then this layer's (5, 60): what the response says.
+        for (inner, want) in [
+            // Inner reported fewer remaining: it stays.
+            ((2, 30), ["10", "2", "30"]),
+            // Inner reported more remaining: this layer's state replaces it.
+            ((7, 30), ["10", "5", "60"]),
+            // As many remaining: the later reset wins, whichever layer wrote it.
+            ((5, 90), ["10", "5", "90"]),
+            ((5, 30), ["10", "5", "60"]),
+        ] {
+            let mut h = HeaderMap::new();
+            report(inner.0, inner.1, &mut h);
+            report(5, 60, &mut h);
+            assert_eq!(fields(&h), want, "inner {inner:?}");
+        }
         // A field that is not a number is replaced.
         let mut h = HeaderMap::new();
         h.insert(
