@@ -592,6 +592,12 @@ impl Reporter {
         }
     }
 
+    /// Whether a request let through with `decisions` carries an [`Info`](crate::info::Info):
+    /// when the layer asks for it, and always over the limit (shadow mode, fallback).
+    pub(crate) fn wants_info(&self, decisions: &Decisions) -> bool {
+        self.request_info || !decisions.is_allowed()
+    }
+
     /// The `pk` parameter for `key`, when partition keys are on and an IETF style is used.
     pub(crate) fn pk(&self, key: &Key) -> Option<Arc<str>> {
         match self.style {

@@ -292,7 +292,7 @@ where
             limiter,
             ..
         } = self;
-        if limiter.reporter().request_info || !decisions.is_allowed() {
+        if limiter.reporter().wants_info(&decisions) {
             let names = limiter.reporter().names.clone();
             req.extensions_mut()
                 .insert(Info::new(names, applied.indices(), decisions.clone()));

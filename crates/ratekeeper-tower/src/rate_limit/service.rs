@@ -177,7 +177,7 @@ where
             Checked::Ready(Ok(decisions)) => {
                 shared.meter.record(&applied, &decisions);
                 if decisions.is_allowed() && decisions.delay().is_zero() {
-                    if shared.reporter.request_info {
+                    if shared.reporter.wants_info(&decisions) {
                         req.extensions_mut().insert(Info::new(
                             shared.reporter.names.clone(),
                             applied.indices(),
