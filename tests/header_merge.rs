@@ -16,7 +16,7 @@ use axum::response::IntoResponse;
 use bytes::Bytes;
 use ratekeeper_axum::core::clock::ManualClock;
 use ratekeeper_axum::core::store::{
-    Charge, Checked, Decisions, MemoryStore, PolicyId, Store, StoreError,
+    Charge, Checked, Decisions, MemoryStore, PolicyId, Refund, Store, StoreError,
 };
 use ratekeeper_axum::rate_limit::Mode;
 use ratekeeper_axum::report::{HeaderStyle, Limited, ProblemJson, ResetFormat};
@@ -260,7 +260,7 @@ impl Store<Key> for PendingStore {
     fn check(&self, charges: &[Charge<'_, Key>]) -> Checked<Self::Future> {
         Checked::Pending(ready(self.0.check_now(charges)))
     }
-    fn refund(&self, charges: &[Charge<'_, Key>]) {
+    fn refund(&self, charges: &[Refund<'_, Key>]) {
         self.0.refund(charges);
     }
 }

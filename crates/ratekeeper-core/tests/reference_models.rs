@@ -8,7 +8,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use ratekeeper_core::algorithm::{Concurrency, LeakyBucket, SlidingLog, SlidingLogState};
 use ratekeeper_core::clock::ManualClock;
-use ratekeeper_core::store::{Charge, MemoryStore, PolicyId, Store};
+use ratekeeper_core::store::{Charge, MemoryStore, PolicyId, Receipt, Refund, Store};
 use ratekeeper_core::{Algorithm, Decision, Key, Outcome, Policy, Quota};
 
 /// A reference model: the simplest code that is obviously right. `decide` is derived from
@@ -548,7 +548,7 @@ proptest! {
             let permits = held.entry(k).or_default();
             if release {
                 if let Some(c) = permits.pop() {
-                    store.refund(&[Charge::new(id, &key, c)]);
+                    store.refund(&[Refund::new(Charge::new(id, &key, c), Receipt::NONE)]);
                 }
                 continue;
             }
@@ -623,7 +623,7 @@ proptest! {
                 if let Some(r) = d.retry_after() {
                     prop_assert!(r > Duration::ZERO, "{}: retry_after 0", algorithm);
                 }
-                store.refund(&[Charge::new(id, &Key::Global, cost)]);
+                store.refund(&[Refund::new(Charge::new(id, &Key::Global, cost), Receipt::NONE)]);
                 store.sweep();
             }
             let bucket = LeakyBucket::new(&q);

@@ -8,7 +8,7 @@ use std::num::NonZeroU32;
 
 use http::{Request, Response, StatusCode};
 use ratekeeper_core::store::{
-    Charge, Checked, Decisions, FailureAction, PolicyId, Store, StoreDegraded, StoreError,
+    Charge, Checked, Decisions, FailureAction, PolicyId, Refund, Store, StoreDegraded, StoreError,
 };
 use ratekeeper_core::{Key, Policy, Quota};
 use ratekeeper_tower::{GlobalKey, RateLimitLayer};
@@ -35,7 +35,7 @@ impl Store<Key> for Failing {
         Checked::Ready(failed(self.0))
     }
 
-    fn refund(&self, _charges: &[Charge<'_, Key>]) {}
+    fn refund(&self, _refunds: &[Refund<'_, Key>]) {}
 }
 
 /// A store whose check is a future (like a networked store) that then fails.
@@ -52,7 +52,7 @@ impl Store<Key> for FailingLater {
         Checked::Pending(std::future::ready(failed(self.0)))
     }
 
-    fn refund(&self, _charges: &[Charge<'_, Key>]) {}
+    fn refund(&self, _refunds: &[Refund<'_, Key>]) {}
 }
 
 /// Status, whether rate-limit headers were sent, and the body (the inner service echoes the

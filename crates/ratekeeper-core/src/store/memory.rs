@@ -10,7 +10,7 @@ use dashmap::mapref::entry::Entry;
 use metrics::{Counter, Gauge};
 use smallvec::SmallVec;
 
-use super::{Charge, Checked, Decisions, PolicyId, Store, StoreError};
+use super::{Charge, Checked, Decisions, PolicyId, Refund, Store, StoreError};
 use crate::algorithm::{
     Concurrency, FixedWindow, Gcra, KeyedAlgorithm, LeakyBucket, Reserved, SlidingLog,
     SlidingWindow,
@@ -557,9 +557,10 @@ where
         Checked::Ready(self.reserve_now(charges, max_wait))
     }
 
-    fn refund(&self, charges: &[Charge<'_, K>]) {
+    fn refund(&self, refunds: &[Refund<'_, K>]) {
         let now = self.clock.now();
-        for c in charges {
+        for r in refunds {
+            let c = r.charge;
             if let Ok(slot) = self.slot(c.policy) {
                 with_keyed!(slot, k => k.refund(c.key, now, c.cost));
             }
@@ -591,6 +592,7 @@ impl<K, C: fmt::Debug> fmt::Debug for MemoryStore<K, C> {
 mod tests {
     use super::*;
     use crate::clock::ManualClock;
+    use crate::store::Receipt;
     use crate::{Key, Quota};
     use std::collections::HashMap;
 
@@ -663,7 +665,7 @@ mod tests {
             assert_eq!(d.retry_after(), Some(Duration::from_millis(500)));
         }
         // A dropped reservation is refunded: the next one takes its turn.
-        s.refund(&c);
+        s.refund(&[Refund::new(c[0], Receipt::NONE)]);
         assert_eq!(reserve(&s, &c).delay(), Duration::from_millis(2_000));
         clock.advance(Duration::from_millis(500));
         // Half a second later the next turn (2.5 s) is within 2 s again.

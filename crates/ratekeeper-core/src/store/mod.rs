@@ -79,23 +79,110 @@ impl<'a, K: ?Sized> Charge<'a, K> {
     }
 }
 
-/// The decisions for a list of charges, in the same order. Inline up to 4 policies.
+/// What an allowed charge took, so that a refund gives back only what that charge still
+/// holds (a refund after the window closed, the log entry expired or the bucket drained gives
+/// back nothing; a refund never frees a slot booked by a later reservation).
+///
+/// The stamp is the store's, in the store's time unit, and means, per algorithm:
+///
+/// | algorithm | stamp |
+/// |---|---|
+/// | GCRA, leaky bucket | the TAT right after this charge (the end of the slot it took) |
+/// | fixed window, sliding window counter | the index of the window the charge counted in |
+/// | sliding log | the time of the log entry the charge added |
+/// | concurrency | unused (a permit is the same whenever it was taken) |
+///
+/// [`Receipt::NONE`] is the receipt of a denied charge (which took nothing) and of a charge
+/// whose store did not say; refunding it gives back nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Receipt(Option<u64>);
+
+impl Receipt {
+    /// Took nothing: a refund of it gives back nothing.
+    pub const NONE: Receipt = Receipt(None);
+
+    /// A receipt with the store's stamp (see the table above).
+    pub const fn new(stamp: u64) -> Self {
+        Self(Some(stamp))
+    }
+
+    /// The stamp, `None` for [`Receipt::NONE`].
+    pub const fn stamp(self) -> Option<u64> {
+        self.0
+    }
+
+    /// Whether the charge took something that a refund could give back.
+    pub const fn is_some(self) -> bool {
+        self.0.is_some()
+    }
+}
+
+/// A charge to give back: the charge as it was made and the receipt its decision carried
+/// ([`Decisions::receipts`]).
+#[derive(Debug)]
+pub struct Refund<'a, K: ?Sized> {
+    /// The charge as it was made (policy, key, cost).
+    pub charge: Charge<'a, K>,
+    /// What the charge took.
+    pub receipt: Receipt,
+}
+
+impl<K: ?Sized> Clone for Refund<'_, K> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<K: ?Sized> Copy for Refund<'_, K> {}
+
+impl<'a, K: ?Sized> Refund<'a, K> {
+    /// A refund of `charge`, which took what `receipt` says.
+    pub const fn new(charge: Charge<'a, K>, receipt: Receipt) -> Self {
+        Self { charge, receipt }
+    }
+}
+
+/// The decisions for a list of charges, in the same order. Inline up to 2 policies.
 ///
 /// An answer of [`Store::reserve`] also carries the reservation: [`Decisions::delay`] (how
 /// long an allowed, already charged request waits before it proceeds) and
 /// [`Decisions::is_final`] (a denial that waiting within `max_wait` cannot change).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+///
+/// Each allowed decision comes with the [`Receipt`] of what its charge took
+/// ([`Decisions::receipts`]); equality compares the decisions, the delay and finality, not
+/// the receipts (whose stamps are in each store's own time unit).
+#[derive(Debug, Clone, Default)]
 pub struct Decisions {
     items: SmallVec<[Decision; 2]>,
+    receipts: SmallVec<[Receipt; 2]>,
     delay: std::time::Duration,
     is_final: bool,
 }
+
+impl PartialEq for Decisions {
+    fn eq(&self, other: &Self) -> bool {
+        self.items == other.items && self.delay == other.delay && self.is_final == other.is_final
+    }
+}
+impl Eq for Decisions {}
 
 impl Decisions {
     /// Wraps decisions given in charge order.
     pub fn new(items: impl IntoIterator<Item = Decision>) -> Self {
         Self {
             items: items.into_iter().collect(),
+            receipts: SmallVec::new(),
+            delay: std::time::Duration::ZERO,
+            is_final: false,
+        }
+    }
+
+    /// Wraps decisions given in charge order, each with its charge's [`Receipt`]
+    /// ([`Receipt::NONE`] for a denial).
+    pub fn with_receipts(items: impl IntoIterator<Item = (Decision, Receipt)>) -> Self {
+        let (items, receipts) = items.into_iter().unzip();
+        Self {
+            items,
+            receipts,
             delay: std::time::Duration::ZERO,
             is_final: false,
         }
@@ -104,13 +191,38 @@ impl Decisions {
     /// The decision of a single policy (cheaper than [`Decisions::new`] with one item).
     #[inline]
     pub fn one(decision: Decision) -> Self {
+        Self::one_with_receipt(decision, Receipt::NONE)
+    }
+
+    /// The decision of a single policy with its charge's [`Receipt`].
+    #[inline]
+    pub fn one_with_receipt(decision: Decision, receipt: Receipt) -> Self {
         let mut items = SmallVec::new();
         items.push(decision);
+        let mut receipts = SmallVec::new();
+        receipts.push(receipt);
         Self {
             items,
+            receipts,
             delay: std::time::Duration::ZERO,
             is_final: false,
         }
+    }
+
+    /// The receipt of the charge behind decision `i` ([`Receipt::NONE`] when it was denied,
+    /// took nothing, or the store gave no receipt).
+    #[inline]
+    pub fn receipt(&self, i: usize) -> Receipt {
+        if self.items.get(i).is_some_and(Decision::is_allowed) {
+            self.receipts.get(i).copied().unwrap_or_default()
+        } else {
+            Receipt::NONE
+        }
+    }
+
+    /// The receipts, in charge order (see [`Decisions::receipt`]).
+    pub fn receipts(&self) -> impl Iterator<Item = Receipt> + '_ {
+        (0..self.items.len()).map(|i| self.receipt(i))
     }
 
     /// Sets the reservation delay (see [`Decisions::delay`]).
@@ -362,9 +474,12 @@ pub trait Store<K: ?Sized>: Send + Sync + 'static {
         self.check(charges)
     }
 
-    /// Gives back charges made earlier (a response-based refund, or a dropped reservation).
-    /// Never fails visibly: a networked store logs and counts errors.
-    fn refund(&self, charges: &[Charge<'_, K>]);
+    /// Gives back charges made earlier (a response-based refund, or a dropped reservation),
+    /// each only as far as its [`Receipt`] says the charge still holds: nothing for a charge
+    /// whose window closed, whose log entry expired or that the bucket already drained, and
+    /// never a slot booked by a later reservation. Never fails visibly: a networked store
+    /// logs and counts errors.
+    fn refund(&self, refunds: &[Refund<'_, K>]);
 
     /// Wall-clock time since the Unix epoch, for epoch-style reset headers.
     fn unix_now(&self) -> std::time::Duration {

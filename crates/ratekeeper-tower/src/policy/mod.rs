@@ -75,7 +75,7 @@ use std::fmt;
 
 use http::{Request, StatusCode};
 use ipnet::IpNet;
-use ratekeeper_core::store::{Charge, PolicyId};
+use ratekeeper_core::store::{Charge, Decisions, PolicyId, Refund};
 use ratekeeper_core::{Key, Policy};
 use smallvec::SmallVec;
 
@@ -439,27 +439,48 @@ impl Applied {
         self.entries.iter().map(|e| e.index as usize)
     }
 
-    /// The charges to give back for a response with `status`.
+    /// Every charge with the receipt its decision carried: what a dropped reservation gives
+    /// back.
+    pub(crate) fn all_refunds<'a>(
+        &'a self,
+        ids: &[PolicyId],
+        decisions: &Decisions,
+    ) -> SmallVec<[Refund<'a, Key>; 2]> {
+        let mut refunds = SmallVec::new();
+        for (i, e) in self.entries.iter().enumerate() {
+            if let Some(&id) = ids.get(e.index as usize) {
+                let charge = Charge::new(id, e.key.as_ref().unwrap_or(&self.key), e.cost);
+                refunds.push(Refund::new(charge, decisions.receipt(i)));
+            }
+        }
+        refunds
+    }
+
+    /// The charges to give back for a response with `status`, each with the receipt its
+    /// decision carried.
     pub(crate) fn refunds<'a>(
         &'a self,
         rules: &Rules,
         ids: &[PolicyId],
+        decisions: &Decisions,
         status: StatusCode,
-    ) -> SmallVec<[Charge<'a, Key>; 4]> {
+    ) -> SmallVec<[Refund<'a, Key>; 4]> {
         if rules.settle.is_empty() {
             return SmallVec::new();
         }
         self.entries
             .iter()
-            .filter(|e| {
+            .enumerate()
+            .filter(|(_, e)| {
                 rules
                     .settle
                     .iter()
                     .any(|(i, s)| *i == e.index && s.refunds(status))
             })
-            .filter_map(|e| {
+            .filter_map(|(i, e)| {
                 let id = *ids.get(e.index as usize)?;
-                Some(Charge::new(id, e.key.as_ref().unwrap_or(&self.key), e.cost))
+                let charge = Charge::new(id, e.key.as_ref().unwrap_or(&self.key), e.cost);
+                Some(Refund::new(charge, decisions.receipt(i)))
             })
             .collect()
     }
@@ -538,7 +559,7 @@ mod tests {
     use http::{Method, Response};
     use ratekeeper_core::Quota;
     use ratekeeper_core::clock::ManualClock;
-    use ratekeeper_core::store::{Checked, Decisions, MemoryStore, Store, StoreError};
+    use ratekeeper_core::store::{Checked, MemoryStore, Store, StoreError};
     use tower::{ServiceBuilder, ServiceExt};
 
     use crate::RateLimitLayer;
@@ -575,8 +596,8 @@ mod tests {
         fn check(&self, charges: &[Charge<'_, Key>]) -> Checked<Self::Future> {
             Checked::Pending(ready(self.0.check_now(charges)))
         }
-        fn refund(&self, charges: &[Charge<'_, Key>]) {
-            self.0.refund(charges);
+        fn refund(&self, refunds: &[Refund<'_, Key>]) {
+            self.0.refund(refunds);
         }
     }
 

@@ -89,7 +89,7 @@ pub(crate) trait Report: Send + Sync {
     fn headers(&self, reported: &Reported, headers: &mut HeaderMap);
     fn limited(&self, reported: &Reported) -> Answer;
     /// Refunds the charges a policy's settle rule gives back for this status.
-    fn settle(&self, applied: &Applied, status: StatusCode);
+    fn settle(&self, reported: &Reported, status: StatusCode);
 }
 
 /// A request the layer still holds: waiting for an async store, or for capacity in
@@ -123,8 +123,8 @@ impl<S, Req, SF> Reservation<S, Req, SF> {
 
 impl<S, Req, SF> Drop for Reservation<S, Req, SF> {
     fn drop(&mut self) {
-        if let Some((pending, _)) = self.pending.take() {
-            pending.limiter.refund(&pending.applied);
+        if let Some((pending, decisions)) = self.pending.take() {
+            pending.limiter.refund(&pending.applied, &decisions);
         }
     }
 }
@@ -314,7 +314,7 @@ where
         let delay = decisions.delay();
         if tokio::runtime::Handle::try_current().is_err() {
             // Cannot wait outside a tokio runtime: give the reservation back and reject.
-            self.limiter.refund(&self.applied);
+            self.limiter.refund(&self.applied, &decisions);
             return self.reject(decisions);
         }
         tracing::debug!(
@@ -407,7 +407,7 @@ where
                     let res = ready!(future.poll(cx))?;
                     let (mut parts, body) = res.into_parts();
                     if let Some((report, reported)) = report.take() {
-                        report.settle(&reported.applied, parts.status);
+                        report.settle(&reported, parts.status);
                         report.headers(&reported, &mut parts.headers);
                     }
                     return Poll::Ready(Ok(Response::from_parts(parts, ResponseBody::inner(body))));

@@ -157,8 +157,9 @@ pub(crate) trait Limiter<SF>: Report {
     /// Reserves the request's charges again, waiting at most `max_wait` (check-and-retry for
     /// stores or algorithms that cannot reserve).
     fn recheck(&self, applied: &Applied, max_wait: Duration) -> Checked<SF>;
-    /// Gives back the charges of a reservation that was dropped before it proceeded.
-    fn refund(&self, applied: &Applied);
+    /// Gives back the charges of a reservation that was dropped before it proceeded, as far
+    /// as their receipts in `decisions` say they still hold.
+    fn refund(&self, applied: &Applied, decisions: &Decisions);
     /// This state as a [`Report`].
     fn as_report(self: Arc<Self>) -> Arc<dyn Report>;
     /// The reporter (names, mode).
@@ -178,9 +179,10 @@ where
         self.store.reserve(&applied.charges(&self.ids), max_wait)
     }
 
-    fn refund(&self, applied: &Applied) {
+    fn refund(&self, applied: &Applied, decisions: &Decisions) {
         tracing::debug!(key = %applied.key, "refunding a dropped delay-mode reservation");
-        self.store.refund(&applied.charges(&self.ids));
+        self.store
+            .refund(&applied.all_refunds(&self.ids, decisions));
     }
 
     fn as_report(self: Arc<Self>) -> Arc<dyn Report> {

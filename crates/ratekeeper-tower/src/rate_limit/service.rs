@@ -115,8 +115,9 @@ where
         );
     }
 
-    fn settle(&self, applied: &Applied, status: http::StatusCode) {
-        let refunds = applied.refunds(&self.rules, &self.ids, status);
+    fn settle(&self, reported: &Reported, status: http::StatusCode) {
+        let applied = &reported.applied;
+        let refunds = applied.refunds(&self.rules, &self.ids, &reported.decisions, status);
         if !refunds.is_empty() {
             tracing::debug!(key = %applied.key, %status, "refunding rate-limit charge after the response");
             self.store.refund(&refunds);

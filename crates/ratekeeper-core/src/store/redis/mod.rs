@@ -128,7 +128,9 @@ use redis::Script;
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 
-use super::{Charge, Checked, Decisions, FailureAction, MemoryStore, PolicyId, Store, StoreError};
+use super::{
+    Charge, Checked, Decisions, FailureAction, MemoryStore, PolicyId, Refund, Store, StoreError,
+};
 use crate::clock::{Clock, MonotonicClock};
 use crate::{Algorithm, Decision, Key, Outcome, Policy};
 
@@ -1015,14 +1017,14 @@ impl Store<Key> for RedisStore {
         self.check_owned(owned)
     }
 
-    fn refund(&self, charges: &[Charge<'_, Key>]) {
+    fn refund(&self, refunds: &[Refund<'_, Key>]) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             tracing::warn!("redis store refund outside a tokio runtime; dropped");
             return;
         };
-        let owned: Vec<OwnedCharge> = charges
+        let owned: Vec<OwnedCharge> = refunds
             .iter()
-            .map(|c| (c.policy, c.key.clone(), c.cost))
+            .map(|r| (r.charge.policy, r.charge.key.clone(), r.charge.cost))
             .collect();
         let mut groups = Vec::new();
         for (i, (policy, key, cost)) in owned.iter().enumerate() {
