@@ -491,7 +491,7 @@ async fn b20_key_ttl_never_set_token_bucket() {
         .expect("register");
     let key = Key::from("user:1");
     let name = store.redis_key(api, &key).expect("key name");
-    assert_eq!(name, "rl:v1:{s:user:1}:api");
+    assert_eq!(name, "rl:v2:{s:user:1}:api");
     let check = async |store: &RedisStore| {
         store
             .check_async(&[(api, key.clone(), 1)])

@@ -12,7 +12,7 @@ use tower_layer::Layer;
 use tower_service::Service;
 
 use super::{RateLimit, RateLimitLayer};
-use ratekeeper_core::store::{FailureAction, StoreDegraded};
+use ratekeeper_core::store::{FailurePolicy, StoreDegraded};
 
 use crate::policy::AllPolicies;
 use crate::report::RATELIMIT_DEGRADED;
@@ -50,7 +50,7 @@ impl<K, Co, St, R> RateLimitLayer<K, Co, St, R> {
     /// ([`RATELIMIT_DEGRADED`]), and each one increments the `metrics` counter
     /// `ratekeeper_degraded_total` (labels `policy` and `reason="limited"`). When a shared
     /// store cannot decide and its failure policy is
-    /// [`FailureAction::Degrade`](ratekeeper_core::store::FailureAction::Degrade), the fallback
+    /// [`FailurePolicy::Degrade`](ratekeeper_core::store::FailurePolicy::Degrade), the fallback
     /// answers too, marked `RateLimit-Degraded: "store-unavailable"` (label
     /// `reason="store_unavailable"`; no rate-limit headers). The handler can read the decision with
     /// [`Info`](crate::info::Info) (`is_limited()` is true).
@@ -176,7 +176,7 @@ where
             // The store could not decide and its failure policy is `Degrade`.
             req.extensions()
                 .get::<StoreDegraded>()
-                .filter(|d| d.action == FailureAction::Degrade)
+                .filter(|d| d.action == FailurePolicy::Degrade)
                 .map(|_| Degrade {
                     policy: Arc::from(STORE_UNAVAILABLE),
                     reason: "store_unavailable",
@@ -350,11 +350,11 @@ mod tests {
         };
         for (action, want, marker) in [
             (
-                FailureAction::Degrade,
+                FailurePolicy::Degrade,
                 "cached",
                 Some("\"store-unavailable\""),
             ),
-            (FailureAction::Allow, "fresh", None),
+            (FailurePolicy::Allow, "fresh", None),
         ] {
             let mut req = Request::new(());
             req.extensions_mut().insert(StoreDegraded { action });

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use http::header::CONTENT_TYPE;
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use pin_project_lite::pin_project;
-use ratekeeper_core::store::{Checked, Decisions, FailureAction, StoreDegraded, StoreError};
+use ratekeeper_core::store::{Checked, Decisions, FailurePolicy, StoreDegraded, StoreError};
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
@@ -38,11 +38,15 @@ impl Answer {
 
 /// What the layer does when the store could not decide: the request goes on (marked with a
 /// [`StoreDegraded`] extension for a fallback or handler to read), or a 503 answer
-/// ([`FailureAction::Deny`]: fail closed is not a rate limit, so not a 429; case B18b).
+/// ([`FailurePolicy::Deny`]: fail closed is not a rate limit, so not a 429; case B18b).
 pub(crate) fn on_store_error<B>(err: &StoreError, req: &mut Request<B>) -> Option<Answer> {
-    let action = err.failure_action();
+    // `Local` is answered inside the store; should it ever reach the layer, it fails open.
+    let action = match err.failure_policy() {
+        FailurePolicy::Local => FailurePolicy::Allow,
+        other => other,
+    };
     match action {
-        FailureAction::Deny => {
+        FailurePolicy::Deny => {
             tracing::warn!(error = %err, "rate-limit store failed; answering 503 (fail closed)");
             let mut headers = HeaderMap::new();
             headers.insert(
