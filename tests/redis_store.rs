@@ -11,7 +11,9 @@ use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use ratekeeper_axum::core::clock::ManualClock;
 use ratekeeper_axum::core::decision::ceil_secs;
 use ratekeeper_axum::core::store::redis::{OwnedCharge, RedisStore, RedisStoreBuilder};
-use ratekeeper_axum::core::store::{Charge, Decisions, MemoryStore, PolicyId, Store};
+use ratekeeper_axum::core::store::{
+    Charge, Decisions, MemoryStore, PolicyId, Receipt, Refund, Store,
+};
 use ratekeeper_axum::{Algorithm, Key, KeyError, Policy, Quota, RateLimitLayer};
 use ratekeeper_tests::redis::{RedisCluster, RedisServer};
 use ratekeeper_tests::{TestServer, ok_app, spawn};
@@ -36,11 +38,14 @@ fn conformance_policies() -> Vec<Policy> {
     ]
 }
 
-/// One request of a trace: at `t` ms, these (policy index, key) charges with `cost`.
+/// One step of a trace at `t` ms: a request with these (policy index, key) charges with
+/// `cost`, or (`refund_of`) the refund of an earlier step's charges with the receipts its
+/// decisions carried.
 struct Step {
     t: u64,
     charges: Vec<(usize, &'static str)>,
     cost: u64,
+    refund_of: Option<usize>,
 }
 
 fn step(t: u64, charges: &[(usize, &'static str)], cost: u64) -> Step {
@@ -48,7 +53,59 @@ fn step(t: u64, charges: &[(usize, &'static str)], cost: u64) -> Step {
         t,
         charges: charges.to_vec(),
         cost,
+        refund_of: None,
     }
+}
+
+/// At `t` ms, give back what step `of` (an index into the same trace) charged.
+fn refund(t: u64, of: usize) -> Step {
+    Step {
+        t,
+        charges: Vec::new(),
+        cost: 0,
+        refund_of: Some(of),
+    }
+}
+
+/// Refund traces (case B26's rules where receipts and plain refunds agree): an in-window
+/// fixed-window refund, a GCRA refund of the latest charge, a multi-policy refund whose GCRA
+/// part the bucket already drained. Steps are indexed within this trace.
+fn refund_traces() -> Vec<Step> {
+    vec![
+        // Fixed window 3 per 10 s, window [500 s, 510 s).
+        step(500_000, &[(3, "hal")], 1), // 0
+        step(500_000, &[(3, "hal")], 1), // 1
+        step(500_000, &[(3, "hal")], 1), // 2
+        step(500_000, &[(3, "hal")], 1), // 3: denied
+        refund(501_000, 1),              // 4: in-window: gives back one
+        step(501_000, &[(3, "hal")], 1), // 5: allowed, Remaining 0
+        step(501_000, &[(3, "hal")], 1), // 6: denied
+        // GCRA 10 per 60 s: the latest charge's refund gives back its whole slot.
+        step(510_000, &[(0, "ivy")], 10), // 7: Remaining 0
+        step(510_000, &[(0, "ivy")], 1),  // 8: denied
+        refund(510_000, 7),               // 9
+        step(510_000, &[(0, "ivy")], 10), // 10: allowed again
+        // Two policies on one key: burst (GCRA 5/s, burst 2) and daily (3 per day).
+        step(520_000, &[(1, "jay"), (2, "jay")], 1), // 11
+        step(520_400, &[(1, "jay"), (2, "jay")], 1), // 12
+        step(520_800, &[(1, "jay"), (2, "jay")], 1), // 13
+        step(521_200, &[(1, "jay"), (2, "jay")], 1), // 14: daily denies
+        refund(521_200, 13), // 15: daily gives back; burst was drained already
+        step(521_200, &[(1, "jay"), (2, "jay")], 1), // 16: allowed
+        step(521_200, &[(1, "jay"), (2, "jay")], 1), // 17: daily denies again
+    ]
+}
+
+fn assert_refund_values(d: &[Decisions]) {
+    let allowed: Vec<bool> = d.iter().map(Decisions::is_allowed).collect();
+    assert_eq!(
+        allowed,
+        [
+            true, true, true, false, true, false, true, false, true, true, true, true, false, true,
+            false
+        ]
+    );
+    assert_eq!(d[4].as_slice()[0].remaining(), 0);
 }
 
 /// Fixed traces: bursts, exact retry boundaries, refill, costs 0 / n / > burst, several
@@ -115,27 +172,38 @@ fn traces() -> Vec<Step> {
     v
 }
 
-fn run_memory() -> Vec<Decisions> {
+fn run_memory(trace: &[Step]) -> Vec<Decisions> {
     let clock = ManualClock::new();
     let mut store = MemoryStore::<Key, _>::with_clock(clock.clone());
     let ids: Vec<PolicyId> = conformance_policies()
         .iter()
         .map(|p| store.register(p).expect("register"))
         .collect();
-    traces()
-        .iter()
-        .map(|s| {
-            clock.set(s.t * MS);
-            let keys: Vec<Key> = s.charges.iter().map(|(_, k)| Key::from(*k)).collect();
-            let charges: Vec<Charge<'_, Key>> = s
-                .charges
+    let mut seen: Vec<Option<Decisions>> = Vec::new();
+    for s in trace {
+        clock.set(s.t * MS);
+        let charged = s.refund_of.map_or(s, |j| &trace[j]);
+        let keys: Vec<Key> = charged.charges.iter().map(|(_, k)| Key::from(*k)).collect();
+        let charges: Vec<Charge<'_, Key>> = charged
+            .charges
+            .iter()
+            .zip(&keys)
+            .map(|((p, _), k)| Charge::new(ids[*p], k, charged.cost))
+            .collect();
+        if let Some(j) = s.refund_of {
+            let taken = seen[j].as_ref().expect("refund of a check");
+            let refunds: Vec<Refund<'_, Key>> = charges
                 .iter()
-                .zip(&keys)
-                .map(|((p, _), k)| Charge::new(ids[*p], k, s.cost))
+                .zip(taken.receipts())
+                .map(|(c, r)| Refund::new(*c, r))
                 .collect();
-            store.check_now(&charges).expect("memory decides")
-        })
-        .collect()
+            store.refund(&refunds);
+            seen.push(None);
+        } else {
+            seen.push(Some(store.check_now(&charges).expect("memory decides")));
+        }
+    }
+    seen.into_iter().flatten().collect()
 }
 
 /// TTL floor of the conformance runs: longer than the whole test, so Redis's real-time
@@ -143,7 +211,10 @@ fn run_memory() -> Vec<Decisions> {
 /// `injected_time_decisions_do_not_depend_on_real_time_between_calls`).
 const CONFORMANCE_MIN_TTL: Duration = Duration::from_secs(3_600);
 
-async fn run_redis(build: impl AsyncFnOnce(RedisStoreBuilder) -> RedisStore) -> Vec<Decisions> {
+async fn run_redis(
+    trace: &[Step],
+    build: impl AsyncFnOnce(RedisStoreBuilder) -> RedisStore,
+) -> Vec<Decisions> {
     let clock = ManualClock::new();
     let mut store = build(
         RedisStore::builder()
@@ -156,18 +227,29 @@ async fn run_redis(build: impl AsyncFnOnce(RedisStoreBuilder) -> RedisStore) -> 
         .iter()
         .map(|p| store.register(p).expect("register"))
         .collect();
-    let mut out = Vec::new();
-    for s in traces() {
+    let mut seen: Vec<Option<Decisions>> = Vec::new();
+    for s in trace {
         clock.set(s.t * MS);
-        let charges: Vec<OwnedCharge> = s
+        let charged = s.refund_of.map_or(s, |j| &trace[j]);
+        let charges: Vec<OwnedCharge> = charged
             .charges
             .iter()
-            .map(|(p, k)| (ids[*p], Key::from(*k), s.cost))
+            .map(|(p, k)| (ids[*p], Key::from(*k), charged.cost))
             .collect();
-        out.push(store.check_async(&charges).await.expect("redis decides"));
+        if let Some(j) = s.refund_of {
+            let taken = seen[j].as_ref().expect("refund of a check");
+            let refunds: Vec<(OwnedCharge, Receipt)> =
+                charges.into_iter().zip(taken.receipts()).collect();
+            store.refund_async(&refunds).await.expect("redis refunds");
+            seen.push(None);
+        } else {
+            seen.push(Some(
+                store.check_async(&charges).await.expect("redis decides"),
+            ));
+        }
     }
     assert_eq!(store.stats().degraded, 0);
-    out
+    seen.into_iter().flatten().collect()
 }
 
 fn assert_reference_values(d: &[Decisions]) {
@@ -201,22 +283,39 @@ fn assert_reference_values(d: &[Decisions]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_memory_standalone_and_cluster_decide_identically() {
-    let memory = run_memory();
-    assert_reference_values(&memory);
-
     let server = RedisServer::start();
     let url = server.url();
-    let standalone =
-        run_redis(async |b: RedisStoreBuilder| b.standalone(&url).await.expect("standalone")).await;
-    assert_reference_values(&standalone);
-    assert_eq!(standalone, memory, "standalone Redis differs from memory");
-
     let cluster = RedisCluster::start();
     let urls = cluster.urls();
     let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
-    let clustered =
-        run_redis(async |b: RedisStoreBuilder| b.cluster(&nodes).await.expect("cluster")).await;
-    assert_eq!(clustered, memory, "Redis Cluster differs from memory");
+    for (name, trace, check) in [
+        (
+            "traces",
+            traces(),
+            assert_reference_values as fn(&[Decisions]),
+        ),
+        ("refund-traces", refund_traces(), assert_refund_values),
+    ] {
+        let memory = run_memory(&trace);
+        check(&memory);
+        let standalone = run_redis(&trace, async |b: RedisStoreBuilder| {
+            b.prefix(name).standalone(&url).await.expect("standalone")
+        })
+        .await;
+        check(&standalone);
+        assert_eq!(
+            standalone, memory,
+            "{name}: standalone Redis differs from memory"
+        );
+        let clustered = run_redis(&trace, async |b: RedisStoreBuilder| {
+            b.prefix(name).cluster(&nodes).await.expect("cluster")
+        })
+        .await;
+        assert_eq!(
+            clustered, memory,
+            "{name}: Redis Cluster differs from memory"
+        );
+    }
 }
 
 /// The root cause of the conformance flake: with injected time the fixed window's third
