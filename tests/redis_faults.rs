@@ -449,3 +449,50 @@ async fn cluster_failover_keeps_answering_and_recovers() {
     let stats = handle.store().stats();
     assert!(stats.redis_decisions > 0 && stats.errors > 0, "{stats:?}");
 }
+
+/// The stale guard (one time source, case B36's other half): a check sent while Redis is
+/// paused is answered by the failure policy at its deadline; when Redis resumes and finally
+/// runs the queued script, the guard (in Redis time, learned from earlier replies) makes it
+/// do nothing, so the request is not charged a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_reaching_redis_after_its_deadline_charges_nothing() {
+    let server = RedisServer::start();
+    let mut store = store(FailurePolicy::Allow)
+        .breaker(1_000, Duration::from_millis(1))
+        .standalone(&server.url())
+        .await
+        .expect("store");
+    let api = ratekeeper_axum::core::store::Store::register(
+        &mut store,
+        &Policy::new("api", Quota::per_hour(NonZeroU32::new(1).expect("1"))),
+    )
+    .expect("register");
+    // A first reply teaches the guard Redis's time.
+    let warm = store
+        .check_async(&[(api, Key::from("warm"), 1)])
+        .await
+        .expect("decided by Redis");
+    assert!(warm.is_allowed());
+
+    let key = Key::from("late");
+    server.signal("STOP");
+    let err = store
+        .check_async(&[(api, key.clone(), 1)])
+        .await
+        .expect_err("Redis is paused: the failure policy answers");
+    assert!(err.is_unavailable(), "{err:?}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.signal("CONT");
+    // The queued script has run by the time Redis answers a later command on the same
+    // connection (one connection, in order).
+    let d = store
+        .check_async(&[(api, key.clone(), 1)])
+        .await
+        .expect("decided by Redis after CONT");
+    assert!(
+        d.is_allowed(),
+        "the late call charged the quota of 1: {d:?}"
+    );
+    let stats = store.stats();
+    assert_eq!((stats.degraded, stats.redis_decisions), (1, 2), "{stats:?}");
+}
