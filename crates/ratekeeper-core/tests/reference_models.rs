@@ -70,6 +70,8 @@ fn model_peek<M: Model>(m: &M, now: u64, cost: u64) -> Decision {
 /// remaining never exceeds the capacity.
 fn check_semantics<M: Model>(m: &M, d: &Decision, now: u64, cost: u64) {
     assert!(u64::from(d.remaining()) <= m.capacity());
+    // Case B37: the advertised quota bounds Remaining.
+    assert!(d.remaining() <= d.limit(), "remaining above limit: {d:?}");
     if let Some(r) = d.retry_after() {
         let r = u64::try_from(r.as_nanos()).unwrap();
         assert!(r > 0, "retry_after 0 on a denial");
@@ -109,7 +111,8 @@ impl Model for TokenBucket {
             t,
             tau,
             burst: q.burst().into(),
-            limit: q.limit(),
+            // Case B37: the advertised limit of the token-bucket family is the capacity.
+            limit: q.burst(),
             level: tau,
             last: 0,
         }
@@ -162,7 +165,8 @@ impl Model for Water {
             t,
             tau: t * u64::from(q.burst()),
             burst: q.burst().into(),
-            limit: q.limit(),
+            // Case B37: the advertised limit of the token-bucket family is the capacity.
+            limit: q.burst(),
             water: 0,
             last: 0,
         }
@@ -542,30 +546,36 @@ proptest! {
         let mut store = MemoryStore::with_clock(ManualClock::new());
         let id = store.register(&Policy::new("c", q).with_algorithm(Algorithm::Concurrency)).unwrap();
         let pure = Concurrency::new(&q);
-        let mut held: HashMap<u64, Vec<u64>> = HashMap::new();
+        let mut held: HashMap<u64, Vec<(u64, Receipt)>> = HashMap::new();
         for (k, cost, release) in ops {
             let key = Key::Int(k);
             let permits = held.entry(k).or_default();
             if release {
-                if let Some(c) = permits.pop() {
+                if let Some((c, receipt)) = permits.pop() {
+                    // A refund without a receipt gives back nothing; with it, the permits.
                     store.refund(&[Refund::new(Charge::new(id, &key, c), Receipt::NONE)]);
+                    let d = store.check_now(&[Charge::new(id, &key, 0)]).unwrap();
+                    let used: u64 = permits.iter().map(|p| p.0).sum::<u64>() + c;
+                    prop_assert_eq!(u64::from(d.as_slice()[0].remaining()), u64::from(limit) - used);
+                    store.refund(&[Refund::new(Charge::new(id, &key, c), receipt)]);
                 }
                 continue;
             }
-            let used: u64 = permits.iter().sum();
-            let d = store.check_now(&[Charge::new(id, &key, cost)]).unwrap();
-            let d = d.as_slice()[0];
+            let used: u64 = permits.iter().map(|p| p.0).sum();
+            let decisions = store.check_now(&[Charge::new(id, &key, cost)]).unwrap();
+            let d = decisions.as_slice()[0];
             if cost > u64::from(limit) {
                 prop_assert!(d.is_cannot_fit());
             } else if used + cost <= u64::from(limit) {
                 prop_assert!(d.is_allowed());
                 if cost > 0 {
-                    permits.push(cost);
+                    prop_assert!(decisions.receipt(0).is_some());
+                    permits.push((cost, decisions.receipt(0)));
                 }
             } else {
                 prop_assert_eq!(d.retry_after(), Some(Duration::from_nanos(1_000)));
             }
-            let now_used: u64 = permits.iter().sum();
+            let now_used: u64 = permits.iter().map(|p| p.0).sum();
             prop_assert_eq!(u64::from(d.remaining()), u64::from(limit) - now_used);
             prop_assert_eq!(pure.peek(now_used, 0).remaining(), d.remaining());
         }
@@ -616,20 +626,21 @@ proptest! {
             let capacity = u64::from(policy.capacity());
             for (&t, &cost) in times.iter().zip(&costs) {
                 clock.set(t);
-                let d = store.check_now(&[Charge::new(id, &Key::Global, cost)]).unwrap();
-                let d = d.as_slice()[0];
+                let decisions = store.check_now(&[Charge::new(id, &Key::Global, cost)]).unwrap();
+                let d = decisions.as_slice()[0];
                 prop_assert_eq!(d.is_cannot_fit(), cost > capacity, "{} cost {}", algorithm, cost);
                 prop_assert!(u64::from(d.remaining()) <= capacity);
                 if let Some(r) = d.retry_after() {
                     prop_assert!(r > Duration::ZERO, "{}: retry_after 0", algorithm);
                 }
-                store.refund(&[Refund::new(Charge::new(id, &Key::Global, cost), Receipt::NONE)]);
+                let receipt = decisions.receipt(0);
+                store.refund(&[Refund::new(Charge::new(id, &Key::Global, cost), receipt)]);
                 store.sweep();
             }
             let bucket = LeakyBucket::new(&q);
             for (&t, &cost) in times.iter().zip(&costs) {
                 let (shaped, next) = bucket.shape(t, t, cost, Duration::MAX);
-                let _ = (shaped, next.map(|tat| bucket.refunded(tat, cost)));
+                let _ = (shaped, next.map(|tat| bucket.refunded(tat, t, cost, tat)));
             }
         }
     }

@@ -1001,7 +1001,7 @@ impl Store<Key> for RedisStore {
         }
         self.policies.push(RedisPolicy {
             name: Arc::from(policy.name()),
-            limit: quota.limit(),
+            limit: policy.advertised().0,
             capacity,
             algo,
             params,
