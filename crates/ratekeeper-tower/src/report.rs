@@ -10,7 +10,8 @@
 //!   Unix epoch seconds ([`ResetFormat::UnixEpoch`]).
 //! - [`HeaderStyle::Ietf`]: `RateLimit-Policy` and `RateLimit` of
 //!   draft-ietf-httpapi-ratelimit-headers-11, both Structured Field Lists (RFC 9651 §3.1) with
-//!   one named item per policy: `"name";q=<limit>;w=<period s>` and `"name";r=<remaining>;t=<reset s>`.
+//!   one named item per policy: `"name";q=<quota>;w=<window s>` (the policy's advertised
+//!   quota) and `"name";r=<remaining>;t=<reset s>`.
 //!   With [`PartitionKey`] set, each item also carries `pk`, a Byte Sequence (RFC 9651 §3.3.5)
 //!   holding a salted SHA-256 of the key, never the key itself.
 //! - [`HeaderStyle::IetfLegacy`]: the three fields of drafts -00 to -03 (`RateLimit-Limit`,
@@ -537,10 +538,10 @@ impl Reporter {
         let items = policies
             .iter()
             .map(|p| {
-                let q = p.quota();
-                // `w` must be a positive integer: sub-second periods round up to 1 s.
-                let w = ceil_secs(q.period()).max(1);
-                format!("\"{}\";q={};w={w}", p.name(), q.limit())
+                let (q, w) = p.advertised();
+                // `w` must be a positive integer: sub-second windows round up to 1 s.
+                let w = ceil_secs(w).max(1);
+                format!("\"{}\";q={q};w={w}", p.name())
             })
             .collect();
         Self::from_items(
