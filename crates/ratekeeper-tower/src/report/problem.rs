@@ -1,5 +1,7 @@
 //! RFC 9457 problem details for a 429, and the [`Rejection`] that builds the response.
 
+use std::fmt;
+
 use bytes::Bytes;
 use http::header::CONTENT_TYPE;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
@@ -91,52 +93,120 @@ impl<'a> Limited<'a> {
         let retry_secs = self.retry_after_secs();
         // The usual case, one policy denied with a retry time: its precomputed parts.
         if let Some(secs) = retry_secs {
-            if let Some(parts) = self.single_violated().and_then(|i| self.problems.get(i)) {
-                return parts.render(secs);
+            let parts = self.single_violated().and_then(|i| self.problems.get(i));
+            if let Some(body) = parts.and_then(|p| p.render(secs)) {
+                return body;
             }
         }
         let violated: SmallVec<[&str; 4]> = self.violated_policies().collect();
-        problem_json(violated.iter().copied(), retry_secs)
+        problem_json(&violated, retry_secs)
     }
 }
 
+/// The RFC 9457 problem details document of a 429, as serde_json writes it: `type`, `title`,
+/// `status`, `detail`, `violated-policies`, in that order.
+#[derive(serde::Serialize)]
+struct Problem<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    title: &'static str,
+    status: u16,
+    detail: &'a str,
+    #[serde(rename = "violated-policies")]
+    violated_policies: &'a [&'a str],
+}
+
+impl<'a> Problem<'a> {
+    fn new(detail: &'a str, violated_policies: &'a [&'a str]) -> Self {
+        Self {
+            kind: QUOTA_EXCEEDED_TYPE,
+            title: "Too Many Requests",
+            status: 429,
+            detail,
+            violated_policies,
+        }
+    }
+
+    /// The JSON text. Serializing strings and a number into a `Vec` cannot fail; should it
+    /// ever, the body is empty rather than the request path panicking.
+    fn to_vec(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+}
+
+/// The `detail` of a 429: the violated policies and the retry time in plain words.
+fn detail(violated: &[&str], retry_secs: Option<impl fmt::Display>) -> String {
+    let names = violated.join(", ");
+    match retry_secs {
+        Some(secs) => format!("quota exceeded for policy {names}; retry after {secs} s"),
+        None => format!(
+            "the request's cost is larger than the capacity (burst) of policy {names}: it can \
+             never be allowed"
+        ),
+    }
+}
+
+/// The problem+json body of a 429 for `violated` policies and a retry time (`None`: the cost
+/// can never fit), serialized with serde_json.
+pub(super) fn problem_json(violated: &[&str], retry_secs: Option<u64>) -> Bytes {
+    Bytes::from(Problem::new(&detail(violated, retry_secs), violated).to_vec())
+}
+
+/// Stands for the `Retry-After` seconds in the `detail` while a [`ProblemParts`] is built:
+/// serde_json writes it as `\u0000`, which digits never are.
+const RETRY_MARK: char = '\u{0}';
+
+/// The serialized mark and what follows it: the end of the `detail` string and the next
+/// member's name. An escaped policy name cannot contain this (every `"` inside a JSON string
+/// is preceded by a backslash, here it follows `s`), so it is found exactly once, at the
+/// retry time.
+const RETRY_MARK_JSON: &[u8] = b"\\u0000 s\",\"violated-policies\":[";
+
 /// The problem+json body of a 429 denied by one policy, split around the `Retry-After`
-/// seconds: built once per policy so that a 429 only writes the number (same bytes as
-/// [`problem_json`]).
+/// seconds: serialized once per policy with serde_json when the layer is built, so that a
+/// 429 only writes the number (same bytes as [`problem_json`]).
 #[derive(Debug, Clone)]
 pub(crate) struct ProblemParts {
+    /// `None` if the mark was not found (never for serde_json's output); the body is then
+    /// serialized per request.
+    parts: Option<HeadTail>,
+}
+
+/// The bytes before and after the `Retry-After` seconds.
+#[derive(Debug, Clone)]
+struct HeadTail {
     head: Box<[u8]>,
     tail: Box<[u8]>,
 }
 
 impl ProblemParts {
     pub(super) fn new(name: &str) -> Self {
-        let mut head = Vec::with_capacity(200);
-        head.extend_from_slice(b"{\"type\":\"");
-        head.extend_from_slice(QUOTA_EXCEEDED_TYPE.as_bytes());
-        head.extend_from_slice(b"\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"");
-        head.extend_from_slice(b"quota exceeded for policy ");
-        push_json_str(&mut head, name);
-        head.extend_from_slice(b"; retry after ");
-        let mut tail = Vec::with_capacity(40);
-        tail.extend_from_slice(b" s\",\"violated-policies\":[\"");
-        push_json_str(&mut tail, name);
-        tail.extend_from_slice(b"\"]}");
-        Self {
-            head: head.into_boxed_slice(),
-            tail: tail.into_boxed_slice(),
-        }
+        let json = Problem::new(&detail(&[name], Some(RETRY_MARK)), &[name]).to_vec();
+        let at = json
+            .windows(RETRY_MARK_JSON.len())
+            .position(|w| w == RETRY_MARK_JSON);
+        let parts = at.and_then(|at| {
+            let head = json.get(..at)?;
+            // The tail starts after the mark itself, at ` s",...`.
+            let tail = json.get(at + br"\u0000".len()..)?;
+            Some(HeadTail {
+                head: Box::from(head),
+                tail: Box::from(tail),
+            })
+        });
+        Self { parts }
     }
 
-    /// The body for `retry_secs`, in one allocation.
-    pub(super) fn render(&self, retry_secs: u64) -> Bytes {
+    /// The body for `retry_secs`, in one allocation; `None` when no parts were made.
+    pub(super) fn render(&self, retry_secs: u64) -> Option<Bytes> {
+        let HeadTail { head, tail } = self.parts.as_ref()?;
         let mut buf = itoa::Buffer::new();
         let secs = buf.format(retry_secs).as_bytes();
-        let mut out = Vec::with_capacity(self.head.len() + secs.len() + self.tail.len());
-        out.extend_from_slice(&self.head);
+        let mut out = Vec::with_capacity(head.len() + secs.len() + tail.len());
+        out.extend_from_slice(head);
         out.extend_from_slice(secs);
-        out.extend_from_slice(&self.tail);
-        Bytes::from(out)
+        out.extend_from_slice(tail);
+        Some(Bytes::from(out))
     }
 }
 
@@ -177,66 +247,5 @@ impl Rejection for ProblemJson {
             HeaderValue::from_static("application/problem+json"),
         );
         res
-    }
-}
-
-/// The RFC 9457 problem+json body of a 429, byte for byte what serde_json writes for
-/// the `Problem` struct of this module's tests, in one allocation.
-pub(super) fn problem_json<'a>(
-    violated: impl Iterator<Item = &'a str> + Clone,
-    retry_secs: Option<u64>,
-) -> Bytes {
-    let names = |out: &mut Vec<u8>, separator: &[u8], quoted: bool| {
-        for (i, name) in violated.clone().enumerate() {
-            if i > 0 {
-                out.extend_from_slice(separator);
-            }
-            if quoted {
-                out.push(b'"');
-            }
-            push_json_str(out, name);
-            if quoted {
-                out.push(b'"');
-            }
-        }
-    };
-    let mut out = Vec::with_capacity(320);
-    out.extend_from_slice(b"{\"type\":\"");
-    out.extend_from_slice(QUOTA_EXCEEDED_TYPE.as_bytes());
-    out.extend_from_slice(b"\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"");
-    match retry_secs {
-        Some(secs) => {
-            out.extend_from_slice(b"quota exceeded for policy ");
-            names(&mut out, b", ", false);
-            out.extend_from_slice(b"; retry after ");
-            out.extend_from_slice(itoa::Buffer::new().format(secs).as_bytes());
-            out.extend_from_slice(b" s");
-        }
-        None => {
-            out.extend_from_slice(
-                b"the request's cost is larger than the capacity (burst) of policy ",
-            );
-            names(&mut out, b", ", false);
-            out.extend_from_slice(b": it can never be allowed");
-        }
-    }
-    out.extend_from_slice(b"\",\"violated-policies\":[");
-    names(&mut out, b",", true);
-    out.extend_from_slice(b"]}");
-    Bytes::from(out)
-}
-
-/// Appends `s` as the inside of a JSON string (RFC 8259 §7). Policy names are validated to
-/// `[A-Za-z0-9_.-]`, which never needs escaping; anything else goes through serde_json.
-fn push_json_str(out: &mut Vec<u8>, s: &str) {
-    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
-        out.extend_from_slice(s.as_bytes());
-    } else {
-        let quoted = serde_json::to_string(s).unwrap_or_default();
-        let inner = quoted
-            .strip_prefix('"')
-            .and_then(|q| q.strip_suffix('"'))
-            .unwrap_or_default();
-        out.extend_from_slice(inner.as_bytes());
     }
 }

@@ -79,15 +79,28 @@ fn serde_body(violated: &[&str], retry_secs: Option<u64>) -> Vec<u8> {
     .unwrap()
 }
 
+/// Policy names as the validated builder allows them, and names it would reject, which the
+/// reporter must still write as valid JSON: quotes, backslashes, control characters,
+/// non-ASCII, the retry mark itself and what follows it in the body.
+const ODD_NAMES: [&str; 6] = [
+    "we\"ird\\",
+    "ctl\u{1}\n\t",
+    "späti-\u{1F600}",
+    "\u{0}",
+    "x\u{0} s\",\"violated-policies\":[",
+    "</script>",
+];
+
 #[test]
 fn problem_body_is_what_serde_json_writes() {
     for names in [
         &["default"][..],
         &["burst", "daily"],
         &["we\"ird\\", "ctl\u{1}"],
+        &ODD_NAMES,
     ] {
         for retry in [Some(1), Some(86_400), Some(u64::MAX), None] {
-            let fast = problem_json(names.iter().copied(), retry);
+            let fast = problem_json(names, retry);
             assert_eq!(
                 String::from_utf8_lossy(&fast),
                 String::from_utf8_lossy(&serde_body(names, retry))
@@ -97,13 +110,34 @@ fn problem_body_is_what_serde_json_writes() {
 }
 
 #[test]
+fn problem_body_bytes_for_a_plain_name() {
+    let parts = ProblemParts::new("per-ip.v2_x");
+    let body = parts.render(17).unwrap();
+    assert_eq!(
+        std::str::from_utf8(&body).unwrap(),
+        "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\
+         \"title\":\"Too Many Requests\",\"status\":429,\
+         \"detail\":\"quota exceeded for policy per-ip.v2_x; retry after 17 s\",\
+         \"violated-policies\":[\"per-ip.v2_x\"]}"
+    );
+}
+
+#[test]
 fn precomputed_problem_parts_are_what_serde_json_writes() {
-    for name in ["default", "we\"ird\\", "ctl\u{1}"] {
+    for name in ["default"].into_iter().chain(ODD_NAMES) {
         let parts = ProblemParts::new(name);
-        for secs in [1, 600, 86_400, u64::MAX] {
+        for secs in [0, 1, 600, 86_400, u64::MAX] {
+            let body = parts.render(secs).expect("parts are made for every name");
             assert_eq!(
-                String::from_utf8_lossy(&parts.render(secs)),
+                String::from_utf8_lossy(&body),
                 String::from_utf8_lossy(&serde_body(&[name], Some(secs)))
+            );
+            let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(v["violated-policies"][0], name);
+            assert_eq!(v["status"], 429);
+            assert_eq!(
+                v["detail"],
+                format!("quota exceeded for policy {name}; retry after {secs} s")
             );
         }
     }
