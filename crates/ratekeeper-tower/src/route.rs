@@ -198,8 +198,8 @@ impl RouteTable {
     }
 }
 
-impl<B> Resolve<B> for RouteTable {
-    fn resolve(&self, req: &Request<B>, plan: &mut Plan<'_>) {
+impl Resolve for RouteTable {
+    fn resolve<B>(&self, req: &Request<B>, plan: &mut Plan<'_>) {
         let template = route_template(req);
         let route = template.and_then(|t| self.find(req.method(), t));
         let cost = route.and_then(|r| r.cost).unwrap_or(plan.cost());

@@ -376,8 +376,8 @@ pub enum FailureAction {
     /// exceed anything).
     Deny,
     /// The degraded-response fallback serves the request. The tower layer passes the request
-    /// to the inner service with a [`StoreDegraded`] extension; the axum crate's fallback (or
-    /// the handler itself) reads it and answers cheaply.
+    /// to the inner service with a `StoreDegraded` request extension (defined by the tower
+    /// crate); its fallback (or the handler itself) reads it and answers cheaply.
     Degrade,
 }
 
@@ -389,15 +389,6 @@ impl std::fmt::Display for FailureAction {
             Self::Degrade => "degrade",
         })
     }
-}
-
-/// Request extension set by the HTTP layer when the store could not decide and the request
-/// goes on anyway ([`FailureAction::Allow`] or [`FailureAction::Degrade`]): the hook a
-/// degraded-response fallback or a handler reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StoreDegraded {
-    /// The failure policy that let the request through.
-    pub action: FailureAction,
 }
 
 impl StoreError {

@@ -16,7 +16,6 @@ use super::template::template_429;
 use super::{
     HeaderStyle, Limited, PartitionKey, ProblemJson, ProblemParts, Rejection, ResetFormat,
 };
-use crate::rate_limit::Mode;
 
 /// Renders decisions into headers and 429 responses. Built once per layer; per request only
 /// the header values (and the 429 body) are allocated.
@@ -35,9 +34,6 @@ pub(crate) struct Reporter {
     pub(super) windowless: bool,
     pub(crate) partition_key: Option<PartitionKey>,
     pub(crate) rejection: Option<Arc<dyn Rejection>>,
-    pub(crate) mode: Mode,
-    /// Insert an `Info` extension into allowed requests.
-    pub(crate) request_info: bool,
     /// The header fields of the default 429 in the `X-RateLimit` style, in order, with
     /// placeholder numbers (see [`Reporter::limited`]); `None` if the map does not keep
     /// them in that order.
@@ -52,7 +48,6 @@ impl fmt::Debug for Reporter {
             .field("reset", &self.reset)
             .field("partition_key", &self.partition_key)
             .field("custom_rejection", &self.rejection.is_some())
-            .field("mode", &self.mode)
             .finish_non_exhaustive()
     }
 }
@@ -111,16 +106,8 @@ impl Reporter {
             windowless,
             partition_key: None,
             rejection: None,
-            mode: Mode::Reject,
-            request_info: false,
             template_429: template_429(),
         }
-    }
-
-    /// Whether a request let through with `decisions` carries an [`Info`](crate::info::Info):
-    /// when the layer asks for it, and always over the limit (shadow mode, fallback).
-    pub(crate) fn wants_info(&self, decisions: &Decisions) -> bool {
-        self.request_info || !decisions.is_allowed()
     }
 
     /// The `pk` parameter for `key`, when partition keys are on and an IETF style is used.
