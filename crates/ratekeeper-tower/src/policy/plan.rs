@@ -17,7 +17,7 @@ pub(crate) struct Entry {
     pub(crate) cost: u64,
 }
 
-/// The charges a [`Resolve`] strategy builds for one request.
+/// The charges a [`Resolve`](super::Resolve) strategy builds for one request.
 ///
 /// Policies are named as they were added to the builder. Naming a policy the layer does not
 /// have answers the request with `500` and an error log line (a bug in the resolver; the
