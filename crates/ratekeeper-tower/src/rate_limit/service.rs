@@ -15,7 +15,6 @@ use crate::cost::Cost;
 use crate::info::Info;
 use crate::key::{KeyExtractor, PeerIp};
 use crate::policy::{AllPolicies, Applied, Prepared, Resolve};
-use crate::report::HeaderStyle;
 
 /// The rate-limiting service: decides in `call`, answers a denied request with a 429 without
 /// calling the inner service, and adds rate-limit headers to the inner service's responses.
@@ -99,12 +98,11 @@ where
     R: Send + Sync + 'static,
 {
     fn headers(&self, reported: &Reported, headers: &mut http::HeaderMap) {
-        // Only the IETF fields name the policies; the others need no list.
-        let policies = match self.reporter.style {
-            HeaderStyle::Ietf | HeaderStyle::Both => reported.policies(),
-            HeaderStyle::XRateLimit | HeaderStyle::IetfLegacy | HeaderStyle::None => {
-                smallvec::SmallVec::new()
-            }
+        // Only the IETF fields and several policies need the list.
+        let policies = if self.reporter.needs_policy_indices() {
+            reported.policies()
+        } else {
+            smallvec::SmallVec::new()
         };
         self.reporter.headers(
             &reported.decisions,
