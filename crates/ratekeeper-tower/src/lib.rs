@@ -39,8 +39,10 @@ pub mod key;
 pub mod policy;
 pub mod rate_limit;
 pub mod report;
+pub mod request;
 pub mod route;
 
 pub use key::{GlobalKey, KeyError, KeyExtractor, PeerIp};
 pub use rate_limit::{BuildError, Builder as RateLimitBuilder, RateLimit, RateLimitLayer};
 pub use ratekeeper_core as core;
+pub use request::RequestParts;

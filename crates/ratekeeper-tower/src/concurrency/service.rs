@@ -66,7 +66,7 @@ impl<S: fmt::Debug, K> fmt::Debug for ConcurrencyLimit<S, K> {
 impl<S, K, ReqB, ResB> Service<Request<ReqB>> for ConcurrencyLimit<S, K>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>>,
-    K: KeyExtractor<ReqB>,
+    K: KeyExtractor,
 {
     type Response = Response<super::ConcurrencyBody<ResB>>;
     type Error = S::Error;

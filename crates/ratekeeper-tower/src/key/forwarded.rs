@@ -155,8 +155,8 @@ impl ForwardedIp {
     }
 }
 
-impl<B> KeyExtractor<B> for ForwardedIp {
-    fn extract(&self, req: &Request<B>) -> Result<Key, KeyError> {
+impl KeyExtractor for ForwardedIp {
+    fn extract<B>(&self, req: &Request<B>) -> Result<Key, KeyError> {
         let peer = PeerIp::peer_addr(req)
             .ok_or(KeyError::Misconfigured(
                 "no peer address in request extensions; serve the app with \

@@ -109,8 +109,8 @@ impl<V> HeaderKey<V> {
     }
 }
 
-impl<B> KeyExtractor<B> for HeaderKey<Raw> {
-    fn extract(&self, req: &Request<B>) -> Result<Key, KeyError> {
+impl KeyExtractor for HeaderKey<Raw> {
+    fn extract<B>(&self, req: &Request<B>) -> Result<Key, KeyError> {
         let text = self.value(req)?;
         if text.len() > MAX_RAW_LEN {
             return Err(KeyError::Missing("key header too long"));
@@ -119,11 +119,11 @@ impl<B> KeyExtractor<B> for HeaderKey<Raw> {
     }
 }
 
-impl<B, V> KeyExtractor<B> for HeaderKey<V>
+impl<V> KeyExtractor for HeaderKey<V>
 where
     V: Fn(&str) -> Option<Key> + Send + Sync + 'static,
 {
-    fn extract(&self, req: &Request<B>) -> Result<Key, KeyError> {
+    fn extract<B>(&self, req: &Request<B>) -> Result<Key, KeyError> {
         let text = self.value(req)?;
         (self.validate)(text).ok_or(KeyError::Missing("key header not recognised"))
     }

@@ -500,8 +500,8 @@ impl<K, Co, St, R> Shared<K, Co, St, R> {
     /// Exemptions, key, cost and resolver for one request.
     pub(crate) fn prepare<B>(&self, req: &Request<B>) -> Prepared
     where
-        K: KeyExtractor<B>,
-        Co: Cost<B>,
+        K: KeyExtractor,
+        Co: Cost,
         R: Resolve<B>,
     {
         let rules = &self.rules;
