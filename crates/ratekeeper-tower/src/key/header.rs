@@ -14,7 +14,7 @@ pub const MAX_RAW_LEN: usize = 256;
 /// An absent header, an empty value, a value that is not visible ASCII / UTF-8 (`0xFF`
 /// bytes) or, in raw mode, a value longer than [`MAX_RAW_LEN`] bytes is
 /// [`KeyError::Missing`], so `.or(PeerIp::new())` falls back to the client IP instead of
-/// merging everyone into one `""` bucket (case B25).
+/// merging everyone into one `""` bucket.
 ///
 /// Prefer [`HeaderKey::validated`]: it maps the raw value to the principal it authenticates
 /// (or `None` for an unknown key, which is then missing too), so rotating or re-spelling a key

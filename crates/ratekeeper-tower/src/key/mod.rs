@@ -19,7 +19,7 @@
 //!
 //! Every extractor returns a [`KeyError::Missing`] rather than an empty or made-up key, so
 //! a chain such as `UserKey.or(HeaderKey).or(PeerIp)` never merges unrelated clients into one
-//! bucket (case B25).
+//! bucket.
 //!
 //! # Example
 //!

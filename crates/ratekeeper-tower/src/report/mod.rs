@@ -1,6 +1,6 @@
 //! What clients see: rate-limit headers, `Retry-After`, and the 429 body.
 //!
-//! Header syntax follows `HEADERS.md` of the project:
+//! The header fields and their syntax:
 //!
 //! - `Retry-After` (RFC 9110 §10.2.3) as delay-seconds rounded **up**, at least 1, on every
 //!   429 except "cost can never fit" (which has no honest retry time).
