@@ -78,23 +78,29 @@ async fn from_peer(app: &Router, peer: &str, mut req: Request) -> Response {
 }
 
 /// A key extractor that records every key it hands out.
-fn recording<K: KeyExtractor<Body>>(
+struct Recording<K> {
     inner: K,
-) -> (
-    Arc<Mutex<Vec<String>>>,
-    impl Fn(&Request) -> Result<Key, KeyError> + Send + Sync + 'static,
-) {
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let log2 = Arc::clone(&log);
-    let f = move |req: &Request| {
-        let key = inner.extract(req);
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl<K: KeyExtractor> KeyExtractor for Recording<K> {
+    fn extract<B>(&self, req: &http::Request<B>) -> Result<Key, KeyError> {
+        let key = self.inner.extract(req);
         let shown = key
             .as_ref()
             .map_or_else(|e| format!("error: {e}"), ToString::to_string);
-        log2.lock().unwrap().push(shown);
+        self.log.lock().unwrap().push(shown);
         key
+    }
+}
+
+fn recording<K: KeyExtractor>(inner: K) -> (Arc<Mutex<Vec<String>>>, Recording<K>) {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let extractor = Recording {
+        inner,
+        log: Arc::clone(&log),
     };
-    (log, f)
+    (log, extractor)
 }
 
 fn last(log: &Mutex<Vec<String>>) -> String {

@@ -228,7 +228,7 @@ async fn never_fits<St: Store<Key>>(store: St) {
             Quota::new(1, Duration::from_secs(60)).unwrap(),
         ))
         .key(GlobalKey)
-        .cost_fn(|_req: &Request<()>| 2)
+        .cost_fn(|_req: &ratekeeper_axum::RequestParts<'_>| 2)
         .store(store)
         .build()
         .unwrap();

@@ -18,7 +18,7 @@
 //! (tiers, per-policy keys, exemptions, refunds after the response), [`route`] for per-route
 //! costs and limits keyed by route template, [`cors`] for preflights, [`fallback`] for
 //! answering limited requests with another service, [`degraded`] for the markers on requests
-//! the store could not decide, [`head`] for the request view closure strategies get,
+//! the store could not decide, [`RequestParts`] for the request view closure strategies get,
 //! [`report`] for the headers and 429 bodies clients see, [`info`] for reading the decision in a handler and
 //! [`concurrency`] for the keyed concurrency limit.
 //!
@@ -38,15 +38,16 @@ pub mod cors;
 pub mod cost;
 pub mod degraded;
 pub mod fallback;
-pub mod head;
 pub mod info;
 pub mod key;
 pub mod policy;
 pub mod rate_limit;
 pub mod report;
+pub mod request;
 pub mod route;
 
 pub use degraded::StoreDegraded;
 pub use key::{GlobalKey, KeyError, KeyExtractor, PeerIp};
 pub use rate_limit::{BuildError, Builder as RateLimitBuilder, RateLimit, RateLimitLayer};
 pub use ratekeeper_core as core;
+pub use request::RequestParts;

@@ -104,8 +104,8 @@ impl MatchedRoute {
     }
 }
 
-impl<B> KeyExtractor<B> for MatchedRoute {
-    fn extract(&self, req: &Request<B>) -> Result<Key, KeyError> {
+impl KeyExtractor for MatchedRoute {
+    fn extract<B>(&self, req: &Request<B>) -> Result<Key, KeyError> {
         route_template(req)
             .map(|t| route_key(lookup_method(req.method()), t))
             .ok_or(KeyError::Missing("no matched route"))

@@ -10,7 +10,7 @@
 //! - [`AllPolicies`] (the default): every policy, the layer's key and cost.
 //! - [`RouteTable`](crate::route::RouteTable): per-route costs and route-scoped policies keyed
 //!   by method and route template.
-//! - Closures `Fn(&RequestHead<'_>, &mut Plan<'_>)` (as they are, or through [`resolve_fn`]
+//! - Closures `Fn(&RequestParts<'_>, &mut Plan<'_>)` (as they are, or through [`resolve_fn`]
 //!   to infer their parameter types): tiers by plan, per-policy keys, anything.
 //! - [`Except`]: exempt requests matching a predicate.
 //!

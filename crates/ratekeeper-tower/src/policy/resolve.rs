@@ -7,20 +7,20 @@ use ratekeeper_core::Policy;
 
 use super::Plan;
 use crate::BuildError;
-use crate::head::RequestHead;
+use crate::RequestParts;
 
 /// Chooses the policies a request is charged to.
 ///
 /// The request comes through a generic method, so the trait has no body type parameter and
-/// a closure `Fn(&RequestHead<'_>, &mut Plan<'_>)` is a resolver as it is (its
-/// [`RequestHead`] is the request without the body). Rust infers a closure's parameter types
+/// a closure `Fn(&RequestParts<'_>, &mut Plan<'_>)` is a resolver as it is (its
+/// [`RequestParts`] is the request without the body). Rust infers a closure's parameter types
 /// only from a direct `Fn` bound, so annotate them, or pass the closure through
 /// [`resolve_fn`], which infers them:
 ///
 /// ```
 /// use std::num::NonZeroU32;
 /// use ratekeeper_core::{Policy, Quota};
-/// use ratekeeper_tower::head::RequestHead;
+/// use ratekeeper_tower::RequestParts;
 /// use ratekeeper_tower::policy::{Plan, resolve_fn};
 /// use ratekeeper_tower::{GlobalKey, RateLimitLayer};
 ///
@@ -30,7 +30,7 @@ use crate::head::RequestHead;
 ///     .policy(Policy::new("reads", per_minute(100)))
 ///     .policy(Policy::new("writes", per_minute(10)))
 ///     .key(GlobalKey)
-///     .resolver(|req: &RequestHead<'_>, plan: &mut Plan<'_>| {
+///     .resolver(|req: &RequestParts<'_>, plan: &mut Plan<'_>| {
 ///         if req.method() == http::Method::GET { plan.charge("reads"); } else { plan.charge("writes"); }
 ///     })
 ///     .build()?;
@@ -49,7 +49,7 @@ use crate::head::RequestHead;
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a rate-limit policy resolver",
     label = "not a `Resolve`",
-    note = "a closure resolver takes `(&RequestHead<'_>, &mut Plan<'_>)`: annotate both parameters, or wrap the closure in `ratekeeper_tower::policy::resolve_fn`"
+    note = "a closure resolver takes `(&RequestParts<'_>, &mut Plan<'_>)`: annotate both parameters, or wrap the closure in `ratekeeper_tower::policy::resolve_fn`"
 )]
 pub trait Resolve: CheckPolicies + Send + Sync + 'static {
     /// Adds this request's charges to `plan` (or marks it exempt). A plan with no charge is
@@ -71,7 +71,7 @@ pub trait CheckPolicies {
 
 impl<F> CheckPolicies for F
 where
-    F: Fn(&RequestHead<'_>, &mut Plan<'_>),
+    F: Fn(&RequestParts<'_>, &mut Plan<'_>),
 {
     /// Closures name policies at request time: an unknown name answers `500`.
     fn check(&self, _policies: &[Policy]) -> Result<(), BuildError> {
@@ -81,11 +81,11 @@ where
 
 impl<F> Resolve for F
 where
-    F: Fn(&RequestHead<'_>, &mut Plan<'_>) + Send + Sync + 'static,
+    F: Fn(&RequestParts<'_>, &mut Plan<'_>) + Send + Sync + 'static,
 {
     #[inline]
     fn resolve<B>(&self, req: &Request<B>, plan: &mut Plan<'_>) {
-        self(&RequestHead::new(req), plan);
+        self(&RequestParts::new(req), plan);
     }
 }
 
@@ -94,7 +94,7 @@ where
 /// parameters is a [`Resolve`] without it.
 pub fn resolve_fn<F>(f: F) -> ResolveFn<F>
 where
-    F: Fn(&RequestHead<'_>, &mut Plan<'_>) + Send + Sync + 'static,
+    F: Fn(&RequestParts<'_>, &mut Plan<'_>) + Send + Sync + 'static,
 {
     ResolveFn(f)
 }
@@ -117,11 +117,11 @@ impl<F> CheckPolicies for ResolveFn<F> {
 
 impl<F> Resolve for ResolveFn<F>
 where
-    F: Fn(&RequestHead<'_>, &mut Plan<'_>) + Send + Sync + 'static,
+    F: Fn(&RequestParts<'_>, &mut Plan<'_>) + Send + Sync + 'static,
 {
     #[inline]
     fn resolve<B>(&self, req: &Request<B>, plan: &mut Plan<'_>) {
-        (self.0)(&RequestHead::new(req), plan);
+        (self.0)(&RequestParts::new(req), plan);
     }
 }
 
@@ -156,14 +156,14 @@ impl AllPolicies {
     }
 }
 
-/// Exempts requests matching a predicate `Fn(&RequestHead<'_>) -> bool`; resolves the others
+/// Exempts requests matching a predicate `Fn(&RequestParts<'_>) -> bool`; resolves the others
 /// with `inner`.
 ///
 /// ```
-/// use ratekeeper_tower::head::RequestHead;
+/// use ratekeeper_tower::RequestParts;
 /// use ratekeeper_tower::policy::AllPolicies;
 ///
-/// let health_is_free = AllPolicies.except(|req: &RequestHead<'_>| req.uri().path() == "/health");
+/// let health_is_free = AllPolicies.except(|req: &RequestParts<'_>| req.uri().path() == "/health");
 /// # let _ = health_is_free;
 /// ```
 #[derive(Debug, Clone, Copy)]
@@ -188,10 +188,10 @@ impl<R: CheckPolicies, P> CheckPolicies for Except<R, P> {
 impl<R, P> Resolve for Except<R, P>
 where
     R: Resolve,
-    P: Fn(&RequestHead<'_>) -> bool + Send + Sync + 'static,
+    P: Fn(&RequestParts<'_>) -> bool + Send + Sync + 'static,
 {
     fn resolve<B>(&self, req: &Request<B>, plan: &mut Plan<'_>) {
-        if (self.predicate)(&RequestHead::new(req)) {
+        if (self.predicate)(&RequestParts::new(req)) {
             plan.exempt();
         } else {
             self.inner.resolve(req, plan);

@@ -13,7 +13,7 @@ use ratekeeper_core::{Key, Policy, Quota};
 use tower::{ServiceBuilder, ServiceExt};
 
 use super::{AllPolicies, Plan, Settle, resolve_fn};
-use crate::head::RequestHead;
+use crate::RequestParts;
 use crate::key::{KeyError, PeerAddr};
 use crate::{BuildError, RateLimitLayer};
 
@@ -95,7 +95,7 @@ async fn exemptions_are_neither_charged_nor_reported() {
         .quota(per_minute(1))
         .exempt_networks(["192.0.2.0/24".parse().unwrap()])
         .exempt_keys([Key::Ip("198.51.100.1".parse().unwrap())])
-        .resolver(AllPolicies.except(|r: &RequestHead<'_>| r.uri().path() == "/health"))
+        .resolver(AllPolicies.except(|r: &RequestParts<'_>| r.uri().path() == "/health"))
         .build()
         .unwrap();
     let svc = ServiceBuilder::new().layer(layer).service_fn(app);
@@ -123,7 +123,7 @@ async fn an_exempt_route_needs_no_key_and_others_still_do() {
     let layer = RateLimitLayer::builder()
         .quota(per_minute(1))
         .key(crate::key::HeaderKey::raw("x-api-key"))
-        .resolver(AllPolicies.except(|r: &RequestHead<'_>| r.uri().path() == "/health"))
+        .resolver(AllPolicies.except(|r: &RequestParts<'_>| r.uri().path() == "/health"))
         .build()
         .unwrap();
     let svc = ServiceBuilder::new().layer(layer).service_fn(app);

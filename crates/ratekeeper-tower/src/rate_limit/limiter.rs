@@ -25,7 +25,7 @@ use crate::degraded::{Degrade, StoreDegraded};
 use crate::info::Info;
 use crate::key::{KeyError, KeyExtractor, PeerIp};
 use crate::policy::{AllPolicies, Applied, Plan, Resolve, Rules};
-use crate::report::{HeaderStyle, Reporter};
+use crate::report::Reporter;
 
 /// A response the layer writes itself (a 429, a 503 when the store fails closed, or a key
 /// error).
@@ -138,8 +138,8 @@ impl<K, Co, St, R> Limiter<K, Co, St, R> {
     #[inline]
     pub(crate) fn prepare<B>(&self, req: &Request<B>) -> Prepared
     where
-        K: KeyExtractor<B>,
-        Co: Cost<B>,
+        K: KeyExtractor,
+        Co: Cost,
         R: Resolve,
     {
         let rules = &self.rules;
@@ -245,7 +245,9 @@ where
                 }
                 Verdict::Pass(decisions)
             }
-            Ok(decisions) if decisions.is_allowed() => self.reserved(applied, pk, decisions),
+            Ok(decisions) if decisions.is_allowed() => {
+                self.reserved(applied, pk, decisions, extensions)
+            }
             Ok(decisions) => self.denied(applied, pk, decisions, deadline, degrade, extensions),
             Err(err) => store_failed(&err, extensions),
         }
@@ -261,7 +263,13 @@ where
 
     /// A Delay-mode reservation: counted (allowed) now, the request waits for its turn.
     #[cold]
-    fn reserved(&self, applied: &Applied, pk: Option<&str>, decisions: Decisions) -> Verdict {
+    fn reserved(
+        &self,
+        applied: &Applied,
+        pk: Option<&str>,
+        decisions: Decisions,
+        extensions: &mut Extensions,
+    ) -> Verdict {
         self.meter.record(applied, &decisions);
         if tokio::runtime::Handle::try_current().is_err() {
             // Cannot wait outside a tokio runtime: give the reservation back and reject.
@@ -269,6 +277,9 @@ where
             return Verdict::Answer(self.limited(applied, pk, &decisions));
         }
         tracing::debug!(delay = ?decisions.delay(), "delay mode: capacity reserved, waiting for its turn");
+        if self.request_info {
+            self.insert_info(applied, &decisions, extensions);
+        }
         Verdict::Wait(decisions)
     }
 
@@ -361,12 +372,11 @@ where
     /// Adds the rate-limit headers of `reported` to a response.
     #[inline]
     pub(crate) fn headers(&self, reported: &Reported, headers: &mut HeaderMap) {
-        // Only the IETF fields name the policies; the others need no list.
-        let policies: SmallVec<[usize; 2]> = match self.reporter.style {
-            HeaderStyle::Ietf | HeaderStyle::Both => reported.applied.indices().collect(),
-            HeaderStyle::XRateLimit | HeaderStyle::IetfLegacy | HeaderStyle::None => {
-                SmallVec::new()
-            }
+        // Only the IETF fields and several policies need the list.
+        let policies: SmallVec<[usize; 2]> = if self.reporter.needs_policy_indices() {
+            reported.applied.indices().collect()
+        } else {
+            SmallVec::new()
         };
         self.reporter.headers(
             &reported.decisions,

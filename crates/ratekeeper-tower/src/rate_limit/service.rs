@@ -87,8 +87,8 @@ impl<S: fmt::Debug, K, Co, St, R> fmt::Debug for RateLimit<S, K, Co, St, R> {
 impl<S, K, Co, St, R, ReqB, ResB> Service<Request<ReqB>> for RateLimit<S, K, Co, St, R>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
-    K: KeyExtractor<ReqB>,
-    Co: Cost<ReqB>,
+    K: KeyExtractor,
+    Co: Cost,
     St: Store<Key>,
     R: Resolve,
 {

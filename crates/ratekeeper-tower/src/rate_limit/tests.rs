@@ -216,7 +216,7 @@ async fn b10_cost_above_burst_is_rejected_at_once_in_delay_mode() {
     let layer = RateLimitLayer::builder()
         .policy(Policy::new("default", Quota::per_second(NonZeroU32::MIN)))
         .key(GlobalKey)
-        .cost_fn(|_req: &Request<()>| 2)
+        .cost_fn(|_req: &crate::RequestParts<'_>| 2)
         .store(MemoryStore::with_clock(TokioClock::new()))
         .mode(Mode::Delay {
             max_wait: Duration::from_secs(60),

@@ -6,9 +6,9 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
-use ratekeeper_core::Decision;
 use ratekeeper_core::decision::ceil_secs;
 use ratekeeper_core::store::Decisions;
+use ratekeeper_core::{Algorithm, Decision, Policy};
 
 use super::{
     RATELIMIT, RATELIMIT_LIMIT, RATELIMIT_POLICY, RATELIMIT_REMAINING, RATELIMIT_RESET, Reporter,
@@ -96,14 +96,14 @@ struct Reset {
 fn single_policy(
     headers: &mut HeaderMap,
     names: [&HeaderName; 3],
-    d: &Decision,
+    shown: Shown,
     reset: Option<Reset>,
     merge: bool,
     now_secs: impl FnOnce() -> u64,
 ) {
     let [limit_name, remaining_name, reset_name] = names;
-    let old_limit = headers.insert(limit_name.clone(), number(d.limit().into()));
-    let old_remaining = headers.insert(remaining_name.clone(), number(d.remaining().into()));
+    let old_limit = headers.insert(limit_name.clone(), number(shown.limit.into()));
+    let old_remaining = headers.insert(remaining_name.clone(), number(shown.remaining.into()));
     let old_reset = match reset {
         Some(reset) => headers.insert(reset_name.clone(), number(reset.value)),
         None => headers.remove(reset_name),
@@ -123,7 +123,7 @@ fn single_policy(
         Some(Some(at)) if at >= EPOCH_RESET_FROM => at.saturating_sub(now_secs()),
         Some(Some(delta)) => delta,
     };
-    let mine = u64::from(d.remaining());
+    let mine = u64::from(shown.remaining);
     if prior < mine || (prior == mine && prior_reset > reset.map_or(0, |r| r.delta)) {
         let restore = [
             (limit_name, old_limit),
@@ -159,7 +159,79 @@ pub(super) fn join_items<'a>(items: impl Iterator<Item = &'a str>, pk: Option<&s
     out
 }
 
+/// The advertised quota of `policy` as `(q, w)`: the most a client can ever see remaining
+/// (`X-RateLimit-Limit`, the IETF `q`) and the window it refers to in whole seconds (the
+/// IETF `w`, at least 1).
+///
+/// For GCRA and the leaky bucket `q` is the capacity (the burst) and `w` the time an empty
+/// bucket takes to refill completely, burst × emission interval, rounded up to whole
+/// seconds; so `q / w` is the sustained rate and `0 <= remaining <= q` always holds, also
+/// when the burst is larger than the per-period limit. Window algorithms (fixed window,
+/// sliding log, sliding window) and the concurrency limit keep `limit` and the period.
+///
+/// ```text
+/// GCRA 1 per 1 s, burst 10       q=10  w=10
+/// GCRA 100 per 60 s, burst 10    q=10  w=6     (emission interval 600 ms)
+/// GCRA 10 per 60 s, burst 10     q=10  w=60
+/// fixed window 100 per 60 s      q=100 w=60
+/// ```
+pub(crate) fn advertised_quota(policy: &Policy) -> (u32, u64) {
+    let quota = policy.quota();
+    let q = policy.capacity();
+    let window = match policy.algorithm() {
+        Algorithm::Gcra | Algorithm::LeakyBucket => Duration::from_nanos(quota.tolerance_nanos()),
+        _ => quota.period(),
+    };
+    // `w` must be a positive integer: sub-second windows round up to 1 s.
+    (q, ceil_secs(window).max(1))
+}
+
+/// What the single-policy styles show for one decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Shown {
+    /// The advertised quota ([`advertised_quota`]).
+    pub(super) limit: u32,
+    /// Whole requests left, never above `limit`.
+    pub(super) remaining: u32,
+}
+
 impl Reporter {
+    /// The limit and remaining shown for `d`, the decision of the layer's policy `policy`:
+    /// the policy's advertised quota, and the remaining clamped to it, so that
+    /// `0 <= remaining <= limit` holds on every response (also for state written under
+    /// other parameters). Without a policy index, the only policy's (see
+    /// [`Reporter::needs_policy_indices`]), else the decision's own limit.
+    pub(super) fn shown(&self, policy: Option<usize>, d: &Decision) -> Shown {
+        let policy = policy.or_else(|| (self.limits.len() == 1).then_some(0));
+        let limit = policy
+            .and_then(|i| self.limits.get(i).copied())
+            .unwrap_or_else(|| d.limit());
+        Shown {
+            limit,
+            remaining: d.remaining().min(limit),
+        }
+    }
+
+    /// Whether [`Reporter::headers`] needs the layer's policy index of each decision: for
+    /// the IETF fields (they name every policy), and with several policies (the deciding
+    /// one's advertised quota). With one policy and a single-policy style an empty slice
+    /// will do, which spares collecting the indices per request.
+    pub(crate) fn needs_policy_indices(&self) -> bool {
+        matches!(self.style, HeaderStyle::Ietf | HeaderStyle::Both) || self.limits.len() > 1
+    }
+
+    /// The decision the single-policy styles report (the one closest to exhaustion, the
+    /// denying one on a 429) and what they show for it.
+    pub(super) fn deciding<'d>(
+        &self,
+        decisions: &'d Decisions,
+        policies: &[usize],
+    ) -> Option<(&'d Decision, Shown)> {
+        let i = decisions.deciding()?;
+        let d = decisions.as_slice().get(i)?;
+        Some((d, self.shown(policies.get(i).copied(), d)))
+    }
+
     pub(super) fn reset_value(&self, d: &Decision, unix_now: impl FnOnce() -> Duration) -> u64 {
         match self.reset {
             ResetFormat::DeltaSeconds => ceil_secs(d.reset_after()),
@@ -196,10 +268,7 @@ impl Reporter {
         headers: &mut HeaderMap,
         merge: bool,
     ) {
-        let Some(d) = decisions
-            .deciding()
-            .and_then(|i| decisions.as_slice().get(i))
-        else {
+        let Some((d, shown)) = self.deciding(decisions, policies) else {
             return;
         };
         let (x, ietf, legacy) = match self.style {
@@ -224,7 +293,7 @@ impl Reporter {
                     &X_RATELIMIT_REMAINING,
                     &X_RATELIMIT_RESET,
                 ],
-                d,
+                shown,
                 reset,
                 merge,
                 || unix_now.as_secs(),
@@ -238,7 +307,7 @@ impl Reporter {
             single_policy(
                 headers,
                 [&RATELIMIT_LIMIT, &RATELIMIT_REMAINING, &RATELIMIT_RESET],
-                d,
+                shown,
                 reset,
                 merge,
                 || unix_now.as_secs(),
@@ -275,15 +344,13 @@ impl Reporter {
             insert_or_append(headers, &RATELIMIT_POLICY, policy, merge);
         }
         let mut state = String::new();
-        let names = policies
-            .iter()
-            .map(|&i| self.names.get(i).map_or("", |n| &**n));
-        for (name, d) in names.zip(decisions.as_slice()) {
+        for (&i, d) in policies.iter().zip(decisions.as_slice()) {
+            let name = self.names.get(i).map_or("", |n| &**n);
             if !state.is_empty() {
                 state.push_str(", ");
             }
             // Writing to a String cannot fail.
-            let _ = write!(state, "\"{name}\";r={}", d.remaining());
+            let _ = write!(state, "\"{name}\";r={}", self.shown(Some(i), d).remaining);
             if !self.windowless {
                 let _ = write!(state, ";t={}", ceil_secs(d.reset_after()));
             }

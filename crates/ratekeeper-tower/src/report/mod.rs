@@ -1,6 +1,6 @@
 //! What clients see: rate-limit headers, `Retry-After`, and the 429 body.
 //!
-//! Header syntax follows `HEADERS.md` of the project:
+//! The header fields and their syntax:
 //!
 //! - `Retry-After` (RFC 9110 §10.2.3) as delay-seconds rounded **up**, at least 1, on every
 //!   429 except "cost can never fit" (which has no honest retry time).
@@ -10,12 +10,18 @@
 //!   Unix epoch seconds ([`ResetFormat::UnixEpoch`]).
 //! - [`HeaderStyle::Ietf`]: `RateLimit-Policy` and `RateLimit` of
 //!   draft-ietf-httpapi-ratelimit-headers-11, both Structured Field Lists (RFC 9651 §3.1) with
-//!   one named item per policy: `"name";q=<limit>;w=<period s>` and `"name";r=<remaining>;t=<reset s>`.
+//!   one named item per policy: `"name";q=<quota>;w=<window s>` and `"name";r=<remaining>;t=<reset s>`.
 //!   With [`PartitionKey`] set, each item also carries `pk`, a Byte Sequence (RFC 9651 §3.3.5)
 //!   holding a salted SHA-256 of the key, never the key itself.
 //! - [`HeaderStyle::IetfLegacy`]: the three fields of drafts -00 to -03 (`RateLimit-Limit`,
 //!   `RateLimit-Remaining`, `RateLimit-Reset` as delta seconds), for older clients.
 //! - [`HeaderStyle::Both`] (X-RateLimit and IETF -11) and [`HeaderStyle::None`].
+//! - The advertised quota (`X-RateLimit-Limit`, `RateLimit-Limit`, the IETF `q`) is the most
+//!   that Remaining can ever show, so `0 <= Remaining <= Limit` always holds: for GCRA and the
+//!   leaky bucket it is the capacity (the burst), and `w` the time an empty bucket takes to
+//!   refill completely (burst × emission interval, rounded up to whole seconds), so `q / w` is
+//!   the sustained rate ("1 per second, burst 10" is `q=10;w=10`); window algorithms report
+//!   `limit` and the period.
 //! - 429 responses carry `Cache-Control: no-store` (RFC 6585 §4) and, by default
 //!   ([`ProblemJson`]), an RFC 9457 `application/problem+json` body with the quota-exceeded type
 //!   of the draft and `violated-policies`. A [`Rejection`] replaces the body; the layer still

@@ -38,6 +38,11 @@ impl<'a> Limited<'a> {
         }
     }
 
+    /// The layer's policy index of each decision.
+    pub(super) fn policy_indices(&self) -> &'a [usize] {
+        self.policies
+    }
+
     /// The layer's policy index of the only denying policy, if exactly one denied.
     fn single_violated(&self) -> Option<usize> {
         let mut denied = self

@@ -7,11 +7,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::header::{CACHE_CONTROL, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue, StatusCode};
-use ratekeeper_core::decision::ceil_secs;
 use ratekeeper_core::store::Decisions;
 use ratekeeper_core::{Key, Policy};
 
-use super::headers::{join_items, number};
+use super::headers::{advertised_quota, join_items, number};
 use super::template::template_429;
 use super::{
     HeaderStyle, Limited, PartitionKey, ProblemJson, ProblemParts, Rejection, ResetFormat,
@@ -22,6 +21,9 @@ use super::{
 #[derive(Clone)]
 pub(crate) struct Reporter {
     pub(crate) names: Arc<[Box<str>]>,
+    /// Per policy: the advertised quota, `X-RateLimit-Limit` and the IETF `q`
+    /// ([`advertised_quota`]); remaining is never shown above it.
+    pub(super) limits: Arc<[u32]>,
     /// Per policy: the problem+json body parts of a 429 it alone denies.
     pub(super) problems: Arc<[ProblemParts]>,
     pub(crate) style: HeaderStyle,
@@ -54,17 +56,15 @@ impl fmt::Debug for Reporter {
 
 impl Reporter {
     pub(crate) fn new(policies: &[Policy], style: HeaderStyle, reset: ResetFormat) -> Self {
+        let advertised: Vec<(u32, u64)> = policies.iter().map(advertised_quota).collect();
         let items = policies
             .iter()
-            .map(|p| {
-                let q = p.quota();
-                // `w` must be a positive integer: sub-second periods round up to 1 s.
-                let w = ceil_secs(q.period()).max(1);
-                format!("\"{}\";q={};w={w}", p.name(), q.limit())
-            })
+            .zip(&advertised)
+            .map(|(p, (q, w))| format!("\"{}\";q={q};w={w}", p.name()))
             .collect();
         Self::from_items(
             policies.iter().map(|p| p.name().into()).collect(),
+            advertised.iter().map(|&(q, _)| q).collect(),
             items,
             style,
             reset,
@@ -78,6 +78,7 @@ impl Reporter {
         let item = format!("\"{name}\";q={max};qu=\"concurrent-requests\"");
         Self::from_items(
             Arc::from([Box::<str>::from(name)]),
+            Arc::from([max]),
             vec![item],
             style,
             ResetFormat::DeltaSeconds,
@@ -87,6 +88,7 @@ impl Reporter {
 
     fn from_items(
         names: Arc<[Box<str>]>,
+        limits: Arc<[u32]>,
         policy_items: Vec<String>,
         style: HeaderStyle,
         reset: ResetFormat,
@@ -99,6 +101,7 @@ impl Reporter {
         Self {
             problems: names.iter().map(|n| ProblemParts::new(n)).collect(),
             names,
+            limits,
             style,
             reset,
             policy_items,
@@ -130,8 +133,8 @@ impl Reporter {
         unix_now: impl FnOnce() -> Duration,
     ) -> (StatusCode, HeaderMap, Bytes) {
         let limited = Limited::new(decisions, &self.names, policies, &self.problems);
-        if let Some((template, retry_after, d)) = self.template_fits(&limited) {
-            return self.limited_from_template(template, &limited, retry_after, d, unix_now);
+        if let Some((template, retry_after, d, shown)) = self.template_fits(&limited) {
+            return self.limited_from_template(template, &limited, retry_after, d, shown, unix_now);
         }
         let res = match &self.rejection {
             Some(rejection) => rejection.reject(&limited),

@@ -7,7 +7,7 @@ use http::header::{CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue, StatusCode};
 use ratekeeper_core::Decision;
 
-use super::headers::number;
+use super::headers::{Shown, number};
 use super::{
     HeaderStyle, Limited, Reporter, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
 };
@@ -15,21 +15,18 @@ use super::{
 impl Reporter {
     /// Whether this 429 is the usual one (default rejection, `X-RateLimit` style, a retry
     /// time, a window), which [`Reporter::limited_from_template`] writes: its `Retry-After`
-    /// seconds and the deciding decision.
+    /// seconds, the deciding decision and what the headers show for it.
     pub(super) fn template_fits<'l>(
         &self,
         limited: &Limited<'l>,
-    ) -> Option<(&HeaderMap, u64, &'l Decision)> {
+    ) -> Option<(&HeaderMap, u64, &'l Decision, Shown)> {
         if self.style != HeaderStyle::XRateLimit || self.windowless || self.rejection.is_some() {
             return None;
         }
         let template = self.template_429.as_ref()?;
         let retry_after = limited.retry_after_secs()?;
-        let decisions = limited.decisions();
-        let d = decisions
-            .deciding()
-            .and_then(|i| decisions.as_slice().get(i))?;
-        Some((template, retry_after, d))
+        let (d, shown) = self.deciding(limited.decisions(), limited.policy_indices())?;
+        Some((template, retry_after, d, shown))
     }
 
     /// The usual 429: a clone of [`template_429`] with its four numbers written in place.
@@ -42,6 +39,7 @@ impl Reporter {
         limited: &Limited<'_>,
         retry_after: u64,
         d: &Decision,
+        shown: Shown,
         unix_now: impl FnOnce() -> Duration,
     ) -> (StatusCode, HeaderMap, Bytes) {
         let reset = self.reset_value(d, unix_now);
@@ -50,8 +48,8 @@ impl Reporter {
         // reset, cache control, retry after. Written by position: no name is compared.
         let numbers = [
             None,
-            Some(u64::from(d.limit())),
-            Some(u64::from(d.remaining())),
+            Some(u64::from(shown.limit)),
+            Some(u64::from(shown.remaining)),
             Some(reset),
             None,
             Some(retry_after),

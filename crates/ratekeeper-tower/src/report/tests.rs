@@ -349,3 +349,56 @@ fn the_429_template_writes_what_the_general_path_writes() {
             .is_none()
     );
 }
+
+#[test]
+fn advertised_quota_is_the_capacity_over_the_full_refill_time() {
+    use ratekeeper_core::Algorithm;
+
+    use super::headers::advertised_quota;
+    let q = |limit: u32, period_ms: u64, burst: u32| {
+        Quota::new(limit, Duration::from_millis(period_ms))
+            .unwrap()
+            .with_burst(burst)
+            .unwrap()
+    };
+    // Case B37.
+    for (quota, algorithm, want) in [
+        (q(1, 1_000, 10), Algorithm::Gcra, (10, 10)),
+        (q(100, 60_000, 10), Algorithm::Gcra, (10, 6)),
+        (q(10, 60_000, 10), Algorithm::Gcra, (10, 60)),
+        (q(1, 1_000, 10), Algorithm::LeakyBucket, (10, 10)),
+        (q(100, 60_000, 10), Algorithm::LeakyBucket, (10, 6)),
+        // Sub-second refill rounds up to 1 s.
+        (q(1_000, 1_000, 10), Algorithm::Gcra, (10, 1)),
+        // Window algorithms: limit and period, whatever the burst.
+        (q(1, 1_000, 10), Algorithm::FixedWindow, (1, 1)),
+        (q(100, 60_000, 10), Algorithm::SlidingWindow, (100, 60)),
+        (q(100, 60_000, 10), Algorithm::SlidingLog, (100, 60)),
+    ] {
+        let policy = Policy::new("p", quota).with_algorithm(algorithm);
+        assert_eq!(advertised_quota(&policy), want, "{algorithm:?} {quota:?}");
+    }
+}
+
+#[test]
+fn remaining_is_never_shown_above_the_advertised_quota() {
+    let quota = Quota::per_second(NonZeroU32::new(1).unwrap())
+        .with_burst(10)
+        .unwrap();
+    let r = Reporter::new(
+        &[Policy::new("p1", quota)],
+        HeaderStyle::Both,
+        ResetFormat::DeltaSeconds,
+    );
+    // A decision that says limit 1 (the per-period limit) and remaining 9 (the bucket), and
+    // one whose state is above the quota (written under a larger one).
+    for (remaining, shown) in [(9, 9), (10, 10), (25, 10)] {
+        let d = Decision::new(Outcome::Allowed, 1, remaining, Duration::from_secs(1));
+        let mut h = HeaderMap::new();
+        r.headers(&Decisions::new([d]), &[0], None, || Duration::ZERO, &mut h);
+        assert_eq!(h[&X_RATELIMIT_LIMIT], "10");
+        assert_eq!(h[&X_RATELIMIT_REMAINING], shown.to_string().as_str());
+        assert_eq!(h[&RATELIMIT_POLICY], "\"p1\";q=10;w=10");
+        assert_eq!(h[&RATELIMIT], format!("\"p1\";r={shown};t=1").as_str());
+    }
+}
