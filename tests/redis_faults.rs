@@ -22,8 +22,8 @@ use axum::routing::get;
 use http::HeaderValue;
 use http::Request;
 use ratekeeper_axum::StoreDegraded;
-use ratekeeper_axum::core::store::FailureAction;
-use ratekeeper_axum::core::store::redis::{OnFailure, RedisStore, RedisStoreBuilder};
+use ratekeeper_axum::core::store::FailurePolicy;
+use ratekeeper_axum::core::store::redis::{RedisStore, RedisStoreBuilder};
 use ratekeeper_axum::{Key, KeyError, Policy, Quota, RateLimitLayer, RequestParts};
 use ratekeeper_tests::redis::{RedisCluster, RedisServer};
 use ratekeeper_tests::spawn;
@@ -77,7 +77,7 @@ fn app(layer: Layer) -> Router {
             "/",
             get(|req: Request<axum::body::Body>| async move {
                 match req.extensions().get::<StoreDegraded>() {
-                    Some(d) if d.action == FailureAction::Degrade => "fallback",
+                    Some(d) if d.action == FailurePolicy::Degrade => "fallback",
                     Some(_) => "degraded",
                     None => "ok",
                 }
@@ -141,11 +141,11 @@ async fn get_key(client: &reqwest::Client, addr: std::net::SocketAddr, key: &str
     }
 }
 
-fn store(on_failure: OnFailure) -> RedisStoreBuilder {
+fn store(on_failure: FailurePolicy) -> RedisStoreBuilder {
     RedisStore::builder()
         .deadline(DEADLINE)
         .on_failure(on_failure)
-        .max_clock_skew(Duration::ZERO)
+        .stale_tolerance(Duration::ZERO)
 }
 
 async fn sleep_until(start: Instant, at_ms: u64) {
@@ -155,7 +155,7 @@ async fn sleep_until(start: Instant, at_ms: u64) {
 /// Case B18: 3 per 60 s on Redis, deadline 50 ms; Redis accepts connections and never
 /// answers (SIGSTOP) from t=0; R1..R5 at t = 0, 100, .., 400 ms; Redis recovers at
 /// t=1000 ms and R6 is decided by Redis.
-async fn b18(on_failure: OnFailure, local: Option<Policy>) -> Vec<Answer> {
+async fn b18(on_failure: FailurePolicy, local: Option<Policy>) -> Vec<Answer> {
     let server = RedisServer::start();
     let mut builder = store(on_failure);
     if let Some(p) = local {
@@ -206,7 +206,7 @@ async fn b18(on_failure: OnFailure, local: Option<Policy>) -> Vec<Answer> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn b18_redis_down_or_slow_fail_open() {
-    let answers = b18(OnFailure::Allow, None).await;
+    let answers = b18(FailurePolicy::Allow, None).await;
     for a in &answers[..5] {
         assert_eq!(a.status, 200);
         // No Remaining made up from a failed call; the handler saw the degraded marker.
@@ -217,7 +217,7 @@ async fn b18_redis_down_or_slow_fail_open() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn b18_redis_down_or_slow_fail_closed() {
-    let answers = b18(OnFailure::Deny, None).await;
+    let answers = b18(FailurePolicy::Deny, None).await;
     for a in &answers[..5] {
         assert_eq!(a.status, 503, "{a:?}");
         assert_eq!(a.remaining, None);
@@ -232,7 +232,7 @@ async fn b18_redis_down_or_slow_local_fallback() {
         Quota::new(2, Duration::from_secs(60)).expect("quota"),
     )
     .with_algorithm(ratekeeper_axum::Algorithm::FixedWindow);
-    let answers = b18(OnFailure::Local, Some(local)).await;
+    let answers = b18(FailurePolicy::Local, Some(local)).await;
     assert_eq!((answers[0].status, answers[0].remaining), (200, Some(1)));
     assert_eq!((answers[1].status, answers[1].remaining), (200, Some(0)));
     for a in &answers[2..5] {
@@ -242,7 +242,7 @@ async fn b18_redis_down_or_slow_local_fallback() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn b18_redis_down_or_slow_degrade_reaches_the_fallback_hook() {
-    let answers = b18(OnFailure::Degrade, None).await;
+    let answers = b18(FailurePolicy::Degrade, None).await;
     for a in &answers[..5] {
         assert_eq!((a.status, a.body.as_str()), (200, "fallback"), "{a:?}");
         assert_eq!(a.remaining, None);
@@ -314,7 +314,7 @@ async fn serve_decided(store: RedisStore) -> (Layer, std::net::SocketAddr) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_under_load_applies_policy_counts_and_recovers() {
     let mut server = RedisServer::start();
-    let store = store(OnFailure::Allow)
+    let store = store(FailurePolicy::Allow)
         .standalone(&server.url())
         .await
         .expect("store");
@@ -351,7 +351,7 @@ async fn kill_9_under_load_applies_policy_counts_and_recovers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigstop_for_two_seconds_fails_closed_within_deadline_then_recovers() {
     let server = RedisServer::start();
-    let store = store(OnFailure::Deny)
+    let store = store(FailurePolicy::Deny)
         .standalone(&server.url())
         .await
         .expect("store");
@@ -385,7 +385,7 @@ async fn sigstop_for_two_seconds_fails_closed_within_deadline_then_recovers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn script_flush_reloads_the_script_without_errors() {
     let server = RedisServer::start();
-    let mut store = store(OnFailure::Deny)
+    let mut store = store(FailurePolicy::Deny)
         .standalone(&server.url())
         .await
         .expect("store");
@@ -420,12 +420,12 @@ async fn cluster_failover_keeps_answering_and_recovers() {
     let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
     let store = RedisStore::builder()
         .deadline(DEADLINE)
-        .on_failure(OnFailure::Allow)
-        .max_clock_skew(Duration::ZERO)
+        .on_failure(FailurePolicy::Allow)
+        .stale_tolerance(Duration::ZERO)
         .cluster(&nodes)
         .await
         .expect("cluster store");
-    let probe_key = "rl:v1:{s:probe}:api";
+    let probe_key = "rl:v2:{s:probe}:api";
     let (handle, addr) = serve_decided(store).await;
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -448,4 +448,51 @@ async fn cluster_failover_keeps_answering_and_recovers() {
     assert!(took < Duration::from_secs(20));
     let stats = handle.store().stats();
     assert!(stats.redis_decisions > 0 && stats.errors > 0, "{stats:?}");
+}
+
+/// The stale guard (one time source, case B36's other half): a check sent while Redis is
+/// paused is answered by the failure policy at its deadline; when Redis resumes and finally
+/// runs the queued script, the guard (in Redis time, learned from earlier replies) makes it
+/// do nothing, so the request is not charged a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_reaching_redis_after_its_deadline_charges_nothing() {
+    let server = RedisServer::start();
+    let mut store = store(FailurePolicy::Allow)
+        .breaker(1_000, Duration::from_millis(1))
+        .standalone(&server.url())
+        .await
+        .expect("store");
+    let api = ratekeeper_axum::core::store::Store::register(
+        &mut store,
+        &Policy::new("api", Quota::per_hour(NonZeroU32::new(1).expect("1"))),
+    )
+    .expect("register");
+    // A first reply teaches the guard Redis's time.
+    let warm = store
+        .check_async(&[(api, Key::from("warm"), 1)])
+        .await
+        .expect("decided by Redis");
+    assert!(warm.is_allowed());
+
+    let key = Key::from("late");
+    server.signal("STOP");
+    let err = store
+        .check_async(&[(api, key.clone(), 1)])
+        .await
+        .expect_err("Redis is paused: the failure policy answers");
+    assert!(err.is_unavailable(), "{err:?}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    server.signal("CONT");
+    // The queued script has run by the time Redis answers a later command on the same
+    // connection (one connection, in order).
+    let d = store
+        .check_async(&[(api, key.clone(), 1)])
+        .await
+        .expect("decided by Redis after CONT");
+    assert!(
+        d.is_allowed(),
+        "the late call charged the quota of 1: {d:?}"
+    );
+    let stats = store.stats();
+    assert_eq!((stats.degraded, stats.redis_decisions), (1, 2), "{stats:?}");
 }

@@ -8,8 +8,11 @@ use std::time::Duration;
 use axum::Router;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use ratekeeper_axum::core::clock::ManualClock;
+use ratekeeper_axum::core::decision::ceil_secs;
 use ratekeeper_axum::core::store::redis::{OwnedCharge, RedisStore, RedisStoreBuilder};
-use ratekeeper_axum::core::store::{Charge, Decisions, MemoryStore, PolicyId, Store};
+use ratekeeper_axum::core::store::{
+    Charge, Decisions, MemoryStore, PolicyId, Receipt, Refund, Store,
+};
 use ratekeeper_axum::{Algorithm, Key, KeyError, Policy, Quota, RateLimitLayer, RequestParts};
 use ratekeeper_tests::redis::{RedisCluster, RedisServer};
 use ratekeeper_tests::{TestServer, ok_app, spawn};
@@ -34,11 +37,14 @@ fn conformance_policies() -> Vec<Policy> {
     ]
 }
 
-/// One request of a trace: at `t` ms, these (policy index, key) charges with `cost`.
+/// One step of a trace at `t` ms: a request with these (policy index, key) charges with
+/// `cost`, or (`refund_of`) the refund of an earlier step's charges with the receipts its
+/// decisions carried.
 struct Step {
     t: u64,
     charges: Vec<(usize, &'static str)>,
     cost: u64,
+    refund_of: Option<usize>,
 }
 
 fn step(t: u64, charges: &[(usize, &'static str)], cost: u64) -> Step {
@@ -46,7 +52,59 @@ fn step(t: u64, charges: &[(usize, &'static str)], cost: u64) -> Step {
         t,
         charges: charges.to_vec(),
         cost,
+        refund_of: None,
     }
+}
+
+/// At `t` ms, give back what step `of` (an index into the same trace) charged.
+fn refund(t: u64, of: usize) -> Step {
+    Step {
+        t,
+        charges: Vec::new(),
+        cost: 0,
+        refund_of: Some(of),
+    }
+}
+
+/// Refund traces (case B26's rules where receipts and plain refunds agree): an in-window
+/// fixed-window refund, a GCRA refund of the latest charge, a multi-policy refund whose GCRA
+/// part the bucket already drained. Steps are indexed within this trace.
+fn refund_traces() -> Vec<Step> {
+    vec![
+        // Fixed window 3 per 10 s, window [500 s, 510 s).
+        step(500_000, &[(3, "hal")], 1), // 0
+        step(500_000, &[(3, "hal")], 1), // 1
+        step(500_000, &[(3, "hal")], 1), // 2
+        step(500_000, &[(3, "hal")], 1), // 3: denied
+        refund(501_000, 1),              // 4: in-window: gives back one
+        step(501_000, &[(3, "hal")], 1), // 5: allowed, Remaining 0
+        step(501_000, &[(3, "hal")], 1), // 6: denied
+        // GCRA 10 per 60 s: the latest charge's refund gives back its whole slot.
+        step(510_000, &[(0, "ivy")], 10), // 7: Remaining 0
+        step(510_000, &[(0, "ivy")], 1),  // 8: denied
+        refund(510_000, 7),               // 9
+        step(510_000, &[(0, "ivy")], 10), // 10: allowed again
+        // Two policies on one key: burst (GCRA 5/s, burst 2) and daily (3 per day).
+        step(520_000, &[(1, "jay"), (2, "jay")], 1), // 11
+        step(520_400, &[(1, "jay"), (2, "jay")], 1), // 12
+        step(520_800, &[(1, "jay"), (2, "jay")], 1), // 13
+        step(521_200, &[(1, "jay"), (2, "jay")], 1), // 14: daily denies
+        refund(521_200, 13), // 15: daily gives back; burst was drained already
+        step(521_200, &[(1, "jay"), (2, "jay")], 1), // 16: allowed
+        step(521_200, &[(1, "jay"), (2, "jay")], 1), // 17: daily denies again
+    ]
+}
+
+fn assert_refund_values(d: &[Decisions]) {
+    let allowed: Vec<bool> = d.iter().map(Decisions::is_allowed).collect();
+    assert_eq!(
+        allowed,
+        [
+            true, true, true, false, true, false, true, false, true, true, true, true, false, true,
+            false
+        ]
+    );
+    assert_eq!(d[4].as_slice()[0].remaining(), 0);
 }
 
 /// Fixed traces: bursts, exact retry boundaries, refill, costs 0 / n / > burst, several
@@ -113,27 +171,38 @@ fn traces() -> Vec<Step> {
     v
 }
 
-fn run_memory() -> Vec<Decisions> {
+fn run_memory(trace: &[Step]) -> Vec<Decisions> {
     let clock = ManualClock::new();
     let mut store = MemoryStore::<Key, _>::with_clock(clock.clone());
     let ids: Vec<PolicyId> = conformance_policies()
         .iter()
         .map(|p| store.register(p).expect("register"))
         .collect();
-    traces()
-        .iter()
-        .map(|s| {
-            clock.set(s.t * MS);
-            let keys: Vec<Key> = s.charges.iter().map(|(_, k)| Key::from(*k)).collect();
-            let charges: Vec<Charge<'_, Key>> = s
-                .charges
+    let mut seen: Vec<Option<Decisions>> = Vec::new();
+    for s in trace {
+        clock.set(s.t * MS);
+        let charged = s.refund_of.map_or(s, |j| &trace[j]);
+        let keys: Vec<Key> = charged.charges.iter().map(|(_, k)| Key::from(*k)).collect();
+        let charges: Vec<Charge<'_, Key>> = charged
+            .charges
+            .iter()
+            .zip(&keys)
+            .map(|((p, _), k)| Charge::new(ids[*p], k, charged.cost))
+            .collect();
+        if let Some(j) = s.refund_of {
+            let taken = seen[j].as_ref().expect("refund of a check");
+            let refunds: Vec<Refund<'_, Key>> = charges
                 .iter()
-                .zip(&keys)
-                .map(|((p, _), k)| Charge::new(ids[*p], k, s.cost))
+                .zip(taken.receipts())
+                .map(|(c, r)| Refund::new(*c, r))
                 .collect();
-            store.check_now(&charges).expect("memory decides")
-        })
-        .collect()
+            store.refund(&refunds);
+            seen.push(None);
+        } else {
+            seen.push(Some(store.check_now(&charges).expect("memory decides")));
+        }
+    }
+    seen.into_iter().flatten().collect()
 }
 
 /// TTL floor of the conformance runs: longer than the whole test, so Redis's real-time
@@ -141,7 +210,10 @@ fn run_memory() -> Vec<Decisions> {
 /// `injected_time_decisions_do_not_depend_on_real_time_between_calls`).
 const CONFORMANCE_MIN_TTL: Duration = Duration::from_secs(3_600);
 
-async fn run_redis(build: impl AsyncFnOnce(RedisStoreBuilder) -> RedisStore) -> Vec<Decisions> {
+async fn run_redis(
+    trace: &[Step],
+    build: impl AsyncFnOnce(RedisStoreBuilder) -> RedisStore,
+) -> Vec<Decisions> {
     let clock = ManualClock::new();
     let mut store = build(
         RedisStore::builder()
@@ -154,18 +226,29 @@ async fn run_redis(build: impl AsyncFnOnce(RedisStoreBuilder) -> RedisStore) -> 
         .iter()
         .map(|p| store.register(p).expect("register"))
         .collect();
-    let mut out = Vec::new();
-    for s in traces() {
+    let mut seen: Vec<Option<Decisions>> = Vec::new();
+    for s in trace {
         clock.set(s.t * MS);
-        let charges: Vec<OwnedCharge> = s
+        let charged = s.refund_of.map_or(s, |j| &trace[j]);
+        let charges: Vec<OwnedCharge> = charged
             .charges
             .iter()
-            .map(|(p, k)| (ids[*p], Key::from(*k), s.cost))
+            .map(|(p, k)| (ids[*p], Key::from(*k), charged.cost))
             .collect();
-        out.push(store.check_async(&charges).await.expect("redis decides"));
+        if let Some(j) = s.refund_of {
+            let taken = seen[j].as_ref().expect("refund of a check");
+            let refunds: Vec<(OwnedCharge, Receipt)> =
+                charges.into_iter().zip(taken.receipts()).collect();
+            store.refund_async(&refunds).await.expect("redis refunds");
+            seen.push(None);
+        } else {
+            seen.push(Some(
+                store.check_async(&charges).await.expect("redis decides"),
+            ));
+        }
     }
     assert_eq!(store.stats().degraded, 0);
-    out
+    seen.into_iter().flatten().collect()
 }
 
 fn assert_reference_values(d: &[Decisions]) {
@@ -199,21 +282,39 @@ fn assert_reference_values(d: &[Decisions]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_memory_standalone_and_cluster_decide_identically() {
-    let memory = run_memory();
-    assert_reference_values(&memory);
-
     let server = RedisServer::start();
     let url = server.url();
-    let standalone =
-        run_redis(async |b: RedisStoreBuilder| b.standalone(&url).await.expect("standalone")).await;
-    assert_eq!(standalone, memory, "standalone Redis differs from memory");
-
     let cluster = RedisCluster::start();
     let urls = cluster.urls();
     let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
-    let clustered =
-        run_redis(async |b: RedisStoreBuilder| b.cluster(&nodes).await.expect("cluster")).await;
-    assert_eq!(clustered, memory, "Redis Cluster differs from memory");
+    for (name, trace, check) in [
+        (
+            "traces",
+            traces(),
+            assert_reference_values as fn(&[Decisions]),
+        ),
+        ("refund-traces", refund_traces(), assert_refund_values),
+    ] {
+        let memory = run_memory(&trace);
+        check(&memory);
+        let standalone = run_redis(&trace, async |b: RedisStoreBuilder| {
+            b.prefix(name).standalone(&url).await.expect("standalone")
+        })
+        .await;
+        check(&standalone);
+        assert_eq!(
+            standalone, memory,
+            "{name}: standalone Redis differs from memory"
+        );
+        let clustered = run_redis(&trace, async |b: RedisStoreBuilder| {
+            b.prefix(name).cluster(&nodes).await.expect("cluster")
+        })
+        .await;
+        assert_eq!(
+            clustered, memory,
+            "{name}: Redis Cluster differs from memory"
+        );
+    }
 }
 
 /// The root cause of the conformance flake: with injected time the fixed window's third
@@ -471,74 +572,175 @@ fn pttl(server: &RedisServer, key: &str) -> i64 {
         .expect("PTTL")
 }
 
-/// B20, token bucket (the "repeat with the token bucket" part of the case): every key written has a PTTL in (0, time until full], a
-/// later write does not push the expiry beyond the refill time, idle keys disappear, and no
-/// key ever has PTTL -1.
+/// One step of a TTL trace: a request at `t` ms expecting `remaining`, then the key's PTTL
+/// in `ttl` (ms); or a pause in real time after which the key must be gone.
+enum TtlStep {
+    Request {
+        t: u64,
+        remaining: u32,
+        ttl: std::ops::RangeInclusive<i64>,
+    },
+    GoneAfterRealMs(u64),
+}
+
+/// B20 for every algorithm (5 per 60 000 ms, burst 5): every key written has a PTTL equal to
+/// the time until its state is "absent" again (token bucket: until full; fixed window: until
+/// the window ends; sliding window counter: until both counts are zero), later writes never
+/// push it beyond that, the old window's key is gone once real time reaches its end, and no
+/// key ever has PTTL -1. The case's fault ("drop the connection right after the increment")
+/// cannot happen: the increment and the PX are one `SET` inside one script.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn b20_key_ttl_never_set_token_bucket() {
+async fn b20_key_ttl_never_set_every_algorithm() {
+    use TtlStep::{GoneAfterRealMs, Request as At};
+    let table: Vec<(Algorithm, Vec<TtlStep>)> = vec![
+        (
+            Algorithm::Gcra,
+            vec![
+                // T = 12 s: one request is "absent" again 12 s later.
+                At {
+                    t: 0,
+                    remaining: 4,
+                    ttl: 1..=12_000,
+                },
+                At {
+                    t: 1,
+                    remaining: 3,
+                    ttl: 12_001..=24_000,
+                },
+                // Refilled: the TTL is one emission interval, not a fresh 60 s.
+                At {
+                    t: 59_000,
+                    remaining: 4,
+                    ttl: 1..=12_000,
+                },
+            ],
+        ),
+        (
+            Algorithm::FixedWindow,
+            vec![
+                At {
+                    t: 0,
+                    remaining: 4,
+                    ttl: 1..=60_000,
+                },
+                At {
+                    t: 1,
+                    remaining: 3,
+                    ttl: 1..=60_000,
+                },
+                // The window is not pushed out to a fresh 60 s.
+                At {
+                    t: 59_000,
+                    remaining: 2,
+                    ttl: 1..=1_000,
+                },
+                // Real time catches up with the window end (1 s after R3): the key is gone.
+                GoneAfterRealMs(1_050),
+                At {
+                    t: 60_001,
+                    remaining: 4,
+                    ttl: 1..=60_000,
+                },
+            ],
+        ),
+        (
+            Algorithm::SlidingWindow,
+            vec![
+                At {
+                    t: 0,
+                    remaining: 4,
+                    ttl: 1..=120_000,
+                },
+                At {
+                    t: 59_000,
+                    remaining: 3,
+                    ttl: 1..=61_000,
+                },
+                // Estimate 2 * (1 - 1/60 000) + 1: one more fits.
+                At {
+                    t: 60_001,
+                    remaining: 2,
+                    ttl: 1..=119_999,
+                },
+            ],
+        ),
+    ];
     let server = RedisServer::start();
-    let clock = ManualClock::new();
+    for (algorithm, steps) in table {
+        let clock = ManualClock::new();
+        let mut store = RedisStore::builder()
+            .clock(clock.clone())
+            .deadline(Duration::from_secs(2))
+            .standalone(&server.url())
+            .await
+            .expect("store");
+        let name = format!("{algorithm:?}").to_lowercase();
+        let id = store
+            .register(&Policy::new(name.as_str(), quota(5, 60_000, 5)).with_algorithm(algorithm))
+            .expect("register");
+        let key = Key::from("user:1");
+        let redis_key = store.redis_key(id, &key).expect("key name");
+        assert_eq!(redis_key, format!("rl:v2:{{s:user:1}}:{name}"));
+        for (i, step) in steps.into_iter().enumerate() {
+            match step {
+                At { t, remaining, ttl } => {
+                    clock.set(t * MS);
+                    let d = store
+                        .check_async(&[(id, key.clone(), 1)])
+                        .await
+                        .expect("decides");
+                    assert!(d.is_allowed(), "{algorithm:?} step {i}");
+                    assert_eq!(
+                        d.as_slice()[0].remaining(),
+                        remaining,
+                        "{algorithm:?} step {i}"
+                    );
+                    let got = pttl(&server, &redis_key);
+                    assert!(
+                        ttl.contains(&got),
+                        "{algorithm:?} step {i}: PTTL {got}, want {ttl:?}"
+                    );
+                }
+                GoneAfterRealMs(ms) => {
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                    assert_eq!(
+                        pttl(&server, &redis_key),
+                        -2,
+                        "{algorithm:?}: the old window's key is still there"
+                    );
+                }
+            }
+            assert_every_key_has_ttl(&server);
+        }
+    }
+}
+
+/// Idle keys disappear: a token-bucket key whose state is "absent" after 1 ms of real time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_token_bucket_keys_disappear() {
+    let server = RedisServer::start();
     let mut store = RedisStore::builder()
-        .clock(clock.clone())
         .deadline(Duration::from_secs(2))
         .standalone(&server.url())
         .await
         .expect("store");
-    // 5 per 60 s, burst 5: T = 12 s, full after 60 s idle.
-    let api = store
-        .register(&Policy::new("api", quota(5, 60_000, 5)))
-        .expect("register");
-    let key = Key::from("user:1");
-    let name = store.redis_key(api, &key).expect("key name");
-    assert_eq!(name, "rl:v1:{s:user:1}:api");
-    let check = async |store: &RedisStore| {
-        store
-            .check_async(&[(api, key.clone(), 1)])
-            .await
-            .expect("decides")
-    };
-
-    // R1 at t=0: Remaining 4, PTTL in (0, 12 000] (the state is "absent" again after 12 s).
-    let d = check(&store).await;
-    assert_eq!(d.as_slice()[0].remaining(), 4);
-    let ttl = pttl(&server, &name);
-    assert!(ttl > 0 && ttl <= 12_000, "PTTL {ttl}");
-
-    // R2 at t=1: Remaining 3, PTTL in (0, 24 000].
-    clock.set(MS);
-    assert_eq!(check(&store).await.as_slice()[0].remaining(), 3);
-    let ttl = pttl(&server, &name);
-    assert!(ttl > 12_000 && ttl <= 24_000, "PTTL {ttl}");
-
-    // R3 at t=59 000: the bucket refilled; Remaining 4 and the TTL is one emission
-    // interval, not a fresh 60 s.
-    clock.set(59_000 * MS);
-    assert_eq!(check(&store).await.as_slice()[0].remaining(), 4);
-    let ttl = pttl(&server, &name);
-    assert!(ttl > 0 && ttl <= 12_000, "PTTL {ttl}");
-
-    // Idle keys disappear: a key whose state is "absent" after 1 ms of real time.
     let tiny = store
         .register(&Policy::new("tiny", quota(1_000, 1_000, 1)))
         .expect("register");
-    assert!(
-        store
-            .check_async(&[(tiny, key.clone(), 1)])
-            .await
-            .expect("decides")
-            .is_allowed()
-    );
-    let tiny_name = store.redis_key(tiny, &key).expect("name");
+    let key = Key::from("user:1");
+    let d = store
+        .check_async(&[(tiny, key.clone(), 1)])
+        .await
+        .expect("decides");
+    assert!(d.is_allowed());
+    let name = store.redis_key(tiny, &key).expect("name");
     for _ in 0..100 {
-        if pttl(&server, &tiny_name) == -2 {
+        if pttl(&server, &name) == -2 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    assert_eq!(pttl(&server, &tiny_name), -2, "idle key still present");
-
-    // No key ever written without a TTL.
-    assert_every_key_has_ttl(&server);
+    assert_eq!(pttl(&server, &name), -2, "idle key still present");
 }
 
 /// B19: every policy of one client key shares one hash tag (one slot), the script gets every
@@ -687,111 +889,6 @@ async fn negative_cache_denies_repeat_requests_without_redis_until_retry_after()
     assert_eq!(store.stats().redis_decisions, 4);
 }
 
-/// B20: fixed window 5 per 60 000 ms. The PTTL of the key is in (0, 60 000] and is not pushed
-/// out by later requests; the key is gone (PTTL -2) right after its window ends (margin: the
-/// TTL is rounded up to a whole ms); the next window starts fresh; no key ever has PTTL -1.
-/// The case's fault ("drop the connection right after the increment") cannot happen: the
-/// increment and the PX are one `SET` inside one script.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn b20_key_ttl_never_set_fixed_window() {
-    let server = RedisServer::start();
-    let clock = ManualClock::new();
-    let mut store = RedisStore::builder()
-        .clock(clock.clone())
-        .deadline(Duration::from_secs(2))
-        .standalone(&server.url())
-        .await
-        .expect("store");
-    let api = store
-        .register(&Policy::new("api", quota(5, 60_000, 5)).with_algorithm(Algorithm::FixedWindow))
-        .expect("register");
-    let key = Key::from("user:1");
-    let name = store.redis_key(api, &key).expect("key name");
-    let check = async |store: &RedisStore| {
-        store
-            .check_async(&[(api, key.clone(), 1)])
-            .await
-            .expect("decides")
-    };
-    let remaining = |d: &Decisions| d.as_slice()[0].remaining();
-
-    let r1 = check(&store).await;
-    assert_eq!((r1.is_allowed(), remaining(&r1)), (true, 4));
-    let ttl = pttl(&server, &name);
-    assert!(ttl > 0 && ttl <= 60_000, "R1 PTTL {ttl}");
-
-    clock.set(MS);
-    let r2 = check(&store).await;
-    assert_eq!((r2.is_allowed(), remaining(&r2)), (true, 3));
-    let ttl = pttl(&server, &name);
-    assert!(ttl > 0 && ttl <= 60_000, "R2 PTTL {ttl}");
-
-    clock.set(59_000 * MS);
-    let r3 = check(&store).await;
-    assert_eq!((r3.is_allowed(), remaining(&r3)), (true, 2));
-    let ttl = pttl(&server, &name);
-    assert!(
-        ttl > 0 && ttl <= 1_000,
-        "R3 PTTL {ttl}: the window was pushed out"
-    );
-    assert_every_key_has_ttl(&server);
-
-    // Real time catches up with the window end (1 s after R3): the key is gone.
-    tokio::time::sleep(Duration::from_millis(1_050)).await;
-    assert_eq!(
-        pttl(&server, &name),
-        -2,
-        "the old window's key is still there"
-    );
-
-    clock.set(60_001 * MS);
-    let r4 = check(&store).await;
-    assert_eq!((r4.is_allowed(), remaining(&r4)), (true, 4));
-    let ttl = pttl(&server, &name);
-    assert!(ttl > 0 && ttl <= 60_000, "R4 PTTL {ttl}");
-    assert_every_key_has_ttl(&server);
-}
-
-/// B20, sliding window counter: the key's PTTL is the time until both counts are zero
-/// (at most two windows), never -1, and is not pushed out beyond that by later requests.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn b20_key_ttl_never_set_sliding_window() {
-    let server = RedisServer::start();
-    let clock = ManualClock::new();
-    let mut store = RedisStore::builder()
-        .clock(clock.clone())
-        .deadline(Duration::from_secs(2))
-        .standalone(&server.url())
-        .await
-        .expect("store");
-    let api = store
-        .register(&Policy::new("api", quota(5, 60_000, 5)).with_algorithm(Algorithm::SlidingWindow))
-        .expect("register");
-    let key = Key::from("user:1");
-    let name = store.redis_key(api, &key).expect("key name");
-    let check = async |store: &RedisStore| {
-        store
-            .check_async(&[(api, key.clone(), 1)])
-            .await
-            .expect("decides")
-    };
-    let r1 = check(&store).await;
-    assert_eq!(r1.as_slice()[0].remaining(), 4);
-    let ttl = pttl(&server, &name);
-    assert!(ttl > 0 && ttl <= 120_000, "R1 PTTL {ttl}");
-    clock.set(59_000 * MS);
-    let r2 = check(&store).await;
-    assert_eq!(r2.as_slice()[0].remaining(), 3);
-    let ttl = pttl(&server, &name);
-    assert!(ttl > 0 && ttl <= 61_000, "R2 PTTL {ttl}");
-    clock.set(60_001 * MS);
-    let r3 = check(&store).await;
-    assert!(r3.is_allowed());
-    let ttl = pttl(&server, &name);
-    assert!(ttl > 0 && ttl <= 119_999, "R3 PTTL {ttl}");
-    assert_every_key_has_ttl(&server);
-}
-
 /// Every decision's round trip lands in the latency histogram (DESIGN §8). A current-thread
 /// runtime inside `with_local_recorder`, so the store's futures see the test's recorder.
 #[test]
@@ -848,4 +945,328 @@ fn every_redis_decision_is_timed() {
         .collect();
     assert_eq!(samples.len(), 3, "{samples:?}");
     assert!(samples.iter().all(|s| *s > 0.0 && *s < 2.0), "{samples:?}");
+}
+
+/// A store on `server` with injected time `clock`, prefix `prefix`, and `policy` registered.
+async fn timed_store(
+    server: &RedisServer,
+    clock: &ManualClock,
+    prefix: &str,
+    policy: &Policy,
+) -> (RedisStore, PolicyId) {
+    let mut store = RedisStore::builder()
+        .clock(clock.clone())
+        .deadline(Duration::from_secs(2))
+        .min_ttl(CONFORMANCE_MIN_TTL)
+        .prefix(prefix)
+        .standalone(&server.url())
+        .await
+        .expect("store");
+    let id = store.register(policy).expect("register");
+    (store, id)
+}
+
+/// Case B26 on Redis, every algorithm the store runs: a refund after the charge's window
+/// closed (or after the bucket drained it) gives back nothing, so R4 is denied; the control
+/// (an in-window refund) still gives back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b26_refund_after_rollover_frees_nothing_redis() {
+    let server = RedisServer::start();
+    let fw = Policy::new("fw", quota(2, 60_000, 2)).with_algorithm(Algorithm::FixedWindow);
+    let sw = Policy::new("sw", quota(2, 60_000, 2)).with_algorithm(Algorithm::SlidingWindow);
+    let gcra = Policy::new("gcra", quota(2, 60_000, 2)); // one unit per 30 000 ms, burst 2
+    // (policy, R1, R2 and R3, refund, R4, R4's Retry-After in s), times in ms.
+    let table = [
+        (&fw, 59_000, 60_500, 61_000, 62_000, 58),
+        (&sw, 0, 120_500, 121_000, 122_000, 88),
+        (&gcra, 0, 120_000, 120_000, 120_001, 30),
+    ];
+    for (policy, r1, r23, refund_at, r4, retry_s) in table {
+        let clock = ManualClock::new();
+        let (store, id) = timed_store(&server, &clock, "b26", policy).await;
+        let key = Key::from("10.0.0.1");
+        let charge = [(id, key.clone(), 1)];
+        clock.set(r1 * MS);
+        let first = store.check_async(&charge).await.expect("R1");
+        assert!(first.is_allowed());
+        let receipt = first.receipt(0);
+        assert!(receipt.is_some(), "an allowed charge carries a receipt");
+        clock.set(r23 * MS);
+        for remaining in [1, 0] {
+            let d = store.check_async(&charge).await.expect("R2/R3");
+            assert!(d.is_allowed(), "{}", policy.name());
+            assert_eq!(d.as_slice()[0].remaining(), remaining, "{}", policy.name());
+        }
+        clock.set(refund_at * MS);
+        store
+            .refund_async(&[((id, key.clone(), 1), receipt)])
+            .await
+            .expect("refund");
+        clock.set(r4 * MS);
+        let d = store.check_async(&charge).await.expect("R4");
+        assert!(
+            !d.is_allowed(),
+            "{}: the late refund freed quota",
+            policy.name()
+        );
+        let retry = d.retry_after().expect("denied now, not never");
+        assert_eq!(ceil_secs(retry), retry_s, "{}: {retry:?}", policy.name());
+        assert_eq!(store.stats().degraded, 0);
+    }
+
+    // Control: R1 at 1 000, R2 and R3 at 1 500, refund R1 at 2 000, R4 at 3 000.
+    let clock = ManualClock::new();
+    let (store, id) = timed_store(&server, &clock, "b26-control", &fw).await;
+    let charge = [(id, Key::from("10.0.0.1"), 1)];
+    clock.set(1_000 * MS);
+    let r1 = store.check_async(&charge).await.expect("R1");
+    clock.set(1_500 * MS);
+    let r2 = store.check_async(&charge).await.expect("R2");
+    assert_eq!((r2.is_allowed(), r2.as_slice()[0].remaining()), (true, 0));
+    assert!(!store.check_async(&charge).await.expect("R3").is_allowed());
+    clock.set(2_000 * MS);
+    store
+        .refund_async(&[(charge[0].clone(), r1.receipt(0))])
+        .await
+        .expect("refund");
+    clock.set(3_000 * MS);
+    let r4 = store.check_async(&charge).await.expect("R4");
+    assert_eq!((r4.is_allowed(), r4.as_slice()[0].remaining()), (true, 0));
+}
+
+/// Case B27: state written under an old quota is read under the quota in force. Deploy 1
+/// (token bucket 1 per 3 600 000 ms, burst 1) charges at t=0; deploy 2 (a new store, same
+/// Redis and policy name, 100 per 60 000 ms, burst 100) is not held back by it at t=1 000.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b27_raised_quota_applies_at_once_token_bucket() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new();
+    let user = Key::from("user:7");
+    let (old, old_id) = timed_store(
+        &server,
+        &clock,
+        "rl",
+        &Policy::new("api", quota(1, 3_600_000, 1)),
+    )
+    .await;
+    assert!(
+        old.check_async(&[(old_id, user.clone(), 1)])
+            .await
+            .expect("t=0")
+            .is_allowed()
+    );
+    drop(old);
+
+    let (new, id) = timed_store(
+        &server,
+        &clock,
+        "rl",
+        &Policy::new("api", quota(100, 60_000, 100)),
+    )
+    .await;
+    clock.set(1_000 * MS);
+    let d = new
+        .check_async(&[(id, user.clone(), 1)])
+        .await
+        .expect("t=1000");
+    assert!(d.is_allowed(), "{d:?}");
+    let decision = d.as_slice()[0];
+    assert!((98..=99).contains(&decision.remaining()), "{decision:?}");
+    assert!(
+        decision.reset_after() <= Duration::from_secs(60),
+        "{decision:?}"
+    );
+
+    // And back down: a full bucket of 100 read as 1 per hour waits at most the new quota's
+    // refill from empty (3 600 s), never longer.
+    for _ in 0..98 {
+        new.check_async(&[(id, user.clone(), 1)])
+            .await
+            .expect("drain");
+    }
+    let (lowered, low_id) = timed_store(
+        &server,
+        &clock,
+        "rl",
+        &Policy::new("api", quota(1, 3_600_000, 1)),
+    )
+    .await;
+    let d = lowered
+        .check_async(&[(low_id, user, 1)])
+        .await
+        .expect("lowered");
+    let retry = d.retry_after().expect("denied now");
+    assert!(retry <= Duration::from_secs(3_600), "{retry:?}");
+    assert_eq!(d.as_slice()[0].remaining(), 0);
+}
+
+/// Case B27, control: fixed window 100 per 3 600 000 ms with 50 used, redeployed as 10 per
+/// 3 600 000 ms: at t=1 000 the lower limit applies at once (429, Remaining 0, Retry-After
+/// until the hour window ends).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b27_lowered_limit_applies_at_once_fixed_window() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new();
+    let user = Key::from("user:7");
+    let fw = |limit| {
+        Policy::new("fw", quota(limit, 3_600_000, limit)).with_algorithm(Algorithm::FixedWindow)
+    };
+    let (old, old_id) = timed_store(&server, &clock, "rl", &fw(100)).await;
+    let d = old
+        .check_async(&[(old_id, user.clone(), 50)])
+        .await
+        .expect("50 used");
+    assert_eq!(d.as_slice()[0].remaining(), 50);
+    drop(old);
+
+    let (new, id) = timed_store(&server, &clock, "rl", &fw(10)).await;
+    clock.set(1_000 * MS);
+    let d = new.check_async(&[(id, user, 1)]).await.expect("t=1000");
+    assert!(!d.is_allowed());
+    assert_eq!(d.as_slice()[0].remaining(), 0);
+    assert_eq!(d.retry_after(), Some(Duration::from_millis(3_599_000)));
+    assert_eq!(ceil_secs(d.retry_after().unwrap_or_default()), 3_599);
+}
+
+/// A changed window length never mixes windowings: the units a sliding window counter still
+/// counts move into the new windowing (and are clamped to the new limit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b27_changed_window_keeps_counted_units_sliding_window() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new();
+    let user = Key::from("user:7");
+    let sw = |period_ms| {
+        Policy::new("sw", quota(4, period_ms, 4)).with_algorithm(Algorithm::SlidingWindow)
+    };
+    let (old, old_id) = timed_store(&server, &clock, "rl", &sw(10_000)).await;
+    assert!(
+        old.check_async(&[(old_id, user.clone(), 4)])
+            .await
+            .expect("4 used")
+            .is_allowed()
+    );
+    let (new, id) = timed_store(&server, &clock, "rl", &sw(20_000)).await;
+    clock.set(1_000 * MS);
+    let d = new.check_async(&[(id, user, 1)]).await.expect("t=1000");
+    assert!(!d.is_allowed(), "{d:?}");
+    assert_eq!(d.as_slice()[0].remaining(), 0);
+}
+
+/// An app clock that is `skew` behind (negative) or ahead of the real one; monotonic time
+/// from its own origin.
+#[derive(Debug, Clone)]
+struct SkewedClock {
+    mono: ratekeeper_axum::core::clock::MonotonicClock,
+    skew_ms: i64,
+}
+
+impl ratekeeper_axum::core::clock::Clock for SkewedClock {
+    fn now(&self) -> u64 {
+        self.mono.now()
+    }
+    fn unix_now(&self) -> Duration {
+        let real = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let skew = Duration::from_millis(self.skew_ms.unsigned_abs());
+        if self.skew_ms < 0 {
+            real.saturating_sub(skew)
+        } else {
+            real + skew
+        }
+    }
+}
+
+/// Case B36: instance A (correct clock) and instance B (app clock 10 000 ms behind, then in a
+/// second run 10 000 ms ahead), separate stores and connections, one Redis, Redis `TIME`.
+/// GCRA 2 per 1 000 ms, burst 4. A: 200 with Remaining 3, 2, 1, 0, then 429. B: 429,
+/// Remaining 0, Retry-After 1, decided by Redis; 4 admitted in all; no degraded decision,
+/// neither in `RedisStats` nor in the metrics counter.
+#[test]
+fn b36_app_clock_skew_never_fails_open() {
+    let server = RedisServer::start();
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let policy = Policy::new("api", quota(2, 1_000, 4));
+    metrics::with_local_recorder(&recorder, || {
+        runtime.block_on(async {
+            for (run, skew_ms) in [(0, -10_000), (1, 10_000)] {
+                let connect = async |clock: Option<SkewedClock>| {
+                    let mut builder = RedisStore::builder()
+                        .stale_tolerance(Duration::ZERO)
+                        .prefix(format!("b36-{run}"));
+                    if let Some(clock) = clock {
+                        builder = builder.app_clock(clock);
+                    }
+                    let mut store = builder.standalone(&server.url()).await.expect("store");
+                    let id = store.register(&policy).expect("register");
+                    // A first reply teaches the stale guard Redis's time (another key).
+                    store
+                        .check_async(&[(id, Key::from("warm"), 1)])
+                        .await
+                        .expect("warm");
+                    (store, id)
+                };
+                let (a, a_id) = connect(None).await;
+                let (b, b_id) = connect(Some(SkewedClock {
+                    mono: ratekeeper_axum::core::clock::MonotonicClock::new(),
+                    skew_ms,
+                }))
+                .await;
+                let key = Key::from("client");
+                let mut admitted = 0;
+                for expected in [3, 2, 1, 0] {
+                    let d = a.check_async(&[(a_id, key.clone(), 1)]).await.expect("A");
+                    assert!(d.is_allowed(), "run {run}: {d:?}");
+                    assert_eq!(d.as_slice()[0].remaining(), expected);
+                    admitted += 1;
+                }
+                assert!(
+                    !a.check_async(&[(a_id, key.clone(), 1)])
+                        .await
+                        .expect("A5")
+                        .is_allowed()
+                );
+                let d = b
+                    .check_async(&[(b_id, key.clone(), 1)])
+                    .await
+                    .expect("decided by Redis");
+                assert!(!d.is_allowed(), "run {run}: B failed open: {d:?}");
+                assert_eq!(d.as_slice()[0].remaining(), 0);
+                let retry = d.retry_after().expect("denied now");
+                assert_eq!(ceil_secs(retry), 1, "run {run}: {retry:?}");
+                assert_eq!(admitted, 4);
+                assert_eq!(
+                    (a.stats().degraded, b.stats().degraded),
+                    (0, 0),
+                    "run {run}"
+                );
+                assert_eq!(b.stats().redis_decisions, 2);
+                // Epoch-style reset headers follow Redis TIME, not B's clock.
+                let real = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default();
+                let b_now = b.unix_now();
+                let gap = b_now.max(real) - b_now.min(real);
+                assert!(
+                    gap < Duration::from_secs(2),
+                    "run {run}: B's unix_now is {gap:?} off"
+                );
+            }
+        });
+    });
+    let degraded: Vec<_> = snapshotter
+        .snapshot()
+        .into_vec()
+        .into_iter()
+        .filter(|(key, _, _, value)| {
+            key.key().name() == "ratekeeper_store_degraded_total"
+                && !matches!(value, DebugValue::Counter(0))
+        })
+        .collect();
+    assert!(degraded.is_empty(), "{degraded:?}");
 }

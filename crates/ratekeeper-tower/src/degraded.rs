@@ -8,32 +8,32 @@
 //! ```
 //! use http::Request;
 //! use ratekeeper_tower::StoreDegraded;
-//! use ratekeeper_tower::core::store::FailureAction;
+//! use ratekeeper_tower::core::store::FailurePolicy;
 //!
 //! let mut req = Request::new(());
-//! req.extensions_mut().insert(StoreDegraded { action: FailureAction::Degrade });
+//! req.extensions_mut().insert(StoreDegraded { action: FailurePolicy::Degrade });
 //! assert_eq!(
 //!     req.extensions().get::<StoreDegraded>().map(|d| d.action),
-//!     Some(FailureAction::Degrade)
+//!     Some(FailurePolicy::Degrade)
 //! );
 //! ```
 
 use std::sync::Arc;
 
-use ratekeeper_core::store::FailureAction;
+use ratekeeper_core::store::FailurePolicy;
 
 /// Request extension set by the rate limit when its store could not decide and the request
-/// goes on anyway: the failure policy failed open ([`FailureAction::Allow`]) or asks for the
-/// degraded-response fallback ([`FailureAction::Degrade`]). The hook a fallback or a handler
+/// goes on anyway: the failure policy failed open ([`FailurePolicy::Allow`]) or asks for the
+/// degraded-response fallback ([`FailurePolicy::Degrade`]). The hook a fallback or a handler
 /// reads. Such a request carries no rate-limit headers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StoreDegraded {
     /// The failure policy that let the request through.
-    pub action: FailureAction,
+    pub action: FailurePolicy,
 }
 
 /// Marks a request that the rate limit denied (or whose store failed under
-/// [`FailureAction::Degrade`]), so that the [`Fallback`](crate::fallback::Fallback) answers
+/// [`FailurePolicy::Degrade`]), so that the [`Fallback`](crate::fallback::Fallback) answers
 /// it: the policy named in `RateLimit-Degraded` and the `reason` label of
 /// `ratekeeper_degraded_total`.
 #[derive(Debug, Clone)]
@@ -51,7 +51,7 @@ impl Degrade {
         }
     }
 
-    /// The store could not decide and its failure policy is [`FailureAction::Degrade`].
+    /// The store could not decide and its failure policy is [`FailurePolicy::Degrade`].
     pub(crate) fn store_unavailable() -> Self {
         Self {
             policy: Arc::from(STORE_UNAVAILABLE),

@@ -8,21 +8,21 @@ use std::num::NonZeroU32;
 
 use http::{Request, Response, StatusCode};
 use ratekeeper_core::store::{
-    Charge, Checked, Decisions, FailureAction, PolicyId, Refund, Store, StoreError,
+    Charge, Checked, Decisions, FailurePolicy, PolicyId, Refund, Store, StoreError,
 };
 use ratekeeper_core::{Key, Policy, Quota};
 use ratekeeper_tower::{GlobalKey, RateLimitLayer, StoreDegraded};
 use tower::{ServiceBuilder, ServiceExt};
 
-fn failed(action: FailureAction) -> Result<Decisions, StoreError> {
+fn failed(action: FailurePolicy) -> Result<Decisions, StoreError> {
     Err(StoreError::Failed {
-        action,
+        policy: action,
         source: Box::new(StoreError::Timeout),
     })
 }
 
 /// A store that never decides: every check fails at once with its action.
-struct Failing(FailureAction);
+struct Failing(FailurePolicy);
 
 impl Store<Key> for Failing {
     type Future = Ready<Result<Decisions, StoreError>>;
@@ -39,7 +39,7 @@ impl Store<Key> for Failing {
 }
 
 /// A store whose check is a future (like a networked store) that then fails.
-struct FailingLater(FailureAction);
+struct FailingLater(FailurePolicy);
 
 impl Store<Key> for FailingLater {
     type Future = Ready<Result<Decisions, StoreError>>;
@@ -92,8 +92,8 @@ async fn answer<St: Store<Key>>(store: St) -> (StatusCode, bool, String) {
 #[tokio::test]
 async fn fail_open_passes_without_headers_and_marks_the_request() {
     for (status, headers, body) in [
-        answer(Failing(FailureAction::Allow)).await,
-        answer(FailingLater(FailureAction::Allow)).await,
+        answer(Failing(FailurePolicy::Allow)).await,
+        answer(FailingLater(FailurePolicy::Allow)).await,
     ] {
         assert_eq!(
             (status, headers, body.as_str()),
@@ -105,8 +105,8 @@ async fn fail_open_passes_without_headers_and_marks_the_request() {
 #[tokio::test]
 async fn fail_closed_answers_503_not_429() {
     for (status, headers, body) in [
-        answer(Failing(FailureAction::Deny)).await,
-        answer(FailingLater(FailureAction::Deny)).await,
+        answer(Failing(FailurePolicy::Deny)).await,
+        answer(FailingLater(FailurePolicy::Deny)).await,
     ] {
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
         assert!(!headers);
@@ -117,8 +117,8 @@ async fn fail_closed_answers_503_not_429() {
 #[tokio::test]
 async fn degrade_reaches_the_inner_service_marked_for_the_fallback() {
     for (status, headers, body) in [
-        answer(Failing(FailureAction::Degrade)).await,
-        answer(FailingLater(FailureAction::Degrade)).await,
+        answer(Failing(FailurePolicy::Degrade)).await,
+        answer(FailingLater(FailurePolicy::Degrade)).await,
     ] {
         assert_eq!(
             (status, headers, body.as_str()),

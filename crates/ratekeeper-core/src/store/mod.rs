@@ -350,24 +350,27 @@ pub enum StoreError {
     /// The store is unreachable or returned an error.
     #[error("store unavailable: {0}")]
     Unavailable(Box<dyn std::error::Error + Send + Sync>),
-    /// A shared store could not decide (see [`StoreError::is_unavailable`]) and its failure
-    /// policy tells the HTTP layer what to do instead: [`FailureAction`].
-    #[error("{source} (failure policy: {action})")]
+    /// A shared store could not decide (see [`StoreError::is_unavailable`]) and its
+    /// [`FailurePolicy`] tells the HTTP layer what to do instead.
+    #[error("{source} (failure policy: {policy})")]
     Failed {
         /// What the layer does with the request.
-        action: FailureAction,
+        policy: FailurePolicy,
         /// Why the store could not decide.
         #[source]
         source: Box<StoreError>,
     },
 }
 
-/// What the HTTP layer does with a request when the store could not decide (DESIGN §5,
-/// "Failure policy"; case B18). Carried by [`StoreError::Failed`]; every other error means
-/// [`FailureAction::Allow`].
+/// What happens to a request when a shared store (Redis) cannot decide within its deadline
+/// (slow, down, answering errors, or skipped by an open circuit breaker).
+///
+/// Set on the store (for example `RedisStoreBuilder::on_failure` with the `redis` feature)
+/// and carried by [`StoreError::Failed`] to the HTTP layer; every other store error means
+/// [`FailurePolicy::Allow`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
-pub enum FailureAction {
+pub enum FailurePolicy {
     /// Fail open: the request reaches the service without rate-limit headers (no made-up
     /// `Remaining`). The default.
     #[default]
@@ -375,19 +378,33 @@ pub enum FailureAction {
     /// Fail closed: the layer answers `503 Service Unavailable` (not 429: the client did not
     /// exceed anything).
     Deny,
+    /// An in-memory store inside the shared store takes over with the same (or overridden)
+    /// policies; its decisions carry normal headers. The store answers these itself, so an
+    /// HTTP layer that ever sees `Local` in a [`StoreError::Failed`] treats it as
+    /// [`FailurePolicy::Allow`].
+    Local,
     /// The degraded-response fallback serves the request. The tower layer passes the request
     /// to the inner service with a `StoreDegraded` request extension (defined by the tower
     /// crate); its fallback (or the handler itself) reads it and answers cheaply.
     Degrade,
 }
 
-impl std::fmt::Display for FailureAction {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
+impl FailurePolicy {
+    /// The lower-case name (`allow`, `deny`, `local`, `degrade`), as in logs and the `action`
+    /// label of the `ratekeeper_store_degraded_total` counter.
+    pub const fn as_str(self) -> &'static str {
+        match self {
             Self::Allow => "allow",
             Self::Deny => "deny",
+            Self::Local => "local",
             Self::Degrade => "degrade",
-        })
+        }
+    }
+}
+
+impl std::fmt::Display for FailurePolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -412,12 +429,12 @@ impl StoreError {
         }
     }
 
-    /// What the HTTP layer does with the request: the action of [`StoreError::Failed`], else
-    /// [`FailureAction::Allow`] (fail open).
-    pub fn failure_action(&self) -> FailureAction {
+    /// What the HTTP layer does with the request: the policy of [`StoreError::Failed`], else
+    /// [`FailurePolicy::Allow`] (fail open).
+    pub fn failure_policy(&self) -> FailurePolicy {
         match self {
-            Self::Failed { action, .. } => *action,
-            _ => FailureAction::Allow,
+            Self::Failed { policy, .. } => *policy,
+            _ => FailurePolicy::Allow,
         }
     }
 }

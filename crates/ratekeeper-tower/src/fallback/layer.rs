@@ -20,7 +20,7 @@ impl<K, Co, St, R> RateLimitLayer<K, Co, St, R> {
     /// ([`RATELIMIT_DEGRADED`](crate::report::RATELIMIT_DEGRADED)), and each one increments
     /// the `metrics` counter `ratekeeper_degraded_total` (labels `policy` and
     /// `reason="limited"`). When a shared store cannot decide and its failure policy is
-    /// [`FailureAction::Degrade`](ratekeeper_core::store::FailureAction::Degrade), the fallback
+    /// [`FailurePolicy::Degrade`](ratekeeper_core::store::FailurePolicy::Degrade), the fallback
     /// answers too, marked `RateLimit-Degraded: "store-unavailable"` (label
     /// `reason="store_unavailable"`; no rate-limit headers). The handler can read the decision
     /// with [`Info`](crate::info::Info) (`is_limited()` is true).

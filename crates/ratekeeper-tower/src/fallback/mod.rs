@@ -3,7 +3,7 @@
 //! [`RateLimitLayer::with_fallback`](crate::RateLimitLayer::with_fallback) makes a
 //! [`FallbackLayer`]: the rate limit in front, then [`Fallback`], which sends the requests
 //! the rate limit denied (and, under the store failure policy
-//! [`FailureAction::Degrade`](ratekeeper_core::store::FailureAction::Degrade), the requests it
+//! [`FailurePolicy::Degrade`](ratekeeper_core::store::FailurePolicy::Degrade), the requests it
 //! could not decide) to the fallback service and every other request to the inner service.
 //! Fallback responses carry `RateLimit-Degraded: "<policy>"`
 //! ([`RATELIMIT_DEGRADED`](crate::report::RATELIMIT_DEGRADED)) and are counted in

@@ -2,7 +2,7 @@ use std::fmt;
 use std::task::{Context, Poll};
 
 use http::{Request, Response};
-use ratekeeper_core::store::FailureAction;
+use ratekeeper_core::store::FailurePolicy;
 use tower_service::Service;
 
 use super::FallbackFuture;
@@ -63,7 +63,7 @@ where
         let degrade = req.extensions_mut().remove::<Degrade>().or_else(|| {
             req.extensions()
                 .get::<StoreDegraded>()
-                .filter(|d| d.action == FailureAction::Degrade)
+                .filter(|d| d.action == FailurePolicy::Degrade)
                 .map(|_| Degrade::store_unavailable())
         });
         match degrade {
@@ -164,11 +164,11 @@ mod tests {
         let mut svc = Fallback::new(service_fn(answer("fresh")), service_fn(answer("cached")));
         for (action, want, marker) in [
             (
-                FailureAction::Degrade,
+                FailurePolicy::Degrade,
                 "cached",
                 Some("\"store-unavailable\""),
             ),
-            (FailureAction::Allow, "fresh", None),
+            (FailurePolicy::Allow, "fresh", None),
         ] {
             let mut req = Request::new(());
             req.extensions_mut().insert(StoreDegraded { action });

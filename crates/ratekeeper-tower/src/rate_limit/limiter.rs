@@ -14,7 +14,7 @@ use bytes::Bytes;
 use http::header::{CACHE_CONTROL, CONTENT_TYPE};
 use http::{Extensions, HeaderMap, HeaderValue, Request, StatusCode};
 use ratekeeper_core::Key;
-use ratekeeper_core::store::{Checked, Decisions, FailureAction, PolicyId, Store, StoreError};
+use ratekeeper_core::store::{Checked, Decisions, FailurePolicy, PolicyId, Store, StoreError};
 use smallvec::SmallVec;
 use tokio::time::Instant;
 
@@ -411,11 +411,15 @@ where
 
 /// The store could not decide: its failure policy says whether the request goes on (marked
 /// [`StoreDegraded`], for a fallback or handler to read) or gets a 503
-/// ([`FailureAction::Deny`]: failing closed is not a rate limit, so not a 429; case B18b).
+/// ([`FailurePolicy::Deny`]: failing closed is not a rate limit, so not a 429; case B18b).
 #[cold]
 fn store_failed(err: &StoreError, extensions: &mut Extensions) -> Verdict {
-    let action = err.failure_action();
-    if action == FailureAction::Deny {
+    // `Local` is answered inside the store; should it ever reach the layer, it fails open.
+    let action = match err.failure_policy() {
+        FailurePolicy::Local => FailurePolicy::Allow,
+        other => other,
+    };
+    if action == FailurePolicy::Deny {
         tracing::warn!(error = %err, "rate-limit store failed; answering 503 (fail closed)");
         let mut answer = Answer::text(
             StatusCode::SERVICE_UNAVAILABLE,

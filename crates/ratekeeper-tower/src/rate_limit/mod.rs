@@ -18,7 +18,7 @@
 //! 429 body (see [`report`](crate::report)).
 //!
 //! When a shared store cannot decide (Redis slow or down), its failure policy
-//! ([`FailureAction`](ratekeeper_core::store::FailureAction), carried by
+//! ([`FailurePolicy`](ratekeeper_core::store::FailurePolicy), carried by
 //! [`StoreError::Failed`](ratekeeper_core::store::StoreError::Failed)) chooses: the request goes
 //! on without rate-limit headers and with a
 //! [`StoreDegraded`](crate::StoreDegraded) request extension (fail open, or

@@ -1,4 +1,4 @@
-//! Redis key names: `rl:v1:{<client key>}:<policy>`.
+//! Redis key names: `rl:v2:{<client key>}:<policy>`.
 
 use std::fmt::Write as _;
 
@@ -9,7 +9,7 @@ pub(super) const MAX_TAG_BYTES: usize = 128;
 
 /// The state-format version in every key name (a script that changes its state layout
 /// bumps it, so old and new deploys never read each other's state).
-pub(super) const VERSION: &str = "v1";
+pub(super) const VERSION: &str = "v2";
 
 /// The hash-tag body for a client key: injective (different keys never share a name), free
 /// of `{ } | %`, `( ) ,` inside strings, spaces and control bytes (escaped as `%XX`), and at
@@ -100,6 +100,6 @@ mod tests {
         assert!(long.starts_with("h:"));
         assert_eq!(long.len(), 42);
         assert_ne!(long, tag(&Key::from("x".repeat(1_001))));
-        assert_eq!(full("rl", "s:user:42", "api"), "rl:v1:{s:user:42}:api");
+        assert_eq!(full("rl", "s:user:42", "api"), "rl:v2:{s:user:42}:api");
     }
 }

@@ -1,31 +1,38 @@
--- ratekeeper limiter, state format v1: twins of ratekeeper_core::algorithm::Gcra (also the
--- leaky-bucket meter) and ::FixedWindow, in integer µs, with the state layouts documented in
--- ratekeeper_core::algorithm.
+-- ratekeeper limiter, state format v2: twins of ratekeeper_core::algorithm::Gcra (also the
+-- leaky-bucket meter), ::FixedWindow and ::SlidingWindow, in integer µs.
 --
 -- KEYS[i]   one key per (policy, client key); all KEYS share one hash tag (one Cluster slot).
---           GCRA: the theoretical arrival time (TAT) in µs; absent = 0.
---           Fixed window: "<window>:<count>" with window = floor(t / W); absent = count 0.
---           Sliding window counter: "<window>:<current>:<previous>"; absent = both counts 0.
+--           Each state records the parameter it was written under, so a changed quota reads
+--           it under the parameters now in force (case B27):
+--           GCRA: "<TAT>:<T>", the theoretical arrival time and emission interval in µs;
+--             absent = TAT 0.
+--           Fixed window: "<window>:<count>:<W>" with window = floor(t / W); absent = count 0.
+--           Sliding window counter: "<window>:<current>:<previous>:<W>"; absent = both 0.
 -- ARGV[1]   injected "now" in µs, or '' to read Redis TIME.
--- ARGV[2]   stale deadline in Unix µs (Redis TIME domain), or '': a call that reaches Redis
---           after it does nothing and returns {-1} (its caller already gave up on it).
+-- ARGV[2]   stale guard in Redis TIME µs, or '': a call that reaches Redis after it does
+--           nothing (its caller already gave up on it). The caller computes it in the Redis
+--           time domain from the server time of earlier replies, never from its own clock.
 -- ARGV[3]   'check' (all-or-nothing charge), 'peek' (no write) or 'refund'.
 -- ARGV[4]   least PX of a write in ms ('0': none; see RedisStoreBuilder::min_ttl).
--- ARGV[5+5(i-1) .. 9+5(i-1)]  algorithm, p1, p2, p3, cost, where algorithm 1 = GCRA
+-- ARGV[5+6(i-1) .. 10+6(i-1)]  algorithm, p1, p2, p3, cost, stamp, where algorithm 1 = GCRA
 --           (p1 = T, the emission interval in µs; p2 = tau = burst * T in µs; p3 = burst) and
 --           2 = fixed window and 3 = sliding window counter (p1 = W, the window in µs;
---           p2 = limit; p3 unused). The Rust side keeps 2 * limit * W below 2^53, so every
---           product here is an exact double.
+--           p2 = limit; p3 unused). stamp: for 'refund', the receipt of the charge to give
+--           back (-1: none); ignored otherwise. The Rust side keeps 2 * limit * W below 2^53,
+--           so every product here is an exact double.
 --
--- Returns four integers per key: code (0 allowed, 1 denied, 2 cannot fit), remaining,
--- reset_after (µs) and retry_after (µs, 0 unless denied).
+-- Returns {server_now, status, rows...}: server_now is Redis TIME in µs (always, even with an
+-- injected now: the caller's stale guard learns from it), status 0 = done, 1 = stale (no rows,
+-- nothing written). Then five integers per key: code (0 allowed, 1 denied, 2 cannot fit),
+-- remaining, reset_after (µs), retry_after (µs, 0 unless denied) and the receipt stamp of an
+-- allowed charge (GCRA: TAT right after it; windows: the window index; -1: took nothing).
 -- Every write sets PX to the time until the state equals "absent" (GCRA: TAT - now; fixed
 -- window: until the window ends), rounded up to a ms, and at least ARGV[4] ms; a state equal
 -- to "absent" is deleted.
 local clock = redis.call('TIME')
 local server_now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 if ARGV[2] ~= '' and server_now > tonumber(ARGV[2]) then
-  return {-1}
+  return {server_now, 1}
 end
 local now = server_now
 if ARGV[1] ~= '' then
@@ -36,7 +43,7 @@ local min_ttl = tonumber(ARGV[4]) or 0
 local n = #KEYS
 
 local function param(i, j)
-  return tonumber(ARGV[4 + (i - 1) * 5 + j])
+  return tonumber(ARGV[4 + (i - 1) * 6 + j])
 end
 local function algo(i)
   return param(i, 1)
@@ -44,8 +51,56 @@ end
 local function cost_of(i)
   return param(i, 5)
 end
+local function stamp_of(i)
+  return param(i, 6)
+end
 
--- cache[key] holds the state: a number (GCRA TAT) or {window, count} (fixed window).
+-- GCRA state under the parameters in force: a TAT written under another emission interval
+-- keeps its units in use, used = ceil((TAT - now) / T_old), re-spaced by the new T; and a
+-- TAT never lies more than tau ahead ("never fuller than full").
+local function gcra_in_force(i, tat, t_old)
+  local t, tau = param(i, 2), param(i, 3)
+  if tat > now and t_old ~= t then
+    local used = math.ceil((tat - now) / t_old)
+    tat = now + math.min(used * t, tau)
+  end
+  if tat > now + tau then
+    tat = now + tau
+  end
+  return tat
+end
+
+-- Fixed window and counter states written under another window length: the units still
+-- counted at now under the old length move into the current window of the new length
+-- (clamped to the limit later), so a changed W never mixes windows and never frees units.
+local function fw_in_force(i, w, c, w_old)
+  local len = param(i, 2)
+  if w_old == len then
+    return {w, c}
+  end
+  if (w + 1) * w_old > now then
+    return {math.floor(now / len), c}
+  end
+  return {0, 0}
+end
+
+local function sw_in_force(i, w, c, p, w_old)
+  local len = param(i, 2)
+  if w_old == len then
+    return {w, c, p}
+  end
+  local wo = math.floor(now / w_old)
+  local e = now - wo * w_old
+  local est = 0
+  if w == wo then
+    est = p * (w_old - e) / w_old + c
+  elseif w + 1 == wo then
+    est = c * (w_old - e) / w_old
+  end
+  return {math.floor(now / len), math.ceil(est), 0}
+end
+
+-- cache[key] holds the state: a number (GCRA TAT) or {window, count[, previous]}.
 local cache = {}
 local function load(i)
   local key = KEYS[i]
@@ -53,21 +108,29 @@ local function load(i)
   if v == nil then
     local raw = redis.call('GET', key)
     if algo(i) == 2 then
-      local w, c = 0, 0
-      if raw then
-        local a, b = string.match(raw, '^(%d+):(%d+)$')
-        w, c = tonumber(a) or 0, tonumber(b) or 0
-      end
-      v = {w, c}
-    elseif algo(i) == 3 then
-      local w, c, p = 0, 0, 0
+      v = {0, 0}
       if raw then
         local a, b, d = string.match(raw, '^(%d+):(%d+):(%d+)$')
-        w, c, p = tonumber(a) or 0, tonumber(b) or 0, tonumber(d) or 0
+        if a then
+          v = fw_in_force(i, tonumber(a), tonumber(b), tonumber(d))
+        end
       end
-      v = {w, c, p}
+    elseif algo(i) == 3 then
+      v = {0, 0, 0}
+      if raw then
+        local a, b, d, e = string.match(raw, '^(%d+):(%d+):(%d+):(%d+)$')
+        if a then
+          v = sw_in_force(i, tonumber(a), tonumber(b), tonumber(d), tonumber(e))
+        end
+      end
     else
-      v = raw and tonumber(raw) or 0
+      v = 0
+      if raw then
+        local a, b = string.match(raw, '^(%d+):(%d+)$')
+        if a then
+          v = gcra_in_force(i, tonumber(a), tonumber(b))
+        end
+      end
     end
     cache[key] = v
   end
@@ -130,20 +193,21 @@ local function store(i, st)
     if st[2] <= 0 and st[3] <= 0 then
       redis.call('DEL', key)
     else
-      redis.call('SET', key, string.format('%.0f:%.0f:%.0f', st[1], st[2], st[3]), 'PX',
+      redis.call('SET', key,
+        string.format('%.0f:%.0f:%.0f:%.0f', st[1], st[2], st[3], param(i, 2)), 'PX',
         string.format('%.0f', math.max(1, min_ttl, math.ceil(sw_reset(i, st) / 1000))))
     end
   elseif algo(i) == 2 then
     if st[2] <= 0 then
       redis.call('DEL', key)
     else
-      redis.call('SET', key, string.format('%.0f:%.0f', st[1], st[2]), 'PX',
+      redis.call('SET', key, string.format('%.0f:%.0f:%.0f', st[1], st[2], param(i, 2)), 'PX',
         string.format('%.0f', math.max(1, min_ttl, math.ceil(fw_until_end(i, st[1]) / 1000))))
     end
   elseif st <= now then
     redis.call('DEL', key)
   else
-    redis.call('SET', key, string.format('%.0f', st), 'PX',
+    redis.call('SET', key, string.format('%.0f:%.0f', st, param(i, 2)), 'PX',
       string.format('%.0f', math.max(min_ttl, math.ceil((st - now) / 1000))))
   end
 end
@@ -208,7 +272,16 @@ local function verdict(i, st)
   return 0, new_tat, 0
 end
 
-local function report(out, i, code, st, retry)
+-- The receipt of a charge that wrote `next_state`: GCRA the TAT right after it, windows the
+-- index of the window it counted in.
+local function receipt(i, next_state)
+  if algo(i) == 1 then
+    return next_state
+  end
+  return next_state[1]
+end
+
+local function report(out, i, code, st, retry, stamp)
   local remaining, reset
   if algo(i) == 3 then
     local limit, w = param(i, 3), param(i, 2)
@@ -234,30 +307,76 @@ local function report(out, i, code, st, retry)
   out[#out + 1] = remaining
   out[#out + 1] = reset
   out[#out + 1] = retry
+  out[#out + 1] = stamp
 end
 
 local function peek_all()
-  local out = {}
+  local out = {server_now, 0}
   for i = 1, n do
     local st = current(i)
     local code, _, retry = verdict(i, st)
-    report(out, i, code, st, retry)
+    report(out, i, code, st, retry, -1)
   end
   return out
 end
 
-if mode == 'refund' then
-  for i = 1, n do
-    local st = current(i)
-    if algo(i) == 3 then
-      st = {st[1], math.max(st[2] - cost_of(i), 0), st[3]}
-    elseif algo(i) == 2 then
-      st = {st[1], math.max(st[2] - cost_of(i), 0)}
-    else
-      st = math.max(load(i) - cost_of(i) * param(i, 2), 0)
+-- A refund gives back only what the charge with this receipt still holds (case B26).
+-- GCRA (stamp s = the TAT right after the charge, st = the stored TAT):
+--   st <= now                : the bucket drained the charge: nothing;
+--   st == s                  : the charge is the latest: TAT = s - cost * T;
+--   st - tau > now           : a later reservation still waits for its slot: nothing;
+--   otherwise                : min(cost * T, max(min(s, st) - now, 0)) off the top, so a
+--                              charge never gives back time already drained, nor more than
+--                              is outstanding.
+--   Never below now (a TAT in the past is "absent": deleted).
+-- Fixed window: only in the window the charge counted in. Sliding window counter: from the
+-- current count in that window, from the previous count in the next one, later nothing.
+local function refund(i)
+  local cost, s = cost_of(i), stamp_of(i)
+  if s < 0 or cost <= 0 then
+    return
+  end
+  if algo(i) == 1 then
+    local st = load(i)
+    local t, tau = param(i, 2), param(i, 3)
+    local give = 0
+    if st > now then
+      if st == s then
+        give = cost * t
+      elseif st - tau <= now then
+        give = math.min(cost * t, math.max(math.min(s, st) - now, 0))
+      end
     end
+    if give > 0 then
+      st = math.max(st - give, now)
+      cache[KEYS[i]] = st
+      store(i, st)
+    end
+    return
+  end
+  local st = current(i)
+  local changed = false
+  if algo(i) == 2 then
+    if st[1] == s and st[2] > 0 then
+      st = {st[1], math.max(st[2] - cost, 0)}
+      changed = true
+    end
+  elseif st[1] == s and st[2] > 0 then
+    st = {st[1], math.max(st[2] - cost, 0), st[3]}
+    changed = true
+  elseif st[1] == s + 1 and st[3] > 0 then
+    st = {st[1], st[2], math.max(st[3] - cost, 0)}
+    changed = true
+  end
+  if changed then
     cache[KEYS[i]] = st
     store(i, st)
+  end
+end
+
+if mode == 'refund' then
+  for i = 1, n do
+    refund(i)
   end
   return peek_all()
 end
@@ -266,7 +385,7 @@ if mode == 'peek' then
   return peek_all()
 end
 
-local out = {}
+local out = {server_now, 0}
 local writes = {}
 local denied = false
 for i = 1, n do
@@ -279,9 +398,9 @@ for i = 1, n do
   if next_state then
     cache[KEYS[i]] = next_state
     writes[i] = next_state
-    report(out, i, code, next_state, retry)
+    report(out, i, code, next_state, retry, receipt(i, next_state))
   else
-    report(out, i, code, st, retry)
+    report(out, i, code, st, retry, -1)
   end
 end
 

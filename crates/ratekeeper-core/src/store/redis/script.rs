@@ -1,0 +1,344 @@
+//! The script call: the policies as script parameters, groups of charges (one client key,
+//! one hash tag, one atomic call), and one round trip of `limiter.lua` with its reply read
+//! into decisions and receipts.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use redis::cluster_async::ClusterConnection;
+
+use super::MAX_TOLERANCE_MICROS;
+use super::guard::Guard;
+use crate::clock::Clock;
+use crate::store::{Receipt, StoreError};
+use crate::{Algorithm, Decision, Outcome, Policy};
+
+/// Script algorithm codes (see `limiter.lua`).
+pub(super) const ALGO_GCRA: u64 = 1;
+pub(super) const ALGO_FIXED_WINDOW: u64 = 2;
+pub(super) const ALGO_SLIDING_WINDOW: u64 = 3;
+
+/// Lua numbers are doubles: integers are exact up to 2^53.
+const MAX_EXACT: u64 = 1 << 53;
+
+/// A registered policy as the script sees it.
+#[derive(Debug, Clone)]
+pub(super) struct RedisPolicy {
+    pub(super) name: Arc<str>,
+    pub(super) limit: u32,
+    /// Largest cost that can ever fit (burst for GCRA, limit for the windows); also the most
+    /// `remaining` can be.
+    pub(super) capacity: u32,
+    /// Script algorithm code and its three parameters (GCRA: T µs, tau µs, burst; windows:
+    /// W µs, limit, 0).
+    pub(super) algo: u64,
+    pub(super) params: [u64; 3],
+}
+
+impl RedisPolicy {
+    /// The script parameters of `policy`.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::UnsupportedAlgorithm`] for the sliding log and the concurrency counter;
+    /// [`StoreError::UnsupportedQuota`] when the state would span more than
+    /// [`MAX_TOLERANCE_MICROS`] or a sliding window's `2 * limit * W` reaches 2^53 µs.
+    pub(super) fn new(policy: &Policy) -> Result<Self, StoreError> {
+        let quota = policy.quota();
+        let (algo, params, capacity, span_us) = match policy.algorithm() {
+            // The leaky-bucket meter is GCRA with capacity = queue depth (= burst).
+            Algorithm::Gcra | Algorithm::LeakyBucket => {
+                let t_us = quota.emission_interval_nanos().div_ceil(1_000).max(1);
+                let tau_us = t_us.saturating_mul(u64::from(quota.burst()));
+                (
+                    ALGO_GCRA,
+                    [t_us, tau_us, u64::from(quota.burst())],
+                    quota.burst(),
+                    tau_us,
+                )
+            }
+            Algorithm::FixedWindow => {
+                let w_us = quota.period_nanos().div_ceil(1_000).max(1);
+                (
+                    ALGO_FIXED_WINDOW,
+                    [w_us, u64::from(quota.limit()), 0],
+                    quota.limit(),
+                    w_us,
+                )
+            }
+            Algorithm::SlidingWindow => {
+                let w_us = quota.period_nanos().div_ceil(1_000).max(1);
+                let limit = u64::from(quota.limit());
+                // The estimate multiplies counts by W: keep 2 * limit * W exact in a double.
+                if w_us.saturating_mul(limit).saturating_mul(2) > MAX_EXACT {
+                    return Err(StoreError::UnsupportedQuota(format!(
+                        "policy {:?}: 2 * limit * window is more than 2^53 µs, the Redis store's \
+                         sliding window counter cannot compute it exactly",
+                        policy.name()
+                    )));
+                }
+                (ALGO_SLIDING_WINDOW, [w_us, limit, 0], quota.limit(), w_us)
+            }
+            other => return Err(StoreError::UnsupportedAlgorithm(other)),
+        };
+        if span_us > MAX_TOLERANCE_MICROS {
+            return Err(StoreError::UnsupportedQuota(format!(
+                "policy {:?}: its state spans {span_us} µs, more than the Redis store's {MAX_TOLERANCE_MICROS} µs",
+                policy.name()
+            )));
+        }
+        Ok(Self {
+            name: Arc::from(policy.name()),
+            limit: quota.limit(),
+            capacity,
+            algo,
+            params,
+        })
+    }
+}
+
+/// A group of charges sharing one client key (one hash tag, one script call).
+#[derive(Debug, Default)]
+pub(super) struct Group {
+    /// The client key's hash-tag body.
+    pub(super) tag: String,
+    keys: Vec<String>,
+    /// Per key: algorithm code, three parameters, cost.
+    params: Vec<[u64; 5]>,
+    /// Per key: the receipt stamp a refund gives back (-1: none).
+    stamps: Vec<i64>,
+    /// Per key: the capacity (the most `remaining` can be) and the limit reported.
+    bounds: Vec<(u32, u32)>,
+    /// Index of each key's charge in the request.
+    pub(super) slots: Vec<usize>,
+}
+
+impl Group {
+    /// An empty group for the client key with hash-tag body `tag`.
+    pub(super) fn new(tag: String) -> Self {
+        Self {
+            tag,
+            ..Self::default()
+        }
+    }
+
+    /// Adds the charge `slot` of the request: `policy` under the full key name `key`.
+    pub(super) fn push(
+        &mut self,
+        key: String,
+        policy: &RedisPolicy,
+        cost: u64,
+        receipt: Receipt,
+        slot: usize,
+    ) {
+        let [p1, p2, p3] = policy.params;
+        self.keys.push(key);
+        self.params.push([policy.algo, p1, p2, p3, cost]);
+        self.stamps.push(
+            receipt
+                .stamp()
+                .map_or(-1, |s| i64::try_from(s).unwrap_or(i64::MAX)),
+        );
+        self.bounds.push((policy.capacity, policy.limit));
+        self.slots.push(slot);
+    }
+
+    /// The same charges, to be given back with `receipts` (one per key, in order).
+    pub(super) fn refund_of(&self, receipts: impl IntoIterator<Item = Receipt>) -> Self {
+        let stamps = receipts
+            .into_iter()
+            .map(|r| {
+                r.stamp()
+                    .map_or(-1, |s| i64::try_from(s).unwrap_or(i64::MAX))
+            })
+            .collect();
+        Self {
+            tag: self.tag.clone(),
+            keys: self.keys.clone(),
+            params: self.params.clone(),
+            stamps,
+            bounds: self.bounds.clone(),
+            slots: self.slots.clone(),
+        }
+    }
+
+    /// The number of charges.
+    pub(super) fn len(&self) -> usize {
+        self.keys.len()
+    }
+}
+
+/// What a script call does (`ARGV[3]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Mode {
+    /// Charge every key or none.
+    Check,
+    /// Report without writing.
+    Peek,
+    /// Give back what each receipt still holds.
+    Refund,
+}
+
+impl Mode {
+    const fn as_str(self) -> &'static str {
+        match self {
+            Self::Check => "check",
+            Self::Peek => "peek",
+            Self::Refund => "refund",
+        }
+    }
+}
+
+#[derive(Clone)]
+pub(super) enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+/// A protocol problem in a script answer (never turned into "allowed").
+#[derive(Debug, thiserror::Error)]
+#[error("unexpected answer from the rate-limit script: {0}")]
+pub(super) struct BadReply(pub(super) &'static str);
+
+/// Runs `limiter.lua`: the connection, the script, the TTL floor, the decision clock (when
+/// injected) and the stale-call guard.
+pub(super) struct ScriptRunner {
+    conn: Conn,
+    script: redis::Script,
+    /// Least PX of a write, ms (`ARGV[4]`).
+    min_ttl_ms: u64,
+    /// Injected decision time (`ARGV[1]`); `None`: the script reads Redis `TIME`.
+    now: Option<Arc<dyn Clock>>,
+    /// The app's monotonic clock, for the guard's "sent" times.
+    app: Arc<dyn Clock>,
+    pub(super) guard: Guard,
+}
+
+impl fmt::Debug for ScriptRunner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ScriptRunner")
+            .field("min_ttl_ms", &self.min_ttl_ms)
+            .field("injected_now", &self.now.is_some())
+            .field("guard", &self.guard)
+            .finish_non_exhaustive()
+    }
+}
+
+pub(super) fn unavailable(err: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+    StoreError::Unavailable(Box::new(err))
+}
+
+impl ScriptRunner {
+    pub(super) fn new(
+        conn: Conn,
+        min_ttl_ms: u64,
+        now: Option<Arc<dyn Clock>>,
+        app: Arc<dyn Clock>,
+        guard: Guard,
+    ) -> Self {
+        Self {
+            conn,
+            script: redis::Script::new(include_str!("limiter.lua")),
+            min_ttl_ms,
+            now,
+            app,
+            guard,
+        }
+    }
+
+    /// Whether decision time is injected (`ARGV[1]`) instead of read from Redis `TIME`.
+    pub(super) fn injected(&self) -> bool {
+        self.now.is_some()
+    }
+
+    /// The app's monotonic clock in µs.
+    pub(super) fn app_micros(&self) -> u64 {
+        self.app.now() / 1_000
+    }
+
+    /// One round trip: the decision and receipt of every key of `group`, in its order.
+    ///
+    /// A check or peek carries the stale guard (a call reaching Redis after its caller gave up
+    /// does nothing and fails with [`StoreError::Timeout`]); a refund always applies (it gives
+    /// back a charge that did happen). Every reply teaches the guard Redis's time.
+    pub(super) async fn call(
+        &self,
+        group: &Group,
+        mode: Mode,
+    ) -> Result<Vec<(Decision, Receipt)>, StoreError> {
+        let now_arg = self
+            .now
+            .as_ref()
+            .map_or_else(String::new, |c| (c.now() / 1_000).to_string());
+        let sent = self.app_micros();
+        let stale = match mode {
+            Mode::Refund => None,
+            Mode::Check | Mode::Peek => self.guard.limit(sent),
+        }
+        .map_or_else(String::new, |g| g.to_string());
+        let mut invocation = self.script.prepare_invoke();
+        for key in &group.keys {
+            invocation.key(key);
+        }
+        invocation
+            .arg(now_arg)
+            .arg(stale)
+            .arg(mode.as_str())
+            .arg(self.min_ttl_ms);
+        for (params, stamp) in group.params.iter().zip(&group.stamps) {
+            for v in params {
+                invocation.arg(*v);
+            }
+            invocation.arg(*stamp);
+        }
+        let reply: Vec<i64> = match &self.conn {
+            Conn::Single(c) => invocation.invoke_async(&mut c.clone()).await,
+            Conn::Cluster(c) => invocation.invoke_async(&mut c.clone()).await,
+        }
+        .map_err(unavailable)?;
+        let (&server, rest) = reply
+            .split_first()
+            .ok_or_else(|| unavailable(BadReply("empty reply")))?;
+        self.guard.learn(sent, u64::try_from(server).unwrap_or(0));
+        let (&status, rows) = rest
+            .split_first()
+            .ok_or_else(|| unavailable(BadReply("no status")))?;
+        match status {
+            0 => {}
+            1 => return Err(StoreError::Timeout),
+            _ => return Err(unavailable(BadReply("unknown status"))),
+        }
+        parse_rows(group, rows)
+    }
+}
+
+/// Five integers per key: code, remaining, reset_after µs, retry_after µs, receipt stamp.
+fn parse_rows(group: &Group, rows: &[i64]) -> Result<Vec<(Decision, Receipt)>, StoreError> {
+    if rows.len() != group.len() * 5 {
+        return Err(unavailable(BadReply("wrong number of values")));
+    }
+    let us = |v: i64| Duration::from_micros(u64::try_from(v).unwrap_or(0));
+    let mut out = Vec::with_capacity(group.len());
+    for (chunk, &(capacity, limit)) in rows.chunks_exact(5).zip(&group.bounds) {
+        let &[code, remaining, reset, retry, stamp] = chunk else {
+            return Err(unavailable(BadReply("short row")));
+        };
+        let outcome = match code {
+            0 => Outcome::Allowed,
+            1 => Outcome::Denied {
+                retry_after: us(retry),
+            },
+            2 => Outcome::CannotFit,
+            _ => return Err(unavailable(BadReply("unknown outcome code"))),
+        };
+        let remaining = u32::try_from(remaining.clamp(0, i64::from(capacity))).unwrap_or(0);
+        let receipt = match (code, u64::try_from(stamp)) {
+            (0, Ok(stamp)) => Receipt::new(stamp),
+            _ => Receipt::NONE,
+        };
+        out.push((Decision::new(outcome, limit, remaining, us(reset)), receipt));
+    }
+    Ok(out)
+}
