@@ -37,6 +37,7 @@ pub mod concurrency;
 pub mod cors;
 pub mod cost;
 pub mod degraded;
+mod error;
 pub mod fallback;
 pub mod info;
 pub mod key;
@@ -47,7 +48,8 @@ pub mod request;
 pub mod route;
 
 pub use degraded::StoreDegraded;
+pub use error::BuildError;
 pub use key::{GlobalKey, KeyError, KeyExtractor, PeerIp};
-pub use rate_limit::{BuildError, Builder as RateLimitBuilder, RateLimit, RateLimitLayer};
+pub use rate_limit::{Builder as RateLimitBuilder, RateLimit, RateLimitLayer};
 pub use ratekeeper_core as core;
 pub use request::RequestParts;

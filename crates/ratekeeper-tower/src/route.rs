@@ -50,7 +50,7 @@ use http::{Method, Request};
 use ratekeeper_core::{Key, Policy};
 use smallvec::SmallVec;
 
-use crate::BuildError;
+use crate::error::BuildError;
 use crate::key::{KeyError, KeyExtractor};
 use crate::policy::{CheckPolicies, Plan, Resolve};
 

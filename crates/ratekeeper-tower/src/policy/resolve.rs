@@ -6,8 +6,8 @@ use http::Request;
 use ratekeeper_core::Policy;
 
 use super::Plan;
-use crate::BuildError;
 use crate::RequestParts;
+use crate::error::BuildError;
 
 /// Chooses the policies a request is charged to.
 ///

@@ -86,9 +86,10 @@ mod service;
 #[cfg(test)]
 mod tests;
 
+pub use crate::error::BuildError;
 pub use crate::fallback::{Fallback, FallbackFuture, FallbackLayer};
 pub use future::ResponseFuture;
-pub use layer::{BuildError, Builder, RateLimitLayer};
+pub use layer::{Builder, RateLimitLayer};
 pub use meter::DECISIONS_TOTAL;
 pub use mode::Mode;
 /// Re-exported from `ratekeeper_core::throttle`: a clock on tokio's time, so a store follows
