@@ -42,7 +42,7 @@ pub enum Mode {
     /// Answer with a 429 (or the degraded-response fallback). The default.
     #[default]
     Reject,
-    /// Throttle: wait for capacity up to `max_wait`, then reject (DESIGN §2).
+    /// Throttle: wait for capacity up to `max_wait`, then reject.
     ///
     /// The layer **reserves** ([`Store::reserve`]): a request that can pass within
     /// `max_wait` is charged at once and told how long to wait; it sleeps that long (tokio's
@@ -51,8 +51,15 @@ pub enum Mode {
     /// whose wait would exceed `max_wait` is rejected at once, without sleeping, with
     /// `Retry-After` = the time until a new reservation would fit within `max_wait`; "cost
     /// can never fit" is rejected at once (case B10). A request dropped while it waits
-    /// (client gone, timeout) is refunded, so it does not delay the requests behind it. The
-    /// headers of the eventual response report the state as of the reservation.
+    /// (client gone, timeout) gives back what its reservation still holds, by the receipt
+    /// the store gave it: never a slot booked by a later reservation, so however waiters
+    /// drop out, no two requests reach the inner service closer than the emission interval.
+    /// The headers of the eventual response report the state as of the reservation.
+    ///
+    /// Each request is counted once in `ratekeeper_decisions_total`: a reservation as
+    /// allowed when it is made; a request that waits without a reservation
+    /// (check-and-retry, below) by the answer that ends its wait (allowed, or denied when it
+    /// is rejected after all); one dropped during such a wait is not counted.
     ///
     /// With the memory store, GCRA reserves exactly (the burst passes at once, then one
     /// request per `T = period / limit`) and the leaky bucket reserves as a shaper (output
