@@ -20,9 +20,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
-use ratekeeper_axum::core::store::Store;
 use ratekeeper_axum::core::store::redis::RedisStore;
-use ratekeeper_axum::rate_limit::Mode;
+use ratekeeper_axum::core::store::{MemoryStore, Store};
+use ratekeeper_axum::rate_limit::{Mode, TokioClock};
 use ratekeeper_axum::{GlobalKey, Key, Policy, Quota, RateLimitLayer};
 use ratekeeper_tests::redis::RedisServer;
 use tokio::time::Instant;
@@ -114,6 +114,17 @@ fn min_gap(entries: &[Instant]) -> Duration {
         .map(|w| w[1].duration_since(w[0]))
         .min()
         .unwrap_or(Duration::MAX)
+}
+
+#[tokio::test(start_paused = true)]
+async fn memory_store_dropped_waiters_never_let_two_in_closer_than_t() {
+    let t = Duration::from_millis(100);
+    for drops in DROPS {
+        let store = MemoryStore::with_clock(TokioClock::new());
+        let entries = run(store, t, drops, Duration::from_millis(50)).await;
+        let gap = min_gap(&entries);
+        assert!(gap >= t, "drops {drops:?}: two requests {gap:?} apart");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -97,6 +97,45 @@ impl Policy {
         self.algorithm.capacity(&self.quota)
     }
 
+    /// The quota this policy advertises to clients, `(q, w)`: at most `q` units per window
+    /// of `w`, as the `X-RateLimit-Limit` header and the `q` / `w` parameters of the IETF
+    /// `RateLimit-Policy` field (draft-ietf-httpapi-ratelimit-headers) report it. Every
+    /// decision of the policy has `0 <= remaining <= q`.
+    ///
+    /// - GCRA and the leaky bucket: `(burst, burst * T)`, the capacity and the time an empty
+    ///   bucket takes to refill completely (`T` = [`Quota::emission_interval`], a whole
+    ///   number of ns). `q / w` is the sustained rate; where `burst = limit` this is the
+    ///   quota itself.
+    /// - Fixed window, sliding log, sliding window counter and concurrency: `(limit, period)`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratekeeper_core::{Algorithm, Policy};
+    ///
+    /// // Case B37: "1 per second, burst 10" advertises 10 per 10 s; "100 per minute, burst
+    /// // 10" advertises 10 per 6 s.
+    /// let p1 = Policy::new("p1", "1/s burst 10".parse()?);
+    /// assert_eq!(p1.advertised(), (10, Duration::from_secs(10)));
+    /// let p2 = Policy::new("p2", "100/m burst 10".parse()?);
+    /// assert_eq!(p2.advertised(), (10, Duration::from_secs(6)));
+    /// let fw = Policy::new("fw", "10/m burst 50".parse()?).with_algorithm(Algorithm::FixedWindow);
+    /// assert_eq!(fw.advertised(), (10, Duration::from_secs(60)));
+    /// # Ok::<(), ratekeeper_core::quota::QuotaParseError>(())
+    /// ```
+    pub fn advertised(&self) -> (u32, std::time::Duration) {
+        let q = &self.quota;
+        match self.algorithm {
+            Algorithm::Gcra | Algorithm::LeakyBucket => (
+                q.burst(),
+                std::time::Duration::from_nanos(q.tolerance_nanos()),
+            ),
+            Algorithm::FixedWindow
+            | Algorithm::SlidingLog
+            | Algorithm::SlidingWindow
+            | Algorithm::Concurrency => (q.limit(), q.period()),
+        }
+    }
+
     /// Checks the name.
     ///
     /// # Errors

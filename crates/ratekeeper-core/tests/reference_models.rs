@@ -26,6 +26,17 @@ trait Model: Clone + std::fmt::Debug {
     /// Smallest d > 0 with `fits(now + d, cost)` (only called when `cost <= capacity`).
     fn retry_after(&self, now: u64, cost: u64) -> u64;
     fn is_absent(&self, now: u64) -> bool;
+    /// Whether this model can judge a refund at `now` of a charge whose receipt stamp is
+    /// `stamp`. The bucket models only judge stale receipts (a charge the bucket drained,
+    /// `stamp <= now`), which give back nothing; the event models judge every refund.
+    fn judges(&self, now: u64, stamp: u64) -> bool {
+        stamp <= now
+    }
+    /// Gives back the charge of `cost` made at `at`, as far as it still counts at `now`.
+    /// The default is for stale receipts: nothing.
+    fn refund(&mut self, now: u64, at: u64, cost: u64) {
+        let _ = (now, at, cost);
+    }
 }
 
 fn model_decide<M: Model>(m: &mut M, now: u64, cost: u64) -> Decision {
@@ -70,6 +81,8 @@ fn model_peek<M: Model>(m: &M, now: u64, cost: u64) -> Decision {
 /// remaining never exceeds the capacity.
 fn check_semantics<M: Model>(m: &M, d: &Decision, now: u64, cost: u64) {
     assert!(u64::from(d.remaining()) <= m.capacity());
+    // Case B37: the advertised quota bounds Remaining.
+    assert!(d.remaining() <= d.limit(), "remaining above limit: {d:?}");
     if let Some(r) = d.retry_after() {
         let r = u64::try_from(r.as_nanos()).unwrap();
         assert!(r > 0, "retry_after 0 on a denial");
@@ -109,7 +122,8 @@ impl Model for TokenBucket {
             t,
             tau,
             burst: q.burst().into(),
-            limit: q.limit(),
+            // Case B37: the advertised limit of the token-bucket family is the capacity.
+            limit: q.burst(),
             level: tau,
             last: 0,
         }
@@ -162,7 +176,8 @@ impl Model for Water {
             t,
             tau: t * u64::from(q.burst()),
             burst: q.burst().into(),
-            limit: q.limit(),
+            // Case B37: the advertised limit of the token-bucket family is the capacity.
+            limit: q.burst(),
             water: 0,
             last: 0,
         }
@@ -205,6 +220,13 @@ impl Events {
             w: q.period_nanos(),
             limit: q.limit(),
             events: Vec::new(),
+        }
+    }
+    /// Takes `cost` units off the charge made at `at` (each charge is refunded at most once,
+    /// with its own cost).
+    fn take(&mut self, at: u64, cost: u64) {
+        if let Some(e) = self.events.iter_mut().find(|e| e.0 == at && e.1 >= cost) {
+            e.1 -= cost;
         }
     }
     fn sum(&self, pred: impl Fn(u64) -> bool) -> u64 {
@@ -251,6 +273,15 @@ impl Model for Fixed {
         let w = self.0.w;
         self.0.sum(|t| t / w == now / w) == 0
     }
+    fn judges(&self, _now: u64, _stamp: u64) -> bool {
+        true
+    }
+    /// Only in the window the charge counted in.
+    fn refund(&mut self, now: u64, at: u64, cost: u64) {
+        if at / self.0.w == now / self.0.w {
+            self.0.take(at, cost);
+        }
+    }
 }
 
 /// Sliding log: the units of the events in `(now - W, now]`.
@@ -285,6 +316,7 @@ impl Model for Log {
         self.0
             .events
             .iter()
+            .filter(|(_, n)| *n > 0)
             .map(|(t, _)| (t + w).saturating_sub(now))
             .max()
             .unwrap_or(0)
@@ -308,6 +340,15 @@ impl Model for Log {
     }
     fn is_absent(&self, now: u64) -> bool {
         self.used(now) == 0
+    }
+    fn judges(&self, _now: u64, _stamp: u64) -> bool {
+        true
+    }
+    /// Only while the charge's entry has not expired.
+    fn refund(&mut self, now: u64, at: u64, cost: u64) {
+        if at + self.0.w > now {
+            self.0.take(at, cost);
+        }
     }
 }
 
@@ -362,6 +403,16 @@ impl Model for Counter {
         let (prev, cur, _) = self.counts(now);
         prev == 0 && cur == 0
     }
+    fn judges(&self, _now: u64, _stamp: u64) -> bool {
+        true
+    }
+    /// In the charge's window and the next (where the estimate still weighs it).
+    fn refund(&mut self, now: u64, at: u64, cost: u64) {
+        let (i, j) = (at / self.0.w, now / self.0.w);
+        if i == j || i + 1 == j {
+            self.0.take(at, cost);
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -370,6 +421,8 @@ struct Step {
     dt: u64,
     cost: u64,
     sweep: bool,
+    /// Before the request, refund an earlier admitted charge (picked by this number).
+    refund: Option<usize>,
 }
 
 fn steps(max_dt: u64, max_cost: u64) -> impl Strategy<Value = Vec<Step>> {
@@ -379,18 +432,30 @@ fn steps(max_dt: u64, max_cost: u64) -> impl Strategy<Value = Vec<Step>> {
             0..=max_dt,
             0..=max_cost,
             prop::bool::weighted(0.05),
+            prop::option::weighted(0.3, any::<usize>()),
         )
-            .prop_map(|(key, dt, cost, sweep)| Step {
+            .prop_map(|(key, dt, cost, sweep, refund)| Step {
                 key,
                 dt,
                 cost,
                 sweep,
+                refund,
             }),
         1..60,
     )
 }
 
+/// An admitted charge that may be refunded later.
+struct Admitted {
+    key: u64,
+    at: u64,
+    cost: u64,
+    receipt: Receipt,
+}
+
 /// Runs `trace` through a memory store and a model per key; every decision must match.
+/// Refunds in the trace give back earlier charges with their receipts (each at most once,
+/// only those the model can judge), in the store and in the model.
 fn compare<M: Model>(algorithm: Algorithm, quota: Quota, trace: &[Step]) {
     let clock = ManualClock::new();
     let mut store = MemoryStore::with_clock(clock.clone());
@@ -398,6 +463,7 @@ fn compare<M: Model>(algorithm: Algorithm, quota: Quota, trace: &[Step]) {
         .register(&Policy::new("p", quota).with_algorithm(algorithm))
         .unwrap();
     let mut models: HashMap<u64, M> = HashMap::new();
+    let mut admitted: Vec<Admitted> = Vec::new();
     let mut now = 0;
     for (i, s) in trace.iter().enumerate() {
         now += s.dt;
@@ -405,8 +471,26 @@ fn compare<M: Model>(algorithm: Algorithm, quota: Quota, trace: &[Step]) {
         if s.sweep {
             store.sweep();
         }
+        if let Some(pick) = s.refund.filter(|_| !admitted.is_empty()) {
+            let a = admitted.swap_remove(pick % admitted.len());
+            let model = models.get_mut(&a.key).expect("a charged key has a model");
+            let stamp = a.receipt.stamp().expect("an admitted charge has a receipt");
+            if model.judges(now, stamp) {
+                let key = Key::Int(a.key);
+                store.refund(&[Refund::new(Charge::new(id, &key, a.cost), a.receipt)]);
+                model.refund(now, a.at, a.cost);
+            }
+        }
         let key = Key::Int(s.key);
         let real = store.check_now(&[Charge::new(id, &key, s.cost)]).unwrap();
+        if real.is_allowed() && s.cost > 0 {
+            admitted.push(Admitted {
+                key: s.key,
+                at: now,
+                cost: s.cost,
+                receipt: real.receipt(0),
+            });
+        }
         let model = models.entry(s.key).or_insert_with(|| M::new(&quota));
         let expected = model_decide(model, now, s.cost);
         assert_eq!(
@@ -542,30 +626,36 @@ proptest! {
         let mut store = MemoryStore::with_clock(ManualClock::new());
         let id = store.register(&Policy::new("c", q).with_algorithm(Algorithm::Concurrency)).unwrap();
         let pure = Concurrency::new(&q);
-        let mut held: HashMap<u64, Vec<u64>> = HashMap::new();
+        let mut held: HashMap<u64, Vec<(u64, Receipt)>> = HashMap::new();
         for (k, cost, release) in ops {
             let key = Key::Int(k);
             let permits = held.entry(k).or_default();
             if release {
-                if let Some(c) = permits.pop() {
+                if let Some((c, receipt)) = permits.pop() {
+                    // A refund without a receipt gives back nothing; with it, the permits.
                     store.refund(&[Refund::new(Charge::new(id, &key, c), Receipt::NONE)]);
+                    let d = store.check_now(&[Charge::new(id, &key, 0)]).unwrap();
+                    let used: u64 = permits.iter().map(|p| p.0).sum::<u64>() + c;
+                    prop_assert_eq!(u64::from(d.as_slice()[0].remaining()), u64::from(limit) - used);
+                    store.refund(&[Refund::new(Charge::new(id, &key, c), receipt)]);
                 }
                 continue;
             }
-            let used: u64 = permits.iter().sum();
-            let d = store.check_now(&[Charge::new(id, &key, cost)]).unwrap();
-            let d = d.as_slice()[0];
+            let used: u64 = permits.iter().map(|p| p.0).sum();
+            let decisions = store.check_now(&[Charge::new(id, &key, cost)]).unwrap();
+            let d = decisions.as_slice()[0];
             if cost > u64::from(limit) {
                 prop_assert!(d.is_cannot_fit());
             } else if used + cost <= u64::from(limit) {
                 prop_assert!(d.is_allowed());
                 if cost > 0 {
-                    permits.push(cost);
+                    prop_assert!(decisions.receipt(0).is_some());
+                    permits.push((cost, decisions.receipt(0)));
                 }
             } else {
                 prop_assert_eq!(d.retry_after(), Some(Duration::from_nanos(1_000)));
             }
-            let now_used: u64 = permits.iter().sum();
+            let now_used: u64 = permits.iter().map(|p| p.0).sum();
             prop_assert_eq!(u64::from(d.remaining()), u64::from(limit) - now_used);
             prop_assert_eq!(pure.peek(now_used, 0).remaining(), d.remaining());
         }
@@ -616,20 +706,24 @@ proptest! {
             let capacity = u64::from(policy.capacity());
             for (&t, &cost) in times.iter().zip(&costs) {
                 clock.set(t);
-                let d = store.check_now(&[Charge::new(id, &Key::Global, cost)]).unwrap();
-                let d = d.as_slice()[0];
+                let decisions = store.check_now(&[Charge::new(id, &Key::Global, cost)]).unwrap();
+                let d = decisions.as_slice()[0];
                 prop_assert_eq!(d.is_cannot_fit(), cost > capacity, "{} cost {}", algorithm, cost);
                 prop_assert!(u64::from(d.remaining()) <= capacity);
+                // Case B37: the advertised quota bounds Remaining, for every algorithm.
+                prop_assert!(d.remaining() <= d.limit(), "{}: {:?}", algorithm, d);
+                prop_assert_eq!(d.limit(), policy.advertised().0);
                 if let Some(r) = d.retry_after() {
                     prop_assert!(r > Duration::ZERO, "{}: retry_after 0", algorithm);
                 }
-                store.refund(&[Refund::new(Charge::new(id, &Key::Global, cost), Receipt::NONE)]);
+                let receipt = decisions.receipt(0);
+                store.refund(&[Refund::new(Charge::new(id, &Key::Global, cost), receipt)]);
                 store.sweep();
             }
             let bucket = LeakyBucket::new(&q);
             for (&t, &cost) in times.iter().zip(&costs) {
                 let (shaped, next) = bucket.shape(t, t, cost, Duration::MAX);
-                let _ = (shaped, next.map(|tat| bucket.refunded(tat, cost)));
+                let _ = (shaped, next.map(|tat| bucket.refunded(tat, t, cost, tat)));
             }
         }
     }
@@ -698,6 +792,82 @@ proptest! {
             log.decide(&mut state, now, s.cost);
             prop_assert!(state.len() <= limit as usize);
             prop_assert!(state.len() <= before + 1);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Refunds of stale receipts (the charge's window closed, its log entry expired, the
+    /// bucket drained it) give back nothing (case B26), so however many of them arrive the
+    /// quota still holds over every admission, counted without any deduction: at most
+    /// `limit` per aligned window (fixed window), at most `limit` in any `(t - W, t]`
+    /// (sliding log), and `units * T <= tau + (t_j - t_i)` between any two admissions (GCRA,
+    /// leaky bucket). (The sliding window counter only bounds an estimate; its refunds are
+    /// compared with the event model above.)
+    #[test]
+    fn stale_refunds_never_let_more_than_the_limit_through(
+        algorithm in prop::sample::select(vec![
+            Algorithm::Gcra, Algorithm::LeakyBucket, Algorithm::FixedWindow, Algorithm::SlidingLog,
+        ]),
+        limit in 1..8u32, period in 1..2_000u64, burst in 1..8u32, trace in steps(400, 4),
+    ) {
+        let q = quota(limit, period, burst);
+        let (w, t, tau) = (q.period_nanos(), q.emission_interval_nanos(), q.tolerance_nanos());
+        let clock = ManualClock::new();
+        let mut store = MemoryStore::with_clock(clock.clone());
+        let id = store.register(&Policy::new("p", q).with_algorithm(algorithm)).unwrap();
+        let key = Key::Global;
+        let stale = |at: u64, stamp: u64, now: u64| match algorithm {
+            Algorithm::FixedWindow => at / w != now / w,
+            Algorithm::SlidingLog => at + w <= now,
+            _ => stamp <= now,
+        };
+        let mut admitted: Vec<(u64, u64)> = Vec::new();
+        let mut outstanding: Vec<(u64, u64, Receipt)> = Vec::new();
+        let mut now = 0;
+        let mut refunds = 0;
+        for s in &trace {
+            now += s.dt;
+            clock.set(now);
+            if s.refund.is_some() {
+                outstanding.retain(|&(at, cost, receipt)| {
+                    let stamp = receipt.stamp().unwrap_or(0);
+                    if stale(at, stamp, now) {
+                        store.refund(&[Refund::new(Charge::new(id, &key, cost), receipt)]);
+                        refunds += 1;
+                        false
+                    } else {
+                        true
+                    }
+                });
+            }
+            let d = store.check_now(&[Charge::new(id, &key, s.cost)]).unwrap();
+            if d.is_allowed() && s.cost > 0 {
+                admitted.push((now, s.cost));
+                outstanding.push((now, s.cost, d.receipt(0)));
+            }
+        }
+        for (i, &(ti, _)) in admitted.iter().enumerate() {
+            let units = |pred: &dyn Fn(u64) -> bool| -> u64 {
+                admitted.iter().filter(|(at, _)| pred(*at)).map(|(_, c)| c).sum()
+            };
+            match algorithm {
+                Algorithm::FixedWindow => {
+                    prop_assert!(units(&|at| at / w == ti / w) <= u64::from(limit));
+                }
+                Algorithm::SlidingLog => {
+                    prop_assert!(units(&|at| at + w > ti && at <= ti) <= u64::from(limit));
+                }
+                _ => {
+                    let mut sum = 0;
+                    for &(tj, cost) in &admitted[i..] {
+                        sum += cost;
+                        prop_assert!(sum * t <= tau + (tj - ti), "{:?} refunds {}", admitted, refunds);
+                    }
+                }
+            }
         }
     }
 }

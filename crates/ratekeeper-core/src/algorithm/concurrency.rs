@@ -2,6 +2,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::KeyedAlgorithm;
+use crate::store::Receipt;
 use crate::{Decision, Outcome, Quota};
 
 /// Keyed concurrency counter: at most `limit` units in flight per key.
@@ -17,6 +18,11 @@ use crate::{Decision, Outcome, Quota};
 /// limits how long a permit is held. `remaining` is `limit - held`.
 ///
 /// `n > limit` is [`Outcome::CannotFit`]; `n = 0` always passes and holds nothing.
+///
+/// **Parameters in force:** permits held above a lowered limit stay held (they are requests
+/// really in flight); the counter reads as full (remaining 0) and denies until enough are
+/// released. A permit is the same whenever it was taken, so a receipt's stamp is unused
+/// (0) and a release gives back `min(n, held)`.
 ///
 /// # Example
 ///
@@ -101,13 +107,15 @@ impl Concurrency {
 impl KeyedAlgorithm for Concurrency {
     type State = AtomicU64;
 
-    fn check(&self, state: &AtomicU64, _now: u64, cost: u64) -> Decision {
+    fn check(&self, state: &AtomicU64, _now: u64, cost: u64) -> (Decision, Receipt) {
         let mut current = state.load(Ordering::Acquire);
         loop {
             let (decision, next) = self.decide(current, cost);
-            let Some(next) = next else { return decision };
+            let Some(next) = next else {
+                return (decision, Receipt::NONE);
+            };
             match state.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return decision,
+                Ok(_) => return (decision, Receipt::new(0)),
                 Err(actual) => current = actual,
             }
         }
@@ -117,7 +125,7 @@ impl KeyedAlgorithm for Concurrency {
         Concurrency::peek(self, state.load(Ordering::Acquire), cost)
     }
 
-    fn refund(&self, state: &AtomicU64, _now: u64, cost: u64) {
+    fn refund(&self, state: &AtomicU64, _now: u64, cost: u64, _stamp: u64) {
         let _ = state.fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
             Some(self.released(held, cost))
         });

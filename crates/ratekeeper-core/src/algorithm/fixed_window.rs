@@ -1,7 +1,8 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::{KeyedAlgorithm, lock};
+use super::{KeyedAlgorithm, lock, receipt};
+use crate::store::Receipt;
 use crate::{Decision, Outcome, Quota};
 
 /// Per-key state of a [`FixedWindow`]: the index of the window last charged and the units
@@ -45,6 +46,12 @@ pub struct FixedWindowState {
 /// ```
 ///
 /// `n > limit` is [`Outcome::CannotFit`]; `n = 0` always passes and charges nothing.
+///
+/// **Parameters in force:** a stored count above `limit` (written under a larger quota) is
+/// read as `limit`, so a lowered limit applies at once (case B27: 50 used under "100 per
+/// hour", read under "10 per hour", is a full window: denied until it ends). A charge's
+/// receipt stamp is its window index `i`; a refund gives back only in that same window
+/// ([`FixedWindow::refunded`]).
 ///
 /// # Example
 ///
@@ -164,12 +171,38 @@ impl FixedWindow {
         self.report(d.outcome(), self.current(state, now), now)
     }
 
-    /// The state after giving back `cost` units charged earlier in the current window.
-    pub fn refunded(&self, state: FixedWindowState, now: u64, cost: u64) -> FixedWindowState {
+    /// The state after giving back what the charge of `cost` units made in window `stamp`
+    /// (its receipt: `floor(t / W)` at the charge) still holds at `now`: `min(cost, count)`
+    /// while `stamp` is still the current window, nothing once it closed (case B26: a late
+    /// refund never takes units off the next window's count).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratekeeper_core::algorithm::{FixedWindow, FixedWindowState};
+    /// use ratekeeper_core::Quota;
+    ///
+    /// let fw = FixedWindow::new(&Quota::new(2, Duration::from_secs(60))?);
+    /// let s = 1_000_000_000;
+    /// let charged = FixedWindowState { window: 0, count: 1 };
+    /// assert_eq!(fw.refunded(charged, 59 * s, 1, 0).count, 0);
+    /// let next = FixedWindowState { window: 1, count: 2 };
+    /// assert_eq!(fw.refunded(next, 61 * s, 1, 0), next);
+    /// # Ok::<(), ratekeeper_core::QuotaError>(())
+    /// ```
+    pub fn refunded(
+        &self,
+        state: FixedWindowState,
+        now: u64,
+        cost: u64,
+        stamp: u64,
+    ) -> FixedWindowState {
         let s = self.current(state, now);
+        if s.window != stamp {
+            return state;
+        }
         FixedWindowState {
             window: s.window,
-            count: s.count.saturating_sub(cost),
+            count: s.count - cost.min(s.count),
         }
     }
 
@@ -182,22 +215,22 @@ impl FixedWindow {
 impl KeyedAlgorithm for FixedWindow {
     type State = Mutex<FixedWindowState>;
 
-    fn check(&self, state: &Self::State, now: u64, cost: u64) -> Decision {
+    fn check(&self, state: &Self::State, now: u64, cost: u64) -> (Decision, Receipt) {
         let mut s = lock(state);
         let (d, next) = self.decide(*s, now, cost);
         if let Some(next) = next {
             *s = next;
         }
-        d
+        (d, receipt(next.map(|n| n.window)))
     }
 
     fn peek(&self, state: &Self::State, now: u64, cost: u64) -> Decision {
         FixedWindow::peek(self, *lock(state), now, cost)
     }
 
-    fn refund(&self, state: &Self::State, now: u64, cost: u64) {
+    fn refund(&self, state: &Self::State, now: u64, cost: u64, stamp: u64) {
         let mut s = lock(state);
-        *s = self.refunded(*s, now, cost);
+        *s = self.refunded(*s, now, cost, stamp);
     }
 
     fn is_idle(&self, state: &Self::State, now: u64) -> bool {
@@ -250,7 +283,7 @@ mod tests {
         assert_eq!(d.remaining(), 1);
         assert!(!fw.is_idle(s, 0));
         assert!(fw.is_idle(s, 1_000 * MS));
-        s = fw.refunded(s, 0, 2);
+        s = fw.refunded(s, 0, 2, 0);
         assert!(fw.is_idle(s, 0));
     }
 

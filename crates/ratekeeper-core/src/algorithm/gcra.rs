@@ -3,6 +3,7 @@ use std::time::Duration;
 
 use super::leaky_bucket::shaped_cas;
 use super::{KeyedAlgorithm, Reserved, Shaped};
+use crate::store::Receipt;
 use crate::{Decision, Outcome, Quota};
 
 enum Verdict {
@@ -24,7 +25,8 @@ enum Verdict {
 /// For a request of cost `n` at `now`:
 ///
 /// ```text
-/// tat      = max(stored_tat, now)          // an idle bucket refills, never beyond burst
+/// tat      = min(max(stored_tat, now), now + tau)  // refills, never beyond burst; the
+///                                                  // quota in force bounds what is stored
 /// new_tat  = tat + n * T
 /// allow_at = new_tat - tau
 /// allowed  = allow_at <= now               // then stored_tat := new_tat
@@ -35,11 +37,23 @@ enum Verdict {
 ///
 /// `n > burst` can never pass ([`Outcome::CannotFit`]) and `n = 0` always passes without
 /// charging. Neither changes the state.
+///
+/// **Advertised quota.** A decision's [`limit`](Decision::limit) is the capacity, `burst`
+/// (not the quota's per-period `limit`), so `0 <= remaining <= limit` always holds: a
+/// bucket of 10 refilling one per second reports limit 10 and counts down from 9. The
+/// matching window is the time an empty bucket takes to refill, `burst * T`
+/// ([`Policy::advertised`](crate::Policy::advertised)).
+///
+/// **Parameters in force.** [`Gcra::decide`] and [`Gcra::peek`] read the stored TAT clamped
+/// to `now + tau`, so a TAT written under another quota (a larger period, a larger burst)
+/// is never "fuller than full": the longest wait it can cause is the one this quota needs
+/// from an empty bucket (`n * T`). Case B27: a TAT of 3,600 s written under "1 per hour" and
+/// read at t = 1 s under "100 per minute, burst 100" (tau = 60 s) is read as 61 s, so the
+/// request waits 0.6 s, not an hour.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Gcra {
     t: u64,
     tau: u64,
-    limit: u32,
     burst: u32,
 }
 
@@ -49,7 +63,6 @@ impl Gcra {
         Self {
             t: quota.emission_interval_nanos(),
             tau: quota.tolerance_nanos(),
-            limit: quota.limit(),
             burst: quota.burst(),
         }
     }
@@ -79,11 +92,33 @@ impl Gcra {
         whole.min(burst) as u32
     }
 
-    /// The pure decision: `stored_tat` is the key's state (0 when absent). Returns the
-    /// decision and, when the state changes, the new TAT to store.
+    /// The stored TAT as the quota in force reads it: `max(stored, now)` (an idle bucket is
+    /// full) and at most `now + tau` (never fuller than full; see "Parameters in force").
+    #[inline]
+    pub const fn in_force(&self, stored_tat: u64, now: u64) -> u64 {
+        let horizon = now.saturating_add(self.tau);
+        if stored_tat < now {
+            now
+        } else if stored_tat > horizon {
+            horizon
+        } else {
+            stored_tat
+        }
+    }
+
+    /// The pure decision: `stored_tat` is the key's state (0 when absent), read through
+    /// [`Gcra::in_force`]. Returns the decision and, when the state changes, the new TAT to
+    /// store (which is also the stamp of the charge's receipt).
     #[inline]
     pub fn decide(&self, stored_tat: u64, now: u64, cost: u64) -> (Decision, Option<u64>) {
-        let tat = stored_tat.max(now);
+        self.decide_from(self.in_force(stored_tat, now), now, cost)
+    }
+
+    /// [`Gcra::decide`] from `tat = max(stored, now)` read as is. The memory store reads its
+    /// state this way: its quota never changes, and a TAT beyond `now + tau` there is a wait
+    /// booked by [`Gcra::reserve`], which a check must not take.
+    #[inline]
+    pub(crate) fn decide_from(&self, tat: u64, now: u64, cost: u64) -> (Decision, Option<u64>) {
         match self.verdict(tat, now, cost) {
             Verdict::Charge(new_tat) => {
                 (self.report(Outcome::Allowed, new_tat, now), Some(new_tat))
@@ -97,7 +132,12 @@ impl Gcra {
     /// `remaining` and `reset_after` of the state as it is.
     #[inline]
     pub fn peek(&self, stored_tat: u64, now: u64, cost: u64) -> Decision {
-        let tat = stored_tat.max(now);
+        self.peek_from(self.in_force(stored_tat, now), now, cost)
+    }
+
+    /// [`Gcra::peek`] from `tat = max(stored, now)` read as is (see [`Gcra::decide_from`]).
+    #[inline]
+    pub(crate) fn peek_from(&self, tat: u64, now: u64, cost: u64) -> Decision {
         let outcome = match self.verdict(tat, now, cost) {
             Verdict::Charge(_) | Verdict::Free => Outcome::Allowed,
             Verdict::Refuse(outcome) => outcome,
@@ -146,7 +186,7 @@ impl Gcra {
     fn report(&self, outcome: Outcome, tat: u64, now: u64) -> Decision {
         Decision::new(
             outcome,
-            self.limit,
+            self.burst,
             self.remaining(tat, now),
             Duration::from_nanos(tat.saturating_sub(now)),
         )
@@ -168,6 +208,10 @@ impl Gcra {
     /// order they reserve. A reserved decision reports the state after the charge
     /// (`remaining` 0 while it waits). `n > burst` is [`Outcome::CannotFit`] whatever
     /// `max_wait`; `n = 0` passes with no delay and no charge.
+    ///
+    /// The stored TAT is read as is (`max(stored, now)`, not clamped to `now + tau`): in a
+    /// store that reserves, a TAT beyond `now + tau` is waits already booked. Such a store
+    /// must therefore not outlive a quota change (the memory store's quotas are fixed).
     ///
     /// ```
     /// use std::time::Duration;
@@ -228,11 +272,63 @@ impl Gcra {
         }
     }
 
-    /// The TAT after refunding `cost` units from `stored_tat`.
+    /// The TAT after giving back what the charge of `cost` units whose receipt stamp is
+    /// `stamp` (the TAT that charge stored) still holds at `now`.
+    ///
+    /// A charge of `n` units took the slot `(stamp - n * T, stamp]` of the bucket's
+    /// schedule. The bucket drains one unit per `T`, so at `now` the part of that slot not
+    /// yet drained is `stamp - now` (at most `n * T`); that is all a refund may give back.
+    /// With the terms of [`Gcra`] (ns, saturating):
+    ///
+    /// ```text
+    /// stored <= now      : unchanged                  // drained: the charge holds nothing
+    /// stored == stamp    : stored - n * T             // the latest charge: undo it (a TAT
+    ///                                                 // below now reads as "absent", so
+    ///                                                 // only the undrained part counts)
+    /// stored - tau > now : unchanged                  // a later reservation still waits
+    /// otherwise          : stored - min(n * T, min(stamp, stored) - now)
+    /// ```
+    ///
+    /// Why the third rule: a TAT beyond `now + tau` means a reservation made after this
+    /// charge is booked for a later slot. Pulling the TAT back would let a newcomer in at
+    /// the instant that waiter proceeds, so two requests would pass closer than `T` (the
+    /// Delay-mode defect of a dropped waiter). The dropped slot stays unused instead: the
+    /// refund gives back nothing rather than someone else's turn. In the last rule every
+    /// later charge has proceeded (or an earlier refund moved the TAT): the TAT moves back
+    /// by at most the undrained part of this charge and never below `now` (case B26: a
+    /// charge the bucket already drained gives back nothing).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratekeeper_core::algorithm::Gcra;
+    /// use ratekeeper_core::Quota;
+    ///
+    /// // 2 per minute, burst 2: T = 30 s, tau = 60 s. A charge at t = 0 stores TAT 30 s.
+    /// let gcra = Gcra::new(&Quota::new(2, Duration::from_secs(60))?);
+    /// let s = 1_000_000_000;
+    /// let (_, tat) = gcra.decide(0, 0, 1);
+    /// let stamp = tat.unwrap();
+    /// // Refunded at 10 s with no later charge: the charge is undone.
+    /// assert_eq!(gcra.refunded(stamp, 10 * s, 1, stamp), 0);
+    /// // At 120 s the bucket drained it long ago, and two new charges filled the bucket
+    /// // (TAT 180 s): the late refund gives back nothing.
+    /// assert_eq!(gcra.refunded(180 * s, 120 * s, 1, stamp), 180 * s);
+    /// # Ok::<(), ratekeeper_core::QuotaError>(())
+    /// ```
     #[inline]
-    pub fn refunded(&self, stored_tat: u64, cost: u64) -> u64 {
-        let decrement = u64::try_from(u128::from(cost) * u128::from(self.t)).unwrap_or(u64::MAX);
-        stored_tat.saturating_sub(decrement)
+    pub fn refunded(&self, stored_tat: u64, now: u64, cost: u64, stamp: u64) -> u64 {
+        if stored_tat <= now {
+            return stored_tat;
+        }
+        let step = u64::try_from(u128::from(cost) * u128::from(self.t)).unwrap_or(u64::MAX);
+        if stored_tat == stamp {
+            return stamp.saturating_sub(step);
+        }
+        if stored_tat.saturating_sub(self.tau) > now {
+            return stored_tat;
+        }
+        let undrained = stamp.min(stored_tat).saturating_sub(now);
+        stored_tat - step.min(undrained)
     }
 }
 
@@ -240,25 +336,28 @@ impl KeyedAlgorithm for Gcra {
     type State = AtomicU64;
 
     #[inline]
-    fn check(&self, state: &AtomicU64, now: u64, cost: u64) -> Decision {
+    fn check(&self, state: &AtomicU64, now: u64, cost: u64) -> (Decision, Receipt) {
         let mut current = state.load(Ordering::Acquire);
         loop {
-            let (decision, next) = self.decide(current, now, cost);
-            let Some(next) = next else { return decision };
+            let (decision, next) = self.decide_from(current.max(now), now, cost);
+            let Some(next) = next else {
+                return (decision, Receipt::NONE);
+            };
             match state.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return decision,
+                Ok(_) => return (decision, Receipt::new(next)),
                 Err(actual) => current = actual,
             }
         }
     }
 
     fn peek(&self, state: &AtomicU64, now: u64, cost: u64) -> Decision {
-        Gcra::peek(self, state.load(Ordering::Acquire), now, cost)
+        self.peek_from(state.load(Ordering::Acquire).max(now), now, cost)
     }
 
-    fn refund(&self, state: &AtomicU64, _now: u64, cost: u64) {
+    fn refund(&self, state: &AtomicU64, now: u64, cost: u64, stamp: u64) {
         let _ = state.fetch_update(Ordering::AcqRel, Ordering::Acquire, |tat| {
-            Some(self.refunded(tat, cost))
+            let next = self.refunded(tat, now, cost, stamp);
+            (next != tat).then_some(next)
         });
     }
 
@@ -397,7 +496,7 @@ mod tests {
                         if let Some(r) = d.retry_after() {
                             assert!(r > Duration::ZERO);
                         }
-                        let _ = g.refunded(tat, cost);
+                        let _ = g.refunded(tat, now, cost, tat0);
                     }
                 }
             }
@@ -428,12 +527,12 @@ mod tests {
     /// The decision as first written, entirely in u128: the u64 fast paths must agree.
     fn reference(g: &Gcra, stored: u64, now: u64, cost: u64) -> (Decision, Option<u64>) {
         let (t, tau) = (u128::from(g.t), u128::from(g.tau));
-        let tat = stored.max(now);
+        let tat = stored.clamp(now, now.saturating_add(g.tau));
         let report = |outcome, tat: u64| {
             let room = (u128::from(now) + tau).saturating_sub(u128::from(tat));
             let remaining = (room / t).min(u128::from(g.burst)) as u32;
             let reset = Duration::from_nanos(tat.saturating_sub(now));
-            Decision::new(outcome, g.limit, remaining, reset)
+            Decision::new(outcome, g.burst, remaining, reset)
         };
         if cost > u64::from(g.burst) {
             return (report(Outcome::CannotFit, tat), None);
@@ -475,12 +574,87 @@ mod tests {
     fn atomic_check_and_refund() {
         let g = gcra(2, Duration::from_secs(1), 2);
         let s = AtomicU64::new(0);
-        assert!(g.check(&s, 0, 2).is_allowed());
-        assert!(g.check(&s, 0, 1).is_denied());
+        let (d, receipt) = g.check(&s, 0, 2);
+        assert!(d.is_allowed());
+        assert_eq!(receipt, Receipt::new(S));
+        let (denied, nothing) = g.check(&s, 0, 1);
+        assert!(denied.is_denied());
+        assert_eq!(nothing, Receipt::NONE);
         assert_eq!(KeyedAlgorithm::peek(&g, &s, 0, 1).remaining(), 0);
-        g.refund(&s, 0, 1);
+        // Half of the charge (one of its two units) is given back.
+        g.refund(&s, 0, 1, S);
         assert_eq!(KeyedAlgorithm::peek(&g, &s, 0, 1).remaining(), 1);
         assert!(!g.is_idle(&s, 0));
         assert!(g.is_idle(&s, S));
+    }
+
+    /// The refund rules of [`Gcra::refunded`], one by one (burst 2, T = 30 s, tau = 60 s).
+    #[test]
+    fn refunds_give_back_only_what_the_charge_still_holds() {
+        let g = gcra(2, Duration::from_secs(60), 2);
+        let t = 30 * S;
+        // The latest charge, refunded before it drained: undone.
+        assert_eq!(g.refunded(t, 0, 1, t), 0);
+        // Partly drained (10 s later): the TAT goes back to 0, which reads as "now": the
+        // 20 s still outstanding come back, the 10 s already drained do not.
+        let after = g.refunded(t, 10 * S, 1, t);
+        assert_eq!(g.in_force(after, 10 * S), 10 * S);
+        // Fully drained: nothing.
+        assert_eq!(g.refunded(t, 30 * S, 1, t), t);
+        // A later charge (stamp 60 s) that already proceeded: give back the undrained part
+        // of the first charge (20 s at t = 10 s), never moving the TAT below now.
+        assert_eq!(g.refunded(2 * t, 10 * S, 1, t), 40 * S);
+        // Case B26: the charge of t = 0 was drained long ago; the bucket is full of new
+        // charges at 120 s (TAT 180 s): the late refund gives back nothing.
+        assert_eq!(g.refunded(180 * S, 120 * S, 1, t), 180 * S);
+        // Burst 1, T = 1 s: a reservation waits behind the charge (TAT 2 s - tau > now):
+        // nothing, or a newcomer would pass at the waiter's instant.
+        let one = gcra(1, Duration::from_secs(1), 1);
+        assert_eq!(one.refunded(2 * S, 0, 1, S), 2 * S);
+        // Cost larger than the charge held, at the end of time: saturates, never panics.
+        assert_eq!(one.refunded(u64::MAX, u64::MAX - 1, u64::MAX, u64::MAX), 0);
+    }
+
+    /// Case B27 on the pure algorithm: a TAT written under "1 per 3,600,000 ms, burst 1",
+    /// read at t = 1,000 ms under "100 per 60,000 ms, burst 100", is clamped to now + tau:
+    /// no wait longer than the new quota needs from empty (60 s), Reset at most 60 s.
+    #[test]
+    fn b27_state_from_an_old_quota_is_clamped_to_the_quota_in_force() {
+        let old = gcra(1, Duration::from_secs(3_600), 1);
+        let (first, tat) = old.decide(0, 0, 1);
+        assert!(first.is_allowed());
+        let tat = tat.unwrap();
+        assert_eq!(tat, 3_600 * S);
+        let new = gcra(100, Duration::from_secs(60), 100);
+        let now = S;
+        let (d, _) = new.decide(tat, now, 1);
+        let retry = d.retry_after().unwrap();
+        assert_eq!(retry, Duration::from_millis(600));
+        assert!(retry <= Duration::from_secs(60));
+        assert_eq!((d.remaining(), d.limit()), (0, 100));
+        assert_eq!(d.reset_after(), Duration::from_secs(60));
+        assert_eq!(new.peek(tat, now, 1), d);
+        // Within the new quota's horizon the state is read as is.
+        assert_eq!(new.in_force(30 * S, now), 30 * S);
+        assert_eq!(new.in_force(0, now), now);
+    }
+
+    /// Case B37: a decision's limit is the capacity, so Remaining never exceeds it.
+    #[test]
+    fn b37_limit_is_the_burst() {
+        // P1: 1 per 1,000 ms, burst 10. P2: 100 per 60,000 ms, burst 10.
+        for g in [
+            gcra(1, Duration::from_secs(1), 10),
+            gcra(100, Duration::from_secs(60), 10),
+        ] {
+            let mut tat = 0;
+            for expected in (0..10).rev() {
+                let d = run(&g, &mut tat, 0, 1);
+                assert_eq!((d.limit(), d.remaining()), (10, expected));
+            }
+            let d = run(&g, &mut tat, 0, 1);
+            assert!(d.is_denied());
+            assert_eq!((d.limit(), d.remaining()), (10, 0));
+        }
     }
 }

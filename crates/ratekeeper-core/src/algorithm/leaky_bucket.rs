@@ -1,7 +1,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::{Gcra, KeyedAlgorithm, Reserved};
+use super::{Gcra, KeyedAlgorithm, Reserved, receipt};
+use crate::store::Receipt;
 use crate::{Decision, Outcome, Quota};
 
 /// The leaky bucket, as a meter (police) and as a shaper (queue).
@@ -32,6 +33,10 @@ use crate::{Decision, Outcome, Quota};
 /// shaper: allowed = fits && tat - now <= max_wait; delay = tat - now
 ///         retry_after = max(new_tat - tau - now, tat - now - max_wait)
 /// ```
+///
+/// As for [`Gcra`], a decision's `limit` is the capacity (`burst`, the queue depth), the
+/// stored state is read clamped to `now + tau` (the quota in force), and a refund gives
+/// back only what its charge still holds ([`LeakyBucket::refunded`]).
 ///
 /// # Example
 ///
@@ -114,7 +119,7 @@ impl LeakyBucket {
         cost: u64,
         max_wait: Duration,
     ) -> (Shaped, Option<u64>) {
-        let tat = stored_tat.max(now);
+        let tat = self.gcra.in_force(stored_tat, now);
         let delay = tat - now;
         let max_wait = u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX);
         let (decision, next) = self.gcra.decide(stored_tat, now, cost);
@@ -155,9 +160,11 @@ impl LeakyBucket {
         }
     }
 
-    /// The state after giving back `cost` units.
-    pub fn refunded(&self, stored_tat: u64, cost: u64) -> u64 {
-        self.gcra.refunded(stored_tat, cost)
+    /// The state after giving back what the charge of `cost` units with receipt stamp
+    /// `stamp` (the state that charge stored) still holds at `now`: the rule of
+    /// [`Gcra::refunded`] (the undrained part only; nothing while a later reservation waits).
+    pub fn refunded(&self, stored_tat: u64, now: u64, cost: u64, stamp: u64) -> u64 {
+        self.gcra.refunded(stored_tat, now, cost, stamp)
     }
 
     /// Whether the bucket is empty at `now` ("absent").
@@ -170,16 +177,16 @@ impl KeyedAlgorithm for LeakyBucket {
     type State = AtomicU64;
 
     #[inline]
-    fn check(&self, state: &AtomicU64, now: u64, cost: u64) -> Decision {
+    fn check(&self, state: &AtomicU64, now: u64, cost: u64) -> (Decision, Receipt) {
         KeyedAlgorithm::check(&self.gcra, state, now, cost)
     }
 
     fn peek(&self, state: &AtomicU64, now: u64, cost: u64) -> Decision {
-        LeakyBucket::peek(self, state.load(Ordering::Acquire), now, cost)
+        KeyedAlgorithm::peek(&self.gcra, state, now, cost)
     }
 
-    fn refund(&self, state: &AtomicU64, now: u64, cost: u64) {
-        KeyedAlgorithm::refund(&self.gcra, state, now, cost);
+    fn refund(&self, state: &AtomicU64, now: u64, cost: u64, stamp: u64) {
+        KeyedAlgorithm::refund(&self.gcra, state, now, cost, stamp);
     }
 
     fn is_idle(&self, state: &AtomicU64, now: u64) -> bool {
@@ -195,13 +202,14 @@ impl KeyedAlgorithm for LeakyBucket {
 }
 
 /// Runs a reservation (`f` maps the stored TAT to the answer and the TAT to store) with a
-/// compare-and-swap loop. Exact: a denial is final.
+/// compare-and-swap loop. Exact: a denial is final. The TAT stored is the receipt's stamp.
 pub(super) fn shaped_cas(state: &AtomicU64, f: impl Fn(u64) -> (Shaped, Option<u64>)) -> Reserved {
     let mut current = state.load(Ordering::Acquire);
     loop {
         let (shaped, next) = f(current);
         let reserved = Reserved {
             decision: shaped.decision,
+            receipt: receipt(next),
             delay: shaped
                 .delay
                 .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),

@@ -48,6 +48,31 @@
 //! | sliding window counter | `window`, `current`, `previous` | both counts zero after rolling to `floor(now / W)` |
 //! | concurrency | `held` | `held == 0` |
 //!
+//! # Refunds work on receipts
+//!
+//! A refund gives back only what its own charge still holds. Every allowed charge has a
+//! stamp (the [`Receipt`] a store hands out), and each algorithm's
+//! `refunded` works on it:
+//!
+//! | algorithm | stamp | a refund of cost `n` at `now` gives back |
+//! |---|---|---|
+//! | GCRA, leaky bucket | TAT right after the charge | see [`Gcra::refunded`]: the undrained part of the charge, nothing while a later reservation waits |
+//! | fixed window | window index | `min(n, count)` while the window is still the current one; nothing after |
+//! | sliding window counter | window index | `min(n, current)` in the same window; `min(n, previous)` in the next (the part the estimate still counts); nothing later |
+//! | sliding log | the entry's timestamp | at most `n` units of that entry, while `ts + W > now`; nothing once it expired |
+//! | concurrency | unused | `min(n, held)`: a permit is a permit |
+//!
+//! # Parameters in force
+//!
+//! Every algorithm reads stored state under the quota it was built with, clamped so that a
+//! state written under another quota (a store that outlives a deploy) is never "fuller than
+//! full" and never needs a longer wait than this quota needs from empty: GCRA and the leaky
+//! bucket read `TAT <= now + tau`; the window counts read `<= limit`; the sliding log's
+//! waits never exceed `W` however many units its entries hold; the concurrency counter keeps
+//! permits held above a lowered limit (they are real requests in flight) and denies until
+//! enough are released. The [`MemoryStore`](crate::store::MemoryStore) fixes each policy's
+//! quota when it is registered, so its state is always under the quota in force.
+//!
 //! # Example
 //!
 //! ```
@@ -91,6 +116,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use crate::store::Receipt;
 use crate::{Decision, Quota};
 
 /// Which algorithm a policy uses.
@@ -207,19 +233,24 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// An algorithm bound to a quota, as the memory store runs it: per-key state with an atomic
-/// check, a refund, and an idleness test for eviction.
+/// check that returns the [`Receipt`] of what it charged, a refund that works on that
+/// receipt, and an idleness test for eviction.
 pub(crate) trait KeyedAlgorithm: Send + Sync + 'static {
     /// Per-key state; `Default` is "absent".
     type State: Default + Send + Sync + 'static;
 
-    /// Decides and, if allowed, charges `cost` atomically.
-    fn check(&self, state: &Self::State, now: u64, cost: u64) -> Decision;
+    /// Decides and, if allowed, charges `cost` atomically. The receipt of an allowed charge
+    /// carries the algorithm's stamp (see [`Receipt`]); nothing charged is
+    /// [`Receipt::NONE`].
+    fn check(&self, state: &Self::State, now: u64, cost: u64) -> (Decision, Receipt);
 
     /// Decides without charging.
     fn peek(&self, state: &Self::State, now: u64, cost: u64) -> Decision;
 
-    /// Gives back `cost` units charged earlier.
-    fn refund(&self, state: &Self::State, now: u64, cost: u64);
+    /// Gives back what the charge of `cost` units with receipt `stamp` still holds at `now`
+    /// (the rules of each algorithm's `refunded`). Only called for a [`Receipt`] that is not
+    /// [`Receipt::NONE`].
+    fn refund(&self, state: &Self::State, now: u64, cost: u64, stamp: u64);
 
     /// Whether the state equals "absent" at `now`, so the key can be evicted unseen.
     fn is_idle(&self, state: &Self::State, now: u64) -> bool;
@@ -229,8 +260,10 @@ pub(crate) trait KeyedAlgorithm: Send + Sync + 'static {
     /// check-and-retry fallback of the window algorithms and the concurrency counter.
     fn reserve(&self, state: &Self::State, now: u64, cost: u64, max_wait: u64) -> Reserved {
         let _ = max_wait;
+        let (decision, receipt) = self.check(state, now, cost);
         Reserved {
-            decision: self.check(state, now, cost),
+            decision,
+            receipt,
             delay: 0,
             exact: false,
         }
@@ -241,10 +274,21 @@ pub(crate) trait KeyedAlgorithm: Send + Sync + 'static {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Reserved {
     pub(crate) decision: Decision,
+    /// What the charge took ([`Receipt::NONE`] when nothing was charged).
+    pub(crate) receipt: Receipt,
     /// ns to wait before proceeding (allowed only).
     pub(crate) delay: u64,
     /// The algorithm reserved exactly: a denial is final for this `max_wait`.
     pub(crate) exact: bool,
+}
+
+/// The receipt of a charge that stored `stamp`, or [`Receipt::NONE`] when nothing changed.
+#[inline]
+pub(crate) fn receipt(stamp: Option<u64>) -> Receipt {
+    match stamp {
+        Some(stamp) => Receipt::new(stamp),
+        None => Receipt::NONE,
+    }
 }
 
 #[cfg(test)]

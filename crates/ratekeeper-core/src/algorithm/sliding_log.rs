@@ -2,7 +2,8 @@ use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::{KeyedAlgorithm, lock};
+use super::{KeyedAlgorithm, lock, receipt};
+use crate::store::Receipt;
 use crate::{Decision, Outcome, Quota};
 
 /// Per-key state of a [`SlidingLog`]: `(timestamp ns, units)` entries, oldest first, with
@@ -67,6 +68,12 @@ impl SlidingLogState {
 /// Memory per key is O(limit) in the worst case (one entry per distinct instant); the
 /// quota's `burst` is not used.
 ///
+/// **Parameters in force:** a log written under a larger limit may hold more units than
+/// `limit`; it is then full (remaining 0), and no wait exceeds `W`, because every entry
+/// leaves within `W` (an entry stamped in the future is read as leaving `W` from now). A
+/// charge's receipt stamp is the timestamp of the entry it added to; a refund takes at most
+/// its units off that entry, while it has not expired ([`SlidingLog::refund`]).
+///
 /// # Example
 ///
 /// ```
@@ -112,7 +119,9 @@ impl SlidingLog {
 
     #[inline]
     fn expires_in(&self, ts: u64, now: u64) -> u64 {
-        ts.saturating_add(self.window).saturating_sub(now)
+        ts.saturating_add(self.window)
+            .saturating_sub(now)
+            .min(self.window)
     }
 
     fn prune(&self, state: &mut SlidingLogState, now: u64) {
@@ -167,15 +176,33 @@ impl SlidingLog {
     /// The pure decision: drops expired entries from `state` (invisible to clients) and, when
     /// the request is allowed with a cost above 0, records it.
     pub fn decide(&self, state: &mut SlidingLogState, now: u64, cost: u64) -> Decision {
+        self.decide_stamped(state, now, cost).0
+    }
+
+    /// [`SlidingLog::decide`], also returning, when the request was charged, the timestamp
+    /// of the entry its units went to (the stamp of its receipt).
+    pub fn decide_stamped(
+        &self,
+        state: &mut SlidingLogState,
+        now: u64,
+        cost: u64,
+    ) -> (Decision, Option<u64>) {
         self.prune(state, now);
         let outcome = self.verdict(state, now, cost);
+        let mut stamp = None;
         if outcome == Outcome::Allowed && cost > 0 {
             match state.entries.back_mut() {
-                Some((ts, units)) if *ts >= now => *units = units.saturating_add(cost),
-                _ => state.entries.push_back((now, cost)),
+                Some((ts, units)) if *ts >= now => {
+                    *units = units.saturating_add(cost);
+                    stamp = Some(*ts);
+                }
+                _ => {
+                    state.entries.push_back((now, cost));
+                    stamp = Some(now);
+                }
             }
         }
-        self.report(outcome, state, now)
+        (self.report(outcome, state, now), stamp)
     }
 
     /// What [`SlidingLog::decide`] would answer, without changing `state`.
@@ -192,20 +219,36 @@ impl SlidingLog {
         self.report(outcome, &copy, now)
     }
 
-    /// Gives back `cost` units, newest entries first (undoes the latest charges).
-    pub fn refund(&self, state: &mut SlidingLogState, now: u64, cost: u64) {
+    /// Gives back what the charge of `cost` units whose entry has timestamp `stamp` (its
+    /// receipt) still holds at `now`: at most `cost` units off that entry, while
+    /// `stamp + W > now`. Nothing once the entry expired (case B26), and never units of
+    /// another entry.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratekeeper_core::algorithm::{SlidingLog, SlidingLogState};
+    /// use ratekeeper_core::Quota;
+    ///
+    /// let log = SlidingLog::new(&Quota::new(2, Duration::from_secs(60))?);
+    /// let s = 1_000_000_000;
+    /// let mut state = SlidingLogState::new();
+    /// let (_, stamp) = log.decide_stamped(&mut state, 0, 1);
+    /// log.decide(&mut state, 60 * s + s / 2, 2); // the first entry expired at 60 s
+    /// log.refund(&mut state, 61 * s, 1, stamp.unwrap());
+    /// assert_eq!(log.peek(&state, 61 * s, 1).remaining(), 0);
+    /// # Ok::<(), ratekeeper_core::QuotaError>(())
+    /// ```
+    pub fn refund(&self, state: &mut SlidingLogState, now: u64, cost: u64, stamp: u64) {
         self.prune(state, now);
-        let mut left = cost;
-        while left > 0 {
-            let Some((_, units)) = state.entries.back_mut() else {
-                break;
-            };
-            if *units > left {
-                *units -= left;
-                break;
-            }
-            left -= *units;
-            state.entries.pop_back();
+        let Ok(i) = state.entries.binary_search_by_key(&stamp, |&(ts, _)| ts) else {
+            return;
+        };
+        let Some((_, units)) = state.entries.get_mut(i) else {
+            return;
+        };
+        *units -= cost.min(*units);
+        if *units == 0 {
+            state.entries.remove(i);
         }
     }
 
@@ -221,16 +264,17 @@ impl SlidingLog {
 impl KeyedAlgorithm for SlidingLog {
     type State = Mutex<SlidingLogState>;
 
-    fn check(&self, state: &Self::State, now: u64, cost: u64) -> Decision {
-        self.decide(&mut lock(state), now, cost)
+    fn check(&self, state: &Self::State, now: u64, cost: u64) -> (Decision, Receipt) {
+        let (d, stamp) = self.decide_stamped(&mut lock(state), now, cost);
+        (d, receipt(stamp))
     }
 
     fn peek(&self, state: &Self::State, now: u64, cost: u64) -> Decision {
         SlidingLog::peek(self, &lock(state), now, cost)
     }
 
-    fn refund(&self, state: &Self::State, now: u64, cost: u64) {
-        SlidingLog::refund(self, &mut lock(state), now, cost);
+    fn refund(&self, state: &Self::State, now: u64, cost: u64, stamp: u64) {
+        SlidingLog::refund(self, &mut lock(state), now, cost, stamp);
     }
 
     fn is_idle(&self, state: &Self::State, now: u64) -> bool {
@@ -262,14 +306,14 @@ mod tests {
     }
 
     #[test]
-    fn same_instant_merges_and_refund_undoes_the_latest() {
+    fn same_instant_merges_and_refund_takes_off_its_entry() {
         let log = SlidingLog::new(&Quota::new(5, Duration::from_secs(1)).unwrap());
         let mut s = SlidingLogState::new();
         for _ in 0..5 {
-            assert!(log.decide(&mut s, 7, 1).is_allowed());
+            assert_eq!(log.decide_stamped(&mut s, 7, 1).1, Some(7));
         }
         assert_eq!(s.entries().collect::<Vec<_>>(), [(7, 5)]);
-        log.refund(&mut s, 7, 2);
+        log.refund(&mut s, 7, 2, 7);
         assert_eq!(log.peek(&s, 7, 1).remaining(), 2);
         assert!(log.decide(&mut s, 7, 6).is_cannot_fit());
         assert_eq!(log.decide(&mut s, 7, 0).remaining(), 2);

@@ -1,7 +1,8 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use super::{KeyedAlgorithm, lock};
+use super::{KeyedAlgorithm, lock, receipt};
+use crate::store::Receipt;
 use crate::{Decision, Outcome, Quota};
 
 /// Per-key state of a [`SlidingWindow`]: the index of the current window and the units
@@ -46,6 +47,10 @@ pub struct SlidingWindowState {
 ///
 /// `n > limit` is [`Outcome::CannotFit`]; `n = 0` always passes and charges nothing. The
 /// quota's `burst` is not used.
+///
+/// **Parameters in force:** stored counts above `limit` are read as `limit`. A charge's
+/// receipt stamp is its window index; a refund gives back in that window or the next, as
+/// far as the estimate still counts the charge ([`SlidingWindow::refunded`]).
 ///
 /// # Example
 ///
@@ -218,12 +223,34 @@ impl SlidingWindow {
         self.report(d.outcome(), &self.current(state, now), now)
     }
 
-    /// The state after giving back `cost` units charged earlier in the current window.
-    pub fn refunded(&self, state: SlidingWindowState, now: u64, cost: u64) -> SlidingWindowState {
+    /// The state after giving back what the charge of `cost` units made in window `stamp`
+    /// (its receipt) still holds at `now`:
+    ///
+    /// ```text
+    /// stamp == i      : current  -= min(cost, current)
+    /// stamp == i - 1  : previous -= min(cost, previous)   // the estimate still weighs it
+    /// older           : nothing                           // no longer counted at all
+    /// ```
+    pub fn refunded(
+        &self,
+        state: SlidingWindowState,
+        now: u64,
+        cost: u64,
+        stamp: u64,
+    ) -> SlidingWindowState {
         let s = self.current(state, now);
-        SlidingWindowState {
-            current: s.current.saturating_sub(cost),
-            ..s
+        if s.window == stamp {
+            SlidingWindowState {
+                current: s.current - cost.min(s.current),
+                ..s
+            }
+        } else if stamp.checked_add(1) == Some(s.window) {
+            SlidingWindowState {
+                previous: s.previous - cost.min(s.previous),
+                ..s
+            }
+        } else {
+            state
         }
     }
 
@@ -237,22 +264,22 @@ impl SlidingWindow {
 impl KeyedAlgorithm for SlidingWindow {
     type State = Mutex<SlidingWindowState>;
 
-    fn check(&self, state: &Self::State, now: u64, cost: u64) -> Decision {
+    fn check(&self, state: &Self::State, now: u64, cost: u64) -> (Decision, Receipt) {
         let mut s = lock(state);
         let (d, next) = self.decide(*s, now, cost);
         if let Some(next) = next {
             *s = next;
         }
-        d
+        (d, receipt(next.map(|n| n.window)))
     }
 
     fn peek(&self, state: &Self::State, now: u64, cost: u64) -> Decision {
         SlidingWindow::peek(self, *lock(state), now, cost)
     }
 
-    fn refund(&self, state: &Self::State, now: u64, cost: u64) {
+    fn refund(&self, state: &Self::State, now: u64, cost: u64, stamp: u64) {
         let mut s = lock(state);
-        *s = self.refunded(*s, now, cost);
+        *s = self.refunded(*s, now, cost, stamp);
     }
 
     fn is_idle(&self, state: &Self::State, now: u64) -> bool {

@@ -91,7 +91,7 @@ impl RedisPolicy {
         }
         Ok(Self {
             name: Arc::from(policy.name()),
-            limit: quota.limit(),
+            limit: policy.advertised().0,
             capacity,
             algo,
             params,

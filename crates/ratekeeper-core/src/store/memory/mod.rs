@@ -1,0 +1,352 @@
+//! The in-memory store: [`MemoryStore`] (registration, all-or-nothing checks and
+//! reservations with receipts, refunds) over one key map per policy (`keyed`).
+
+mod keyed;
+
+use std::fmt;
+use std::future::Ready;
+use std::hash::Hash;
+use std::num::NonZeroUsize;
+use std::sync::atomic::Ordering;
+
+use smallvec::SmallVec;
+
+use self::keyed::{Slot, with_keyed};
+use super::{Charge, Checked, Decisions, PolicyId, Receipt, Refund, Store, StoreError};
+use crate::algorithm::Reserved;
+use crate::clock::{Clock, MonotonicClock};
+use crate::{Decision, Policy};
+
+/// The in-memory store (the embedded default): one [`DashMap`](dashmap::DashMap) per policy, per-key state in
+/// atomics where the algorithm allows (GCRA: one `AtomicU64`, updated by compare-and-swap).
+///
+/// Hot path for an existing key: one clock read, one map lookup (foldhash), one CAS; no
+/// allocation. A denied request on an unseen key inserts nothing.
+///
+/// Memory: a key whose state equals "absent" (bucket full again, window over) is idle and can
+/// be evicted with no visible effect. The store sweeps idle keys by itself: a sweep runs
+/// when the number of keys inserted since the last sweep reaches the number of keys the last
+/// sweep kept (at least 4096), so sweeping costs O(1) amortised per insert and memory stays
+/// within twice the keys that are live. [`MemoryStore::sweep`] runs one on demand.
+/// [`MemoryStore::with_max_keys`] adds a hard cap per policy; keys beyond it share one
+/// overflow budget, so a flood of new keys is still limited (case B03).
+///
+/// Per-key state: one `AtomicU64` for GCRA, the leaky bucket and the concurrency counter
+/// (lock-free CAS); a small `Mutex`-guarded value for the fixed window, the sliding window
+/// counter and the sliding log (held only for the pure decision, never across I/O).
+///
+/// **Receipts.** Every allowed decision carries the [`Receipt`] of what its charge took (the
+/// TAT after the charge, the window index, the log entry's time; see [`Receipt`]), and
+/// [`Store::refund`] gives back only what that charge still holds: nothing after its window
+/// closed, its entry expired or the bucket drained it, and never a slot booked by a later
+/// reservation. [`Receipt::NONE`] gives back nothing. The all-or-nothing rollback of a
+/// multi-policy check or reservation uses the receipts it has just taken.
+///
+/// **Parameters in force.** A policy's quota is fixed when it is registered and its state
+/// lives only as long as the store, so state is always read under the quota that wrote it.
+/// A new quota means a new store (a restart, or a new layer): nothing written under the old
+/// quota survives.
+///
+/// # Example
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use std::time::Duration;
+/// use ratekeeper_core::clock::ManualClock;
+/// use ratekeeper_core::store::{Charge, MemoryStore, Store};
+/// use ratekeeper_core::{Key, Policy, Quota};
+///
+/// let clock = ManualClock::new();
+/// let mut store = MemoryStore::<Key, _>::with_clock(clock.clone());
+/// let api = store.register(&Policy::new("api", Quota::per_second(NonZeroU32::new(1).unwrap())))?;
+/// let key = Key::from("alice");
+///
+/// assert!(store.check_now(&[Charge::new(api, &key, 1)])?.is_allowed());
+/// assert!(!store.check_now(&[Charge::new(api, &key, 1)])?.is_allowed());
+/// assert_eq!(store.len(), 1);
+///
+/// clock.advance(Duration::from_secs(1));
+/// store.sweep(); // the bucket is full again: the key is idle and goes
+/// assert_eq!(store.len(), 0);
+/// # Ok::<(), ratekeeper_core::store::StoreError>(())
+/// ```
+pub struct MemoryStore<K, C = MonotonicClock> {
+    policies: Vec<(Policy, Slot<K>)>,
+    clock: C,
+    max_keys: usize,
+}
+
+impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K, MonotonicClock> {
+    /// An empty store on the [`MonotonicClock`].
+    pub fn new() -> Self {
+        Self::with_clock(MonotonicClock::new())
+    }
+}
+
+impl<K: Hash + Eq + Clone + Send + Sync + 'static> Default for MemoryStore<K, MonotonicClock> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<K, C> MemoryStore<K, C>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock,
+{
+    /// An empty store reading time from `clock` (a [`crate::clock::ManualClock`] in tests).
+    pub fn with_clock(clock: C) -> Self {
+        Self {
+            policies: Vec::new(),
+            clock,
+            max_keys: usize::MAX,
+        }
+    }
+
+    /// Caps the keys held per policy at `max_keys` (default: no cap beyond the automatic
+    /// eviction of idle keys). Applies to policies registered before and after.
+    ///
+    /// When a policy holds `max_keys` keys and a new key arrives, the store first evicts
+    /// idle keys (amortised: at most one sweep per `max_keys / 2` new keys); if none is idle,
+    /// the new key is charged to one **overflow state** that every such key shares, under
+    /// the same quota and algorithm. Limiting never stops: an attacker who fills the map
+    /// only shares one budget, while existing keys keep theirs. Each overflowed decision is
+    /// counted ([`MemoryStore::overflowed`]). A refund for a key that is not held goes to the
+    /// overflow state while that state is not idle. (DESIGN §5: "new keys share an overflow
+    /// bucket".)
+    pub fn with_max_keys(mut self, max_keys: NonZeroUsize) -> Self {
+        self.max_keys = max_keys.get();
+        for (_, slot) in &mut self.policies {
+            with_keyed!(slot, k => k.max_keys = max_keys.get());
+        }
+        self
+    }
+
+    /// Decisions made on the shared overflow state because a policy held `max_keys` keys,
+    /// summed over policies. Each is also counted by the [`metrics`] counter
+    /// `ratekeeper_memory_store_overflowed_total` (DESIGN §5: overflow is counted in
+    /// metrics).
+    pub fn overflowed(&self) -> u64 {
+        self.policies
+            .iter()
+            .map(|(_, slot)| with_keyed!(slot, k => k.overflowed.load(Ordering::Relaxed)))
+            .sum()
+    }
+
+    /// The store's clock.
+    pub fn clock(&self) -> &C {
+        &self.clock
+    }
+
+    fn slot(&self, id: PolicyId) -> Result<&Slot<K>, StoreError> {
+        self.policies
+            .get(id.index())
+            .map(|(_, slot)| slot)
+            .ok_or(StoreError::UnknownPolicy(id))
+    }
+
+    /// The policy registered under `id`.
+    pub fn policy(&self, id: PolicyId) -> Option<&Policy> {
+        self.policies.get(id.index()).map(|(p, _)| p)
+    }
+
+    /// Checks `charges` all-or-nothing at the clock's current time. Same as [`Store::check`]
+    /// without the [`Checked`] wrapper.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::UnknownPolicy`] when a charge names a policy this store never registered
+    /// (nothing is charged then).
+    pub fn check_now(&self, charges: &[Charge<'_, K>]) -> Result<Decisions, StoreError> {
+        self.check_at(charges, self.clock.now())
+    }
+
+    /// One charge (the common case) inlines into the caller so the decision and its receipt
+    /// are written in place; several charges go through [`MemoryStore::all_or_nothing`].
+    #[inline]
+    fn check_at(&self, charges: &[Charge<'_, K>], now: u64) -> Result<Decisions, StoreError> {
+        if let [only] = charges {
+            let slot = self.slot(only.policy)?;
+            let (d, receipt) = with_keyed!(slot, k => k.check(only.key, now, only.cost));
+            return Ok(Decisions::one_with_receipt(d, receipt));
+        }
+        self.all_or_nothing(charges, now, false, |slot, c| {
+            let (decision, receipt) = with_keyed!(slot, k => k.check(c.key, now, c.cost));
+            Reserved {
+                decision,
+                receipt,
+                delay: 0,
+                exact: false,
+            }
+        })
+    }
+
+    /// Reserves `charges` all-or-nothing at the clock's current time for a request that may
+    /// wait up to `max_wait`. Same as [`Store::reserve`] without the [`Checked`] wrapper.
+    ///
+    /// Exact for GCRA ([`Gcra::reserve`](crate::algorithm::Gcra::reserve)) and the leaky
+    /// bucket (the shaper, [`LeakyBucket::shape`](crate::algorithm::LeakyBucket::shape)): the
+    /// answer charges now and gives the delay. The fixed window, sliding log, sliding window
+    /// counter and concurrency counter cannot reserve: for them a reservation is a check
+    /// (allowed now, or denied with a `retry_after` that is not final), so a request limited
+    /// by them falls back to check-and-retry. A dropped reservation is given back with
+    /// [`Store::refund`] and the receipts of the answer; while later reservations wait behind
+    /// it, its slot stays unused rather than handed to a newcomer.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::UnknownPolicy`] when a charge names a policy this store never registered
+    /// (nothing is charged then).
+    pub fn reserve_now(
+        &self,
+        charges: &[Charge<'_, K>],
+        max_wait: std::time::Duration,
+    ) -> Result<Decisions, StoreError> {
+        let max_wait = u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX);
+        let now = self.clock.now();
+        self.all_or_nothing(
+            charges,
+            now,
+            true,
+            |slot, c| with_keyed!(slot, k => k.reserve(c.key, now, c.cost, max_wait)),
+        )
+    }
+
+    /// Charges every charge with `charge` (a check or a reservation), all-or-nothing: at the
+    /// first denial, the charges already taken are given back with their receipts (latest
+    /// first) and every policy reports its state as it now is. A denial is final when
+    /// `reserving` and the algorithm reserved exactly or the cost can never fit.
+    #[inline(never)]
+    fn all_or_nothing(
+        &self,
+        charges: &[Charge<'_, K>],
+        now: u64,
+        reserving: bool,
+        charge: impl Fn(&Slot<K>, &Charge<'_, K>) -> Reserved,
+    ) -> Result<Decisions, StoreError> {
+        for c in charges {
+            self.slot(c.policy)?;
+        }
+        let mut taken: SmallVec<[(Decision, Receipt); 2]> = SmallVec::new();
+        let mut delay = 0;
+        for (i, c) in charges.iter().enumerate() {
+            let slot = self.slot(c.policy)?;
+            let r = charge(slot, c);
+            if r.decision.is_denied() {
+                for (prev, &(_, receipt)) in charges[..i].iter().zip(&taken).rev() {
+                    let slot = self.slot(prev.policy)?;
+                    with_keyed!(slot, k => k.refund(prev.key, now, prev.cost, receipt));
+                }
+                let mut report = SmallVec::<[Decision; 4]>::new();
+                for (j, other) in charges.iter().enumerate() {
+                    if j == i {
+                        report.push(r.decision);
+                    } else {
+                        let slot = self.slot(other.policy)?;
+                        report.push(with_keyed!(slot, k => k.peek(other.key, now, other.cost)));
+                    }
+                }
+                let is_final = reserving && (r.exact || r.decision.is_cannot_fit());
+                return Ok(Decisions::new(report).with_final(is_final));
+            }
+            delay = r.delay.max(delay);
+            taken.push((r.decision, r.receipt));
+        }
+        Ok(Decisions::with_receipts(taken).with_delay(std::time::Duration::from_nanos(delay)))
+    }
+
+    /// Keys held across all policies.
+    pub fn len(&self) -> usize {
+        self.policies
+            .iter()
+            .map(|(_, slot)| with_keyed!(slot, k => k.map.len()))
+            .sum()
+    }
+
+    /// Whether no key is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Evicts every idle key now (the store also does this by itself as keys are added).
+    pub fn sweep(&self) {
+        let now = self.clock.now();
+        for (_, slot) in &self.policies {
+            with_keyed!(slot, k => k.sweep(now));
+        }
+    }
+
+    /// Forgets `key` under `policy`: its next request sees a full budget.
+    pub fn reset(&self, policy: PolicyId, key: &K) {
+        if let Ok(slot) = self.slot(policy) {
+            with_keyed!(slot, k => k.remove(key));
+        }
+    }
+}
+
+impl<K, C> Store<K> for MemoryStore<K, C>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    C: Clock,
+{
+    type Future = Ready<Result<Decisions, StoreError>>;
+
+    fn register(&mut self, policy: &Policy) -> Result<PolicyId, StoreError> {
+        policy.validate()?;
+        let slot = Slot::new(policy, self.max_keys);
+        let index = u32::try_from(self.policies.len())
+            .map_err(|_| StoreError::UnknownPolicy(PolicyId::from_index(u32::MAX)))?;
+        self.policies.push((policy.clone(), slot));
+        Ok(PolicyId::from_index(index))
+    }
+
+    #[inline]
+    fn check(&self, charges: &[Charge<'_, K>]) -> Checked<Self::Future> {
+        Checked::Ready(self.check_at(charges, self.clock.now()))
+    }
+
+    /// Exact for GCRA and the leaky bucket; check-and-retry for the other algorithms (see
+    /// [`MemoryStore::reserve_now`]).
+    fn reserve(
+        &self,
+        charges: &[Charge<'_, K>],
+        max_wait: std::time::Duration,
+    ) -> Checked<Self::Future> {
+        Checked::Ready(self.reserve_now(charges, max_wait))
+    }
+
+    fn refund(&self, refunds: &[Refund<'_, K>]) {
+        let now = self.clock.now();
+        for r in refunds {
+            let c = r.charge;
+            if let Ok(slot) = self.slot(c.policy) {
+                with_keyed!(slot, k => k.refund(c.key, now, c.cost, r.receipt));
+            }
+        }
+    }
+
+    fn unix_now(&self) -> std::time::Duration {
+        self.clock.unix_now()
+    }
+}
+
+impl<K, C: fmt::Debug> fmt::Debug for MemoryStore<K, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryStore")
+            .field(
+                "policies",
+                &self
+                    .policies
+                    .iter()
+                    .map(|(p, _)| p.name())
+                    .collect::<Vec<_>>(),
+            )
+            .field("clock", &self.clock)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod refund_tests;
+#[cfg(test)]
+mod tests;
