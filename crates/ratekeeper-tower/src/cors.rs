@@ -3,12 +3,12 @@
 //!
 //! - Put `tower_http::cors::CorsLayer` **outside** the rate limit layer. It answers real CORS
 //!   preflights itself, so they never reach the limiter: not counted, never a 429 (a 429 on a
-//!   preflight turns into an opaque "Failed to fetch"; case B23). Every 429 then carries
+//!   preflight turns into an opaque "Failed to fetch"). Every 429 then carries
 //!   `Access-Control-Allow-Origin` too; expose [`EXPOSED_HEADERS`] so scripts can read
 //!   `Retry-After` and the rate-limit headers.
 //! - By default the limiter counts **every** request that reaches it, `OPTIONS` included: a
 //!   request that only looks like a preflight (any client can send `Origin` and
-//!   `Access-Control-Request-Method`) must not run a catch-all handler unlimited (case B34).
+//!   `Access-Control-Request-Method`) must not run a catch-all handler unlimited.
 //!   [`Builder::exempt_preflight`](crate::RateLimitBuilder::exempt_preflight) opts in to
 //!   exempting requests that [`is_preflight`] accepts; that exemption is client-controlled,
 //!   so use it only where no handler does work for `OPTIONS`.

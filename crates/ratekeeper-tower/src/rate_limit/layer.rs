@@ -320,7 +320,7 @@ impl<K, Co, St, R> Builder<K, Co, St, R> {
     /// Exempts requests that look like CORS preflights (see
     /// [`cors::is_preflight`](crate::cors::is_preflight): `OPTIONS` with `Origin` and
     /// `Access-Control-Request-Method`, and no body). Default `false`: every request that
-    /// reaches this layer is counted (case B34).
+    /// reaches this layer is counted.
     ///
     /// The exemption is **client-controlled**: any client can send those headers, so on a
     /// route whose handler also answers `OPTIONS` (a catch-all, a JSON-RPC endpoint) it

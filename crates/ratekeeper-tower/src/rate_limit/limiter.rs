@@ -411,7 +411,7 @@ where
 
 /// The store could not decide: its failure policy says whether the request goes on (marked
 /// [`StoreDegraded`], for a fallback or handler to read) or gets a 503
-/// ([`FailurePolicy::Deny`]: failing closed is not a rate limit, so not a 429; case B18b).
+/// ([`FailurePolicy::Deny`]: failing closed is not a rate limit, so not a 429).
 #[cold]
 fn store_failed(err: &StoreError, extensions: &mut Extensions) -> Verdict {
     // `Local` is answered inside the store; should it ever reach the layer, it fails open.

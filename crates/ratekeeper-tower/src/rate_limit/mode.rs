@@ -50,7 +50,7 @@ pub enum Mode {
     /// wait and still get a 429, and waiters are served in the order they reserved. A request
     /// whose wait would exceed `max_wait` is rejected at once, without sleeping, with
     /// `Retry-After` = the time until a new reservation would fit within `max_wait`; "cost
-    /// can never fit" is rejected at once (case B10). A request dropped while it waits
+    /// can never fit" is rejected at once. A request dropped while it waits
     /// (client gone, timeout) gives back what its reservation still holds, by the receipt
     /// the store gave it: never a slot booked by a later reservation, so however waiters
     /// drop out, no two requests reach the inner service closer than the emission interval.
