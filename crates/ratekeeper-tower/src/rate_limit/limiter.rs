@@ -283,7 +283,7 @@ where
         Verdict::Wait(decisions)
     }
 
-    #[cold]
+    #[inline]
     fn denied(
         &self,
         applied: &Applied,
