@@ -66,9 +66,10 @@ fn refund(t: u64, of: usize) -> Step {
     }
 }
 
-/// Refund traces (case B26's rules where receipts and plain refunds agree): an in-window
-/// fixed-window refund, a GCRA refund of the latest charge, a multi-policy refund whose GCRA
-/// part the bucket already drained. Steps are indexed within this trace.
+/// Refund traces (case B26's rules): an in-window fixed-window refund, a GCRA refund of the
+/// latest charge, a multi-policy refund whose GCRA part the bucket already drained, a
+/// fixed-window refund after the rollover and a stale GCRA receipt (both give back nothing).
+/// Steps are indexed within this trace.
 fn refund_traces() -> Vec<Step> {
     vec![
         // Fixed window 3 per 10 s, window [500 s, 510 s).
@@ -92,6 +93,18 @@ fn refund_traces() -> Vec<Step> {
         refund(521_200, 13), // 15: daily gives back; burst was drained already
         step(521_200, &[(1, "jay"), (2, "jay")], 1), // 16: allowed
         step(521_200, &[(1, "jay"), (2, "jay")], 1), // 17: daily denies again
+        // Fixed window, refund after the rollover (case B26): gives back nothing.
+        step(559_000, &[(3, "kim")], 1), // 18: window [550 s, 560 s)
+        step(560_500, &[(3, "kim")], 1), // 19
+        step(560_500, &[(3, "kim")], 1), // 20
+        step(560_500, &[(3, "kim")], 1), // 21: Remaining 0
+        refund(561_000, 18),             // 22: its window closed: nothing
+        step(562_000, &[(3, "kim")], 1), // 23: denied until 570 s
+        // A stale GCRA receipt: drained long ago, the bucket refilled and filled again.
+        step(600_000, &[(0, "lee")], 1),  // 24
+        step(700_000, &[(0, "lee")], 10), // 25: Remaining 0
+        refund(700_000, 24),              // 26: drained: nothing
+        step(700_000, &[(0, "lee")], 1),  // 27: denied, 6 s
     ]
 }
 
@@ -101,10 +114,12 @@ fn assert_refund_values(d: &[Decisions]) {
         allowed,
         [
             true, true, true, false, true, false, true, false, true, true, true, true, false, true,
-            false
+            false, true, true, true, true, false, true, true, false
         ]
     );
     assert_eq!(d[4].as_slice()[0].remaining(), 0);
+    assert_eq!(d[19].retry_after(), Some(Duration::from_secs(8)));
+    assert_eq!(d[22].retry_after(), Some(Duration::from_secs(6)));
 }
 
 /// Fixed traces: bursts, exact retry boundaries, refill, costs 0 / n / > burst, several

@@ -27,6 +27,7 @@ const MAX_EXACT: u64 = 1 << 53;
 #[derive(Debug, Clone)]
 pub(super) struct RedisPolicy {
     pub(super) name: Arc<str>,
+    /// The limit decisions report: [`Policy::advertised`].
     pub(super) limit: u32,
     /// Largest cost that can ever fit (burst for GCRA, limit for the windows); also the most
     /// `remaining` can be.
@@ -91,6 +92,8 @@ impl RedisPolicy {
         }
         Ok(Self {
             name: Arc::from(policy.name()),
+            // The advertised quota (the burst for GCRA and the leaky bucket), so that
+            // `remaining` never exceeds the reported limit.
             limit: policy.advertised().0,
             capacity,
             algo,
