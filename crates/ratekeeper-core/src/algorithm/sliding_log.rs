@@ -50,8 +50,8 @@ impl SlidingLogState {
 
 /// Sliding window log: exact; at most `limit` units in any window of `period`.
 ///
-/// A request at `now` counts the units of the entries in `(now - W, now]` (case conventions
-/// of `CASES.md`): an entry at `ts` stops counting at `ts + W`. For cost `n` (all ns, with
+/// A request at `now` counts the units of the entries in the half-open window
+/// `(now - W, now]`: an entry at `ts` stops counting at `ts + W`. For cost `n` (all ns, with
 /// saturating sums):
 ///
 /// ```text

@@ -24,8 +24,7 @@ pub struct SlidingWindowState {
 /// Windows are aligned to multiples of the period from time 0, like
 /// [`FixedWindow`](super::FixedWindow). The previous window's count is weighted by the part of it that
 /// still overlaps the sliding window `(now - W, now]` (Cloudflare, "How we built rate
-/// limiting capable of scaling to millions of domains", 2017; case conventions of
-/// `CASES.md`):
+/// limiting capable of scaling to millions of domains", 2017):
 ///
 /// ```text
 /// estimate = previous * (W - elapsed) / W + current        // elapsed = now - i * W

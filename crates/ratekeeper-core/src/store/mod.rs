@@ -460,7 +460,7 @@ pub trait Store<K: ?Sized>: Send + Sync + 'static {
     fn check(&self, charges: &[Charge<'_, K>]) -> Checked<Self::Future>;
 
     /// Reserves capacity for a request that may wait up to `max_wait` (the `Delay` mode of
-    /// the HTTP layer; DESIGN §2). All-or-nothing across charges, like [`Store::check`]:
+    /// the HTTP layer). All-or-nothing across charges, like [`Store::check`]:
     ///
     /// - allowed with [`Decisions::delay`] zero: charged, proceed now;
     /// - allowed with a positive delay: **reserved**, already charged; proceed after the delay

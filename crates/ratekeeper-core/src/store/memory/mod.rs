@@ -112,8 +112,8 @@ where
     /// the same quota and algorithm. Limiting never stops: an attacker who fills the map
     /// only shares one budget, while existing keys keep theirs. Each overflowed decision is
     /// counted ([`MemoryStore::overflowed`]). A refund for a key that is not held goes to the
-    /// overflow state while that state is not idle. (DESIGN §5: "new keys share an overflow
-    /// bucket".)
+    /// overflow state while that state is not idle, under the same refund rules (its
+    /// receipt decides what comes back).
     pub fn with_max_keys(mut self, max_keys: NonZeroUsize) -> Self {
         self.max_keys = max_keys.get();
         for (_, slot) in &mut self.policies {
@@ -124,8 +124,7 @@ where
 
     /// Decisions made on the shared overflow state because a policy held `max_keys` keys,
     /// summed over policies. Each is also counted by the [`metrics`] counter
-    /// `ratekeeper_memory_store_overflowed_total` (DESIGN §5: overflow is counted in
-    /// metrics).
+    /// `ratekeeper_memory_store_overflowed_total` (label `policy`).
     pub fn overflowed(&self) -> u64 {
         self.policies
             .iter()
