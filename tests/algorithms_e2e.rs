@@ -6,10 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::Body;
 use axum::routing::{get, post};
 use ratekeeper_axum::report::ResetFormat;
-use ratekeeper_axum::{Algorithm, BuildError, GlobalKey, Key, Policy, Quota, RateLimitLayer};
+use ratekeeper_axum::{
+    Algorithm, BuildError, GlobalKey, Key, Policy, Quota, RateLimitLayer, RequestParts,
+};
 use ratekeeper_core::clock::ManualClock;
 use ratekeeper_core::store::{Charge, MemoryStore};
 use ratekeeper_core::throttle::{Throttle, TokioClock};
@@ -165,7 +166,7 @@ async fn b10_cost_larger_than_burst_never_fits() {
         .policy(Policy::new("b10", "10/s burst 10".parse().unwrap()))
         .key(GlobalKey)
         .cost_fn(
-            |req: &http::Request<Body>| {
+            |req: &RequestParts<'_>| {
                 if req.uri().path() == "/export" { 11 } else { 1 }
             },
         )

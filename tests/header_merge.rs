@@ -20,7 +20,9 @@ use ratekeeper_axum::core::store::{
 };
 use ratekeeper_axum::rate_limit::Mode;
 use ratekeeper_axum::report::{HeaderStyle, Limited, ProblemJson, ResetFormat};
-use ratekeeper_axum::{Algorithm, GlobalKey, Key, Policy, Quota, RateLimitInfo, RateLimitLayer};
+use ratekeeper_axum::{
+    Algorithm, GlobalKey, Key, Policy, Quota, RateLimitInfo, RateLimitLayer, RequestParts,
+};
 use tower::ServiceExt;
 
 /// The manual clock's Unix time at its start.
@@ -207,7 +209,7 @@ fn rejecting_app(style: HeaderStyle, c: &ManualClock) -> Router {
     let layer = RateLimitLayer::builder()
         .policy(fixed("default", 10, 60))
         .key(GlobalKey)
-        .cost_fn(|r: &Request<Body>| if r.uri().path() == "/big" { 5 } else { 1 })
+        .cost_fn(|r: &RequestParts<'_>| if r.uri().path() == "/big" { 5 } else { 1 })
         .store(MemoryStore::with_clock(c.clone()))
         .headers(style)
         .rejection(|limited: &Limited<'_>| {
@@ -327,7 +329,7 @@ async fn the_prebuilt_429_is_the_general_429() {
                             .with_algorithm(algorithm),
                     )
                     .key(GlobalKey)
-                    .cost_fn(|r: &Request<Body>| match r.uri().path() {
+                    .cost_fn(|r: &RequestParts<'_>| match r.uri().path() {
                         "/big" => 2,
                         "/huge" => 100,
                         _ => 1,

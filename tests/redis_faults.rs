@@ -21,9 +21,10 @@ use axum::response::Response;
 use axum::routing::get;
 use http::HeaderValue;
 use http::Request;
+use ratekeeper_axum::StoreDegraded;
+use ratekeeper_axum::core::store::FailurePolicy;
 use ratekeeper_axum::core::store::redis::{RedisStore, RedisStoreBuilder};
-use ratekeeper_axum::core::store::{FailurePolicy, StoreDegraded};
-use ratekeeper_axum::{Key, KeyError, Policy, Quota, RateLimitLayer};
+use ratekeeper_axum::{Key, KeyError, Policy, Quota, RateLimitLayer, RequestParts};
 use ratekeeper_tests::redis::{RedisCluster, RedisServer};
 use ratekeeper_tests::spawn;
 
@@ -35,10 +36,9 @@ const MARGIN: Duration = Duration::from_millis(250);
 /// queueing on a busy machine.
 const HUNG: Duration = Duration::from_secs(5);
 
-type Layer =
-    RateLimitLayer<fn(&Request<axum::body::Body>) -> Result<Key, KeyError>, u64, RedisStore>;
+type Layer = RateLimitLayer<fn(&RequestParts<'_>) -> Result<Key, KeyError>, u64, RedisStore>;
 
-fn header_key(req: &Request<axum::body::Body>) -> Result<Key, KeyError> {
+fn header_key(req: &RequestParts<'_>) -> Result<Key, KeyError> {
     req.headers()
         .get("x-key")
         .and_then(|v| v.to_str().ok())
@@ -49,7 +49,7 @@ fn header_key(req: &Request<axum::body::Body>) -> Result<Key, KeyError> {
 fn layer(store: RedisStore, policy: Policy) -> Layer {
     RateLimitLayer::builder()
         .policy(policy)
-        .key(header_key as fn(&Request<axum::body::Body>) -> Result<Key, KeyError>)
+        .key(header_key as fn(&RequestParts<'_>) -> Result<Key, KeyError>)
         .store(store)
         .build()
         .expect("layer")

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use http::Request;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use ratekeeper_axum::core::clock::ManualClock;
 use ratekeeper_axum::core::decision::ceil_secs;
@@ -14,7 +13,7 @@ use ratekeeper_axum::core::store::redis::{OwnedCharge, RedisStore, RedisStoreBui
 use ratekeeper_axum::core::store::{
     Charge, Decisions, MemoryStore, PolicyId, Receipt, Refund, Store,
 };
-use ratekeeper_axum::{Algorithm, Key, KeyError, Policy, Quota, RateLimitLayer};
+use ratekeeper_axum::{Algorithm, Key, KeyError, Policy, Quota, RateLimitLayer, RequestParts};
 use ratekeeper_tests::redis::{RedisCluster, RedisServer};
 use ratekeeper_tests::{TestServer, ok_app, spawn};
 
@@ -389,7 +388,7 @@ async fn injected_time_decisions_do_not_depend_on_real_time_between_calls() {
 fn keyed_app(store: RedisStore, policy: Policy) -> Router {
     let layer = RateLimitLayer::builder()
         .policy(policy)
-        .key(|req: &Request<axum::body::Body>| {
+        .key(|req: &RequestParts<'_>| {
             req.headers()
                 .get("x-key")
                 .and_then(|v| v.to_str().ok())
@@ -499,7 +498,7 @@ async fn b12_concurrent_requests_double_admit_memory() {
             "day",
             Quota::per_day(NonZeroU32::new(4).expect("4")),
         ))
-        .key(|req: &Request<axum::body::Body>| {
+        .key(|req: &RequestParts<'_>| {
             req.headers()
                 .get("x-key")
                 .and_then(|v| v.to_str().ok())

@@ -27,7 +27,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use ratekeeper_axum::core::clock::{Clock, MonotonicClock};
 use ratekeeper_axum::key::UserKey;
-use ratekeeper_axum::policy::{Plan, resolve_fn};
+use ratekeeper_axum::policy::resolve_fn;
 use ratekeeper_axum::route::RouteTable;
 use ratekeeper_axum::{Key, PeerIp, Policy, Quota, RateLimitInfo, RateLimitLayer};
 use ratekeeper_core::store::MemoryStore;
@@ -218,7 +218,7 @@ pub fn tiers_app_with<C: Clock>(store: MemoryStore<Key, C>) -> Router {
         .policy(Policy::new("free", per_minute(60)))
         .policy(Policy::new("paid", per_minute(1000)))
         .key(UserKey::new(user_key).or(PeerIp::new()))
-        .resolver(resolve_fn(|req: &Request, plan: &mut Plan<'_>| {
+        .resolver(resolve_fn(|req, plan| {
             match req.extensions().get::<User>().map(|u| u.plan) {
                 Some(Tier::Paid) => plan.charge("paid"),
                 _ => plan.charge("free"),

@@ -131,6 +131,6 @@ pub use extract::{MissingRateLimitInfo, RateLimitInfo};
 pub use ratekeeper_core::{self as core, Algorithm, Decision, Key, Outcome, Policy, Quota};
 pub use ratekeeper_tower::{
     self as tower, BuildError, GlobalKey, KeyError, KeyExtractor, PeerIp, RateLimit,
-    RateLimitBuilder, RateLimitLayer, concurrency, cors, cost, info, key, policy, rate_limit,
-    report, route,
+    RateLimitBuilder, RateLimitLayer, RequestParts, StoreDegraded, concurrency, cors, cost,
+    degraded, fallback, info, key, policy, rate_limit, report, route,
 };

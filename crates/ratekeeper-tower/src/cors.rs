@@ -1,12 +1,17 @@
-//! CORS and rate limits: preflights are free, and 429s must be readable by the page.
+//! CORS and rate limits: real preflights stay free, made-up ones are counted, and 429s must
+//! be readable by the page.
 //!
-//! - A CORS preflight (`OPTIONS` with `Access-Control-Request-Method`) is **not counted** by
-//!   default: it is the browser asking permission, not the client's request, and a 429 on it
-//!   turns into an opaque "Failed to fetch" (case B23). Opt back in with
-//!   [`Builder::count_preflight`](crate::RateLimitBuilder::count_preflight).
-//! - Put `tower_http::cors::CorsLayer` **outside** the rate limit layer, so 429s carry
-//!   `Access-Control-Allow-Origin` too, and expose [`EXPOSED_HEADERS`] so scripts can read
+//! - Put `tower_http::cors::CorsLayer` **outside** the rate limit layer. It answers real CORS
+//!   preflights itself, so they never reach the limiter: not counted, never a 429 (a 429 on a
+//!   preflight turns into an opaque "Failed to fetch"). Every 429 then carries
+//!   `Access-Control-Allow-Origin` too; expose [`EXPOSED_HEADERS`] so scripts can read
 //!   `Retry-After` and the rate-limit headers.
+//! - By default the limiter counts **every** request that reaches it, `OPTIONS` included: a
+//!   request that only looks like a preflight (any client can send `Origin` and
+//!   `Access-Control-Request-Method`) must not run a catch-all handler unlimited.
+//!   [`Builder::exempt_preflight`](crate::RateLimitBuilder::exempt_preflight) opts in to
+//!   exempting requests that [`is_preflight`] accepts; that exemption is client-controlled,
+//!   so use it only where no handler does work for `OPTIONS`.
 //!
 //! # Example
 //!
@@ -21,11 +26,23 @@
 //!     .body(())
 //!     .unwrap();
 //! assert!(is_preflight(&preflight));
-//! assert!(!is_preflight(&Request::builder().method(Method::OPTIONS).body(()).unwrap()));
+//! // No `Origin`, or a body: not a preflight a browser would send.
+//! assert!(!is_preflight(&Request::builder().method(Method::OPTIONS).header("access-control-request-method", "POST").body(()).unwrap()));
+//! let with_body = Request::builder()
+//!     .method(Method::OPTIONS)
+//!     .header("origin", "https://app.example")
+//!     .header("access-control-request-method", "POST")
+//!     .header("content-length", "17")
+//!     .body(())
+//!     .unwrap();
+//! assert!(!is_preflight(&with_body));
 //! assert!(EXPOSED_HEADERS.iter().any(|h| h == "retry-after"));
 //! ```
 
-use http::header::{ACCESS_CONTROL_REQUEST_METHOD, HeaderName, RETRY_AFTER};
+use http::header::{
+    ACCESS_CONTROL_REQUEST_METHOD, CONTENT_LENGTH, HeaderName, ORIGIN, RETRY_AFTER,
+    TRANSFER_ENCODING,
+};
 use http::{Method, Request};
 
 /// The response headers a browser script needs to read on a rate-limited API: `Retry-After`,
@@ -41,8 +58,20 @@ pub static EXPOSED_HEADERS: [HeaderName; 6] = [
     HeaderName::from_static("ratelimit-policy"),
 ];
 
-/// Whether `req` is a CORS preflight: `OPTIONS` carrying `Access-Control-Request-Method`
-/// (Fetch standard, "CORS-preflight request").
+/// Whether `req` looks like a CORS preflight a browser sends (Fetch standard,
+/// "CORS-preflight request"): `OPTIONS` with `Origin` and `Access-Control-Request-Method`,
+/// and no body (no `Transfer-Encoding`, no `Content-Length` other than `0`).
+///
+/// Every one of these is under the client's control: this tells a browser's preflight from
+/// an ordinary request, not an honest client from a dishonest one.
 pub fn is_preflight<B>(req: &Request<B>) -> bool {
-    req.method() == Method::OPTIONS && req.headers().contains_key(ACCESS_CONTROL_REQUEST_METHOD)
+    let headers = req.headers();
+    req.method() == Method::OPTIONS
+        && headers.contains_key(ORIGIN)
+        && headers.contains_key(ACCESS_CONTROL_REQUEST_METHOD)
+        && !headers.contains_key(TRANSFER_ENCODING)
+        && headers
+            .get_all(CONTENT_LENGTH)
+            .iter()
+            .all(|v| v.as_bytes() == b"0")
 }

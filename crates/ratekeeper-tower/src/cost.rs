@@ -1,7 +1,8 @@
 //! Costs: how many units a request consumes.
 //!
-//! A [`Cost`] is a constant (`u64`) or a closure `Fn(&Request<B>) -> u64`. A constant cost is
-//! checked when the layer is built: 0, or more than a policy's burst, is a build error (it
+//! A [`Cost`] is a constant (`u64`) or a closure `Fn(&RequestParts<'_>) -> u64`
+//! ([`RequestParts`]: the request's head, borrowed, whatever the body type). A constant cost
+//! is checked when the layer is built: 0, or more than a policy's burst, is a build error (it
 //! would make the policy "unlimited" or "never"). A cost computed per request that exceeds
 //! the burst gets the "cost can never fit" response (429 without `Retry-After`).
 //!
@@ -9,20 +10,50 @@
 //!
 //! ```
 //! use http::{Method, Request};
-//! use ratekeeper_tower::cost::Cost;
+//! use ratekeeper_tower::cost::{Cost, RequestParts};
 //!
-//! let expensive_posts = |req: &Request<()>| if req.method() == Method::POST { 5 } else { 1 };
+//! let expensive_posts = |req: &RequestParts<'_>| if req.method() == Method::POST { 5 } else { 1 };
 //! assert_eq!(expensive_posts.cost(&Request::post("/search").body(()).unwrap()), 5);
+//! assert_eq!(expensive_posts.cost(&Request::get("/search").body(String::new()).unwrap()), 1);
 //! assert_eq!(3u64.cost(&Request::new(())), 3);
-//! assert_eq!(Cost::<()>::fixed(&3u64), Some(3));
+//! assert_eq!(3u64.fixed(), Some(3));
+//! assert_eq!(expensive_posts.fixed(), None);
+//! ```
+//!
+//! As the layer's cost function:
+//!
+//! ```
+//! use std::num::NonZeroU32;
+//! use http::Method;
+//! use ratekeeper_core::{Policy, Quota};
+//! use ratekeeper_tower::{GlobalKey, RateLimitLayer, RequestParts};
+//!
+//! let layer = RateLimitLayer::builder()
+//!     .policy(Policy::new("api", Quota::per_minute(NonZeroU32::new(100).unwrap())))
+//!     .key(GlobalKey)
+//!     .cost_fn(|req: &RequestParts<'_>| if req.method() == Method::POST { 10 } else { 1 })
+//!     .build()
+//!     .unwrap();
+//! # let _ = layer;
 //! ```
 
 use http::Request;
 
+pub use crate::request::RequestParts;
+
 /// The units a request consumes.
-pub trait Cost<B>: Send + Sync + 'static {
+///
+/// The trait has no body type parameter: [`Cost::cost`] is generic over the body. Closures
+/// `Fn(&RequestParts<'_>) -> u64` are costs too.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a rate-limit cost",
+    label = "not a `Cost`",
+    note = "use a constant (`u64`, with `.cost(n)`), or a closure taking `&RequestParts<'_>` and returning `u64`",
+    note = "a closure's parameter type must be written out: `|req: &RequestParts<'_>| ...`"
+)]
+pub trait Cost: Send + Sync + 'static {
     /// Units this request consumes.
-    fn cost(&self, req: &Request<B>) -> u64;
+    fn cost<B>(&self, req: &Request<B>) -> u64;
 
     /// The cost when it is the same for every request (checked at build time).
     fn fixed(&self) -> Option<u64> {
@@ -30,9 +61,9 @@ pub trait Cost<B>: Send + Sync + 'static {
     }
 }
 
-impl<B> Cost<B> for u64 {
+impl Cost for u64 {
     #[inline]
-    fn cost(&self, _req: &Request<B>) -> u64 {
+    fn cost<B>(&self, _req: &Request<B>) -> u64 {
         *self
     }
 
@@ -41,11 +72,12 @@ impl<B> Cost<B> for u64 {
     }
 }
 
-impl<B, F> Cost<B> for F
+impl<F> Cost for F
 where
-    F: Fn(&Request<B>) -> u64 + Send + Sync + 'static,
+    F: Fn(&RequestParts<'_>) -> u64 + Send + Sync + 'static,
 {
-    fn cost(&self, req: &Request<B>) -> u64 {
-        self(req)
+    #[inline]
+    fn cost<B>(&self, req: &Request<B>) -> u64 {
+        self(&RequestParts::new(req))
     }
 }

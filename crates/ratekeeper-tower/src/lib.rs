@@ -16,8 +16,10 @@
 //! See [`rate_limit`] for a complete example (and its modes and fallback), [`key`] for who is
 //! limited, [`cost`] for what a request costs, [`policy`] for choosing policies per request
 //! (tiers, per-policy keys, exemptions, refunds after the response), [`route`] for per-route
-//! costs and limits keyed by route template, [`cors`] for preflights, [`report`] for the
-//! headers and 429 bodies clients see, [`info`] for reading the decision in a handler and
+//! costs and limits keyed by route template, [`cors`] for preflights, [`fallback`] for
+//! answering limited requests with another service, [`degraded`] for the markers on requests
+//! the store could not decide, [`RequestParts`] for the request view closure strategies get,
+//! [`report`] for the headers and 429 bodies clients see, [`info`] for reading the decision in a handler and
 //! [`concurrency`] for the keyed concurrency limit.
 //!
 //! Design note: headers and problem+json bodies are rendered here rather than in
@@ -34,13 +36,20 @@ pub mod body;
 pub mod concurrency;
 pub mod cors;
 pub mod cost;
+pub mod degraded;
+mod error;
+pub mod fallback;
 pub mod info;
 pub mod key;
 pub mod policy;
 pub mod rate_limit;
 pub mod report;
+pub mod request;
 pub mod route;
 
+pub use degraded::StoreDegraded;
+pub use error::BuildError;
 pub use key::{GlobalKey, KeyError, KeyExtractor, PeerIp};
-pub use rate_limit::{BuildError, Builder as RateLimitBuilder, RateLimit, RateLimitLayer};
+pub use rate_limit::{Builder as RateLimitBuilder, RateLimit, RateLimitLayer};
 pub use ratekeeper_core as core;
+pub use request::RequestParts;

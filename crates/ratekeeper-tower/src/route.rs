@@ -50,7 +50,7 @@ use http::{Method, Request};
 use ratekeeper_core::{Key, Policy};
 use smallvec::SmallVec;
 
-use crate::BuildError;
+use crate::error::BuildError;
 use crate::key::{KeyError, KeyExtractor};
 use crate::policy::{CheckPolicies, Plan, Resolve};
 
@@ -104,8 +104,8 @@ impl MatchedRoute {
     }
 }
 
-impl<B> KeyExtractor<B> for MatchedRoute {
-    fn extract(&self, req: &Request<B>) -> Result<Key, KeyError> {
+impl KeyExtractor for MatchedRoute {
+    fn extract<B>(&self, req: &Request<B>) -> Result<Key, KeyError> {
         route_template(req)
             .map(|t| route_key(lookup_method(req.method()), t))
             .ok_or(KeyError::Missing("no matched route"))
@@ -198,8 +198,8 @@ impl RouteTable {
     }
 }
 
-impl<B> Resolve<B> for RouteTable {
-    fn resolve(&self, req: &Request<B>, plan: &mut Plan<'_>) {
+impl Resolve for RouteTable {
+    fn resolve<B>(&self, req: &Request<B>, plan: &mut Plan<'_>) {
         let template = route_template(req);
         let route = template.and_then(|t| self.find(req.method(), t));
         let cost = route.and_then(|r| r.cost).unwrap_or(plan.cost());

@@ -8,10 +8,10 @@ use std::num::NonZeroU32;
 
 use http::{Request, Response, StatusCode};
 use ratekeeper_core::store::{
-    Charge, Checked, Decisions, FailurePolicy, PolicyId, Refund, Store, StoreDegraded, StoreError,
+    Charge, Checked, Decisions, FailurePolicy, PolicyId, Refund, Store, StoreError,
 };
 use ratekeeper_core::{Key, Policy, Quota};
-use ratekeeper_tower::{GlobalKey, RateLimitLayer};
+use ratekeeper_tower::{GlobalKey, RateLimitLayer, StoreDegraded};
 use tower::{ServiceBuilder, ServiceExt};
 
 fn failed(action: FailurePolicy) -> Result<Decisions, StoreError> {

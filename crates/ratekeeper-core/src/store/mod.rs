@@ -384,8 +384,8 @@ pub enum FailurePolicy {
     /// [`FailurePolicy::Allow`].
     Local,
     /// The degraded-response fallback serves the request. The tower layer passes the request
-    /// to the inner service with a [`StoreDegraded`] extension; the axum crate's fallback (or
-    /// the handler itself) reads it and answers cheaply.
+    /// to the inner service with a `StoreDegraded` request extension (defined by the tower
+    /// crate); its fallback (or the handler itself) reads it and answers cheaply.
     Degrade,
 }
 
@@ -406,15 +406,6 @@ impl std::fmt::Display for FailurePolicy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
-}
-
-/// Request extension set by the HTTP layer when the store could not decide and the request
-/// goes on anyway ([`FailurePolicy::Allow`] or [`FailurePolicy::Degrade`]): the hook a
-/// degraded-response fallback or a handler reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StoreDegraded {
-    /// The failure policy that let the request through.
-    pub action: FailurePolicy,
 }
 
 impl StoreError {

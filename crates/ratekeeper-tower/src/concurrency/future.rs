@@ -12,6 +12,7 @@ use ratekeeper_core::store::Decisions;
 
 use super::layer::Permit;
 use super::service::unix_now;
+use super::upgrade::Held;
 use crate::body::ResponseBody;
 use crate::key::KeyError;
 use crate::report::Reporter;
@@ -30,7 +31,7 @@ pin_project! {
         Called {
             #[pin]
             future: F,
-            permit: Option<Permit>,
+            permit: Option<Held>,
             reporter: Arc<Reporter>,
             decisions: Decisions,
         },
@@ -43,7 +44,7 @@ pin_project! {
 impl<F> ResponseFuture<F> {
     pub(crate) fn called(
         future: F,
-        permit: Permit,
+        permit: Held,
         reporter: Arc<Reporter>,
         decisions: Decisions,
     ) -> Self {
@@ -99,7 +100,7 @@ where
                 reporter.headers(decisions, &[0], None, unix_now, &mut parts.headers);
                 let body = ConcurrencyBody {
                     inner: ResponseBody::inner(body),
-                    permit: permit.take(),
+                    permit: permit.take().and_then(Held::into_permit),
                 };
                 Poll::Ready(Ok(Response::from_parts(parts, body)))
             }

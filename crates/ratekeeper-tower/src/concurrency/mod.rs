@@ -14,6 +14,33 @@
 //! and `RateLimit: "concurrency";r=<free>` (draft-ietf-httpapi-ratelimit-headers-11 §3.1,
 //! quota unit `concurrent-requests`).
 //!
+//! # Upgrades and WebSocket sessions
+//!
+//! After a `101 Switching Protocols` the session runs on the upgraded connection, whose end
+//! no response body shows and the layer cannot see: the upgraded I/O reaches the handler
+//! through hyper's `OnUpgrade` extension, which the layer leaves alone so that WebSocket
+//! extractors keep working. So the slot of a request with an `Upgrade` header field is also
+//! offered to the handler as an [`UpgradeSlot`] extension: a handler that accepts the upgrade
+//! calls [`UpgradeSlot::keep`] and moves the [`ConcurrencyPermit`] into the session task, and
+//! the slot stays taken until the session ends. A handler that does not keep it frees the
+//! slot when the `101` has been sent, as for any response whose body has ended.
+//!
+//! ```
+//! use http::{Request, Response, StatusCode};
+//! use ratekeeper_tower::concurrency::UpgradeSlot;
+//!
+//! fn accept_upgrade(req: &Request<()>) -> Response<()> {
+//!     let permit = req.extensions().get::<UpgradeSlot>().and_then(UpgradeSlot::keep);
+//!     // With hyper: `let on_upgrade = hyper::upgrade::on(req);` then spawn the session:
+//!     // `tokio::spawn(async move { let _slot = permit; /* serve on_upgrade.await */ });`
+//!     drop(permit); // (here: no session to run)
+//!     let mut res = Response::new(());
+//!     *res.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+//!     res
+//! }
+//! # assert_eq!(accept_upgrade(&Request::new(())).status(), 101);
+//! ```
+//!
 //! Unlike `tower::limit::ConcurrencyLimit`, which applies backpressure in `poll_ready` and so
 //! queues everyone behind one slow client, this layer decides in `call` and per key.
 //!
@@ -50,7 +77,9 @@
 mod future;
 mod layer;
 mod service;
+mod upgrade;
 
 pub use future::{ConcurrencyBody, ResponseFuture};
 pub use layer::ConcurrencyLimitLayer;
 pub use service::ConcurrencyLimit;
+pub use upgrade::{ConcurrencyPermit, UpgradeSlot};

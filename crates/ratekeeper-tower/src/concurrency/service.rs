@@ -10,6 +10,7 @@ use tower_service::Service;
 
 use super::future::ResponseFuture;
 use super::layer::ConcurrencyLimitLayer;
+use super::upgrade::Held;
 use crate::key::{KeyExtractor, PeerIp};
 
 /// The keyed concurrency-limiting service (see the [module docs](super)). Decides in `call`;
@@ -66,7 +67,7 @@ impl<S: fmt::Debug, K> fmt::Debug for ConcurrencyLimit<S, K> {
 impl<S, K, ReqB, ResB> Service<Request<ReqB>> for ConcurrencyLimit<S, K>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>>,
-    K: KeyExtractor<ReqB>,
+    K: KeyExtractor,
 {
     type Response = Response<super::ConcurrencyBody<ResB>>;
     type Error = S::Error;
@@ -77,7 +78,7 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+    fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
         let key = match self.layer.key.extract(&req) {
             Ok(key) => key,
             Err(err) => return ResponseFuture::key_error(&err),
@@ -87,9 +88,10 @@ where
             Some((permit, free)) => {
                 let decisions =
                     Decisions::new([Decision::new(Outcome::Allowed, max, free, Duration::ZERO)]);
+                let held = Held::for_request(permit, &mut req);
                 ResponseFuture::called(
                     self.inner.call(req),
-                    permit,
+                    held,
                     Arc::clone(&self.layer.reporter),
                     decisions,
                 )

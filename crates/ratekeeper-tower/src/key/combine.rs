@@ -37,12 +37,12 @@ impl<A, B> Or<A, B> {
     }
 }
 
-impl<Body, A, B> KeyExtractor<Body> for Or<A, B>
+impl<A, B> KeyExtractor for Or<A, B>
 where
-    A: KeyExtractor<Body>,
-    B: KeyExtractor<Body>,
+    A: KeyExtractor,
+    B: KeyExtractor,
 {
-    fn extract(&self, req: &Request<Body>) -> Result<Key, KeyError> {
+    fn extract<Body>(&self, req: &Request<Body>) -> Result<Key, KeyError> {
         match self.first.extract(req) {
             Err(e) if e.is_missing() => self.second.extract(req),
             other => other,
@@ -61,23 +61,23 @@ where
 /// let key = (GlobalKey, GlobalKey).extract(&Request::new(())).unwrap();
 /// assert_eq!(key.to_string(), "(global,global)");
 /// ```
-impl<Body, A, B> KeyExtractor<Body> for (A, B)
+impl<A, B> KeyExtractor for (A, B)
 where
-    A: KeyExtractor<Body>,
-    B: KeyExtractor<Body>,
+    A: KeyExtractor,
+    B: KeyExtractor,
 {
-    fn extract(&self, req: &Request<Body>) -> Result<Key, KeyError> {
+    fn extract<Body>(&self, req: &Request<Body>) -> Result<Key, KeyError> {
         Ok(Key::tuple([self.0.extract(req)?, self.1.extract(req)?]))
     }
 }
 
-impl<Body, A, B, C> KeyExtractor<Body> for (A, B, C)
+impl<A, B, C> KeyExtractor for (A, B, C)
 where
-    A: KeyExtractor<Body>,
-    B: KeyExtractor<Body>,
-    C: KeyExtractor<Body>,
+    A: KeyExtractor,
+    B: KeyExtractor,
+    C: KeyExtractor,
 {
-    fn extract(&self, req: &Request<Body>) -> Result<Key, KeyError> {
+    fn extract<Body>(&self, req: &Request<Body>) -> Result<Key, KeyError> {
         Ok(Key::tuple([
             self.0.extract(req)?,
             self.1.extract(req)?,

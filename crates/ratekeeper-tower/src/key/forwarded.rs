@@ -41,7 +41,7 @@ pub enum Source {
 
 /// Keys by the client IP that trusted reverse proxies report, and by the TCP peer otherwise.
 ///
-/// Rules (case B01 of the project's `CASES.md`):
+/// Rules:
 ///
 /// - The forwarded header is read **only** when the TCP peer is trusted ([`Trust::Cidrs`]
 ///   contains it, or [`Trust::Hops`] is used). Otherwise the peer is the key, whatever the
@@ -155,8 +155,8 @@ impl ForwardedIp {
     }
 }
 
-impl<B> KeyExtractor<B> for ForwardedIp {
-    fn extract(&self, req: &Request<B>) -> Result<Key, KeyError> {
+impl KeyExtractor for ForwardedIp {
+    fn extract<B>(&self, req: &Request<B>) -> Result<Key, KeyError> {
         let peer = PeerIp::peer_addr(req)
             .ok_or(KeyError::Misconfigured(
                 "no peer address in request extensions; serve the app with \

@@ -14,7 +14,7 @@ pub const MAX_RAW_LEN: usize = 256;
 /// An absent header, an empty value, a value that is not visible ASCII / UTF-8 (`0xFF`
 /// bytes) or, in raw mode, a value longer than [`MAX_RAW_LEN`] bytes is
 /// [`KeyError::Missing`], so `.or(PeerIp::new())` falls back to the client IP instead of
-/// merging everyone into one `""` bucket (case B25).
+/// merging everyone into one `""` bucket.
 ///
 /// Prefer [`HeaderKey::validated`]: it maps the raw value to the principal it authenticates
 /// (or `None` for an unknown key, which is then missing too), so rotating or re-spelling a key
@@ -109,8 +109,8 @@ impl<V> HeaderKey<V> {
     }
 }
 
-impl<B> KeyExtractor<B> for HeaderKey<Raw> {
-    fn extract(&self, req: &Request<B>) -> Result<Key, KeyError> {
+impl KeyExtractor for HeaderKey<Raw> {
+    fn extract<B>(&self, req: &Request<B>) -> Result<Key, KeyError> {
         let text = self.value(req)?;
         if text.len() > MAX_RAW_LEN {
             return Err(KeyError::Missing("key header too long"));
@@ -119,11 +119,11 @@ impl<B> KeyExtractor<B> for HeaderKey<Raw> {
     }
 }
 
-impl<B, V> KeyExtractor<B> for HeaderKey<V>
+impl<V> KeyExtractor for HeaderKey<V>
 where
     V: Fn(&str) -> Option<Key> + Send + Sync + 'static,
 {
-    fn extract(&self, req: &Request<B>) -> Result<Key, KeyError> {
+    fn extract<B>(&self, req: &Request<B>) -> Result<Key, KeyError> {
         let text = self.value(req)?;
         (self.validate)(text).ok_or(KeyError::Missing("key header not recognised"))
     }

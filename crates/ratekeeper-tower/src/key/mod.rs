@@ -1,7 +1,8 @@
 //! Key extractors: who a request is charged to.
 //!
 //! A [`KeyExtractor`] turns a request into a [`Key`], or says why it cannot
-//! ([`KeyError`]). Closures `Fn(&Request<B>) -> Result<Key, KeyError>` are extractors too.
+//! ([`KeyError`]). Closures `Fn(&RequestParts<'_>) -> Result<Key, KeyError>` are extractors
+//! too ([`RequestParts`]: the request's head, borrowed, whatever the body type).
 //!
 //! - [`PeerIp`] (the default): the TCP peer address, IPv4-mapped IPv6 addresses normalised
 //!   to IPv4, IPv6 grouped by prefix (default /64) so one host cannot rotate through its
@@ -18,7 +19,7 @@
 //!
 //! Every extractor returns a [`KeyError::Missing`] rather than an empty or made-up key, so
 //! a chain such as `UserKey.or(HeaderKey).or(PeerIp)` never merges unrelated clients into one
-//! bucket (case B25).
+//! bucket.
 //!
 //! # Example
 //!
@@ -37,6 +38,31 @@
 //! req.extensions_mut().insert(PeerAddr("[::ffff:192.0.2.1]:80".parse().unwrap()));
 //! assert_eq!(PeerIp::new().extract(&req).unwrap().to_string(), "ip:192.0.2.1");
 //! ```
+//!
+//! A closure as the layer's key function (it takes the request's head, [`RequestParts`]):
+//!
+//! ```
+//! use std::num::NonZeroU32;
+//! use ratekeeper_core::{Key, Policy, Quota};
+//! use ratekeeper_tower::key::KeyError;
+//! use ratekeeper_tower::{RateLimitLayer, RequestParts};
+//!
+//! let layer = RateLimitLayer::builder()
+//!     .policy(Policy::new("tenant", Quota::per_minute(NonZeroU32::new(600).unwrap())))
+//!     .key(|req: &RequestParts<'_>| {
+//!         req.headers()
+//!             .get("x-tenant")
+//!             .and_then(|v| v.to_str().ok())
+//!             .map(Key::from)
+//!             .ok_or(KeyError::Missing("x-tenant header"))
+//!     })
+//!     .build()
+//!     .unwrap();
+//! # let _ = layer;
+//! ```
+//!
+//! The parameter type is written out: Rust infers a closure's parameter types only from an
+//! `Fn` bound, and `.key` also takes extractor types, which are not closures.
 
 mod combine;
 mod forwarded;
@@ -52,6 +78,8 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 use http::{Request, StatusCode};
 use ratekeeper_core::Key;
+
+pub use crate::request::RequestParts;
 
 /// Why no key could be extracted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -83,22 +111,52 @@ impl KeyError {
 }
 
 /// Extracts the rate-limit key from a request.
-pub trait KeyExtractor<B>: Send + Sync + 'static {
+///
+/// The trait has no body type parameter: [`KeyExtractor::extract`] is generic over the body,
+/// so one extractor serves every service it is layered on. Closures
+/// `Fn(&RequestParts<'_>) -> Result<Key, KeyError>` are extractors too ([`RequestParts`] is
+/// the request's head, borrowed, without the body type a closure could not be generic over).
+///
+/// ```
+/// use http::Request;
+/// use ratekeeper_core::Key;
+/// use ratekeeper_tower::key::{KeyError, KeyExtractor};
+/// use ratekeeper_tower::RequestParts;
+///
+/// let tenant = |req: &RequestParts<'_>| {
+///     req.headers()
+///         .get("x-tenant")
+///         .and_then(|v| v.to_str().ok())
+///         .map(Key::from)
+///         .ok_or(KeyError::Missing("x-tenant"))
+/// };
+/// let req = Request::get("/").header("x-tenant", "acme").body(()).unwrap();
+/// assert_eq!(tenant.extract(&req).unwrap().to_string(), "acme");
+/// assert!(tenant.extract(&Request::new(())).unwrap_err().is_missing());
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a rate-limit key extractor",
+    label = "not a `KeyExtractor`",
+    note = "use a ready extractor (`PeerIp`, `ForwardedIp`, `HeaderKey`, `UserKey`, `GlobalKey`, `MatchedRoute`), or a closure taking `&RequestParts<'_>` and returning `Result<Key, KeyError>`",
+    note = "a closure's parameter type must be written out: `|req: &RequestParts<'_>| ...`"
+)]
+pub trait KeyExtractor: Send + Sync + 'static {
     /// The key, or why there is none.
     ///
     /// # Errors
     ///
     /// [`KeyError::Missing`] when the request lacks the input, [`KeyError::Misconfigured`]
     /// when the server cannot provide it.
-    fn extract(&self, req: &Request<B>) -> Result<Key, KeyError>;
+    fn extract<B>(&self, req: &Request<B>) -> Result<Key, KeyError>;
 }
 
-impl<B, F> KeyExtractor<B> for F
+impl<F> KeyExtractor for F
 where
-    F: Fn(&Request<B>) -> Result<Key, KeyError> + Send + Sync + 'static,
+    F: Fn(&RequestParts<'_>) -> Result<Key, KeyError> + Send + Sync + 'static,
 {
-    fn extract(&self, req: &Request<B>) -> Result<Key, KeyError> {
-        self(req)
+    #[inline]
+    fn extract<B>(&self, req: &Request<B>) -> Result<Key, KeyError> {
+        self(&RequestParts::new(req))
     }
 }
 
@@ -180,9 +238,9 @@ pub fn ip_key(ip: IpAddr, v6_prefix: u8) -> Key {
     }
 }
 
-impl<B> KeyExtractor<B> for PeerIp {
+impl KeyExtractor for PeerIp {
     #[inline]
-    fn extract(&self, req: &Request<B>) -> Result<Key, KeyError> {
+    fn extract<B>(&self, req: &Request<B>) -> Result<Key, KeyError> {
         Self::peer_addr(req)
             .map(|addr| self.key_for(addr.ip()))
             .ok_or(KeyError::Misconfigured(
@@ -196,8 +254,8 @@ impl<B> KeyExtractor<B> for PeerIp {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct GlobalKey;
 
-impl<B> KeyExtractor<B> for GlobalKey {
-    fn extract(&self, _req: &Request<B>) -> Result<Key, KeyError> {
+impl KeyExtractor for GlobalKey {
+    fn extract<B>(&self, _req: &Request<B>) -> Result<Key, KeyError> {
         Ok(Key::Global)
     }
 }

@@ -65,12 +65,12 @@ impl<T, F> fmt::Debug for UserKey<T, F> {
     }
 }
 
-impl<B, T, F> KeyExtractor<B> for UserKey<T, F>
+impl<T, F> KeyExtractor for UserKey<T, F>
 where
     T: Clone + Send + Sync + 'static,
     F: Fn(&T) -> Key + Send + Sync + 'static,
 {
-    fn extract(&self, req: &Request<B>) -> Result<Key, KeyError> {
+    fn extract<B>(&self, req: &Request<B>) -> Result<Key, KeyError> {
         req.extensions()
             .get::<T>()
             .map(|user| (self.to_key)(user))

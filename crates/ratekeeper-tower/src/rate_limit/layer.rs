@@ -1,76 +1,26 @@
 use std::fmt;
 use std::sync::Arc;
 
-use ratekeeper_core::store::{MemoryStore, PolicyId, Store, StoreError};
+use ratekeeper_core::store::{MemoryStore, PolicyId, Store};
 use ratekeeper_core::{Algorithm, Key, Policy, Quota};
 use smallvec::SmallVec;
 use tower_layer::Layer;
 
-use super::RateLimit;
+use super::limiter::Limiter;
 use super::meter::Meter;
-use super::mode::Options;
+use super::mode::Mode;
+use super::service::RateLimit;
+use crate::error::BuildError;
 use crate::key::PeerIp;
 use crate::policy::{AllPolicies, CheckPolicies, Rules, Settle};
-use crate::report::{HeaderStyle, Reporter, ResetFormat};
-
-/// Why a [`RateLimitLayer`] could not be built.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum BuildError {
-    /// No policy was added.
-    #[error("a rate limit needs at least one policy")]
-    NoPolicy,
-    /// Two policies share a name.
-    #[error("policy name {0:?} is used twice")]
-    DuplicatePolicy(String),
-    /// The store refused a policy (invalid name, unsupported algorithm).
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    /// A fixed cost of 0 would make every policy unlimited.
-    #[error("a fixed request cost of 0 would never limit anything")]
-    ZeroCost,
-    /// A fixed cost larger than a policy's capacity ([`Policy::capacity`]: the burst for
-    /// GCRA and the leaky bucket, the limit for window algorithms) would deny every request.
-    #[error("fixed request cost {cost} is larger than the burst {burst} of policy {policy:?}")]
-    CostExceedsBurst {
-        /// The policy.
-        policy: String,
-        /// The fixed cost.
-        cost: u64,
-        /// The policy's capacity.
-        burst: u32,
-    },
-    /// A resolver or settle rule names a policy the layer does not have.
-    #[error("unknown policy {0:?}")]
-    UnknownPolicy(String),
-    /// A [`Algorithm::Concurrency`](ratekeeper_core::Algorithm::Concurrency) policy holds
-    /// permits until released; a rate limit never releases them, so it would end up denying
-    /// everything. Use a concurrency limit layer for in-flight limits.
-    #[error(
-        "policy {0:?} uses the concurrency algorithm, which a rate limit cannot release; \
-         use a concurrency limit layer"
-    )]
-    ConcurrencyPolicy(String),
-}
-
-pub(crate) struct Shared<K, Co, St, R = AllPolicies> {
-    pub(crate) store: St,
-    pub(crate) ids: SmallVec<[PolicyId; 4]>,
-    pub(crate) reporter: Reporter,
-    pub(crate) key: K,
-    pub(crate) cost: Co,
-    pub(crate) resolver: R,
-    pub(crate) rules: Rules,
-    /// The decision counters.
-    pub(crate) meter: Meter,
-}
+use crate::report::{HeaderStyle, PartitionKey, Rejection, Reporter, ResetFormat};
 
 /// A [`tower_layer::Layer`] that rate limits requests (see the [module docs](super)).
 ///
 /// Every service the layer builds, and every clone of those services, shares one state
 /// behind an [`Arc`], so one budget holds however many connections a server opens.
 pub struct RateLimitLayer<K = PeerIp, Co = u64, St = MemoryStore<Key>, R = AllPolicies> {
-    shared: Arc<Shared<K, Co, St, R>>,
+    limiter: Arc<Limiter<K, Co, St, R>>,
 }
 
 impl RateLimitLayer {
@@ -82,15 +32,19 @@ impl RateLimitLayer {
         let policy = Policy::new("default", quota);
         // "default" is a valid name and GCRA is always supported by the memory store.
         let id = store.register(&policy).unwrap_or(PolicyId::from_index(0));
-        Self::from_parts(
+        let reporter = Reporter::new(&[policy], HeaderStyle::default(), ResetFormat::default());
+        Self::from_limiter(Limiter {
             store,
-            SmallVec::from_elem(id, 1),
-            Reporter::new(&[policy], HeaderStyle::default(), ResetFormat::default()),
-            PeerIp::new(),
-            1,
-            AllPolicies,
-            Rules::default(),
-        )
+            ids: SmallVec::from_elem(id, 1),
+            meter: Meter::new(reporter.names.clone()),
+            reporter,
+            key: PeerIp::new(),
+            cost: 1,
+            resolver: AllPolicies,
+            rules: Rules::default(),
+            mode: Mode::default(),
+            request_info: false,
+        })
     }
 
     /// A builder for several policies, another key, cost, store or header style.
@@ -100,53 +54,31 @@ impl RateLimitLayer {
 }
 
 impl<K, Co, St, R> RateLimitLayer<K, Co, St, R> {
-    #[allow(clippy::too_many_arguments)]
-    fn from_parts(
-        store: St,
-        ids: SmallVec<[PolicyId; 4]>,
-        reporter: Reporter,
-        key: K,
-        cost: Co,
-        resolver: R,
-        rules: Rules,
-    ) -> Self {
+    fn from_limiter(limiter: Limiter<K, Co, St, R>) -> Self {
         Self {
-            shared: Arc::new(Shared {
-                store,
-                ids,
-                meter: Meter::new(reporter.names.clone()),
-                reporter,
-                key,
-                cost,
-                resolver,
-                rules,
-            }),
+            limiter: Arc::new(limiter),
         }
     }
 
-    pub(crate) fn from_shared(shared: Arc<Shared<K, Co, St, R>>) -> Self {
-        Self { shared }
-    }
-
-    pub(crate) fn shared(&self) -> Arc<Shared<K, Co, St, R>> {
-        Arc::clone(&self.shared)
+    pub(crate) fn limiter(&self) -> Arc<Limiter<K, Co, St, R>> {
+        Arc::clone(&self.limiter)
     }
 
     /// The store, to inspect or reset keys (for example [`MemoryStore::reset`]).
     pub fn store(&self) -> &St {
-        &self.shared.store
+        &self.limiter.store
     }
 
     /// The ids of this layer's policies, in the order they were added.
     pub fn policy_ids(&self) -> &[PolicyId] {
-        &self.shared.ids
+        &self.limiter.ids
     }
 }
 
 impl<K, Co, St, R> Clone for RateLimitLayer<K, Co, St, R> {
     fn clone(&self) -> Self {
         Self {
-            shared: Arc::clone(&self.shared),
+            limiter: Arc::clone(&self.limiter),
         }
     }
 }
@@ -154,7 +86,7 @@ impl<K, Co, St, R> Clone for RateLimitLayer<K, Co, St, R> {
 impl<K, Co, St, R> fmt::Debug for RateLimitLayer<K, Co, St, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimitLayer")
-            .field("policies", &self.shared.reporter.names)
+            .field("policies", self.limiter.names())
             .finish_non_exhaustive()
     }
 }
@@ -163,8 +95,33 @@ impl<S, K, Co, St, R> Layer<S> for RateLimitLayer<K, Co, St, R> {
     type Service = RateLimit<S, K, Co, St, R>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        RateLimit::from_shared(inner, Arc::clone(&self.shared))
+        RateLimit::from_limiter(inner, Arc::clone(&self.limiter))
     }
+}
+
+impl<S, K, Co, St, R> RateLimit<S, K, Co, St, R> {
+    /// A layer that builds services sharing this service's state.
+    pub fn layer(&self) -> RateLimitLayer<K, Co, St, R> {
+        RateLimitLayer {
+            limiter: Arc::clone(&self.limiter),
+        }
+    }
+}
+
+/// Everything a [`Builder`] holds that does not change its type, moved as a whole when a
+/// strategy (key, cost, store, resolver) is swapped.
+#[derive(Default)]
+struct Settings {
+    policies: Vec<Policy>,
+    fixed_cost: Option<u64>,
+    style: HeaderStyle,
+    reset: ResetFormat,
+    mode: Mode,
+    rejection: Option<Arc<dyn Rejection>>,
+    partition_key: Option<PartitionKey>,
+    request_info: bool,
+    rules: Rules,
+    settle: Vec<(String, Settle)>,
 }
 
 /// Builds a [`RateLimitLayer`]: policies, key extractor, cost, store, headers.
@@ -183,34 +140,25 @@ impl<S, K, Co, St, R> Layer<S> for RateLimitLayer<K, Co, St, R> {
 /// # Ok::<(), ratekeeper_tower::BuildError>(())
 /// ```
 pub struct Builder<K = PeerIp, Co = u64, St = MemoryStore<Key>, R = AllPolicies> {
-    policies: Vec<Policy>,
+    settings: Settings,
     key: K,
     cost: Co,
-    fixed_cost: Option<u64>,
     store: St,
-    style: HeaderStyle,
-    reset: ResetFormat,
-    pub(super) options: Options,
     resolver: R,
-    rules: Rules,
-    settle: Vec<(String, Settle)>,
 }
 
 impl Builder {
     /// Peer-IP key, cost 1, memory store, `X-RateLimit-*` headers, no policy yet.
     pub fn new() -> Self {
         Self {
-            policies: Vec::new(),
+            settings: Settings {
+                fixed_cost: Some(1),
+                ..Settings::default()
+            },
             key: PeerIp::new(),
             cost: 1,
-            fixed_cost: Some(1),
             store: MemoryStore::new(),
-            style: HeaderStyle::default(),
-            reset: ResetFormat::default(),
-            options: Options::default(),
             resolver: AllPolicies,
-            rules: Rules::default(),
-            settle: Vec::new(),
         }
     }
 }
@@ -225,7 +173,7 @@ impl<K, Co, St, R> Builder<K, Co, St, R> {
     /// Adds a policy. Every policy is checked on every request, all-or-nothing, with its own
     /// algorithm ([`Policy::with_algorithm`]; GCRA by default).
     pub fn policy(mut self, policy: Policy) -> Self {
-        self.policies.push(policy);
+        self.settings.policies.push(policy);
         self
     }
 
@@ -236,115 +184,151 @@ impl<K, Co, St, R> Builder<K, Co, St, R> {
 
     /// Sets the key extractor.
     pub fn key<K2>(self, key: K2) -> Builder<K2, Co, St, R> {
+        let Self {
+            settings,
+            cost,
+            store,
+            resolver,
+            ..
+        } = self;
         Builder {
-            policies: self.policies,
+            settings,
             key,
-            cost: self.cost,
-            fixed_cost: self.fixed_cost,
-            store: self.store,
-            style: self.style,
-            reset: self.reset,
-            options: self.options,
-            resolver: self.resolver,
-            rules: self.rules,
-            settle: self.settle,
+            cost,
+            store,
+            resolver,
         }
     }
 
     /// Sets a fixed cost per request (checked against every policy's burst at build time).
     pub fn cost(self, cost: u64) -> Builder<K, u64, St, R> {
-        Builder {
-            policies: self.policies,
-            key: self.key,
-            cost,
-            fixed_cost: Some(cost),
-            store: self.store,
-            style: self.style,
-            reset: self.reset,
-            options: self.options,
-            resolver: self.resolver,
-            rules: self.rules,
-            settle: self.settle,
-        }
+        let mut builder = self.cost_fn(cost);
+        builder.settings.fixed_cost = Some(cost);
+        builder
     }
 
     /// Sets a per-request cost function (see [`crate::cost::Cost`]). A cost above a policy's
     /// burst gets the "cost can never fit" 429.
     pub fn cost_fn<Co2>(self, cost: Co2) -> Builder<K, Co2, St, R> {
+        let Self {
+            mut settings,
+            key,
+            store,
+            resolver,
+            ..
+        } = self;
+        settings.fixed_cost = None;
         Builder {
-            policies: self.policies,
-            key: self.key,
+            settings,
+            key,
             cost,
-            fixed_cost: None,
-            store: self.store,
-            style: self.style,
-            reset: self.reset,
-            options: self.options,
-            resolver: self.resolver,
-            rules: self.rules,
-            settle: self.settle,
+            store,
+            resolver,
         }
     }
 
     /// Sets the store (default: a new [`MemoryStore`]).
     pub fn store<St2>(self, store: St2) -> Builder<K, Co, St2, R> {
+        let Self {
+            settings,
+            key,
+            cost,
+            resolver,
+            ..
+        } = self;
         Builder {
-            policies: self.policies,
-            key: self.key,
-            cost: self.cost,
-            fixed_cost: self.fixed_cost,
+            settings,
+            key,
+            cost,
             store,
-            style: self.style,
-            reset: self.reset,
-            options: self.options,
-            resolver: self.resolver,
-            rules: self.rules,
-            settle: self.settle,
+            resolver,
         }
-    }
-
-    /// Sets the rate-limit header style (default [`HeaderStyle::XRateLimit`]).
-    pub fn headers(mut self, style: HeaderStyle) -> Self {
-        self.style = style;
-        self
-    }
-
-    /// Sets how reset values are written (default [`ResetFormat::DeltaSeconds`]).
-    pub fn reset_format(mut self, reset: ResetFormat) -> Self {
-        self.reset = reset;
-        self
     }
 
     /// Sets the policy resolver (default [`AllPolicies`]): which policies each request is
     /// charged to, with which key and cost. See [`crate::policy`] and
     /// [`crate::route::RouteTable`].
     pub fn resolver<R2>(self, resolver: R2) -> Builder<K, Co, St, R2> {
+        let Self {
+            settings,
+            key,
+            cost,
+            store,
+            ..
+        } = self;
         Builder {
-            policies: self.policies,
-            key: self.key,
-            cost: self.cost,
-            fixed_cost: self.fixed_cost,
-            store: self.store,
-            style: self.style,
-            reset: self.reset,
-            options: self.options,
+            settings,
+            key,
+            cost,
+            store,
             resolver,
-            rules: self.rules,
-            settle: self.settle,
         }
+    }
+
+    /// Sets the rate-limit header style (default [`HeaderStyle::XRateLimit`]).
+    pub fn headers(mut self, style: HeaderStyle) -> Self {
+        self.settings.style = style;
+        self
+    }
+
+    /// Sets how reset values are written (default [`ResetFormat::DeltaSeconds`]).
+    pub fn reset_format(mut self, reset: ResetFormat) -> Self {
+        self.settings.reset = reset;
+        self
+    }
+
+    /// Sets what happens to a request over the limit (default [`Mode::Reject`]).
+    pub fn mode(mut self, mode: Mode) -> Self {
+        self.settings.mode = mode;
+        self
+    }
+
+    /// Replaces the default problem+json 429 with `rejection` (see
+    /// [`Rejection`](crate::report::Rejection)). The layer still adds the rate-limit headers,
+    /// `Retry-After` and `Cache-Control: no-store` to its response.
+    pub fn rejection<J: Rejection>(mut self, rejection: J) -> Self {
+        self.settings.rejection = Some(Arc::new(rejection));
+        self
+    }
+
+    /// Whether allowed requests carry an [`Info`](crate::info::Info) extension (default
+    /// `false`; the axum `RateLimitInfo` extractor reads it, so turn it on for handlers that
+    /// extract it). Off, an allowed request costs no extension: about 600 fewer instructions
+    /// (one allocation, a map insert, a copy of the decisions) per request, measured with
+    /// `scripts/callgrind_http.sh`. Requests let through over the limit (shadow mode,
+    /// fallback) always carry it; in shadow mode, requests under the limit carry it only
+    /// when this is on.
+    pub fn request_info(mut self, on: bool) -> Self {
+        self.settings.request_info = on;
+        self
+    }
+
+    /// Adds a hashed partition key (`pk`) to the IETF headers (see
+    /// [`PartitionKey`](crate::report::PartitionKey)). Off by default.
+    pub fn partition_key(mut self, partition_key: PartitionKey) -> Self {
+        self.settings.partition_key = Some(partition_key);
+        self
     }
 
     /// Settles the named policy's charge once the response status is known (see
     /// [`Settle`]). Checked at build time: the policy must exist.
     pub fn settle(mut self, policy: &str, settle: Settle) -> Self {
-        self.settle.push((policy.to_owned(), settle));
+        self.settings.settle.push((policy.to_owned(), settle));
         self
     }
 
-    /// Whether CORS preflights (`OPTIONS` with `Access-Control-Request-Method`) are counted.
-    /// Default `false`: preflights pass without charge or headers (see [`crate::cors`]).
-    pub fn count_preflight(mut self, count: bool) -> Self {
-        self.rules.count_preflight = count;
+    /// Exempts requests that look like CORS preflights (see
+    /// [`cors::is_preflight`](crate::cors::is_preflight): `OPTIONS` with `Origin` and
+    /// `Access-Control-Request-Method`, and no body). Default `false`: every request that
+    /// reaches this layer is counted.
+    ///
+    /// The exemption is **client-controlled**: any client can send those headers, so on a
+    /// route whose handler also answers `OPTIONS` (a catch-all, a JSON-RPC endpoint) it
+    /// opens a way around the limit. Prefer a `tower_http::cors::CorsLayer` *outside* this
+    /// layer: it answers real preflights itself, so they never reach the limiter and stay
+    /// free (see [`crate::cors`]).
+    pub fn exempt_preflight(mut self, exempt: bool) -> Self {
+        self.settings.rules.exempt_preflight = exempt;
         self
     }
 
@@ -352,13 +336,13 @@ impl<K, Co, St, R> Builder<K, Co, St, R> {
     /// limited. Matched against the TCP peer (IPv4-mapped IPv6 as IPv4), never a forwarded
     /// header.
     pub fn exempt_networks(mut self, networks: impl IntoIterator<Item = ipnet::IpNet>) -> Self {
-        self.rules.exempt_networks.extend(networks);
+        self.settings.rules.exempt_networks.extend(networks);
         self
     }
 
     /// Requests whose key (from the layer's key extractor) is one of `keys` are not limited.
     pub fn exempt_keys(mut self, keys: impl IntoIterator<Item = Key>) -> Self {
-        self.rules.exempt_keys.extend(keys);
+        self.settings.rules.exempt_keys.extend(keys);
         self
     }
 
@@ -368,35 +352,38 @@ impl<K, Co, St, R> Builder<K, Co, St, R> {
     ///
     /// [`BuildError`] when there is no policy, a name is reused or invalid, the store
     /// refuses a policy, or a fixed cost is 0 or larger than a policy's burst.
-    pub fn build(mut self) -> Result<RateLimitLayer<K, Co, St, R>, BuildError>
+    pub fn build(self) -> Result<RateLimitLayer<K, Co, St, R>, BuildError>
     where
         St: Store<Key>,
         R: CheckPolicies,
     {
-        if self.policies.is_empty() {
+        let Self {
+            mut settings,
+            key,
+            cost,
+            mut store,
+            resolver,
+        } = self;
+        let policies = &settings.policies;
+        if policies.is_empty() {
             return Err(BuildError::NoPolicy);
         }
-        for (i, p) in self.policies.iter().enumerate() {
-            if self.policies[..i].iter().any(|q| q.name() == p.name()) {
+        for (i, p) in policies.iter().enumerate() {
+            if policies[..i].iter().any(|q| q.name() == p.name()) {
                 return Err(BuildError::DuplicatePolicy(p.name().to_owned()));
             }
         }
-        if let Some(p) = self
-            .policies
+        if let Some(p) = policies
             .iter()
             .find(|p| p.algorithm() == Algorithm::Concurrency)
         {
             return Err(BuildError::ConcurrencyPolicy(p.name().to_owned()));
         }
-        if let Some(cost) = self.fixed_cost {
+        if let Some(cost) = settings.fixed_cost {
             if cost == 0 {
                 return Err(BuildError::ZeroCost);
             }
-            if let Some(p) = self
-                .policies
-                .iter()
-                .find(|p| cost > u64::from(p.capacity()))
-            {
+            if let Some(p) = policies.iter().find(|p| cost > u64::from(p.capacity())) {
                 return Err(BuildError::CostExceedsBurst {
                     policy: p.name().to_owned(),
                     cost,
@@ -404,42 +391,48 @@ impl<K, Co, St, R> Builder<K, Co, St, R> {
                 });
             }
         }
-        for (name, settle) in &self.settle {
-            let index = self
-                .policies
+        for (name, settle) in &settings.settle {
+            let index = policies
                 .iter()
                 .position(|p| p.name() == name)
                 .and_then(|i| u32::try_from(i).ok())
                 .ok_or_else(|| BuildError::UnknownPolicy(name.clone()))?;
-            self.rules.settle.push((index, *settle));
+            settings.rules.settle.push((index, *settle));
         }
-        self.resolver.check(&self.policies)?;
+        resolver.check(policies)?;
         let mut ids = SmallVec::new();
-        for p in &self.policies {
-            ids.push(self.store.register(p)?);
+        for p in policies {
+            ids.push(store.register(p)?);
         }
-        let reporter = self
-            .options
-            .apply(Reporter::new(&self.policies, self.style, self.reset));
-        Ok(RateLimitLayer::from_parts(
-            self.store,
+        let mut reporter = Reporter::new(policies, settings.style, settings.reset);
+        reporter.rejection = settings.rejection;
+        reporter.partition_key = settings.partition_key;
+        Ok(RateLimitLayer::from_limiter(Limiter {
+            store,
             ids,
+            meter: Meter::new(reporter.names.clone()),
             reporter,
-            self.key,
-            self.cost,
-            self.resolver,
-            self.rules,
-        ))
+            key,
+            cost,
+            resolver,
+            rules: settings.rules,
+            mode: settings.mode,
+            request_info: settings.request_info,
+        }))
     }
 }
 
 impl<K, Co, St, R> fmt::Debug for Builder<K, Co, St, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = &self.settings;
         f.debug_struct("Builder")
-            .field("policies", &self.policies)
-            .field("style", &self.style)
-            .field("reset", &self.reset)
-            .field("options", &self.options)
+            .field("policies", &s.policies)
+            .field("style", &s.style)
+            .field("reset", &s.reset)
+            .field("mode", &s.mode)
+            .field("custom_rejection", &s.rejection.is_some())
+            .field("partition_key", &s.partition_key)
+            .field("request_info", &s.request_info)
             .finish_non_exhaustive()
     }
 }

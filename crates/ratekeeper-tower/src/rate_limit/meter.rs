@@ -1,5 +1,4 @@
-//! `metrics` counters of a rate limit's decisions (DESIGN §8: decisions by policy and
-//! outcome).
+//! `metrics` counters of a rate limit's decisions, by policy and outcome.
 
 use std::sync::{Arc, OnceLock};
 
@@ -13,8 +12,11 @@ use crate::policy::Applied;
 /// policy's name) and `outcome` (`allowed`, `denied`, or `cannot_fit` for a cost larger than
 /// the burst). Each policy's own decision is counted: with several policies, a request one
 /// of them denies counts as allowed for the others, which were not charged (all or
-/// nothing). Shadow-mode and delayed requests are counted by their decision, so a shadow
-/// rollout shows how many requests a limit would deny.
+/// nothing). Every request is counted once, by the decision that settled what happens to it,
+/// whether the store answered at once or later: shadow-mode overruns and requests a fallback
+/// answers as denied (so a shadow rollout shows how many requests a limit would deny), a
+/// [`Mode::Delay`](super::Mode::Delay) reservation as allowed when it is made, a Delay-mode
+/// request that re-checks after sleeping by its last answer only.
 pub const DECISIONS_TOTAL: &str = "ratekeeper_decisions_total";
 
 /// Per policy, one counter handle per outcome, registered with the `metrics` recorder the

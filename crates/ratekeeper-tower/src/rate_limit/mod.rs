@@ -9,17 +9,19 @@
 //! consumes quota.
 //!
 //! With [`Builder::request_info`], requests that pass carry an [`Info`](crate::info::Info)
-//! extension with the decisions. Every decision is counted in the `metrics` counter
-//! [`DECISIONS_TOTAL`] (`ratekeeper_decisions_total{policy, outcome}`). Over the limit, [`Mode`] decides: reject (default), wait within a bound
-//! ([`Mode::Delay`]) or only report ([`Mode::Shadow`]); [`RateLimitLayer::with_fallback`]
-//! answers rejected requests with another service instead of a 429, and
-//! [`Builder::rejection`] replaces the 429 body (see [`report`](crate::report)).
+//! extension with the decisions. Every decision is counted once in the `metrics` counter
+//! [`DECISIONS_TOTAL`] (`ratekeeper_decisions_total{policy, outcome}`), whatever the mode
+//! and whether the store answers at once or later. Over the limit, [`Mode`] decides: reject
+//! (default), wait within a bound ([`Mode::Delay`]) or only report ([`Mode::Shadow`]);
+//! [`RateLimitLayer::with_fallback`] answers rejected requests with another service instead
+//! of a 429 (see [`fallback`](crate::fallback)), and [`Builder::rejection`] replaces the
+//! 429 body (see [`report`](crate::report)).
 //!
 //! When a shared store cannot decide (Redis slow or down), its failure policy
 //! ([`FailurePolicy`](ratekeeper_core::store::FailurePolicy), carried by
 //! [`StoreError::Failed`](ratekeeper_core::store::StoreError::Failed)) chooses: the request goes
 //! on without rate-limit headers and with a
-//! [`StoreDegraded`](ratekeeper_core::store::StoreDegraded) request extension (fail open, or
+//! [`StoreDegraded`](crate::StoreDegraded) request extension (fail open, or
 //! degrade: the hook a fallback reads), or the layer answers `503 Service Unavailable` (fail
 //! closed: not a 429, the client exceeded nothing).
 //!
@@ -58,17 +60,36 @@
 //! # }
 //! ```
 
-mod fallback;
+//! # Structure
+//!
+//! One owner decides: the private `Limiter` (`limiter.rs`) builds a request's charges, calls
+//! the store, gives the verdict (pass, answer, wait, degrade) with its metrics and logs,
+//! renders, and settles after the response. [`RateLimit::call`](tower_service::Service::call)
+//! and the [`ResponseFuture`] (a state machine, for stores that answer later and for
+//! Delay-mode waits) both ask it for the verdict. Imports run one way:
+//!
+//! ```text
+//! layer ──> service ──> future ──> limiter ──> mode, meter
+//!   │          └──────────────────────^
+//!   └─────────────────────────────────^
+//! ```
+//!
+//! and `limiter` uses `policy`, `report`, `key`, `cost` and `degraded`, none of which
+//! imports `rate_limit`.
+
 mod future;
 mod layer;
+mod limiter;
 mod meter;
 mod mode;
 mod service;
+#[cfg(test)]
+mod tests;
 
-pub use fallback::{Fallback, FallbackFuture, FallbackLayer};
+pub use crate::error::BuildError;
+pub use crate::fallback::{Fallback, FallbackFuture, FallbackLayer};
 pub use future::ResponseFuture;
-pub(crate) use layer::Shared;
-pub use layer::{BuildError, Builder, RateLimitLayer};
+pub use layer::{Builder, RateLimitLayer};
 pub use meter::DECISIONS_TOTAL;
 pub use mode::Mode;
 /// Re-exported from `ratekeeper_core::throttle`: a clock on tokio's time, so a store follows

@@ -4,18 +4,15 @@ use std::task::{Context, Poll};
 
 use http::{Request, Response};
 use ratekeeper_core::Key;
-use ratekeeper_core::store::{Checked, Decisions, Store};
+use ratekeeper_core::store::{Checked, Store};
 use tower_service::Service;
 
-use super::future::{Answer, Pending, Report, Reported, ResponseFuture, on_store_error};
-use super::layer::Shared;
-use super::mode::Mode;
+use super::future::{Pending, ResponseFuture};
+use super::limiter::{Answer, Limiter, Prepared, Reported, Verdict};
 use crate::body::ResponseBody;
 use crate::cost::Cost;
-use crate::info::Info;
 use crate::key::{KeyExtractor, PeerIp};
-use crate::policy::{AllPolicies, Applied, Prepared, Resolve};
-use crate::report::HeaderStyle;
+use crate::policy::{AllPolicies, Applied, Resolve};
 
 /// The rate-limiting service: decides in `call`, answers a denied request with a 429 without
 /// calling the inner service, and adds rate-limit headers to the inner service's responses.
@@ -29,24 +26,25 @@ pub struct RateLimit<
     R = AllPolicies,
 > {
     inner: S,
-    shared: Arc<Shared<K, Co, St, R>>,
-    /// The inner service is a [`Fallback`](super::Fallback): denied requests go to it.
+    pub(super) limiter: Arc<Limiter<K, Co, St, R>>,
+    /// The inner service is a [`Fallback`](crate::fallback::Fallback): denied requests go to
+    /// it.
     degrade: bool,
 }
 
 impl<S, K, Co, St, R> RateLimit<S, K, Co, St, R> {
-    pub(crate) fn from_shared(inner: S, shared: Arc<Shared<K, Co, St, R>>) -> Self {
+    pub(crate) fn from_limiter(inner: S, limiter: Arc<Limiter<K, Co, St, R>>) -> Self {
         Self {
             inner,
-            shared,
+            limiter,
             degrade: false,
         }
     }
 
-    pub(crate) fn degrading(inner: S, shared: Arc<Shared<K, Co, St, R>>) -> Self {
+    pub(crate) fn degrading(inner: S, limiter: Arc<Limiter<K, Co, St, R>>) -> Self {
         Self {
             inner,
-            shared,
+            limiter,
             degrade: true,
         }
     }
@@ -65,18 +63,13 @@ impl<S, K, Co, St, R> RateLimit<S, K, Co, St, R> {
     pub fn into_inner(self) -> S {
         self.inner
     }
-
-    /// A layer that builds services sharing this service's state.
-    pub fn layer(&self) -> super::RateLimitLayer<K, Co, St, R> {
-        super::RateLimitLayer::from_shared(Arc::clone(&self.shared))
-    }
 }
 
 impl<S: Clone, K, Co, St, R> Clone for RateLimit<S, K, Co, St, R> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
-            shared: Arc::clone(&self.shared),
+            limiter: Arc::clone(&self.limiter),
             degrade: self.degrade,
         }
     }
@@ -86,66 +79,18 @@ impl<S: fmt::Debug, K, Co, St, R> fmt::Debug for RateLimit<S, K, Co, St, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RateLimit")
             .field("inner", &self.inner)
-            .field("policies", &self.shared.reporter.names)
+            .field("policies", self.limiter.names())
             .finish()
-    }
-}
-
-impl<K, Co, St, R> Report for Shared<K, Co, St, R>
-where
-    K: Send + Sync + 'static,
-    Co: Send + Sync + 'static,
-    St: Store<Key>,
-    R: Send + Sync + 'static,
-{
-    fn headers(&self, reported: &Reported, headers: &mut http::HeaderMap) {
-        // Only the IETF fields name the policies; the others need no list.
-        let policies = match self.reporter.style {
-            HeaderStyle::Ietf | HeaderStyle::Both => reported.policies(),
-            HeaderStyle::XRateLimit | HeaderStyle::IetfLegacy | HeaderStyle::None => {
-                smallvec::SmallVec::new()
-            }
-        };
-        self.reporter.headers(
-            &reported.decisions,
-            &policies,
-            reported.pk.as_deref(),
-            || self.store.unix_now(),
-            headers,
-        );
-    }
-
-    fn settle(&self, reported: &Reported, status: http::StatusCode) {
-        let applied = &reported.applied;
-        let refunds = applied.refunds(&self.rules, &self.ids, &reported.decisions, status);
-        if !refunds.is_empty() {
-            tracing::debug!(key = %applied.key, %status, "refunding rate-limit charge after the response");
-            self.store.refund(&refunds);
-        }
-    }
-
-    fn limited(&self, reported: &Reported) -> Answer {
-        let (status, headers, body) = self.reporter.limited(
-            &reported.decisions,
-            &reported.policies(),
-            reported.pk.as_deref(),
-            || self.store.unix_now(),
-        );
-        Answer {
-            status,
-            headers,
-            body,
-        }
     }
 }
 
 impl<S, K, Co, St, R, ReqB, ResB> Service<Request<ReqB>> for RateLimit<S, K, Co, St, R>
 where
     S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
-    K: KeyExtractor<ReqB>,
-    Co: Cost<ReqB>,
+    K: KeyExtractor,
+    Co: Cost,
     St: Store<Key>,
-    R: Resolve<ReqB>,
+    R: Resolve,
 {
     type Response = Response<ResponseBody<ResB>>;
     type Error = S::Error;
@@ -157,112 +102,75 @@ where
     }
 
     fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
-        let shared = &*self.shared;
-        let applied = match shared.prepare(&req) {
+        let limiter = &*self.limiter;
+        let applied = match limiter.prepare(&req) {
             Prepared::Charge(applied) => applied,
             Prepared::Exempt => return ResponseFuture::unchecked(self.inner.call(req)),
-            Prepared::Failed(err) => return ResponseFuture::key_error(&err),
+            Prepared::Failed(err) => return ResponseFuture::answered(Answer::key_error(&err)),
         };
-        let pk = shared.reporter.pk(&applied.key);
-        let charges = applied.charges(&shared.ids);
-        let checked = match shared.reporter.mode {
-            // Delay mode reserves (it needs tokio's timer to wait; without a runtime it
-            // checks, and a denied request is rejected).
-            Mode::Delay { max_wait } if tokio::runtime::Handle::try_current().is_ok() => {
-                shared.store.reserve(&charges, max_wait)
-            }
-            _ => shared.store.check(&charges),
-        };
-        drop(charges);
-        match checked {
-            Checked::Ready(Ok(decisions)) => {
-                shared.meter.record(&applied, &decisions);
-                if decisions.is_allowed() && decisions.delay().is_zero() {
-                    if shared.reporter.wants_info(&decisions) {
-                        req.extensions_mut().insert(Info::new(
-                            shared.reporter.names.clone(),
-                            applied.indices(),
-                            decisions.clone(),
-                        ));
-                    }
-                    let report: Arc<dyn Report> = self.shared.clone();
-                    let reported = Reported {
-                        decisions,
-                        applied,
-                        pk,
-                    };
-                    ResponseFuture::called(self.inner.call(req), report, reported)
-                } else {
-                    if !decisions.is_allowed() {
-                        log_denial(&applied, &decisions, &shared.reporter.names);
-                    }
-                    if shared.reporter.mode == Mode::Reject && !self.degrade {
-                        return ResponseFuture::answered(shared.limited(&Reported {
+        let pk = limiter.pk(&applied);
+        match limiter.check(&applied) {
+            Checked::Ready(result) => {
+                let mut deadline = None;
+                let verdict = limiter.verdict(
+                    &applied,
+                    pk.as_deref(),
+                    result,
+                    &mut deadline,
+                    self.degrade,
+                    req.extensions_mut(),
+                );
+                match verdict {
+                    Verdict::Pass(decisions) => ResponseFuture::called(
+                        self.inner.call(req),
+                        self.limiter.clone(),
+                        Reported {
                             decisions,
                             applied,
                             pk,
-                        }));
+                        },
+                    ),
+                    Verdict::Degrade => ResponseFuture::unchecked(self.inner.call(req)),
+                    Verdict::Answer(answer) => ResponseFuture::answered(answer),
+                    verdict @ (Verdict::Wait(_) | Verdict::Retry(_)) => {
+                        let mut pending = self.hold(req, applied, pk);
+                        pending.deadline = deadline;
+                        ResponseFuture::after(pending, verdict)
                     }
-                    // Shadow, Delay (reserved or denied) or a fallback: the request goes on
-                    // with the ready inner service (this one gets a fresh clone).
-                    let clone = self.inner.clone();
-                    let ready = std::mem::replace(&mut self.inner, clone);
-                    let pending = self.pending(ready, req, applied, pk);
-                    ResponseFuture::decided(pending, Ok(decisions))
                 }
             }
-            Checked::Ready(Err(err)) => match on_store_error(&err, &mut req) {
-                Some(answer) => ResponseFuture::answered(answer),
-                None => ResponseFuture::unchecked(self.inner.call(req)),
-            },
-            Checked::Pending(check) => {
-                // The ready inner service goes into the future; this one gets a fresh clone
-                // (see the tower-service docs, "Be careful when cloning inner services").
-                let clone = self.inner.clone();
-                let ready = std::mem::replace(&mut self.inner, clone);
-                let pending = self.pending(ready, req, applied, pk);
-                ResponseFuture::checking(check, pending)
-            }
+            Checked::Pending(check) => ResponseFuture::checking(check, self.hold(req, applied, pk)),
         }
     }
 }
 
 impl<S, K, Co, St, R> RateLimit<S, K, Co, St, R>
 where
+    S: Clone,
     K: Send + Sync + 'static,
     Co: Send + Sync + 'static,
     St: Store<Key>,
     R: Send + Sync + 'static,
 {
-    fn pending<Req>(
-        &self,
-        inner: S,
+    /// Hands the request, with the ready inner service, to the response future; this service
+    /// keeps a fresh clone (see the tower-service docs, "Be careful when cloning inner
+    /// services").
+    fn hold<Req>(
+        &mut self,
         req: Req,
         applied: Applied,
         pk: Option<Arc<str>>,
     ) -> Pending<S, Req, St::Future> {
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
         Pending {
             inner,
             req,
             applied,
             pk,
-            limiter: self.shared.clone(),
+            limiter: self.limiter.clone(),
             deadline: None,
             degrade: self.degrade,
         }
-    }
-}
-
-pub(crate) fn log_denial(applied: &Applied, decisions: &Decisions, names: &[Box<str>]) {
-    let entry = decisions.deciding().and_then(|i| applied.entries.get(i));
-    let policy = entry
-        .and_then(|e| names.get(e.index as usize))
-        .map_or("", |n| &**n);
-    let key = entry.and_then(|e| e.key.as_ref()).unwrap_or(&applied.key);
-    let cost = entry.map_or(0, |e| e.cost);
-    if decisions.is_cannot_fit() {
-        tracing::warn!(%key, cost, policy, "request cost is larger than the policy's burst; it can never be allowed");
-    } else {
-        tracing::debug!(%key, cost, policy, retry_after = ?decisions.retry_after(), "rate limited");
     }
 }

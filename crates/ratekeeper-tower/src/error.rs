@@ -1,0 +1,46 @@
+//! [`BuildError`]: why a rate limit could not be built (a misconfiguration is an error when
+//! the layer is built, never at request time).
+
+#[cfg(doc)]
+use ratekeeper_core::Policy;
+use ratekeeper_core::store::StoreError;
+
+/// Why a [`RateLimitLayer`](crate::RateLimitLayer) could not be built.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// No policy was added.
+    #[error("a rate limit needs at least one policy")]
+    NoPolicy,
+    /// Two policies share a name.
+    #[error("policy name {0:?} is used twice")]
+    DuplicatePolicy(String),
+    /// The store refused a policy (invalid name, unsupported algorithm).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A fixed cost of 0 would make every policy unlimited.
+    #[error("a fixed request cost of 0 would never limit anything")]
+    ZeroCost,
+    /// A fixed cost larger than a policy's capacity ([`Policy::capacity`]: the burst for
+    /// GCRA and the leaky bucket, the limit for window algorithms) would deny every request.
+    #[error("fixed request cost {cost} is larger than the burst {burst} of policy {policy:?}")]
+    CostExceedsBurst {
+        /// The policy.
+        policy: String,
+        /// The fixed cost.
+        cost: u64,
+        /// The policy's capacity.
+        burst: u32,
+    },
+    /// A resolver or settle rule names a policy the layer does not have.
+    #[error("unknown policy {0:?}")]
+    UnknownPolicy(String),
+    /// A [`Algorithm::Concurrency`](ratekeeper_core::Algorithm::Concurrency) policy holds
+    /// permits until released; a rate limit never releases them, so it would end up denying
+    /// everything. Use a concurrency limit layer for in-flight limits.
+    #[error(
+        "policy {0:?} uses the concurrency algorithm, which a rate limit cannot release; \
+         use a concurrency limit layer"
+    )]
+    ConcurrencyPolicy(String),
+}

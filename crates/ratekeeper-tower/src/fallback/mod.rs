@@ -1,0 +1,48 @@
+//! Degraded-response fallback: a service that answers limited requests instead of a 429.
+//!
+//! [`RateLimitLayer::with_fallback`](crate::RateLimitLayer::with_fallback) makes a
+//! [`FallbackLayer`]: the rate limit in front, then [`Fallback`], which sends the requests
+//! the rate limit denied (and, under the store failure policy
+//! [`FailurePolicy::Degrade`](ratekeeper_core::store::FailurePolicy::Degrade), the requests it
+//! could not decide) to the fallback service and every other request to the inner service.
+//! Fallback responses carry `RateLimit-Degraded: "<policy>"`
+//! ([`RATELIMIT_DEGRADED`](crate::report::RATELIMIT_DEGRADED)) and are counted in
+//! `ratekeeper_degraded_total{policy, reason}`.
+//!
+//! # Example
+//!
+//! ```
+//! use std::convert::Infallible;
+//! use std::num::NonZeroU32;
+//! use http::{Request, Response, StatusCode};
+//! use ratekeeper_core::Quota;
+//! use ratekeeper_tower::{GlobalKey, RateLimitLayer};
+//! use tower::{ServiceBuilder, ServiceExt, service_fn};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let layer = RateLimitLayer::builder()
+//!     .quota(Quota::per_minute(NonZeroU32::new(1).unwrap()))
+//!     .key(GlobalKey)
+//!     .build()?
+//!     .with_fallback(service_fn(|_req: Request<()>| async {
+//!         Ok::<_, Infallible>(Response::new("cached".to_owned()))
+//!     }));
+//! let svc = ServiceBuilder::new()
+//!     .layer(layer)
+//!     .service_fn(|_req: Request<()>| async { Ok::<_, Infallible>(Response::new("fresh".to_owned())) });
+//! assert!(svc.clone().oneshot(Request::new(())).await?.headers().get("ratelimit-degraded").is_none());
+//! let cached = svc.clone().oneshot(Request::new(())).await?;
+//! assert_eq!(cached.status(), StatusCode::OK);
+//! assert_eq!(cached.headers()["ratelimit-degraded"], "\"default\"");
+//! # Ok(())
+//! # }
+//! ```
+
+mod future;
+mod layer;
+mod service;
+
+pub use future::FallbackFuture;
+pub use layer::FallbackLayer;
+pub use service::Fallback;

@@ -1,0 +1,399 @@
+//! The header styles, and writing and merging the rate-limit header fields.
+
+use std::cell::LazyCell;
+use std::fmt::Write as _;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use http::{HeaderMap, HeaderName, HeaderValue};
+use ratekeeper_core::decision::ceil_secs;
+use ratekeeper_core::store::Decisions;
+use ratekeeper_core::{Algorithm, Decision, Policy};
+
+use super::{
+    RATELIMIT, RATELIMIT_LIMIT, RATELIMIT_POLICY, RATELIMIT_REMAINING, RATELIMIT_RESET, Reporter,
+    X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
+};
+
+/// Which rate-limit headers to send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum HeaderStyle {
+    /// `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` (the default).
+    #[default]
+    XRateLimit,
+    /// `RateLimit-Policy` and `RateLimit` per draft-ietf-httpapi-ratelimit-headers-11: one
+    /// named item per policy.
+    Ietf,
+    /// `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` (delta seconds) as in
+    /// drafts -00 to -03, reporting the policy closest to exhaustion.
+    IetfLegacy,
+    /// [`HeaderStyle::XRateLimit`] and [`HeaderStyle::Ietf`] together.
+    Both,
+    /// No rate-limit headers (a 429 still carries `Retry-After`).
+    None,
+}
+
+/// How reset values are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ResetFormat {
+    /// Seconds until the quota is fully available again, rounded up (the default).
+    #[default]
+    DeltaSeconds,
+    /// Unix time in seconds at which the quota is fully available again, rounded up. Only
+    /// `X-RateLimit-Reset` uses it; the IETF fields are always delta seconds.
+    UnixEpoch,
+}
+
+/// Sets `name` to `value`. With `merge`, when the field already holds lists of policy items
+/// (each line starting with a quoted name, as draft-ietf-httpapi-ratelimit-headers-11 §3 and
+/// §4 define them; an inner ratekeeper layer writes these), the field becomes those lists,
+/// every line of them, followed by `value` (RFC 9651 §3.1: a List may be split across field
+/// lines, and joining with ", " is the same List), on a single field line. Lines that are not
+/// policy lists are dropped.
+fn insert_or_append(headers: &mut HeaderMap, name: &HeaderName, value: HeaderValue, merge: bool) {
+    let joined = merge
+        .then(|| {
+            let mut v = Vec::new();
+            for old in headers.get_all(name) {
+                if old.as_bytes().starts_with(b"\"") {
+                    v.extend_from_slice(old.as_bytes());
+                    v.extend_from_slice(b", ");
+                }
+            }
+            if v.is_empty() {
+                return None;
+            }
+            v.extend_from_slice(value.as_bytes());
+            HeaderValue::from_bytes(&v).ok()
+        })
+        .flatten();
+    headers.insert(name.clone(), joined.unwrap_or(value));
+}
+
+/// A reset value at or above this is a Unix time, below it a delta (1e9 s is 2001-09-09,
+/// and 31 years: no window is that long). Lets a layer compare an inner layer's reset
+/// whatever [`ResetFormat`] that one writes.
+const EPOCH_RESET_FROM: u64 = 1_000_000_000;
+
+/// This layer's reset for one policy: the value written, and the same as delta seconds.
+#[derive(Clone, Copy)]
+struct Reset {
+    value: u64,
+    delta: u64,
+}
+
+/// Writes one policy's limit, remaining and reset (`None`: no window, the field is removed)
+/// under `names`, replacing what was there.
+///
+/// With `merge` (a response from the inner service: an inner ratekeeper layer, or a handler
+/// passing on an upstream's headers, may have reported already), an earlier report that is
+/// complete (limit and remaining numbers, reset a number or absent) and more restrictive
+/// (fewer remaining, or as many and a later reset, compared as delta seconds; `now_secs`
+/// gives the Unix time for an earlier reset written as one) is put back, so the client sees
+/// the tighter of the two limits, as one consistent set.
+fn single_policy(
+    headers: &mut HeaderMap,
+    names: [&HeaderName; 3],
+    shown: Shown,
+    reset: Option<Reset>,
+    merge: bool,
+    now_secs: impl FnOnce() -> u64,
+) {
+    let [limit_name, remaining_name, reset_name] = names;
+    let old_limit = headers.insert(limit_name.clone(), number(shown.limit.into()));
+    let old_remaining = headers.insert(remaining_name.clone(), number(shown.remaining.into()));
+    let old_reset = match reset {
+        Some(reset) => headers.insert(reset_name.clone(), number(reset.value)),
+        None => headers.remove(reset_name),
+    };
+    if !merge {
+        return;
+    }
+    let (Some(_), Some(prior)) = (
+        old_limit.as_ref().and_then(parse_number),
+        old_remaining.as_ref().and_then(parse_number),
+    ) else {
+        return;
+    };
+    let prior_reset = match old_reset.as_ref().map(parse_number) {
+        None => 0,
+        Some(None) => return,
+        Some(Some(at)) if at >= EPOCH_RESET_FROM => at.saturating_sub(now_secs()),
+        Some(Some(delta)) => delta,
+    };
+    let mine = u64::from(shown.remaining);
+    if prior < mine || (prior == mine && prior_reset > reset.map_or(0, |r| r.delta)) {
+        let restore = [
+            (limit_name, old_limit),
+            (remaining_name, old_remaining),
+            (reset_name, old_reset),
+        ];
+        for (name, old) in restore {
+            match old {
+                Some(value) => headers.insert(name.clone(), value),
+                None => headers.remove(name),
+            };
+        }
+    }
+}
+
+/// A header value holding a decimal number, as the single-policy styles write.
+fn parse_number(value: &HeaderValue) -> Option<u64> {
+    value.to_str().ok()?.trim().parse().ok()
+}
+
+pub(super) fn join_items<'a>(items: impl Iterator<Item = &'a str>, pk: Option<&str>) -> String {
+    let mut out = String::new();
+    for item in items {
+        if !out.is_empty() {
+            out.push_str(", ");
+        }
+        out.push_str(item);
+        if let Some(pk) = pk {
+            out.push_str(";pk=");
+            out.push_str(pk);
+        }
+    }
+    out
+}
+
+/// The advertised quota of `policy` as `(q, w)`: the most a client can ever see remaining
+/// (`X-RateLimit-Limit`, the IETF `q`) and the window it refers to in whole seconds (the
+/// IETF `w`, at least 1).
+///
+/// For GCRA and the leaky bucket `q` is the capacity (the burst) and `w` the time an empty
+/// bucket takes to refill completely, burst × emission interval, rounded up to whole
+/// seconds; so `q / w` is the sustained rate and `0 <= remaining <= q` always holds, also
+/// when the burst is larger than the per-period limit. Window algorithms (fixed window,
+/// sliding log, sliding window) and the concurrency limit keep `limit` and the period.
+///
+/// ```text
+/// GCRA 1 per 1 s, burst 10       q=10  w=10
+/// GCRA 100 per 60 s, burst 10    q=10  w=6     (emission interval 600 ms)
+/// GCRA 10 per 60 s, burst 10     q=10  w=60
+/// fixed window 100 per 60 s      q=100 w=60
+/// ```
+pub(crate) fn advertised_quota(policy: &Policy) -> (u32, u64) {
+    let quota = policy.quota();
+    let q = policy.capacity();
+    let window = match policy.algorithm() {
+        Algorithm::Gcra | Algorithm::LeakyBucket => Duration::from_nanos(quota.tolerance_nanos()),
+        _ => quota.period(),
+    };
+    // `w` must be a positive integer: sub-second windows round up to 1 s.
+    (q, ceil_secs(window).max(1))
+}
+
+/// What the single-policy styles show for one decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Shown {
+    /// The advertised quota ([`advertised_quota`]).
+    pub(super) limit: u32,
+    /// Whole requests left, never above `limit`.
+    pub(super) remaining: u32,
+}
+
+impl Reporter {
+    /// The limit and remaining shown for `d`, the decision of the layer's policy `policy`:
+    /// the policy's advertised quota, and the remaining clamped to it, so that
+    /// `0 <= remaining <= limit` holds on every response (also for state written under
+    /// other parameters). Without a policy index, the only policy's (see
+    /// [`Reporter::needs_policy_indices`]), else the decision's own limit.
+    pub(super) fn shown(&self, policy: Option<usize>, d: &Decision) -> Shown {
+        let policy = policy.or_else(|| (self.limits.len() == 1).then_some(0));
+        let limit = policy
+            .and_then(|i| self.limits.get(i).copied())
+            .unwrap_or_else(|| d.limit());
+        Shown {
+            limit,
+            remaining: d.remaining().min(limit),
+        }
+    }
+
+    /// Whether [`Reporter::headers`] needs the layer's policy index of each decision: for
+    /// the IETF fields (they name every policy), and with several policies (the deciding
+    /// one's advertised quota). With one policy and a single-policy style an empty slice
+    /// will do, which spares collecting the indices per request.
+    pub(crate) fn needs_policy_indices(&self) -> bool {
+        matches!(self.style, HeaderStyle::Ietf | HeaderStyle::Both) || self.limits.len() > 1
+    }
+
+    /// The decision the single-policy styles report (the one closest to exhaustion, the
+    /// denying one on a 429) and what they show for it.
+    pub(super) fn deciding<'d>(
+        &self,
+        decisions: &'d Decisions,
+        policies: &[usize],
+    ) -> Option<(&'d Decision, Shown)> {
+        let i = decisions.deciding()?;
+        let d = decisions.as_slice().get(i)?;
+        Some((d, self.shown(policies.get(i).copied(), d)))
+    }
+
+    pub(super) fn reset_value(&self, d: &Decision, unix_now: impl FnOnce() -> Duration) -> u64 {
+        match self.reset {
+            ResetFormat::DeltaSeconds => ceil_secs(d.reset_after()),
+            ResetFormat::UnixEpoch => ceil_secs(unix_now().saturating_add(d.reset_after())),
+        }
+    }
+
+    /// Adds the rate-limit headers for `decisions`, so that each appears once.
+    ///
+    /// The response may already report a limit: nested layers (a global `Router::layer`
+    /// around a per-route `route_layer`), or a handler passing on an upstream's headers. The
+    /// single-policy styles then keep the more restrictive of the two (fewer remaining, then
+    /// the later reset), read back from the values the inserts replace, so the common case
+    /// (nothing there yet) costs nothing extra; the IETF lists get this layer's items
+    /// appended (RFC 9651 §3.1).
+    pub(crate) fn headers(
+        &self,
+        decisions: &Decisions,
+        policies: &[usize],
+        pk: Option<&str>,
+        unix_now: impl FnOnce() -> Duration,
+        headers: &mut HeaderMap,
+    ) {
+        self.write_headers(decisions, policies, pk, unix_now, headers, true);
+    }
+
+    /// [`Reporter::headers`], merging with an earlier report only when `merge`.
+    pub(super) fn write_headers(
+        &self,
+        decisions: &Decisions,
+        policies: &[usize],
+        pk: Option<&str>,
+        unix_now: impl FnOnce() -> Duration,
+        headers: &mut HeaderMap,
+        merge: bool,
+    ) {
+        let Some((d, shown)) = self.deciding(decisions, policies) else {
+            return;
+        };
+        let (x, ietf, legacy) = match self.style {
+            HeaderStyle::XRateLimit => (true, false, false),
+            HeaderStyle::Ietf => (false, true, false),
+            HeaderStyle::IetfLegacy => (false, false, true),
+            HeaderStyle::Both => (true, true, false),
+            HeaderStyle::None => (false, false, false),
+        };
+        // Read at most once, and only for a Unix-time reset.
+        let unix_now = LazyCell::new(unix_now);
+        let delta = ceil_secs(d.reset_after());
+        if x {
+            let reset = (!self.windowless).then(|| Reset {
+                value: self.reset_value(d, || *unix_now),
+                delta,
+            });
+            single_policy(
+                headers,
+                [
+                    &X_RATELIMIT_LIMIT,
+                    &X_RATELIMIT_REMAINING,
+                    &X_RATELIMIT_RESET,
+                ],
+                shown,
+                reset,
+                merge,
+                || unix_now.as_secs(),
+            );
+        }
+        if legacy {
+            let reset = (!self.windowless).then_some(Reset {
+                value: delta,
+                delta,
+            });
+            single_policy(
+                headers,
+                [&RATELIMIT_LIMIT, &RATELIMIT_REMAINING, &RATELIMIT_RESET],
+                shown,
+                reset,
+                merge,
+                || unix_now.as_secs(),
+            );
+        }
+        if ietf {
+            self.ietf_headers(decisions, policies, pk, headers, merge);
+        }
+    }
+
+    fn ietf_headers(
+        &self,
+        decisions: &Decisions,
+        policies: &[usize],
+        pk: Option<&str>,
+        headers: &mut HeaderMap,
+        merge: bool,
+    ) {
+        // The policies this request was charged to (a resolver may pick a subset).
+        let every_policy = policies.len() == self.policy_items.len()
+            && policies.iter().enumerate().all(|(i, p)| i == *p);
+        let policy = match pk {
+            None if every_policy => self.policy_value.clone(),
+            _ => HeaderValue::try_from(join_items(
+                policies
+                    .iter()
+                    .filter_map(|&i| self.policy_items.get(i))
+                    .map(|s| &**s),
+                pk,
+            ))
+            .ok(),
+        };
+        if let Some(policy) = policy {
+            insert_or_append(headers, &RATELIMIT_POLICY, policy, merge);
+        }
+        let mut state = String::new();
+        for (&i, d) in policies.iter().zip(decisions.as_slice()) {
+            let name = self.names.get(i).map_or("", |n| &**n);
+            if !state.is_empty() {
+                state.push_str(", ");
+            }
+            // Writing to a String cannot fail.
+            let _ = write!(state, "\"{name}\";r={}", self.shown(Some(i), d).remaining);
+            if !self.windowless {
+                let _ = write!(state, ";t={}", ceil_secs(d.reset_after()));
+            }
+            if let Some(pk) = pk {
+                state.push_str(";pk=");
+                state.push_str(pk);
+            }
+        }
+        if let Ok(value) = HeaderValue::try_from(state) {
+            insert_or_append(headers, &RATELIMIT, value, merge);
+        }
+    }
+}
+
+/// Header values for 0..SMALL_NUMBERS are made once per process and cloned for free.
+const SMALL_NUMBERS: usize = 1024;
+
+/// A header value holding `n` in decimal: a clone of a precomputed static value below 1024
+/// (no allocation, no shared counter), otherwise a fresh one.
+pub(super) fn number(n: u64) -> HeaderValue {
+    static SMALL: OnceLock<Vec<HeaderValue>> = OnceLock::new();
+    let small = SMALL.get_or_init(|| {
+        // One string of all the digits, leaked once (about 3 KiB) so that the values are
+        // `'static` and cloning them touches no reference count.
+        let mut text = String::new();
+        let mut ends = Vec::with_capacity(SMALL_NUMBERS);
+        for i in 0..SMALL_NUMBERS {
+            text.push_str(itoa::Buffer::new().format(i));
+            ends.push(text.len());
+        }
+        let text: &'static str = Box::leak(text.into_boxed_str());
+        let mut start = 0;
+        ends.into_iter()
+            .map(|end| {
+                let digits = text.get(start..end).unwrap_or("0");
+                start = end;
+                HeaderValue::from_static(digits)
+            })
+            .collect()
+    });
+    usize::try_from(n)
+        .ok()
+        .and_then(|i| small.get(i))
+        .cloned()
+        .unwrap_or_else(|| HeaderValue::from(n))
+}

@@ -1,0 +1,129 @@
+//! What clients see: rate-limit headers, `Retry-After`, and the 429 body.
+//!
+//! The header fields and their syntax:
+//!
+//! - `Retry-After` (RFC 9110 §10.2.3) as delay-seconds rounded **up**, at least 1, on every
+//!   429 except "cost can never fit" (which has no honest retry time).
+//! - [`HeaderStyle::XRateLimit`] (the default): `X-RateLimit-Limit` / `-Remaining` / `-Reset`,
+//!   the de-facto headers. The policy closest to exhaustion is reported (the denying one on a
+//!   429). Reset is delta-seconds rounded up ([`ResetFormat::DeltaSeconds`], the default) or
+//!   Unix epoch seconds ([`ResetFormat::UnixEpoch`]).
+//! - [`HeaderStyle::Ietf`]: `RateLimit-Policy` and `RateLimit` of
+//!   draft-ietf-httpapi-ratelimit-headers-11, both Structured Field Lists (RFC 9651 §3.1) with
+//!   one named item per policy: `"name";q=<quota>;w=<window s>` and `"name";r=<remaining>;t=<reset s>`.
+//!   With [`PartitionKey`] set, each item also carries `pk`, a Byte Sequence (RFC 9651 §3.3.5)
+//!   holding a salted SHA-256 of the key, never the key itself.
+//! - [`HeaderStyle::IetfLegacy`]: the three fields of drafts -00 to -03 (`RateLimit-Limit`,
+//!   `RateLimit-Remaining`, `RateLimit-Reset` as delta seconds), for older clients.
+//! - [`HeaderStyle::Both`] (X-RateLimit and IETF -11) and [`HeaderStyle::None`].
+//! - The advertised quota (`X-RateLimit-Limit`, `RateLimit-Limit`, the IETF `q`) is the most
+//!   that Remaining can ever show, so `0 <= Remaining <= Limit` always holds: for GCRA and the
+//!   leaky bucket it is the capacity (the burst), and `w` the time an empty bucket takes to
+//!   refill completely (burst × emission interval, rounded up to whole seconds), so `q / w` is
+//!   the sustained rate ("1 per second, burst 10" is `q=10;w=10`); window algorithms report
+//!   `limit` and the period.
+//! - 429 responses carry `Cache-Control: no-store` (RFC 6585 §4) and, by default
+//!   ([`ProblemJson`]), an RFC 9457 `application/problem+json` body with the quota-exceeded type
+//!   of the draft and `violated-policies`. A [`Rejection`] replaces the body; the layer still
+//!   sets the rate-limit headers, `Retry-After` and `Cache-Control` on whatever it returns, each
+//!   exactly once.
+//!
+//! Every header is written with `insert`, never `append`, so each appears once. A 429's
+//! rate-limit fields replace whatever the [`Rejection`] set. On a response from the inner
+//! service, which may already report a limit (an inner ratekeeper layer, say a per-route
+//! `route_layer` inside a global `Router::layer`, or a handler passing on an upstream's
+//! fields), the `X-RateLimit-*` and legacy `RateLimit-*` fields keep the earlier report when
+//! it is complete (limit and remaining are numbers, reset a number or absent) and more
+//! restrictive: fewer remaining, or as many and a later reset, compared in seconds whether
+//! each side writes delta seconds or a Unix time. Otherwise this layer's three values replace
+//! it. The IETF `RateLimit` / `RateLimit-Policy` fields append this layer's item to the policy
+//! lists already there (every field line that starts with a quoted name), on one line.
+//!
+//! # Example
+//!
+//! ```
+//! use std::convert::Infallible;
+//! use std::num::NonZeroU32;
+//! use bytes::Bytes;
+//! use http::{Request, Response, StatusCode};
+//! use ratekeeper_core::{Policy, Quota};
+//! use ratekeeper_tower::report::{HeaderStyle, Limited, PartitionKey};
+//! use ratekeeper_tower::{GlobalKey, RateLimitLayer};
+//! use tower::{ServiceBuilder, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let layer = RateLimitLayer::builder()
+//!     .policy(Policy::new("burst", Quota::per_second(NonZeroU32::new(1).unwrap())))
+//!     .policy(Policy::new("daily", Quota::per_day(NonZeroU32::new(1000).unwrap())))
+//!     .key(GlobalKey)
+//!     .headers(HeaderStyle::Ietf)
+//!     .partition_key(PartitionKey::salted("demo-salt"))
+//!     .rejection(|limited: &Limited<'_>| {
+//!         let mut res = Response::new(Bytes::from_static(b"{\"error\":\"slow down\"}"));
+//!         *res.status_mut() = limited.status();
+//!         res
+//!     })
+//!     .build()?;
+//! let svc = ServiceBuilder::new()
+//!     .layer(layer)
+//!     .service_fn(|_req: Request<String>| async { Ok::<_, Infallible>(Response::new(String::new())) });
+//!
+//! let ok = svc.clone().oneshot(Request::new(String::new())).await?;
+//! // SHA-256("demo-salt" 0x00 "global"), first 16 bytes, base64.
+//! let pk = "pk=:pGNiczWVHyujjdM1jL6klw==:";
+//! assert_eq!(
+//!     ok.headers()["ratelimit-policy"],
+//!     format!("\"burst\";q=1;w=1;{pk}, \"daily\";q=1000;w=86400;{pk}").as_str()
+//! );
+//! assert_eq!(ok.headers()["ratelimit"], format!("\"burst\";r=0;t=1;{pk}, \"daily\";r=999;t=87;{pk}").as_str());
+//!
+//! let limited = svc.clone().oneshot(Request::new(String::new())).await?;
+//! assert_eq!(limited.status(), StatusCode::TOO_MANY_REQUESTS);
+//! assert_eq!(limited.headers()["retry-after"], "1");
+//! assert_eq!(limited.headers()["cache-control"], "no-store");
+//! # Ok(())
+//! # }
+//! ```
+mod headers;
+mod partition_key;
+mod problem;
+mod reporter;
+mod template;
+#[cfg(test)]
+mod tests;
+
+use http::HeaderName;
+
+pub use headers::{HeaderStyle, ResetFormat};
+pub use partition_key::PartitionKey;
+pub(crate) use problem::ProblemParts;
+pub use problem::{Limited, ProblemJson, Rejection};
+pub(crate) use reporter::Reporter;
+
+/// `X-RateLimit-Limit`.
+pub static X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+/// `X-RateLimit-Remaining`.
+pub static X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+/// `X-RateLimit-Reset`.
+pub static X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+/// `RateLimit` (draft-ietf-httpapi-ratelimit-headers-11 §4): current state per policy.
+pub static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+/// `RateLimit-Policy` (draft-ietf-httpapi-ratelimit-headers-11 §3): the policies.
+pub static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// `RateLimit-Limit` (drafts -00 to -03; [`HeaderStyle::IetfLegacy`]).
+pub static RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("ratelimit-limit");
+/// `RateLimit-Remaining` (drafts -00 to -03; [`HeaderStyle::IetfLegacy`]).
+pub static RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("ratelimit-remaining");
+/// `RateLimit-Reset` (drafts -00 to -03, delta seconds; [`HeaderStyle::IetfLegacy`]).
+pub static RATELIMIT_RESET: HeaderName = HeaderName::from_static("ratelimit-reset");
+/// `RateLimit-Degraded`: set on a response that a degraded-response fallback produced
+/// instead of a 429 (see [`crate::rate_limit::Fallback`]). Its value is a Structured Field
+/// String (RFC 9651 §3.3.3) naming the policy that limited the request, e.g.
+/// `RateLimit-Degraded: "burst"`, or `"store-unavailable"` when the store could not decide.
+/// This field is ratekeeper's own, not part of any standard.
+pub static RATELIMIT_DEGRADED: HeaderName = HeaderName::from_static("ratelimit-degraded");
+
+/// The problem type of a 429 (draft-ietf-httpapi-ratelimit-headers, IANA HTTP problem types).
+pub const QUOTA_EXCEEDED_TYPE: &str =
+    "https://iana.org/assignments/http-problem-types#quota-exceeded";

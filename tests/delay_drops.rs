@@ -1,0 +1,149 @@
+//! Delay mode: a waiter dropped while others queue behind it never lets two requests into
+//! the handler closer than the emission interval `T`, whichever waiters are dropped and in
+//! whatever order (a refund gives back only what the dropped charge still holds, never a slot
+//! booked by a later reservation).
+//!
+//! GCRA, burst 1, `T` per request. One request passes at once and four waiters reserve the
+//! turns at T, 2T, 3T and 4T; some are dropped (first, middle, last, all but one, several in
+//! different orders) a little later; then three new requests arrive. Every request still
+//! alive gets its 200, and the handler's entry times are at least `T` apart.
+//!
+//! Memory store: exact reservations on tokio's paused clock (exact times). Redis: no exact
+//! reservation (waiters hold nothing and re-check after the store's `retry_after`), real
+//! time; Redis admits on its own clock and the entry times are taken on the app's, so they
+//! may differ by the loopback round trip's jitter (a tolerance of a few ms; the defect this
+//! guards against lets two requests in at the same instant).
+
+use std::convert::Infallible;
+use std::future::{Ready, ready};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http::{Request, Response, StatusCode};
+use ratekeeper_axum::core::store::redis::RedisStore;
+use ratekeeper_axum::core::store::{MemoryStore, Store};
+use ratekeeper_axum::rate_limit::{Mode, TokioClock};
+use ratekeeper_axum::{GlobalKey, Key, Policy, Quota, RateLimitLayer};
+use ratekeeper_tests::redis::RedisServer;
+use tokio::time::Instant;
+use tower::{Service, ServiceExt, service_fn};
+
+/// Which waiters (1..=4) are dropped, in this order.
+const DROPS: [&[usize]; 8] = [
+    &[1],
+    &[2],
+    &[4],
+    &[1, 2, 3],
+    &[4, 3],
+    &[2, 4],
+    &[3, 2, 1],
+    &[1, 2, 3, 4],
+];
+
+type Entries = Arc<Mutex<Vec<Instant>>>;
+
+/// Runs one drop order; returns the handler's entry times, sorted.
+async fn run<St: Store<Key>>(
+    store: St,
+    t: Duration,
+    drops: &[usize],
+    settle: Duration,
+) -> Vec<Instant> {
+    let layer = RateLimitLayer::builder()
+        .policy(Policy::new("p", Quota::new(1, t).unwrap()))
+        .key(GlobalKey)
+        .store(store)
+        .mode(Mode::Delay { max_wait: t * 20 })
+        .build()
+        .unwrap();
+    let entries: Entries = Arc::default();
+    let log = Arc::clone(&entries);
+    let handler = move |_req: Request<()>| -> Ready<Result<Response<String>, Infallible>> {
+        log.lock().unwrap().push(Instant::now());
+        ready(Ok(Response::new(String::new())))
+    };
+    let mut svc = tower::Layer::layer(&layer, service_fn(handler));
+    // The first request passes at once; waiters 1..=4 reserve (or, on Redis, start waiting).
+    let first = svc.ready().await.unwrap().call(Request::new(())).await;
+    assert_eq!(first.unwrap().status(), StatusCode::OK);
+    // Index 0 stands for the first request.
+    let mut tasks = vec![None];
+    for _ in 0..4 {
+        let future = svc.ready().await.unwrap().call(Request::new(()));
+        tasks.push(Some(tokio::spawn(future)));
+    }
+    tokio::time::sleep(settle).await;
+    for &i in drops {
+        if let Some(task) = &tasks[i] {
+            task.abort();
+        }
+        // Let the aborted task drop its future (and refund) before the next one.
+        tokio::task::yield_now().await;
+    }
+    for _ in 0..3 {
+        let future = svc.ready().await.unwrap().call(Request::new(()));
+        tasks.push(Some(tokio::spawn(future)));
+    }
+    // Every request not dropped is served; a dropped one is cancelled, unless (Redis, where
+    // waiters are not ordered) it had already been served when it was dropped.
+    let mut served = 1;
+    for (i, task) in tasks.into_iter().enumerate() {
+        let Some(task) = task else { continue };
+        match task.await {
+            Ok(res) => {
+                assert_eq!(res.unwrap().status(), StatusCode::OK, "request {i}");
+                served += 1;
+            }
+            Err(err) => assert!(err.is_cancelled() && drops.contains(&i), "request {i}"),
+        }
+    }
+    assert!(
+        served >= 5 - drops.len() + 3,
+        "drops {drops:?}: {served} served"
+    );
+    let mut entries = entries.lock().unwrap().clone();
+    entries.sort();
+    assert_eq!(entries.len(), served, "drops {drops:?}");
+    entries
+}
+
+/// The smallest gap between consecutive entries.
+fn min_gap(entries: &[Instant]) -> Duration {
+    entries
+        .windows(2)
+        .map(|w| w[1].duration_since(w[0]))
+        .min()
+        .unwrap_or(Duration::MAX)
+}
+
+#[tokio::test(start_paused = true)]
+async fn memory_store_dropped_waiters_never_let_two_in_closer_than_t() {
+    let t = Duration::from_millis(100);
+    for drops in DROPS {
+        let store = MemoryStore::with_clock(TokioClock::new());
+        let entries = run(store, t, drops, Duration::from_millis(50)).await;
+        let gap = min_gap(&entries);
+        assert!(gap >= t, "drops {drops:?}: two requests {gap:?} apart");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_store_dropped_waiters_never_let_two_in_closer_than_t() {
+    let server = RedisServer::start();
+    let t = Duration::from_millis(200);
+    let jitter = Duration::from_millis(20);
+    for (n, drops) in DROPS.into_iter().enumerate() {
+        let store = RedisStore::builder()
+            .prefix(format!("drops{n}"))
+            .deadline(Duration::from_secs(2))
+            .standalone(&server.url())
+            .await
+            .expect("redis store");
+        let entries = run(store, t, drops, Duration::from_millis(50)).await;
+        let gap = min_gap(&entries);
+        assert!(
+            gap + jitter >= t,
+            "drops {drops:?}: two requests {gap:?} apart"
+        );
+    }
+}
