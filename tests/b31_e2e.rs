@@ -161,3 +161,83 @@ async fn b31_without_keep_the_slot_ends_with_the_101() {
     }
     assert_eq!(second, 101);
 }
+
+/// A `CONNECT` tunnel (HTTP/1.1 here; HTTP/2 extended CONNECT, RFC 8441, is how WebSockets
+/// run over HTTP/2) carries no `Upgrade` header field, yet its session also outlives the
+/// response: its handler gets an `UpgradeSlot` too and holds the slot until the tunnel closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b31_connect_tunnel_holds_its_slot_until_the_tunnel_closes() {
+    async fn tunnel(mut req: Request) -> Response {
+        let permit = req
+            .extensions()
+            .get::<UpgradeSlot>()
+            .and_then(UpgradeSlot::keep);
+        let kept = permit.is_some();
+        let on_upgrade = hyper::upgrade::on(&mut req);
+        tokio::spawn(async move {
+            let _slot = permit;
+            if let Ok(upgraded) = on_upgrade.await {
+                let mut io = TokioIo::new(upgraded);
+                let mut buf = [0u8; 64];
+                // Until the client closes the tunnel (bounded by the test's timeouts).
+                while let Ok(Ok(n)) = tokio::time::timeout(LIMIT, io.read(&mut buf)).await {
+                    if n == 0 {
+                        break;
+                    }
+                }
+            }
+        });
+        Response::builder()
+            .status(StatusCode::OK)
+            .header("x-slot-kept", if kept { "yes" } else { "no" })
+            .body(Body::empty())
+            .unwrap()
+    }
+    let app = Router::new()
+        .fallback(tunnel)
+        .layer(ConcurrencyLimitLayer::new(NonZeroU32::MIN).key(GlobalKey));
+    let addr = spawn(app).await;
+    let connect = async || {
+        let mut socket = tokio::time::timeout(LIMIT, TcpStream::connect(addr))
+            .await
+            .expect("connect in time")
+            .expect("connect");
+        let request = "CONNECT 192.0.2.1:443 HTTP/1.1\r\nHost: 192.0.2.1:443\r\n\r\n";
+        socket.write_all(request.as_bytes()).await.expect("send");
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            let n = tokio::time::timeout(LIMIT, socket.read(&mut byte))
+                .await
+                .expect("response in time")
+                .expect("read");
+            assert!(n == 1 && head.len() < 16_384, "bad response head: {head:?}");
+            head.push(byte[0]);
+        }
+        (socket, String::from_utf8(head).expect("ASCII head"))
+    };
+
+    let (a, head) = connect().await;
+    assert_eq!(status(&head), 200, "{head}");
+    assert_eq!(header(&head, "x-slot-kept"), Some("yes"), "{head}");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (_b, head) = connect().await;
+    assert_eq!(
+        status(&head),
+        429,
+        "a second tunnel while the first is open: {head}"
+    );
+    assert_eq!(header(&head, "retry-after"), Some("1"), "{head}");
+
+    drop(a);
+    let mut next = 0;
+    for _ in 0..100 {
+        let (_socket, head) = connect().await;
+        next = status(&head);
+        if next == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(next, 200, "the slot came back after the tunnel closed");
+}

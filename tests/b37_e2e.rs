@@ -189,3 +189,29 @@ async fn b37_remaining_never_exceeds_limit_for_any_algorithm() {
         }
     }
 }
+
+/// Case B37 names the leaky bucket with GCRA: the same exact values for P1 and P2 in both
+/// header styles (Limit and `q` 10, `w` 10 and 6, Remaining 9..0, then a 429 with Limit 10).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b37_leaky_bucket_limit_is_the_burst() {
+    for (name, q, w) in [
+        ("p1", quota(1, 1_000, 10), 10),
+        ("p2", quota(100, 60_000, 10), 6),
+    ] {
+        let policy = Policy::new(name, q).with_algorithm(Algorithm::LeakyBucket);
+        let server = serve(policy, HeaderStyle::Both).await;
+        let want_policy = format!("\"{name}\";q=10;w={w}");
+        for i in 0..11u64 {
+            let seen = get(&server).await;
+            let what = format!("{name} #{}", i + 1);
+            assert_eq!(seen.status, if i < 10 { 200 } else { 429 }, "{what}");
+            assert_eq!(seen.x, Some((10, 9 - i.min(9))), "{what}");
+            let (policy, state) = seen.ietf.expect("IETF fields on every response");
+            assert_eq!(policy, want_policy, "{what}");
+            assert!(
+                state.starts_with(&format!("\"{name}\";r={};t=", 9 - i.min(9))),
+                "{what}: {state}"
+            );
+        }
+    }
+}

@@ -990,11 +990,13 @@ async fn b26_refund_after_rollover_frees_nothing_redis() {
     let fw = Policy::new("fw", quota(2, 60_000, 2)).with_algorithm(Algorithm::FixedWindow);
     let sw = Policy::new("sw", quota(2, 60_000, 2)).with_algorithm(Algorithm::SlidingWindow);
     let gcra = Policy::new("gcra", quota(2, 60_000, 2)); // one unit per 30 000 ms, burst 2
+    let lb = Policy::new("lb", quota(2, 60_000, 2)).with_algorithm(Algorithm::LeakyBucket);
     // (policy, R1, R2 and R3, refund, R4, R4's Retry-After in s), times in ms.
     let table = [
         (&fw, 59_000, 60_500, 61_000, 62_000, 58),
         (&sw, 0, 120_500, 121_000, 122_000, 88),
         (&gcra, 0, 120_000, 120_000, 120_001, 30),
+        (&lb, 0, 120_000, 120_000, 120_001, 30),
     ];
     for (policy, r1, r23, refund_at, r4, retry_s) in table {
         let clock = ManualClock::new();
@@ -1284,4 +1286,29 @@ fn b36_app_clock_skew_never_fails_open() {
         })
         .collect();
     assert!(degraded.is_empty(), "{degraded:?}");
+}
+
+/// Case B37 on the Redis store: for GCRA and the leaky bucket a decision's limit is the burst
+/// (P1 "1 per 1 000 ms, burst 10", P2 "100 per 60 000 ms, burst 10"), Remaining counts down
+/// from 9 and never exceeds it, and the 11th request is denied with the same limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b37_redis_limit_is_the_burst() {
+    let server = RedisServer::start();
+    for algorithm in [Algorithm::Gcra, Algorithm::LeakyBucket] {
+        for (name, q) in [("p1", quota(1, 1_000, 10)), ("p2", quota(100, 60_000, 10))] {
+            let policy = Policy::new(name, q).with_algorithm(algorithm);
+            let clock = ManualClock::new();
+            let (store, id) =
+                timed_store(&server, &clock, &format!("b37-{algorithm}"), &policy).await;
+            let charge = [(id, Key::from("client"), 1)];
+            for i in 0..11u32 {
+                let d = store.check_async(&charge).await.expect("decided by Redis");
+                let decision = d.as_slice()[0];
+                let what = format!("{algorithm} {name} #{}", i + 1);
+                assert_eq!(d.is_allowed(), i < 10, "{what}");
+                assert_eq!(decision.limit(), 10, "{what}");
+                assert_eq!(decision.remaining(), 9 - i.min(9), "{what}");
+            }
+        }
+    }
 }

@@ -72,7 +72,8 @@
 //!   (`handler.with_state(())`) instead of a 429, marked `RateLimit-Degraded`.
 //! - [`report::Rejection`]: replace the problem+json 429 body.
 //! - [`concurrency::ConcurrencyLimitLayer`]: at most n requests in flight per key, until the
-//!   response body ends.
+//!   response body ends; a WebSocket or other upgrade keeps its slot for the whole session
+//!   when its handler calls [`concurrency::UpgradeSlot::keep`].
 //!
 //! # One limit for the whole app, at the lowest cost
 //!

@@ -112,7 +112,7 @@ impl Policy {
     /// use std::time::Duration;
     /// use ratekeeper_core::{Algorithm, Policy};
     ///
-    /// // Case B37: "1 per second, burst 10" advertises 10 per 10 s; "100 per minute, burst
+    /// // "1 per second, burst 10" advertises 10 per 10 s; "100 per minute, burst
     /// // 10" advertises 10 per 6 s.
     /// let p1 = Policy::new("p1", "1/s burst 10".parse()?);
     /// assert_eq!(p1.advertised(), (10, Duration::from_secs(10)));

@@ -1,7 +1,7 @@
 //! Quotas: `limit` units per `period`, with a `burst` (bucket capacity).
 //!
 //! A [`Quota`] is validated when it is built, so a limiter can never be silently built as
-//! "unlimited" or "deny all" (see case B11): a zero limit, a zero period, a zero burst or a
+//! "unlimited" or "deny all": a zero limit, a zero period, a zero burst or a
 //! period longer than `u64::MAX` nanoseconds (about 584 years) is a [`QuotaError`].
 //!
 //! # Example

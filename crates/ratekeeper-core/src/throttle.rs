@@ -6,7 +6,7 @@
 //! computes. It is bounded:
 //!
 //! - a cost larger than a policy's capacity fails at once with [`ThrottleError::CannotFit`]
-//!   and never sleeps (case B10);
+//!   and never sleeps;
 //! - when the wait would end after `max_wait`, it fails at once with
 //!   [`ThrottleError::WouldExceedDeadline`] instead of sleeping in vain;
 //! - a denied attempt charges nothing, so waiting never moves the state.

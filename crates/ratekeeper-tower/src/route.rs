@@ -1,8 +1,7 @@
 //! Per-route costs and limits keyed by the **route template**, not the raw path.
 //!
 //! A limiter that keys on `req.uri().path()` gives `/login`, `/login/`, `/LOGIN`, `//login`
-//! and `/%6Cogin` separate buckets whenever the router sends them to the same handler (case
-//! B24). Here routes are identified by method and the template the router matched
+//! and `/%6Cogin` separate buckets whenever the router sends them to the same handler. Here routes are identified by method and the template the router matched
 //! (`/users/{id}/avatar`), read from axum's `MatchedPath` (feature `axum`) or a
 //! [`RouteTemplate`] extension that another router inserts. Whatever spelling reaches a
 //! handler, it is charged that handler's cost and bucket; spellings the router does not

@@ -21,7 +21,7 @@ pub struct FixedWindowState {
 ///
 /// **Anchoring:** windows are aligned to multiples of the period from the clock's origin
 /// (time 0): window `i` is `[i * W, (i + 1) * W)`. It does not start at a key's first hit.
-/// This is the documented, tested property of case B13. Because of it, a client may spend
+/// This is documented and tested behaviour. Because of it, a client may spend
 /// `limit` at the end of one window and `limit` again at the start of the next: up to
 /// `2 * limit` inside one period around a boundary (the "boundary double burst"). Use
 /// [`SlidingLog`](super::SlidingLog) or [`SlidingWindow`](super::SlidingWindow) when that
@@ -48,7 +48,7 @@ pub struct FixedWindowState {
 /// `n > limit` is [`Outcome::CannotFit`]; `n = 0` always passes and charges nothing.
 ///
 /// **Parameters in force:** a stored count above `limit` (written under a larger quota) is
-/// read as `limit`, so a lowered limit applies at once (case B27: 50 used under "100 per
+/// read as `limit`, so a lowered limit applies at once (for example 50 used under "100 per
 /// hour", read under "10 per hour", is a full window: denied until it ends). A charge's
 /// receipt stamp is its window index `i`; a refund gives back only in that same window
 /// ([`FixedWindow::refunded`]).
@@ -61,7 +61,7 @@ pub struct FixedWindowState {
 /// use ratekeeper_core::algorithm::{FixedWindow, FixedWindowState};
 /// use ratekeeper_core::Quota;
 ///
-/// // 2 per 10 s (case B07): windows [0, 10 s), [10 s, 20 s), ...
+/// // 2 per 10 s: windows [0, 10 s), [10 s, 20 s), ...
 /// let fw = FixedWindow::new(&Quota::new(2, Duration::from_secs(10))?);
 /// let ms = 1_000_000;
 /// let (d, state) = fw.decide(FixedWindowState::default(), 9_999 * ms, 1);
@@ -173,7 +173,7 @@ impl FixedWindow {
 
     /// The state after giving back what the charge of `cost` units made in window `stamp`
     /// (its receipt: `floor(t / W)` at the charge) still holds at `now`: `min(cost, count)`
-    /// while `stamp` is still the current window, nothing once it closed (case B26: a late
+    /// while `stamp` is still the current window, nothing once it closed (a late
     /// refund never takes units off the next window's count).
     ///
     /// ```

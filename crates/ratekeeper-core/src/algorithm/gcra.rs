@@ -47,7 +47,7 @@ enum Verdict {
 /// **Parameters in force.** [`Gcra::decide`] and [`Gcra::peek`] read the stored TAT clamped
 /// to `now + tau`, so a TAT written under another quota (a larger period, a larger burst)
 /// is never "fuller than full": the longest wait it can cause is the one this quota needs
-/// from an empty bucket (`n * T`). Case B27: a TAT of 3,600 s written under "1 per hour" and
+/// from an empty bucket (`n * T`). For example, a TAT of 3,600 s written under "1 per hour" and
 /// read at t = 1 s under "100 per minute, burst 100" (tau = 60 s) is read as 61 s, so the
 /// request waits 0.6 s, not an hour.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -295,7 +295,7 @@ impl Gcra {
     /// Delay-mode defect of a dropped waiter). The dropped slot stays unused instead: the
     /// refund gives back nothing rather than someone else's turn. In the last rule every
     /// later charge has proceeded (or an earlier refund moved the TAT): the TAT moves back
-    /// by at most the undrained part of this charge and never below `now` (case B26: a
+    /// by at most the undrained part of this charge and never below `now` (a
     /// charge the bucket already drained gives back nothing).
     ///
     /// ```

@@ -17,7 +17,7 @@ use crate::{Decision, Outcome, Quota};
 ///   it fits in the bucket, otherwise it is refused, exactly like [`Gcra`] with `burst` =
 ///   queue depth. nginx `limit_req` with `burst=b` and no `nodelay` corresponds to burst
 ///   `b + 1` here (nginx counts the request being served apart from the queue), so nginx's
-///   `burst=0` is burst 1 (case B17).
+///   `burst=0` is burst 1.
 /// - **Shaper** ([`LeakyBucket::shape`]): a request that fits is queued and told how long to
 ///   wait so the output leaves smoothly, one unit every `T`: `delay = max(TAT, now) - now`.
 ///   A request whose delay would exceed `max_wait` is refused (and charges nothing). This is

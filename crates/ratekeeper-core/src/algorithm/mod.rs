@@ -1,8 +1,8 @@
 //! Rate-limiting algorithms.
 //!
 //! Every algorithm is a pure decision over `(state, now, cost)`: it never reads a clock.
-//! Stores keep the state per key and update it atomically. All of them share the semantics
-//! of the design (§3): time in integer nanoseconds with saturating arithmetic; a denial
+//! Stores keep the state per key and update it atomically. All of them share these semantics:
+//! time in integer nanoseconds with saturating arithmetic; a denial
 //! charges nothing; `remaining` is whole cost-1 requests that would pass now;
 //! `reset_after` is the time until the state equals "absent"; `retry_after` is exact; a
 //! cost larger than the capacity is [`Outcome::CannotFit`](crate::Outcome::CannotFit); a
@@ -21,7 +21,7 @@
 //! family uses `burst` as its capacity; the window algorithms and the concurrency counter
 //! use `limit` and ignore `burst` ([`Algorithm::capacity`]).
 //!
-//! The boundary trace of case B13 (limit 10 per 60 s, one key, 10 requests at t = 59.9 s
+//! The window-boundary trace (limit 10 per 60 s, one key, 10 requests at t = 59.9 s
 //! then 10 at t = 60.1 s) gives, for the most admitted in any 60 s span:
 //!
 //! | algorithm | admitted | max in any 60 s | the second batch |

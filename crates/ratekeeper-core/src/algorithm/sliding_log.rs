@@ -81,7 +81,7 @@ impl SlidingLogState {
 /// use ratekeeper_core::algorithm::{SlidingLog, SlidingLogState};
 /// use ratekeeper_core::Quota;
 ///
-/// // 10 per minute (case B13): 10 at 59.9 s, then one at 60.1 s is refused until the
+/// // 10 per minute: 10 at 59.9 s, then one at 60.1 s is refused until the
 /// // first entries leave at 119.9 s.
 /// let log = SlidingLog::new(&Quota::new(10, Duration::from_secs(60))?);
 /// let mut state = SlidingLogState::new();
@@ -221,7 +221,7 @@ impl SlidingLog {
 
     /// Gives back what the charge of `cost` units whose entry has timestamp `stamp` (its
     /// receipt) still holds at `now`: at most `cost` units off that entry, while
-    /// `stamp + W > now`. Nothing once the entry expired (case B26), and never units of
+    /// `stamp + W > now`. Nothing once the entry expired, and never units of
     /// another entry.
     ///
     /// ```

@@ -58,7 +58,7 @@ pub struct SlidingWindowState {
 /// use ratekeeper_core::algorithm::{SlidingWindow, SlidingWindowState};
 /// use ratekeeper_core::Quota;
 ///
-/// // Case B13: 10 per minute; 10 at 59.9 s; at 60.1 s the estimate is
+/// // 10 per minute; 10 at 59.9 s; at 60.1 s the estimate is
 /// // 10 * (1 - 100 / 60000) = 9.983, so one more does not fit.
 /// let sw = SlidingWindow::new(&Quota::new(10, Duration::from_secs(60))?);
 /// let ms = 1_000_000;

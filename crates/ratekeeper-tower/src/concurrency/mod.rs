@@ -19,11 +19,13 @@
 //! After a `101 Switching Protocols` the session runs on the upgraded connection, whose end
 //! no response body shows and the layer cannot see: the upgraded I/O reaches the handler
 //! through hyper's `OnUpgrade` extension, which the layer leaves alone so that WebSocket
-//! extractors keep working. So the slot of a request with an `Upgrade` header field is also
-//! offered to the handler as an [`UpgradeSlot`] extension: a handler that accepts the upgrade
-//! calls [`UpgradeSlot::keep`] and moves the [`ConcurrencyPermit`] into the session task, and
-//! the slot stays taken until the session ends. A handler that does not keep it frees the
-//! slot when the `101` has been sent, as for any response whose body has ended.
+//! extractors keep working. So the slot of a request with an `Upgrade` header field, and of
+//! a `CONNECT` request (a tunnel, or a WebSocket over HTTP/2 extended CONNECT, which has no
+//! `Upgrade` field), is also offered to the handler as an [`UpgradeSlot`] extension: a
+//! handler that accepts the upgrade calls [`UpgradeSlot::keep`] and moves the
+//! [`ConcurrencyPermit`] into the session task, and the slot stays taken until the session
+//! ends. A handler that does not keep it frees the slot when the `101` (or the `CONNECT`'s
+//! `200`) has been sent, as for any response whose body has ended.
 //!
 //! ```
 //! use http::{Request, Response, StatusCode};

@@ -1,7 +1,8 @@
-//! Upgrades (HTTP/1.1 `Upgrade`, WebSocket) and their concurrency slot.
+//! Upgrades (HTTP/1.1 `Upgrade`, WebSocket, `CONNECT` tunnels) and their concurrency slot.
 //!
-//! After a `101 Switching Protocols` the connection belongs to the handler's session: its
-//! end is not a response body ending, and nothing on the request path sees it (the upgraded
+//! After a `101 Switching Protocols`, or the `2xx` answer to a `CONNECT` (a proxy tunnel, or
+//! a WebSocket over HTTP/2 extended CONNECT, RFC 8441), the connection or stream belongs to
+//! the handler's session: its end is not a response body ending, and nothing on the request path sees it (the upgraded
 //! I/O goes to the handler through hyper's `OnUpgrade`, which this layer must leave in place
 //! for WebSocket extractors to work). So the layer hands upgrade requests an [`UpgradeSlot`]
 //! in their extensions, and a handler that accepts the upgrade moves the slot into the
@@ -11,15 +12,16 @@
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use http::Request;
 use http::header::UPGRADE;
+use http::{Method, Request};
 
 use super::layer::Permit;
 
 /// The concurrency slot of an upgrade request, in its extensions (see the
 /// [module docs](super#upgrades-and-websocket-sessions)).
 ///
-/// Present on requests with an `Upgrade` header field (a WebSocket handshake, say) that the
+/// Present on requests with an `Upgrade` header field (a WebSocket handshake, say) and on
+/// `CONNECT` requests (tunnels, WebSockets over HTTP/2) that the
 /// [`ConcurrencyLimit`](super::ConcurrencyLimit) admitted. Unless a handler calls
 /// [`UpgradeSlot::keep`], the slot is released when the response body ends, as for any
 /// request, which for a `101` is as soon as it is sent.
@@ -65,9 +67,10 @@ pub(crate) enum Held {
 
 impl Held {
     /// The slot for `req`: shared through an [`UpgradeSlot`] extension when the request asks
-    /// for an upgrade, else owned. Ordinary requests pay one header lookup.
+    /// for an upgrade (an `Upgrade` header field, or `CONNECT`, which has none over HTTP/2),
+    /// else owned. Ordinary requests pay one method comparison and one header lookup.
     pub(crate) fn for_request<B>(permit: Permit, req: &mut Request<B>) -> Self {
-        if !req.headers().contains_key(UPGRADE) {
+        if req.method() != Method::CONNECT && !req.headers().contains_key(UPGRADE) {
             return Self::Own(permit);
         }
         let cell = Arc::new(Mutex::new(Some(permit)));

@@ -1,4 +1,4 @@
-//! The stale-call guard, in Redis time only (one time source; case B36).
+//! The stale-call guard, in Redis time only (one time source).
 //!
 //! A script call that reaches Redis after its caller gave up (the decision deadline passed
 //! and the failure policy already answered) must do nothing, or a paused Redis that resumes
