@@ -6,6 +6,10 @@
 //! would make the policy "unlimited" or "never"). A cost computed per request that exceeds
 //! the burst gets the "cost can never fit" response (429 without `Retry-After`).
 //!
+//! A per-request cost of 0 is a free probe: the request passes and is charged nothing. Never
+//! derive a cost from a value the client controls (a header, a query parameter) without a
+//! floor of 1, or the client can make every request free.
+//!
 //! # Example
 //!
 //! ```

@@ -29,7 +29,7 @@ use crate::{Decision, Policy};
 /// sweep kept (at least 4096), so sweeping costs O(1) amortised per insert and memory stays
 /// within twice the keys that are live. [`MemoryStore::sweep`] runs one on demand.
 /// [`MemoryStore::with_max_keys`] adds a hard cap per policy; keys beyond it share one
-/// overflow budget, so a flood of new keys is still limited (case B03).
+/// overflow budget, so a flood of new keys is still limited.
 ///
 /// Per-key state: one `AtomicU64` for GCRA, the leaky bucket and the concurrency counter
 /// (lock-free CAS); a small `Mutex`-guarded value for the fixed window, the sliding window
