@@ -468,7 +468,10 @@ fn sweep_overflow_state_peeked_retry_after_is_honoured() {
         let daily = denied.as_slice()[1];
         assert_eq!(daily.remaining(), 0, "{first}/{second}: {daily:?}");
         let retry = denied.retry_after().unwrap();
-        assert!(retry > Duration::from_secs(86_000), "{first}/{second}: {retry:?}");
+        assert!(
+            retry > Duration::from_secs(86_000),
+            "{first}/{second}: {retry:?}"
+        );
         // Waiting exactly the Retry-After admits the same request.
         clock.advance(retry);
         assert!(check(&s, "c").is_allowed(), "{first}/{second}");
