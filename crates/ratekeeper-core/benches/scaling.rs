@@ -91,8 +91,11 @@ fn case(algorithm: Algorithm, n: u32, cost: u64, peeked: bool) -> Case {
     Case { store, ids, cost }
 }
 
+/// Builds a case for a given `n`.
+type MakeCase = fn(u32) -> Case;
+
 /// The cases of the table: a name and the case at a given `n`.
-fn cases() -> Vec<(&'static str, fn(u32) -> Case)> {
+fn cases() -> Vec<(&'static str, MakeCase)> {
     vec![
         ("gcra", |n| case(Algorithm::Gcra, n, 1, false)),
         ("leaky-bucket", |n| {
