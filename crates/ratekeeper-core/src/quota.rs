@@ -1,8 +1,17 @@
 //! Quotas: `limit` units per `period`, with a `burst` (bucket capacity).
 //!
 //! A [`Quota`] is validated when it is built, so a limiter can never be silently built as
-//! "unlimited" or "deny all": a zero limit, a zero period, a zero burst or a
-//! period longer than `u64::MAX` nanoseconds (about 584 years) is a [`QuotaError`].
+//! "unlimited" or "deny all": a zero limit, a zero period, a zero burst, a
+//! period longer than `u64::MAX` nanoseconds (about 584 years), or a burst whose refill time
+//! `burst × T` (the GCRA tolerance, `T = period / limit`) exceeds `u64::MAX` ns is a
+//! [`QuotaError`].
+//!
+//! Why the last rule: GCRA and the leaky bucket hold `burst × T` nanoseconds in one `u64`.
+//! If that product saturated, the usable capacity would be `u64::MAX / T` rather than
+//! `burst`, and a cost in between would be refused with a finite wait, again after that
+//! wait, for ever. Refusing the quota keeps capacity, "can never fit" and `Remaining` one
+//! number (`burst`). [`Quota::max_burst`] gives the largest burst a rate accepts: 213,503
+//! for 1 per day (`u64::MAX / 86_400_000_000_000`).
 //!
 //! # Example
 //!
@@ -24,6 +33,9 @@
 //! // Invalid values are typed errors, never panics.
 //! assert_eq!(Quota::new(0, Duration::from_secs(1)), Err(QuotaError::ZeroLimit));
 //! assert_eq!(Quota::new(10, Duration::ZERO), Err(QuotaError::ZeroPeriod));
+//! let daily = Quota::per_day(NonZeroU32::new(1).unwrap());
+//! assert_eq!(daily.max_burst(), 213_503);
+//! assert_eq!(daily.with_burst(213_504), Err(QuotaError::ToleranceTooLong));
 //!
 //! // From strings (configuration files, environment variables).
 //! let parsed: Quota = "60/m burst 10".parse().unwrap();
@@ -71,6 +83,14 @@ pub enum QuotaError {
     /// The burst was 0: nothing could ever pass.
     #[error("quota burst must be at least 1")]
     ZeroBurst,
+    /// `burst × T` (the time an empty bucket takes to refill, `T = ceil(period / limit)`)
+    /// does not fit in `u64` nanoseconds (about 584 years): the bucket could not hold
+    /// `burst` units. [`Quota::max_burst`] is the largest burst the rate accepts.
+    #[error(
+        "quota burst times period / limit must be at most u64::MAX nanoseconds \
+         (about 584 years)"
+    )]
+    ToleranceTooLong,
 }
 
 impl QuotaError {
@@ -78,13 +98,17 @@ impl QuotaError {
     pub fn is_limit(&self) -> bool {
         matches!(self, Self::ZeroLimit)
     }
-    /// Whether the error is about the period.
+    /// Whether the error is about the period ([`QuotaError::ToleranceTooLong`] is about
+    /// both the period and the burst).
     pub fn is_period(&self) -> bool {
-        matches!(self, Self::ZeroPeriod | Self::PeriodTooLong)
+        matches!(
+            self,
+            Self::ZeroPeriod | Self::PeriodTooLong | Self::ToleranceTooLong
+        )
     }
     /// Whether the error is about the burst.
     pub fn is_burst(&self) -> bool {
-        matches!(self, Self::ZeroBurst)
+        matches!(self, Self::ZeroBurst | Self::ToleranceTooLong)
     }
 }
 
@@ -92,7 +116,8 @@ impl QuotaError {
 ///
 /// Derived GCRA values: the emission interval `T = period / limit` (rounded **up** to a whole
 /// nanosecond and at least 1 ns, so the effective rate never exceeds the quota) and the
-/// tolerance `tau = burst * T` (saturating).
+/// tolerance `tau = burst * T`, which every `Quota` keeps within `u64::MAX` ns (exact, never
+/// saturated: a larger one is [`QuotaError::ToleranceTooLong`]).
 ///
 /// `burst` is the capacity of GCRA and the leaky bucket. The window algorithms and the
 /// concurrency counter hold `limit` per window (or in flight) and do not use `burst`; see
@@ -111,32 +136,51 @@ impl Quota {
     ///
     /// # Errors
     ///
-    /// [`QuotaError::ZeroLimit`], [`QuotaError::ZeroPeriod`] or [`QuotaError::PeriodTooLong`].
+    /// [`QuotaError::ZeroLimit`], [`QuotaError::ZeroPeriod`], [`QuotaError::PeriodTooLong`],
+    /// or [`QuotaError::ToleranceTooLong`] when `limit × ceil(period / limit)` exceeds
+    /// `u64::MAX` ns (only for periods within `limit` ns of `u64::MAX`).
     pub fn new(limit: u32, period: Duration) -> Result<Self, QuotaError> {
         let limit = NonZeroU32::new(limit).ok_or(QuotaError::ZeroLimit)?;
         let period_ns = u64::try_from(period.as_nanos()).map_err(|_| QuotaError::PeriodTooLong)?;
         if period_ns == 0 {
             return Err(QuotaError::ZeroPeriod);
         }
-        Ok(Self {
-            limit,
-            period_ns,
-            burst: limit,
-        })
+        Self::from_nanos(limit, period_ns).ok_or(QuotaError::ToleranceTooLong)
     }
 
     /// `limit` per period of `period_ns` nanoseconds, burst = `limit`. Usable in `const`.
     ///
-    /// Returns `None` when `period_ns` is 0.
+    /// Returns `None` when `period_ns` is 0 or `limit × ceil(period_ns / limit)` exceeds
+    /// `u64::MAX` (see [`QuotaError::ToleranceTooLong`]).
     pub const fn from_nanos(limit: NonZeroU32, period_ns: u64) -> Option<Self> {
         if period_ns == 0 {
             return None;
         }
-        Some(Self {
+        let quota = Self {
             limit,
             period_ns,
             burst: limit,
-        })
+        };
+        if quota.fits(limit) { Some(quota) } else { None }
+    }
+
+    /// Whether `burst × T` fits in `u64` nanoseconds.
+    const fn fits(&self, burst: NonZeroU32) -> bool {
+        self.emission_interval_nanos()
+            .checked_mul(burst.get() as u64)
+            .is_some()
+    }
+
+    /// The largest burst [`Quota::with_burst`] accepts at this rate:
+    /// `min(u32::MAX, floor(u64::MAX / T))` with `T` = [`Quota::emission_interval_nanos`],
+    /// so that `burst × T` (the time an empty bucket takes to refill) fits in `u64` ns.
+    pub const fn max_burst(&self) -> u32 {
+        let most = u64::MAX / self.emission_interval_nanos();
+        if most > u32::MAX as u64 {
+            u32::MAX
+        } else {
+            most as u32
+        }
     }
 
     /// `limit` per second, burst = `limit`.
@@ -179,9 +223,13 @@ impl Quota {
     ///
     /// # Errors
     ///
-    /// [`QuotaError::ZeroBurst`] when `burst` is 0.
+    /// [`QuotaError::ZeroBurst`] when `burst` is 0; [`QuotaError::ToleranceTooLong`] when
+    /// `burst` is above [`Quota::max_burst`] (`burst × T` would exceed `u64::MAX` ns).
     pub fn with_burst(self, burst: u32) -> Result<Self, QuotaError> {
         let burst = NonZeroU32::new(burst).ok_or(QuotaError::ZeroBurst)?;
+        if !self.fits(burst) {
+            return Err(QuotaError::ToleranceTooLong);
+        }
         Ok(Self { burst, ..self })
     }
 
@@ -217,7 +265,9 @@ impl Quota {
         if t == 0 { 1 } else { t }
     }
 
-    /// GCRA tolerance `tau = burst * T` in nanoseconds, saturating at `u64::MAX`.
+    /// GCRA tolerance `tau = burst * T` in nanoseconds: the time an empty bucket takes to
+    /// refill. Exact: every `Quota` keeps it within `u64::MAX` (see
+    /// [`QuotaError::ToleranceTooLong`]).
     pub const fn tolerance_nanos(&self) -> u64 {
         self.emission_interval_nanos()
             .saturating_mul(self.burst.get() as u64)
@@ -371,13 +421,18 @@ impl FromStr for Quota {
                 format!("period {count_text}{unit} is longer than u64::MAX nanoseconds"),
             )
         })?;
-        let mut quota = Quota::from_nanos(NonZeroU32::MIN, period_ns)
-            .map(|q| Quota {
-                limit: NonZeroU32::new(limit).unwrap_or(NonZeroU32::MIN),
-                burst: NonZeroU32::new(limit).unwrap_or(NonZeroU32::MIN),
-                ..q
-            })
-            .ok_or_else(|| err(QuotaPart::PeriodCount, "the period is zero".to_owned()))?;
+        let limit = NonZeroU32::new(limit).unwrap_or(NonZeroU32::MIN);
+        let quota = Quota::from_nanos(limit, period_ns).ok_or_else(|| {
+            let reason = if period_ns == 0 {
+                "the period is zero".to_owned()
+            } else {
+                format!(
+                    "period {count_text}{unit} is too long for limit {limit}: \
+                     limit x ceil(period / limit) exceeds u64::MAX nanoseconds"
+                )
+            };
+            err(QuotaPart::PeriodCount, reason)
+        })?;
         let rest = rest.trim();
         if rest.is_empty() {
             return Ok(quota);
@@ -402,8 +457,16 @@ impl FromStr for Quota {
                     format!("invalid burst {burst_text:?} (expected {U32_RANGE})"),
                 )
             })?;
-        quota.burst = NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN);
-        Ok(quota)
+        quota.with_burst(burst).map_err(|_| {
+            err(
+                QuotaPart::Burst,
+                format!(
+                    "burst {burst} takes longer than u64::MAX nanoseconds to refill at this \
+                     rate (burst x period / limit; at most {})",
+                    quota.max_burst()
+                ),
+            )
+        })
     }
 }
 
@@ -558,12 +621,49 @@ mod tests {
         assert_eq!(q.emission_interval_nanos(), 1);
     }
 
+    /// Item 1 of the sweep: a burst whose refill time `burst × T` would saturate `u64` ns is
+    /// refused when the quota is built (in every constructor and in the parser), so the
+    /// tolerance of every quota is exact and its capacity is `burst`.
     #[test]
-    fn tolerance_saturates() {
-        let q = Quota::new(1, Duration::from_nanos(u64::MAX))
-            .unwrap()
-            .with_burst(u32::MAX)
-            .unwrap();
-        assert_eq!(q.tolerance_nanos(), u64::MAX);
+    fn sweep_saturated_tolerance_is_a_build_time_error() {
+        let daily = Quota::per_day(NonZeroU32::MIN);
+        assert_eq!(daily.max_burst(), 213_503);
+        assert_eq!(
+            daily.with_burst(u32::MAX),
+            Err(QuotaError::ToleranceTooLong)
+        );
+        assert_eq!(daily.with_burst(213_504), Err(QuotaError::ToleranceTooLong));
+        let edge = daily.with_burst(213_503).unwrap();
+        assert_eq!(edge.tolerance_nanos(), 213_503 * 86_400 * NS_PER_SEC);
+        let e = "1/day burst 4294967295".parse::<Quota>().unwrap_err();
+        assert_eq!(e.part(), QuotaPart::Burst, "{e}");
+        assert!(e.to_string().contains("at most 213503"), "{e}");
+        assert_eq!("1/day burst 213503".parse::<Quota>(), Ok(edge));
+        // 2 per u64::MAX ns: T = 2^63 ns, so even the default burst (2) would saturate.
+        let longest = Duration::from_nanos(u64::MAX);
+        assert_eq!(Quota::new(2, longest), Err(QuotaError::ToleranceTooLong));
+        assert_eq!(
+            Quota::from_nanos(NonZeroU32::new(2).unwrap(), u64::MAX),
+            None
+        );
+        let e = "2/18446744073709551615ns".parse::<Quota>().unwrap_err();
+        assert_eq!(e.part(), QuotaPart::PeriodCount, "{e}");
+        assert!(QuotaError::ToleranceTooLong.is_burst());
+        assert!(QuotaError::ToleranceTooLong.is_period());
+        // The edges that fit: 1 per u64::MAX ns (burst 1), u32::MAX per u64::MAX ns.
+        let one = Quota::new(1, longest).unwrap();
+        assert_eq!((one.max_burst(), one.tolerance_nanos()), (1, u64::MAX));
+        let many = Quota::new(u32::MAX, longest).unwrap();
+        assert_eq!(many.tolerance_nanos(), u64::MAX);
+        // Every accepted quota: tau = burst × T exactly.
+        for text in [
+            "1/day burst 213503",
+            "7/1500ms burst 4294967295",
+            "3/h burst 9",
+        ] {
+            let q: Quota = text.parse().unwrap();
+            let exact = u128::from(q.emission_interval_nanos()) * u128::from(q.burst());
+            assert_eq!(u128::from(q.tolerance_nanos()), exact, "{text}");
+        }
     }
 }

@@ -114,7 +114,9 @@ fn saturating_at_extreme_quotas_and_clock_values() {
     let quotas = [
         (1, Duration::from_nanos(1), 1),
         (u32::MAX, Duration::from_nanos(1), u32::MAX),
-        (1, Duration::from_nanos(u64::MAX), u32::MAX),
+        (1, Duration::from_nanos(u64::MAX), 1),
+        (u32::MAX, Duration::from_nanos(u64::MAX), u32::MAX),
+        (1, Duration::from_secs(86_400), 213_503),
         (u32::MAX, Duration::from_nanos(u64::MAX), 1),
     ];
     for (limit, period, burst) in quotas {

@@ -503,11 +503,15 @@ fn compare<M: Model>(algorithm: Algorithm, quota: Quota, trace: &[Step]) {
     }
 }
 
+/// `limit` per `period` ns with `burst`, the burst clamped to [`Quota::max_burst`] and the
+/// limit to 1 where `limit × ceil(period / limit)` would exceed `u64::MAX` ns (quotas refuse
+/// a tolerance that does not fit), so generated edges stay at the largest valid values.
 fn quota(limit: u32, period: u64, burst: u32) -> Quota {
-    Quota::new(limit, Duration::from_nanos(period))
-        .unwrap()
-        .with_burst(burst)
-        .unwrap()
+    let period = Duration::from_nanos(period);
+    let q = Quota::new(limit, period)
+        .or_else(|_| Quota::new(1, period))
+        .unwrap();
+    q.with_burst(burst.min(q.max_burst())).unwrap()
 }
 
 proptest! {

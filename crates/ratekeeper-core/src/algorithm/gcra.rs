@@ -483,8 +483,11 @@ mod tests {
         let extremes = [
             gcra(1, Duration::from_nanos(1), 1),
             gcra(u32::MAX, Duration::from_nanos(1), u32::MAX),
-            gcra(1, Duration::from_nanos(u64::MAX), u32::MAX),
+            gcra(1, Duration::from_nanos(u64::MAX), 1),
             gcra(u32::MAX, Duration::from_nanos(u64::MAX), 1),
+            gcra(u32::MAX, Duration::from_nanos(u64::MAX), u32::MAX),
+            // The largest burst 1 per day accepts (u64::MAX / T): tau just below u64::MAX.
+            gcra(1, Duration::from_secs(86_400), 213_503),
         ];
         for g in extremes {
             for now in [0, 1, u64::MAX / 2, u64::MAX - 1, u64::MAX] {
@@ -565,7 +568,7 @@ mod tests {
             let Ok(q) = Quota::new(limit, Duration::from_nanos(period)) else {
                 return Ok(());
             };
-            let g = Gcra::new(&q.with_burst(burst).unwrap());
+            let g = Gcra::new(&q.with_burst(burst.min(q.max_burst())).unwrap());
             proptest::prop_assert_eq!(g.decide(stored, now, cost), reference(&g, stored, now, cost));
         }
     }

@@ -21,7 +21,8 @@ use crate::{Decision, Outcome, Quota};
 /// - **Shaper** ([`LeakyBucket::shape`]): a request that fits is queued and told how long to
 ///   wait so the output leaves smoothly, one unit every `T`: `delay = max(TAT, now) - now`.
 ///   A request whose delay would exceed `max_wait` is refused (and charges nothing). This is
-///   the primitive behind a `Delay` mode.
+///   the primitive behind a `Delay` mode. A cost-0 request is a free probe: it takes no
+///   place in the queue, so it passes at once (delay 0) whatever the queue and `max_wait`.
 ///
 /// Formulas (ns, saturating, as [`Gcra`]):
 ///
@@ -30,8 +31,9 @@ use crate::{Decision, Outcome, Quota};
 /// new_tat  = tat + n * T
 /// fits     = new_tat - tau <= now                 // tau = burst * T: the queue has room
 /// meter:  allowed = fits;                      retry_after = new_tat - tau - now
-/// shaper: allowed = fits && tat - now <= max_wait; delay = tat - now
+/// shaper: allowed = fits && tat - now <= max_wait; delay = tat - now   (n > 0)
 ///         retry_after = max(new_tat - tau - now, tat - now - max_wait)
+///         n = 0: allowed, delay 0, nothing charged
 /// ```
 ///
 /// As for [`Gcra`], a decision's `limit` is the capacity (`burst`, the queue depth), the
@@ -119,6 +121,16 @@ impl LeakyBucket {
         cost: u64,
         max_wait: Duration,
     ) -> (Shaped, Option<u64>) {
+        if cost == 0 {
+            // A free probe: it takes no place in the queue, so it never waits nor fails.
+            return (
+                Shaped {
+                    decision: self.gcra.peek(stored_tat, now, 0),
+                    delay: Some(Duration::ZERO),
+                },
+                None,
+            );
+        }
         let tat = self.gcra.in_force(stored_tat, now);
         let delay = tat - now;
         let max_wait = u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX);
@@ -270,5 +282,36 @@ mod tests {
         assert_eq!(s.decision().remaining(), 7);
         let (never, _) = b.shape(tat, 0, 11, Duration::MAX);
         assert!(never.decision().is_cannot_fit());
+    }
+
+    /// Item 7 of the sweep: a cost-0 request is a free probe; the shaper never makes it
+    /// wait nor refuses it, however long the queue is (here 900 ms against a 250 ms limit).
+    #[test]
+    fn sweep_shaper_cost_zero_never_waits_nor_fails() {
+        let q = Quota::new(10, Duration::from_secs(1))
+            .unwrap()
+            .with_burst(10)
+            .unwrap();
+        let b = LeakyBucket::new(&q);
+        let mut tat = 0;
+        for _ in 0..9 {
+            let (s, next) = b.shape(tat, 0, 1, Duration::from_secs(1));
+            assert!(s.decision().is_allowed());
+            tat = next.unwrap();
+        }
+        for max_wait in [Duration::ZERO, Duration::from_millis(250), Duration::MAX] {
+            let (probe, next) = b.shape(tat, 0, 0, max_wait);
+            assert_eq!(next, None, "a probe charges nothing");
+            assert!(probe.decision().is_allowed(), "max_wait {max_wait:?}");
+            assert_eq!(probe.delay(), Some(Duration::ZERO));
+            assert_eq!(probe.decision().remaining(), 1);
+            assert_eq!(probe.decision(), b.peek(tat, 0, 0));
+        }
+        // The same through the keyed (store) path.
+        let state = AtomicU64::new(tat);
+        let r = KeyedAlgorithm::reserve(&b, &state, 0, 0, 0);
+        assert!(r.decision.is_allowed());
+        assert_eq!((r.delay, r.receipt), (0, Receipt::NONE));
+        assert_eq!(state.load(Ordering::Acquire), tat);
     }
 }

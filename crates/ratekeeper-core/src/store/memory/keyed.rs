@@ -194,11 +194,17 @@ impl<K: Hash + Eq + Clone, A: KeyedAlgorithm> Keyed<K, A> {
         }
     }
 
-    /// The decision for `cost` without charging.
+    /// The decision for `cost` without charging, read from the state a check of `key` would
+    /// charge: the key's own; for a key not held, the shared overflow state while `max_keys`
+    /// keys are held (where [`Keyed::check`] would send it), otherwise "absent".
     pub(super) fn peek(&self, key: &K, now: u64, cost: u64) -> Decision {
-        match self.map.get(key) {
-            Some(state) => self.algorithm.peek(&state, now, cost),
-            None => self.algorithm.peek(&A::State::default(), now, cost),
+        if let Some(state) = self.map.get(key) {
+            return self.algorithm.peek(&state, now, cost);
+        }
+        if self.held.load(Ordering::Acquire) >= self.max_keys {
+            self.algorithm.peek(&self.overflow, now, cost)
+        } else {
+            self.algorithm.peek(&A::State::default(), now, cost)
         }
     }
 

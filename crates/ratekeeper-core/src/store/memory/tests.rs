@@ -434,3 +434,46 @@ fn the_cap_holds_under_concurrent_inserts() {
     }
     assert_eq!(s.len(), 100);
 }
+
+/// Item 6 of the sweep: with `max_keys` full, a new key is charged to the shared overflow
+/// state, and the decisions of the other policies (peeked, not charged) must read that same
+/// state, or the `Retry-After` of a denial is not honoured (max_keys 1, policies 1/s and
+/// 1/day: the third key was told 1 s, then 86,399 s after waiting it).
+#[test]
+fn sweep_overflow_state_peeked_retry_after_is_honoured() {
+    for (first, second) in [
+        (Algorithm::Gcra, Algorithm::Gcra),
+        (Algorithm::SlidingLog, Algorithm::FixedWindow),
+        (Algorithm::LeakyBucket, Algorithm::SlidingWindow),
+    ] {
+        let clock = ManualClock::new();
+        let mut s =
+            MemoryStore::with_clock(clock.clone()).with_max_keys(NonZeroUsize::new(1).unwrap());
+        let sec = s
+            .register(&Policy::new("sec", q(1, 1)).with_algorithm(first))
+            .unwrap();
+        let day = s
+            .register(&Policy::new("day", q(1, 86_400)).with_algorithm(second))
+            .unwrap();
+        let check = |s: &MemoryStore<Key, ManualClock>, k: &str| {
+            let key = Key::from(k);
+            s.check_now(&[Charge::new(sec, &key, 1), Charge::new(day, &key, 1)])
+                .unwrap()
+        };
+        assert!(check(&s, "a").is_allowed()); // stored
+        assert!(check(&s, "b").is_allowed()); // the overflow state, in both policies
+        let denied = check(&s, "c");
+        assert!(!denied.is_allowed());
+        // The daily policy's overflow state is spent: its report says so.
+        let daily = denied.as_slice()[1];
+        assert_eq!(daily.remaining(), 0, "{first}/{second}: {daily:?}");
+        let retry = denied.retry_after().unwrap();
+        assert!(
+            retry > Duration::from_secs(86_000),
+            "{first}/{second}: {retry:?}"
+        );
+        // Waiting exactly the Retry-After admits the same request.
+        clock.advance(retry);
+        assert!(check(&s, "c").is_allowed(), "{first}/{second}");
+    }
+}
