@@ -12,6 +12,7 @@
 //! with the OS error; a server that stops shows as a failed request in the test.
 
 pub mod redis;
+pub mod sweep;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

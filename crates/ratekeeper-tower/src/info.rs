@@ -84,16 +84,19 @@ impl Info {
         self.limited
     }
 
-    /// Every policy's decision, in policy order.
+    /// The decision of every policy this request was charged to, in the order the resolver
+    /// charged them (the default resolver charges every policy, in the order they were
+    /// added; a resolver or route table may charge a subset).
     pub fn decisions(&self) -> &Decisions {
         &self.decisions
     }
 
-    /// `(policy name, decision)` for every policy, in policy order.
+    /// `(policy name, decision)` for every policy this request was charged to, in the order
+    /// of [`Info::decisions`]: each decision is named after the policy that made it, also
+    /// when the resolver charged only some of the layer's policies.
     pub fn policies(&self) -> impl Iterator<Item = (&str, &Decision)> {
-        self.names
-            .iter()
-            .map(|n| &**n)
+        (0..self.decisions.as_slice().len())
+            .map(|i| self.name(i))
             .zip(self.decisions.as_slice())
     }
 

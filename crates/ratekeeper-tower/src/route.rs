@@ -169,7 +169,9 @@ impl RouteTable {
     }
 
     /// The policy named `policy` applies to `method template` (and to the other routes it is
-    /// attached to), with a bucket per route and client.
+    /// attached to), with a bucket per route and client. A route either has a policy or not:
+    /// attaching the same policy to a route twice is the same as once (the route is charged
+    /// once, at its cost), so a table can never charge one policy twice in a request.
     pub fn limit(mut self, method: Method, template: &str, policy: &str) -> Self {
         let route = self.route_mut(method, template);
         if !route.policies.iter().any(|p| &**p == policy) {

@@ -256,7 +256,8 @@ fn client_address(ip: IpAddr) -> Option<IpAddr> {
 /// The `for=` node of one RFC 7239 element (`for=192.0.2.60;proto=http;by=...`), strictly
 /// per RFC 7239 §4 and §6: a parameter appears at most once, an IPv6 node is quoted and
 /// bracketed (`for="[2001:db8::1]:4711"`), a node with a port is quoted, an unquoted node is
-/// a bare IPv4 address. `unknown`, obfuscated identifiers (`_hidden`), malformed pairs and
+/// a bare IPv4 address. The port may be obfuscated (§6.3: `for="192.0.2.43:_abc"`); it is
+/// dropped like any port. `unknown`, obfuscated node names (`_hidden`), malformed pairs and
 /// elements without `for=` do not parse.
 fn parse_forwarded_element(element: &str) -> Option<IpAddr> {
     let mut node = None;
@@ -271,22 +272,48 @@ fn parse_forwarded_element(element: &str) -> Option<IpAddr> {
     }
     let node = node?;
     match node.strip_prefix('"') {
-        Some(quoted) => {
-            let inner = quoted.strip_suffix('"')?;
-            if inner.starts_with('[') || !inner.contains(':') {
-                parse_node(inner)
-            } else {
-                // `ipv4:port` is the only unbracketed form with a colon.
-                inner
-                    .parse::<std::net::SocketAddrV4>()
-                    .ok()
-                    .and_then(|sa| client_address(IpAddr::V4(*sa.ip())))
-            }
-        }
+        Some(quoted) => parse_quoted_node(quoted.strip_suffix('"')?),
         None => node
             .parse::<std::net::Ipv4Addr>()
             .ok()
             .and_then(|v4| client_address(IpAddr::V4(v4))),
+    }
+}
+
+/// A quoted RFC 7239 §6 `node = nodename [ ":" node-port ]` whose name is an address:
+/// `IPv4address` or `"[" IPv6address "]"`, each with an optional port.
+fn parse_quoted_node(node: &str) -> Option<IpAddr> {
+    let (ip, port) = match node.strip_prefix('[') {
+        Some(rest) => {
+            let (v6, after) = rest.split_once(']')?;
+            let port = match after {
+                "" => None,
+                _ => Some(after.strip_prefix(':')?),
+            };
+            (IpAddr::V6(v6.parse().ok()?), port)
+        }
+        None => match node.split_once(':') {
+            Some((v4, port)) => (IpAddr::V4(v4.parse().ok()?), Some(port)),
+            None => (IpAddr::V4(node.parse().ok()?), None),
+        },
+    };
+    if !port.is_none_or(is_node_port) {
+        return None;
+    }
+    client_address(ip)
+}
+
+/// RFC 7239 §6: `node-port = port / obfport`, `port = 1*5DIGIT`,
+/// `obfport = "_" 1*(ALPHA / DIGIT / "." / "_" / "-")`.
+fn is_node_port(port: &str) -> bool {
+    match port.strip_prefix('_') {
+        Some(obf) => {
+            !obf.is_empty()
+                && obf
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        }
+        None => (1..=5).contains(&port.len()) && port.bytes().all(|b| b.is_ascii_digit()),
     }
 }
 

@@ -22,6 +22,17 @@ pub(crate) struct Entry {
 /// Policies are named as they were added to the builder. Naming a policy the layer does not
 /// have answers the request with `500` and an error log line (a bug in the resolver; the
 /// built-in resolvers check names when the layer is built).
+///
+/// Charging one policy more than once for the same key in one request (`charge("a")` twice,
+/// or `charge_cost` and `charge_with` the layer's key) is **one** charge of the summed cost
+/// (saturating at `u64::MAX` units): the request takes that many units of the policy's budget
+/// at once, its headers and [`Info`](crate::info::Info) show one decision for the policy, and
+/// when the sum is larger than the policy's capacity the request can never be allowed. It is
+/// then answered at once, like any cost larger than the capacity: a `429` without
+/// `Retry-After`, and no waiting in [`Mode::Delay`](crate::rate_limit::Mode::Delay) (checked
+/// one after the other, each part could fit while the whole never does, and the request
+/// would be told to retry for ever). Charges of one policy under different keys
+/// (`charge_with` another key) are separate budgets and stay separate charges.
 pub struct Plan<'a> {
     names: &'a [Box<str>],
     key: &'a Key,
@@ -161,9 +172,33 @@ impl<'a> Plan<'a> {
         self
     }
 
-    /// The charges, whether the request is exempt, and the resolver's error.
-    pub(crate) fn finish(self) -> (SmallVec<[Entry; 2]>, bool, Option<KeyError>) {
+    /// The charges (repeated charges of one policy and key merged into one of the summed
+    /// cost, see [`Plan`]), whether the request is exempt, and the resolver's error.
+    pub(crate) fn finish(mut self) -> (SmallVec<[Entry; 2]>, bool, Option<KeyError>) {
+        if self.entries.len() > 1 {
+            merge_repeated(&mut self.entries, self.key);
+        }
         (self.entries, self.exempt, self.error)
+    }
+}
+
+/// Merges every charge of a policy and key already charged earlier in `entries` into that
+/// earlier charge (the costs summed, saturating), keeping the first one's place. `key` is the
+/// layer's key, which an entry without its own key stands for.
+fn merge_repeated(entries: &mut SmallVec<[Entry; 2]>, key: &Key) {
+    let mut i = 1;
+    while i < entries.len() {
+        let (head, tail) = entries.split_at_mut(i);
+        let Some(e) = tail.first() else { break };
+        let same = |f: &&mut Entry| {
+            f.index == e.index && f.key.as_ref().unwrap_or(key) == e.key.as_ref().unwrap_or(key)
+        };
+        if let Some(first) = head.iter_mut().find(same) {
+            first.cost = first.cost.saturating_add(e.cost);
+            entries.remove(i);
+        } else {
+            i += 1;
+        }
     }
 }
 

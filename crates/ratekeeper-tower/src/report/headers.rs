@@ -111,12 +111,16 @@ fn single_policy(
     if !merge {
         return;
     }
-    let (Some(_), Some(prior)) = (
+    let (Some(prior_limit), Some(prior)) = (
         old_limit.as_ref().and_then(parse_number),
         old_remaining.as_ref().and_then(parse_number),
     ) else {
         return;
     };
+    if prior > prior_limit {
+        // Not a consistent report (more remaining than its limit): this layer's replaces it.
+        return;
+    }
     let prior_reset = match old_reset.as_ref().map(parse_number) {
         None => 0,
         Some(None) => return,
@@ -139,9 +143,21 @@ fn single_policy(
     }
 }
 
-/// A header value holding a decimal number, as the single-policy styles write.
+/// A header value holding a decimal number exactly as the single-policy styles write it:
+/// ASCII digits only, no sign, no whitespace, no leading zero (`0` itself is fine), at most
+/// `u64::MAX`. Anything else (`+5`, ` 0 `, `007`, `1e3`) is not a report this layer would
+/// pass on, so the merge treats it as absent and writes its own values.
 fn parse_number(value: &HeaderValue) -> Option<u64> {
-    value.to_str().ok()?.trim().parse().ok()
+    let canonical = match value.as_bytes() {
+        [] => false,
+        [b'0'] => true,
+        [b'0', ..] => false,
+        digits => digits.iter().all(u8::is_ascii_digit),
+    };
+    if !canonical {
+        return None;
+    }
+    value.to_str().ok()?.parse().ok()
 }
 
 pub(super) fn join_items<'a>(items: impl Iterator<Item = &'a str>, pk: Option<&str>) -> String {

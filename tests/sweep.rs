@@ -1,0 +1,74 @@
+//! The bounded adversarial-input sweep: the generators and properties of
+//! `ratekeeper_tests::sweep` (shared with the `cargo fuzz` targets in `fuzz/`) run for a fixed
+//! number of cases from a fixed seed, so every run checks the same inputs and a failure
+//! reproduces. proptest shrinks a failing case to its smallest byte string.
+//!
+//! `SWEEP_CASES` multiplies the number of cases (default 1) for a longer local run, and
+//! `SWEEP_SEED` (a number) picks another seed; CI uses neither.
+
+use proptest::collection::vec;
+use proptest::prelude::any;
+use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+use ratekeeper_tests::sweep;
+
+/// Runs `target` on `cases` byte strings (up to `max_len` bytes) from the fixed seed.
+fn run(name: &str, cases: u32, max_len: usize, target: fn(&[u8])) {
+    let factor: u32 = std::env::var("SWEEP_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let seed: u64 = std::env::var("SWEEP_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0x7261_7465_6b65_6570);
+    let mut bytes = [0u8; 32];
+    for (i, chunk) in bytes.chunks_mut(8).enumerate() {
+        chunk.copy_from_slice(&seed.wrapping_add(i as u64).to_le_bytes());
+    }
+    let config = Config {
+        cases: cases.saturating_mul(factor),
+        failure_persistence: None,
+        rng_algorithm: RngAlgorithm::ChaCha,
+        max_shrink_iters: 2_000,
+        ..Config::default()
+    };
+    let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &bytes);
+    let mut runner = TestRunner::new_with_rng(config, rng);
+    let result = runner.run(&vec(any::<u8>(), 0..max_len), |data| {
+        target(&data);
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("sweep target {name} failed (seed {seed}): {e}");
+    }
+}
+
+#[test]
+fn sweep_quota_strings() {
+    run("quota_string", 4_000, 64, sweep::quota_string);
+}
+
+#[test]
+fn sweep_policy_documents() {
+    run("policy_document", 2_000, 64, sweep::policy_document);
+}
+
+#[test]
+fn sweep_forwarded_headers() {
+    run("forwarded", 4_000, 128, sweep::forwarded);
+}
+
+#[test]
+fn sweep_header_keys() {
+    run("header_key", 1_000, 32, sweep::header_key);
+}
+
+#[test]
+fn sweep_header_merge() {
+    run("header_merge", 1_000, 32, sweep::header_merge);
+}
+
+#[test]
+fn sweep_layer_traces() {
+    run("layer_trace", 1_500, 256, sweep::layer_trace);
+}
