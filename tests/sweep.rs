@@ -45,30 +45,30 @@ fn run(name: &str, cases: u32, max_len: usize, target: fn(&[u8])) {
 
 #[test]
 fn sweep_quota_strings() {
-    run("quota_string", 4_000, 64, sweep::quota_string);
+    run("quota_string", 40_000, 64, sweep::quota_string);
 }
 
 #[test]
 fn sweep_policy_documents() {
-    run("policy_document", 2_000, 64, sweep::policy_document);
+    run("policy_document", 20_000, 64, sweep::policy_document);
 }
 
 #[test]
 fn sweep_forwarded_headers() {
-    run("forwarded", 4_000, 128, sweep::forwarded);
+    run("forwarded", 40_000, 128, sweep::forwarded);
 }
 
 #[test]
 fn sweep_header_keys() {
-    run("header_key", 1_000, 32, sweep::header_key);
+    run("header_key", 10_000, 32, sweep::header_key);
 }
 
 #[test]
 fn sweep_header_merge() {
-    run("header_merge", 1_000, 32, sweep::header_merge);
+    run("header_merge", 10_000, 32, sweep::header_merge);
 }
 
 #[test]
 fn sweep_layer_traces() {
-    run("layer_trace", 1_500, 256, sweep::layer_trace);
+    run("layer_trace", 15_000, 256, sweep::layer_trace);
 }
