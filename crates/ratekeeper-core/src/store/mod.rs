@@ -295,6 +295,10 @@ impl Decisions {
     /// longest (a "cannot fit" first); when allowed, the policy closest to exhaustion
     /// (fewest remaining, then the longest reset).
     pub fn deciding(&self) -> Option<usize> {
+        // One policy (the usual layer): its decision is the one, whatever it says.
+        if self.items.len() == 1 {
+            return Some(0);
+        }
         if let Some(i) = self.items.iter().position(Decision::is_cannot_fit) {
             return Some(i);
         }
