@@ -196,6 +196,18 @@ impl Applied {
         charges
     }
 
+    /// The only store charge, when there is exactly one (a single-policy layer, the usual
+    /// case): checked from a one-element array, as collecting it into a `SmallVec` costs
+    /// more than the store's lookup of it.
+    #[inline]
+    pub(crate) fn single_charge<'a>(&'a self, ids: &[PolicyId]) -> Option<Charge<'a, Key>> {
+        let [e] = self.entries.as_slice() else {
+            return None;
+        };
+        let &id = ids.get(e.index as usize)?;
+        Some(Charge::new(id, e.key.as_ref().unwrap_or(&self.key), e.cost))
+    }
+
     /// The policy index of each decision, in plan order.
     pub(crate) fn indices(&self) -> impl Iterator<Item = usize> + Clone + '_ {
         self.entries.iter().map(|e| e.index as usize)

@@ -14,7 +14,9 @@ use bytes::Bytes;
 use http::header::{CACHE_CONTROL, CONTENT_TYPE};
 use http::{Extensions, HeaderMap, HeaderValue, Request, StatusCode};
 use ratekeeper_core::Key;
-use ratekeeper_core::store::{Checked, Decisions, FailurePolicy, PolicyId, Store, StoreError};
+use ratekeeper_core::store::{
+    Charge, Checked, Decisions, FailurePolicy, PolicyId, Store, StoreError,
+};
 use smallvec::SmallVec;
 use tokio::time::Instant;
 
@@ -202,12 +204,23 @@ where
     /// check.
     #[inline]
     pub(crate) fn check(&self, applied: &Applied) -> Checked<St::Future> {
-        let charges = applied.charges(&self.ids);
+        let one;
+        let many;
+        let charges: &[Charge<'_, Key>] = match applied.single_charge(&self.ids) {
+            Some(charge) => {
+                one = [charge];
+                &one
+            }
+            None => {
+                many = applied.charges(&self.ids);
+                &many
+            }
+        };
         match self.mode {
             Mode::Delay { max_wait } if tokio::runtime::Handle::try_current().is_ok() => {
-                self.store.reserve(&charges, max_wait)
+                self.store.reserve(charges, max_wait)
             }
-            _ => self.store.check(&charges),
+            _ => self.store.check(charges),
         }
     }
 
