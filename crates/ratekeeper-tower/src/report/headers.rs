@@ -224,6 +224,7 @@ impl Reporter {
     /// `0 <= remaining <= limit` holds on every response (also for state written under
     /// other parameters). Without a policy index, the only policy's (see
     /// [`Reporter::needs_policy_indices`]), else the decision's own limit.
+    #[inline]
     pub(super) fn shown(&self, policy: Option<usize>, d: &Decision) -> Shown {
         let policy = policy.or_else(|| (self.limits.len() == 1).then_some(0));
         let limit = policy
@@ -239,12 +240,14 @@ impl Reporter {
     /// the IETF fields (they name every policy), and with several policies (the deciding
     /// one's advertised quota). With one policy and a single-policy style an empty slice
     /// will do, which spares collecting the indices per request.
+    #[inline]
     pub(crate) fn needs_policy_indices(&self) -> bool {
         matches!(self.style, HeaderStyle::Ietf | HeaderStyle::Both) || self.limits.len() > 1
     }
 
     /// The decision the single-policy styles report (the one closest to exhaustion, the
     /// denying one on a 429) and what they show for it.
+    #[inline]
     pub(super) fn deciding<'d>(
         &self,
         decisions: &'d Decisions,
