@@ -208,6 +208,15 @@ impl Applied {
         Some(Charge::new(id, e.key.as_ref().unwrap_or(&self.key), e.cost))
     }
 
+    /// The policy index of each decision, in plan order, collected. One policy is written
+    /// directly: collecting sizes and checks more than that one push (on every 429).
+    pub(crate) fn policy_indices(&self) -> SmallVec<[usize; 2]> {
+        match self.entries.as_slice() {
+            [e] => SmallVec::from_buf_and_len([e.index as usize, 0], 1),
+            entries => entries.iter().map(|e| e.index as usize).collect(),
+        }
+    }
+
     /// The policy index of each decision, in plan order.
     pub(crate) fn indices(&self) -> impl Iterator<Item = usize> + Clone + '_ {
         self.entries.iter().map(|e| e.index as usize)

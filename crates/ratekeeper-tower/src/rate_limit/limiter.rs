@@ -356,22 +356,26 @@ where
     }
 
     fn log_denial(&self, applied: &Applied, decisions: &Decisions) {
-        let entry = decisions.deciding().and_then(|i| applied.entries.get(i));
-        let policy = entry
-            .and_then(|e| self.names().get(e.index as usize))
-            .map_or("", |n| &**n);
-        let key = entry.and_then(|e| e.key.as_ref()).unwrap_or(&applied.key);
-        let cost = entry.map_or(0, |e| e.cost);
         if decisions.is_cannot_fit() {
+            let (key, cost) = denied_charge(applied, decisions);
+            let policy = self.deciding_name(applied, decisions);
             tracing::warn!(%key, cost, policy, "request cost is larger than the policy's burst; it can never be allowed");
         } else {
-            tracing::debug!(%key, cost, policy, retry_after = ?decisions.retry_after(), "rate limited");
+            // The fields inside the macro: looked up only when the line is written (every
+            // 429 passes here, and DEBUG is usually off).
+            tracing::debug!(
+                key = %denied_charge(applied, decisions).0,
+                cost = denied_charge(applied, decisions).1,
+                policy = self.deciding_name(applied, decisions),
+                retry_after = ?decisions.retry_after(),
+                "rate limited"
+            );
         }
     }
 
     /// The 429 for a denial.
     fn limited(&self, applied: &Applied, pk: Option<&str>, decisions: &Decisions) -> Answer {
-        let policies: SmallVec<[usize; 2]> = applied.indices().collect();
+        let policies = applied.policy_indices();
         let (status, headers, body) = self
             .reporter
             .limited(decisions, &policies, pk, || self.store.unix_now());
@@ -387,7 +391,7 @@ where
     pub(crate) fn headers(&self, reported: &Reported, headers: &mut HeaderMap) {
         // Only the IETF fields and several policies need the list.
         let policies: SmallVec<[usize; 2]> = if self.reporter.needs_policy_indices() {
-            reported.applied.indices().collect()
+            reported.applied.policy_indices()
         } else {
             SmallVec::new()
         };
@@ -420,6 +424,13 @@ where
         self.store
             .refund(&applied.all_refunds(&self.ids, decisions));
     }
+}
+
+/// The key and cost of the charge whose decision the headers report (for the logs).
+fn denied_charge<'a>(applied: &'a Applied, decisions: &Decisions) -> (&'a Key, u64) {
+    let entry = decisions.deciding().and_then(|i| applied.entries.get(i));
+    let key = entry.and_then(|e| e.key.as_ref()).unwrap_or(&applied.key);
+    (key, entry.map_or(0, |e| e.cost))
 }
 
 /// The store could not decide: its failure policy says whether the request goes on (marked
