@@ -244,6 +244,7 @@ impl Decisions {
     /// [`Store::refund`] the charges if the request is dropped before it proceeds.
     /// [`Duration::ZERO`](std::time::Duration::ZERO) for "allowed now" and for every answer
     /// of [`Store::check`].
+    #[inline]
     pub const fn delay(&self) -> std::time::Duration {
         self.delay
     }
@@ -252,6 +253,7 @@ impl Decisions {
     /// wait within `max_wait` can admit the request, so the caller rejects at once instead of
     /// retrying after `retry_after`. `false` for [`Store::check`] answers and for stores
     /// (or algorithms) that cannot reserve, whose callers fall back to check-and-retry.
+    #[inline]
     pub const fn is_final(&self) -> bool {
         self.is_final
     }
@@ -263,27 +265,32 @@ impl Decisions {
     }
 
     /// Whether some policy said the cost can never fit.
+    #[inline]
     pub fn is_cannot_fit(&self) -> bool {
         self.items.iter().any(Decision::is_cannot_fit)
     }
 
     /// The decisions, in charge order.
+    #[inline]
     pub fn as_slice(&self) -> &[Decision] {
         &self.items
     }
 
     /// The number of decisions.
+    #[inline]
     pub fn len(&self) -> usize {
         self.items.len()
     }
 
     /// Whether there are no decisions (no policy applied).
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
     }
 
     /// Time until the whole request would pass: the longest `retry_after` among the denials.
     /// `None` when allowed or when the cost can never fit.
+    #[inline]
     pub fn retry_after(&self) -> Option<std::time::Duration> {
         if self.is_cannot_fit() {
             return None;
@@ -295,6 +302,10 @@ impl Decisions {
     /// longest (a "cannot fit" first); when allowed, the policy closest to exhaustion
     /// (fewest remaining, then the longest reset).
     pub fn deciding(&self) -> Option<usize> {
+        // One policy (the usual layer): its decision is the one, whatever it says.
+        if self.items.len() == 1 {
+            return Some(0);
+        }
         if let Some(i) = self.items.iter().position(Decision::is_cannot_fit) {
             return Some(i);
         }

@@ -231,6 +231,27 @@ impl Applied {
         charges
     }
 
+    /// The only store charge, when there is exactly one (a single-policy layer, the usual
+    /// case): checked from a one-element array, as collecting it into a `SmallVec` costs
+    /// more than the store's lookup of it.
+    #[inline]
+    pub(crate) fn single_charge<'a>(&'a self, ids: &[PolicyId]) -> Option<Charge<'a, Key>> {
+        let [e] = self.entries.as_slice() else {
+            return None;
+        };
+        let &id = ids.get(e.index as usize)?;
+        Some(Charge::new(id, e.key.as_ref().unwrap_or(&self.key), e.cost))
+    }
+
+    /// The policy index of each decision, in plan order, collected. One policy is written
+    /// directly: collecting sizes and checks more than that one push (on every 429).
+    pub(crate) fn policy_indices(&self) -> SmallVec<[usize; 2]> {
+        match self.entries.as_slice() {
+            [e] => SmallVec::from_buf_and_len([e.index as usize, 0], 1),
+            entries => entries.iter().map(|e| e.index as usize).collect(),
+        }
+    }
+
     /// The policy index of each decision, in plan order.
     pub(crate) fn indices(&self) -> impl Iterator<Item = usize> + Clone + '_ {
         self.entries.iter().map(|e| e.index as usize)

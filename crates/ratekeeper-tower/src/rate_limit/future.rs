@@ -14,7 +14,7 @@ use ratekeeper_core::store::{Checked, Decisions, StoreError};
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
-use super::limiter::{Answer, Erased, Reported, Verdict};
+use super::limiter::{Answer, Erased, Reported, Verdict, store_failed};
 use crate::body::ResponseBody;
 use crate::policy::Applied;
 
@@ -134,10 +134,14 @@ impl<F, S, ReqB, SF> ResponseFuture<F, S, Request<ReqB>, SF>
 where
     S: Service<Request<ReqB>, Future = F>,
 {
-    /// Continues a held request after a verdict.
-    pub(crate) fn after(pending: Pending<S, Request<ReqB>, SF>, verdict: Verdict) -> Self {
+    /// Continues a held request after the verdict on its decisions.
+    pub(crate) fn after(
+        pending: Pending<S, Request<ReqB>, SF>,
+        verdict: Verdict,
+        decisions: Decisions,
+    ) -> Self {
         Self {
-            kind: pending.next(verdict),
+            kind: pending.next(verdict, decisions),
         }
     }
 }
@@ -151,32 +155,41 @@ where
         mut self,
         result: Result<Decisions, StoreError>,
     ) -> Kind<S::Future, S, Request<ReqB>, SF> {
-        let verdict = self.limiter.verdict(
-            &self.applied,
-            self.pk.as_deref(),
-            result,
-            &mut self.deadline,
-            self.degrade,
-            self.req.extensions_mut(),
-        );
-        self.next(verdict)
+        match result {
+            Ok(decisions) => {
+                let verdict = self.limiter.verdict(
+                    &self.applied,
+                    self.pk.as_deref(),
+                    &decisions,
+                    &mut self.deadline,
+                    self.degrade,
+                    self.req.extensions_mut(),
+                );
+                self.next(verdict, decisions)
+            }
+            Err(err) => match store_failed(&err, self.req.extensions_mut()) {
+                None => {
+                    let Self { mut inner, req, .. } = self;
+                    Kind::Called {
+                        future: inner.call(req),
+                        report: None,
+                    }
+                }
+                Some(answer) => Kind::Answered {
+                    answer: Some(answer),
+                },
+            },
+        }
     }
 
-    /// The state a verdict leads to.
-    fn next(self, verdict: Verdict) -> Kind<S::Future, S, Request<ReqB>, SF> {
+    /// The state a verdict on `decisions` leads to.
+    fn next(self, verdict: Verdict, decisions: Decisions) -> Kind<S::Future, S, Request<ReqB>, SF> {
         match verdict {
-            Verdict::Pass(decisions) => self.pass(decisions),
-            Verdict::Degrade => {
-                let Self { mut inner, req, .. } = self;
-                Kind::Called {
-                    future: inner.call(req),
-                    report: None,
-                }
-            }
+            Verdict::Pass => self.pass(decisions),
             Verdict::Answer(answer) => Kind::Answered {
                 answer: Some(answer),
             },
-            Verdict::Wait(decisions) => Kind::Reserved {
+            Verdict::Wait => Kind::Reserved {
                 sleep: tokio::time::sleep(decisions.delay()),
                 reservation: Reservation {
                     pending: Some((self, decisions)),
@@ -227,9 +240,12 @@ where
                 KindProj::Called { future, report } => {
                     let res = ready!(future.poll(cx))?;
                     let (mut parts, body) = res.into_parts();
-                    if let Some((limiter, reported)) = report.take() {
-                        limiter.respond(&reported, &mut parts);
+                    // Read in place and dropped in place: taking the report out would copy
+                    // it (decisions and charges, some 300 bytes) per response.
+                    if let Some((limiter, reported)) = report.as_ref() {
+                        limiter.respond(reported, &mut parts);
                     }
+                    *report = None;
                     return Poll::Ready(Ok(Response::from_parts(parts, ResponseBody::inner(body))));
                 }
                 KindProj::Answered { answer } => {

@@ -14,7 +14,9 @@ use bytes::Bytes;
 use http::header::{CACHE_CONTROL, CONTENT_TYPE};
 use http::{Extensions, HeaderMap, HeaderValue, Request, StatusCode};
 use ratekeeper_core::Key;
-use ratekeeper_core::store::{Checked, Decisions, FailurePolicy, PolicyId, Store, StoreError};
+use ratekeeper_core::store::{
+    Charge, Checked, Decisions, FailurePolicy, PolicyId, Store, StoreError,
+};
 use smallvec::SmallVec;
 use tokio::time::Instant;
 
@@ -83,20 +85,19 @@ pub(crate) struct Reported {
     pub(crate) pk: Option<Arc<str>>,
 }
 
-/// What the layer does with a request once the store answered. Every verdict but
-/// [`Verdict::Retry`] is final and was counted once in `ratekeeper_decisions_total`.
+/// What the layer does with a request once the store decided. Every verdict but
+/// [`Verdict::Retry`] is final and was counted once in `ratekeeper_decisions_total`. The
+/// decisions stay with the caller (moving them through the verdict copied some 150 bytes
+/// twice per request).
 #[derive(Debug)]
 pub(crate) enum Verdict {
-    /// Call the inner service; report these decisions on its response and settle after it.
-    Pass(Decisions),
-    /// The store could not decide and its failure policy lets the request go on: call the
-    /// inner service with no rate-limit headers (the request carries [`StoreDegraded`]).
-    Degrade,
+    /// Call the inner service; report the decisions on its response and settle after it.
+    Pass,
     /// Answer without calling the inner service.
     Answer(Answer),
     /// [`Mode::Delay`], reserved: already charged; sleep [`Decisions::delay`], then pass with
-    /// these decisions without a second check. A drop before then gives the charges back.
-    Wait(Decisions),
+    /// the decisions without a second check. A drop before then gives the charges back.
+    Wait,
     /// [`Mode::Delay`], check-and-retry: nothing is held; sleep this long, then reserve again.
     Retry(Duration),
 }
@@ -202,12 +203,23 @@ where
     /// check.
     #[inline]
     pub(crate) fn check(&self, applied: &Applied) -> Checked<St::Future> {
-        let charges = applied.charges(&self.ids);
+        let one;
+        let many;
+        let charges: &[Charge<'_, Key>] = match applied.single_charge(&self.ids) {
+            Some(charge) => {
+                one = [charge];
+                &one
+            }
+            None => {
+                many = applied.charges(&self.ids);
+                &many
+            }
+        };
         match self.mode {
             Mode::Delay { max_wait } if tokio::runtime::Handle::try_current().is_ok() => {
-                self.store.reserve(&charges, max_wait)
+                self.store.reserve(charges, max_wait)
             }
-            _ => self.store.check(&charges),
+            _ => self.store.check(charges),
         }
     }
 
@@ -217,8 +229,9 @@ where
         self.store.reserve(&applied.charges(&self.ids), max_wait)
     }
 
-    /// The one rule that turns a store's answer into what happens to the request, for the
-    /// memory store (inside `call`) and async stores (from the response future) alike.
+    /// The one rule that turns a store's decisions into what happens to the request, for
+    /// the memory store (inside `call`) and async stores (from the response future) alike
+    /// (a store error goes to [`store_failed`] instead).
     ///
     /// Counts the decision once in `ratekeeper_decisions_total` when the verdict is final
     /// (everything but [`Verdict::Retry`]: a Delay-mode request that re-checks after sleeping
@@ -232,25 +245,22 @@ where
         &self,
         applied: &Applied,
         pk: Option<&str>,
-        result: Result<Decisions, StoreError>,
+        decisions: &Decisions,
         deadline: &mut Option<Instant>,
         degrade: bool,
         extensions: &mut Extensions,
     ) -> Verdict {
-        match result {
-            Ok(decisions) if decisions.is_allowed() && decisions.delay().is_zero() => {
-                self.meter.record(applied, &decisions);
-                if self.request_info {
-                    self.insert_info(applied, &decisions, extensions);
-                }
-                Verdict::Pass(decisions)
-            }
-            Ok(decisions) if decisions.is_allowed() => {
-                self.reserved(applied, pk, decisions, extensions)
-            }
-            Ok(decisions) => self.denied(applied, pk, decisions, deadline, degrade, extensions),
-            Err(err) => store_failed(&err, extensions),
+        if !decisions.is_allowed() {
+            return self.denied(applied, pk, decisions, deadline, degrade, extensions);
         }
+        if !decisions.delay().is_zero() {
+            return self.reserved(applied, pk, decisions, extensions);
+        }
+        self.meter.record(applied, decisions);
+        if self.request_info {
+            self.insert_info(applied, decisions, extensions);
+        }
+        Verdict::Pass
     }
 
     fn insert_info(&self, applied: &Applied, decisions: &Decisions, extensions: &mut Extensions) {
@@ -267,20 +277,20 @@ where
         &self,
         applied: &Applied,
         pk: Option<&str>,
-        decisions: Decisions,
+        decisions: &Decisions,
         extensions: &mut Extensions,
     ) -> Verdict {
-        self.meter.record(applied, &decisions);
+        self.meter.record(applied, decisions);
         if tokio::runtime::Handle::try_current().is_err() {
             // Cannot wait outside a tokio runtime: give the reservation back and reject.
-            self.release(applied, &decisions);
-            return Verdict::Answer(self.limited(applied, pk, &decisions));
+            self.release(applied, decisions);
+            return Verdict::Answer(self.limited(applied, pk, decisions));
         }
         tracing::debug!(delay = ?decisions.delay(), "delay mode: capacity reserved, waiting for its turn");
         if self.request_info {
-            self.insert_info(applied, &decisions, extensions);
+            self.insert_info(applied, decisions, extensions);
         }
-        Verdict::Wait(decisions)
+        Verdict::Wait
     }
 
     #[inline]
@@ -288,7 +298,7 @@ where
         &self,
         applied: &Applied,
         pk: Option<&str>,
-        decisions: Decisions,
+        decisions: &Decisions,
         deadline: &mut Option<Instant>,
         degrade: bool,
         extensions: &mut Extensions,
@@ -310,26 +320,26 @@ where
                 }
             }
             Mode::Shadow => {
-                self.meter.record(applied, &decisions);
-                self.log_denial(applied, &decisions);
+                self.meter.record(applied, decisions);
+                self.log_denial(applied, decisions);
                 tracing::info!(
                     target: "ratekeeper::shadow",
-                    policy = self.deciding_name(applied, &decisions),
+                    policy = self.deciding_name(applied, decisions),
                     "shadow mode: request over the limit let through"
                 );
-                self.insert_info(applied, &decisions, extensions);
-                return Verdict::Pass(decisions);
+                self.insert_info(applied, decisions, extensions);
+                return Verdict::Pass;
             }
             Mode::Reject => {}
         }
-        self.meter.record(applied, &decisions);
-        self.log_denial(applied, &decisions);
+        self.meter.record(applied, decisions);
+        self.log_denial(applied, decisions);
         if degrade {
-            extensions.insert(Degrade::limited(self.deciding_name(applied, &decisions)));
-            self.insert_info(applied, &decisions, extensions);
-            Verdict::Pass(decisions)
+            extensions.insert(Degrade::limited(self.deciding_name(applied, decisions)));
+            self.insert_info(applied, decisions, extensions);
+            Verdict::Pass
         } else {
-            Verdict::Answer(self.limited(applied, pk, &decisions))
+            Verdict::Answer(self.limited(applied, pk, decisions))
         }
     }
 
@@ -343,22 +353,26 @@ where
     }
 
     fn log_denial(&self, applied: &Applied, decisions: &Decisions) {
-        let entry = decisions.deciding().and_then(|i| applied.entries.get(i));
-        let policy = entry
-            .and_then(|e| self.names().get(e.index as usize))
-            .map_or("", |n| &**n);
-        let key = entry.and_then(|e| e.key.as_ref()).unwrap_or(&applied.key);
-        let cost = entry.map_or(0, |e| e.cost);
         if decisions.is_cannot_fit() {
+            let (key, cost) = denied_charge(applied, decisions);
+            let policy = self.deciding_name(applied, decisions);
             tracing::warn!(%key, cost, policy, "request cost is larger than the policy's burst; it can never be allowed");
         } else {
-            tracing::debug!(%key, cost, policy, retry_after = ?decisions.retry_after(), "rate limited");
+            // The fields inside the macro: looked up only when the line is written (every
+            // 429 passes here, and DEBUG is usually off).
+            tracing::debug!(
+                key = %denied_charge(applied, decisions).0,
+                cost = denied_charge(applied, decisions).1,
+                policy = self.deciding_name(applied, decisions),
+                retry_after = ?decisions.retry_after(),
+                "rate limited"
+            );
         }
     }
 
     /// The 429 for a denial.
     fn limited(&self, applied: &Applied, pk: Option<&str>, decisions: &Decisions) -> Answer {
-        let policies: SmallVec<[usize; 2]> = applied.indices().collect();
+        let policies = applied.policy_indices();
         let (status, headers, body) = self
             .reporter
             .limited(decisions, &policies, pk, || self.store.unix_now());
@@ -374,7 +388,7 @@ where
     pub(crate) fn headers(&self, reported: &Reported, headers: &mut HeaderMap) {
         // Only the IETF fields and several policies need the list.
         let policies: SmallVec<[usize; 2]> = if self.reporter.needs_policy_indices() {
-            reported.applied.indices().collect()
+            reported.applied.policy_indices()
         } else {
             SmallVec::new()
         };
@@ -409,11 +423,20 @@ where
     }
 }
 
+/// The key and cost of the charge whose decision the headers report (for the logs).
+fn denied_charge<'a>(applied: &'a Applied, decisions: &Decisions) -> (&'a Key, u64) {
+    let entry = decisions.deciding().and_then(|i| applied.entries.get(i));
+    let key = entry.and_then(|e| e.key.as_ref()).unwrap_or(&applied.key);
+    (key, entry.map_or(0, |e| e.cost))
+}
+
 /// The store could not decide: its failure policy says whether the request goes on (marked
 /// [`StoreDegraded`], for a fallback or handler to read) or gets a 503
 /// ([`FailurePolicy::Deny`]: failing closed is not a rate limit, so not a 429).
+///
+/// `None`: the request goes on (fail open or degrade); `Some`: the 503 to answer with.
 #[cold]
-fn store_failed(err: &StoreError, extensions: &mut Extensions) -> Verdict {
+pub(crate) fn store_failed(err: &StoreError, extensions: &mut Extensions) -> Option<Answer> {
     // `Local` is answered inside the store; should it ever reach the layer, it fails open.
     let action = match err.failure_policy() {
         FailurePolicy::Local => FailurePolicy::Allow,
@@ -428,11 +451,11 @@ fn store_failed(err: &StoreError, extensions: &mut Extensions) -> Verdict {
         answer
             .headers
             .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
-        return Verdict::Answer(answer);
+        return Some(answer);
     }
     tracing::warn!(error = %err, %action, "rate-limit store failed; the request goes on without rate-limit headers");
     extensions.insert(StoreDegraded { action });
-    Verdict::Degrade
+    None
 }
 
 /// The limiter as the response future sees it after `call` returned: the same functions,
@@ -443,7 +466,7 @@ pub(crate) trait Erased<SF>: Send + Sync {
         &self,
         applied: &Applied,
         pk: Option<&str>,
-        result: Result<Decisions, StoreError>,
+        decisions: &Decisions,
         deadline: &mut Option<Instant>,
         degrade: bool,
         extensions: &mut Extensions,
@@ -467,12 +490,12 @@ where
         &self,
         applied: &Applied,
         pk: Option<&str>,
-        result: Result<Decisions, StoreError>,
+        decisions: &Decisions,
         deadline: &mut Option<Instant>,
         degrade: bool,
         extensions: &mut Extensions,
     ) -> Verdict {
-        Limiter::verdict(self, applied, pk, result, deadline, degrade, extensions)
+        Limiter::verdict(self, applied, pk, decisions, deadline, degrade, extensions)
     }
 
     fn recheck(&self, applied: &Applied, max_wait: Duration) -> Checked<St::Future> {

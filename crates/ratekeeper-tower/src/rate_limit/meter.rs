@@ -35,6 +35,7 @@ impl Meter {
     }
 
     /// Counts the decision of every policy `applied` charged.
+    #[inline]
     pub(crate) fn record(&self, applied: &Applied, decisions: &Decisions) {
         for (entry, decision) in applied.entries.iter().zip(decisions.as_slice()) {
             let (outcome, label) = match decision.outcome() {

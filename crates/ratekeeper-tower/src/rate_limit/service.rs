@@ -8,7 +8,7 @@ use ratekeeper_core::store::{Checked, Store};
 use tower_service::Service;
 
 use super::future::{Pending, ResponseFuture};
-use super::limiter::{Answer, Limiter, Prepared, Reported, Verdict};
+use super::limiter::{Answer, Limiter, Prepared, Reported, Verdict, store_failed};
 use crate::body::ResponseBody;
 use crate::cost::Cost;
 use crate::key::{KeyExtractor, PeerIp};
@@ -101,6 +101,9 @@ where
         self.inner.poll_ready(cx)
     }
 
+    // Out of line on purpose: inlined into a caller (axum's `MapIntoResponse`), the future
+    // was built on the stack and then copied into place, some 100 instructions per request.
+    #[inline(never)]
     fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
         let limiter = &*self.limiter;
         let applied = match limiter.prepare(&req) {
@@ -110,18 +113,18 @@ where
         };
         let pk = limiter.pk(&applied);
         match limiter.check(&applied) {
-            Checked::Ready(result) => {
+            Checked::Ready(Ok(decisions)) => {
                 let mut deadline = None;
                 let verdict = limiter.verdict(
                     &applied,
                     pk.as_deref(),
-                    result,
+                    &decisions,
                     &mut deadline,
                     self.degrade,
                     req.extensions_mut(),
                 );
                 match verdict {
-                    Verdict::Pass(decisions) => ResponseFuture::called(
+                    Verdict::Pass => ResponseFuture::called(
                         self.inner.call(req),
                         self.limiter.clone(),
                         Reported {
@@ -130,15 +133,18 @@ where
                             pk,
                         },
                     ),
-                    Verdict::Degrade => ResponseFuture::unchecked(self.inner.call(req)),
                     Verdict::Answer(answer) => ResponseFuture::answered(answer),
-                    verdict @ (Verdict::Wait(_) | Verdict::Retry(_)) => {
+                    verdict @ (Verdict::Wait | Verdict::Retry(_)) => {
                         let mut pending = self.hold(req, applied, pk);
                         pending.deadline = deadline;
-                        ResponseFuture::after(pending, verdict)
+                        ResponseFuture::after(pending, verdict, decisions)
                     }
                 }
             }
+            Checked::Ready(Err(err)) => match store_failed(&err, req.extensions_mut()) {
+                None => ResponseFuture::unchecked(self.inner.call(req)),
+                Some(answer) => ResponseFuture::answered(answer),
+            },
             Checked::Pending(check) => ResponseFuture::checking(check, self.hold(req, applied, pk)),
         }
     }

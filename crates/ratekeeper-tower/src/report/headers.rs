@@ -10,10 +10,7 @@ use ratekeeper_core::decision::ceil_secs;
 use ratekeeper_core::store::Decisions;
 use ratekeeper_core::{Algorithm, Decision, Policy};
 
-use super::{
-    RATELIMIT, RATELIMIT_LIMIT, RATELIMIT_POLICY, RATELIMIT_REMAINING, RATELIMIT_RESET, Reporter,
-    X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
-};
+use super::{RATELIMIT, RATELIMIT_POLICY, Reporter, names};
 
 /// Which rate-limit headers to send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -84,8 +81,35 @@ struct Reset {
     delta: u64,
 }
 
+/// The three fields of a single-policy style.
+#[derive(Clone, Copy)]
+enum Fields {
+    /// `X-RateLimit-Limit`, `-Remaining`, `-Reset`.
+    XRateLimit,
+    /// `RateLimit-Limit`, `-Remaining`, `-Reset` (drafts -00 to -03).
+    Legacy,
+}
+
+impl Fields {
+    /// Limit, remaining and reset names, fresh from constants (no clone per response).
+    fn names(self) -> [HeaderName; 3] {
+        match self {
+            Self::XRateLimit => [
+                names::X_RATELIMIT_LIMIT,
+                names::X_RATELIMIT_REMAINING,
+                names::X_RATELIMIT_RESET,
+            ],
+            Self::Legacy => [
+                names::RATELIMIT_LIMIT,
+                names::RATELIMIT_REMAINING,
+                names::RATELIMIT_RESET,
+            ],
+        }
+    }
+}
+
 /// Writes one policy's limit, remaining and reset (`None`: no window, the field is removed)
-/// under `names`, replacing what was there.
+/// under `fields`, replacing what was there.
 ///
 /// With `merge` (a response from the inner service: an inner ratekeeper layer, or a handler
 /// passing on an upstream's headers, may have reported already), an earlier report that is
@@ -95,17 +119,17 @@ struct Reset {
 /// the tighter of the two limits, as one consistent set.
 fn single_policy(
     headers: &mut HeaderMap,
-    names: [&HeaderName; 3],
+    fields: Fields,
     shown: Shown,
     reset: Option<Reset>,
     merge: bool,
     now_secs: impl FnOnce() -> u64,
 ) {
-    let [limit_name, remaining_name, reset_name] = names;
-    let old_limit = headers.insert(limit_name.clone(), number(shown.limit.into()));
-    let old_remaining = headers.insert(remaining_name.clone(), number(shown.remaining.into()));
+    let [limit_name, remaining_name, reset_name] = fields.names();
+    let old_limit = headers.insert(limit_name, number(shown.limit.into()));
+    let old_remaining = headers.insert(remaining_name, number(shown.remaining.into()));
     let old_reset = match reset {
-        Some(reset) => headers.insert(reset_name.clone(), number(reset.value)),
+        Some(reset) => headers.insert(reset_name, number(reset.value)),
         None => headers.remove(reset_name),
     };
     if !merge {
@@ -129,14 +153,13 @@ fn single_policy(
     };
     let mine = u64::from(shown.remaining);
     if prior < mine || (prior == mine && prior_reset > reset.map_or(0, |r| r.delta)) {
-        let restore = [
-            (limit_name, old_limit),
-            (remaining_name, old_remaining),
-            (reset_name, old_reset),
-        ];
+        let restore = fields
+            .names()
+            .into_iter()
+            .zip([old_limit, old_remaining, old_reset]);
         for (name, old) in restore {
             match old {
-                Some(value) => headers.insert(name.clone(), value),
+                Some(value) => headers.insert(name, value),
                 None => headers.remove(name),
             };
         }
@@ -217,6 +240,7 @@ impl Reporter {
     /// `0 <= remaining <= limit` holds on every response (also for state written under
     /// other parameters). Without a policy index, the only policy's (see
     /// [`Reporter::needs_policy_indices`]), else the decision's own limit.
+    #[inline]
     pub(super) fn shown(&self, policy: Option<usize>, d: &Decision) -> Shown {
         let policy = policy.or_else(|| (self.limits.len() == 1).then_some(0));
         let limit = policy
@@ -232,12 +256,14 @@ impl Reporter {
     /// the IETF fields (they name every policy), and with several policies (the deciding
     /// one's advertised quota). With one policy and a single-policy style an empty slice
     /// will do, which spares collecting the indices per request.
+    #[inline]
     pub(crate) fn needs_policy_indices(&self) -> bool {
         matches!(self.style, HeaderStyle::Ietf | HeaderStyle::Both) || self.limits.len() > 1
     }
 
     /// The decision the single-policy styles report (the one closest to exhaustion, the
     /// denying one on a 429) and what they show for it.
+    #[inline]
     pub(super) fn deciding<'d>(
         &self,
         decisions: &'d Decisions,
@@ -302,32 +328,18 @@ impl Reporter {
                 value: self.reset_value(d, || *unix_now),
                 delta,
             });
-            single_policy(
-                headers,
-                [
-                    &X_RATELIMIT_LIMIT,
-                    &X_RATELIMIT_REMAINING,
-                    &X_RATELIMIT_RESET,
-                ],
-                shown,
-                reset,
-                merge,
-                || unix_now.as_secs(),
-            );
+            single_policy(headers, Fields::XRateLimit, shown, reset, merge, || {
+                unix_now.as_secs()
+            });
         }
         if legacy {
             let reset = (!self.windowless).then_some(Reset {
                 value: delta,
                 delta,
             });
-            single_policy(
-                headers,
-                [&RATELIMIT_LIMIT, &RATELIMIT_REMAINING, &RATELIMIT_RESET],
-                shown,
-                reset,
-                merge,
-                || unix_now.as_secs(),
-            );
+            single_policy(headers, Fields::Legacy, shown, reset, merge, || {
+                unix_now.as_secs()
+            });
         }
         if ietf {
             self.ietf_headers(decisions, policies, pk, headers, merge);
@@ -386,6 +398,7 @@ const SMALL_NUMBERS: usize = 1024;
 
 /// A header value holding `n` in decimal: a clone of a precomputed static value below 1024
 /// (no allocation, no shared counter), otherwise a fresh one.
+#[inline]
 pub(super) fn number(n: u64) -> HeaderValue {
     static SMALL: OnceLock<Vec<HeaderValue>> = OnceLock::new();
     let small = SMALL.get_or_init(|| {

@@ -1,6 +1,7 @@
 //! RFC 9457 problem details for a 429, and the [`Rejection`] that builds the response.
 
 use std::fmt;
+use std::sync::Mutex;
 
 use bytes::Bytes;
 use http::header::CONTENT_TYPE;
@@ -170,11 +171,24 @@ const RETRY_MARK_JSON: &[u8] = b"\\u0000 s\",\"violated-policies\":[";
 /// The problem+json body of a 429 denied by one policy, split around the `Retry-After`
 /// seconds: serialized once per policy with serde_json when the layer is built, so that a
 /// 429 only writes the number (same bytes as [`problem_json`]).
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct ProblemParts {
     /// `None` if the mark was not found (never for serde_json's output); the body is then
     /// serialized per request.
     parts: Option<HeadTail>,
+    /// The last body rendered and its seconds. A client that keeps knocking gets 429s
+    /// with the same `Retry-After` for a second at a time: sharing that body costs an atomic
+    /// increment instead of an allocation and copies (about 300 instructions per 429).
+    last: Mutex<Option<(u64, Bytes)>>,
+}
+
+impl Clone for ProblemParts {
+    fn clone(&self) -> Self {
+        Self {
+            parts: self.parts.clone(),
+            last: Mutex::new(None),
+        }
+    }
 }
 
 /// The bytes before and after the `Retry-After` seconds.
@@ -199,11 +213,31 @@ impl ProblemParts {
                 tail: Box::from(tail),
             })
         });
-        Self { parts }
+        Self {
+            parts,
+            last: Mutex::new(None),
+        }
     }
 
-    /// The body for `retry_secs`, in one allocation; `None` when no parts were made.
+    /// The body for `retry_secs` (the last one rendered, when it had the same seconds);
+    /// `None` when no parts were made.
     pub(super) fn render(&self, retry_secs: u64) -> Option<Bytes> {
+        // Never waits: when another 429 holds the cache (or it is poisoned), render anew.
+        let Ok(mut last) = self.last.try_lock() else {
+            return self.render_new(retry_secs);
+        };
+        if let Some((secs, body)) = last.as_ref() {
+            if *secs == retry_secs {
+                return Some(body.clone());
+            }
+        }
+        let body = self.render_new(retry_secs)?;
+        *last = Some((retry_secs, body.clone()));
+        Some(body)
+    }
+
+    /// The body for `retry_secs`, in one allocation.
+    fn render_new(&self, retry_secs: u64) -> Option<Bytes> {
         let HeadTail { head, tail } = self.parts.as_ref()?;
         let mut buf = itoa::Buffer::new();
         let secs = buf.format(retry_secs).as_bytes();

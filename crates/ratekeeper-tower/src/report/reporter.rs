@@ -114,6 +114,7 @@ impl Reporter {
     }
 
     /// The `pk` parameter for `key`, when partition keys are on and an IETF style is used.
+    #[inline]
     pub(crate) fn pk(&self, key: &Key) -> Option<Arc<str>> {
         match self.style {
             HeaderStyle::Ietf | HeaderStyle::Both => {

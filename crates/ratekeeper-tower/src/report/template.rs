@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
+use http::header::{CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue, StatusCode};
 use ratekeeper_core::Decision;
 
@@ -59,6 +59,11 @@ impl Reporter {
                 *value = number(n);
             }
         }
+        // The template's last field is a stand-in: removed, it leaves the clone room for the
+        // `Content-Length` that axum's `Router::layer` adds (a clone's field list is cut to
+        // its length, so that insert grew and copied it: some 300 instructions per 429,
+        // against about 100 for the removal).
+        headers.remove(CONTENT_LENGTH);
         (limited.status(), headers, limited.problem_json())
     }
 }
@@ -76,6 +81,8 @@ pub(super) fn template_429() -> Option<HeaderMap> {
         X_RATELIMIT_RESET.clone(),
         CACHE_CONTROL,
         RETRY_AFTER,
+        // The stand-in [`Reporter::limited_from_template`] removes from each clone.
+        CONTENT_LENGTH,
     ];
     let values = [
         HeaderValue::from_static("application/problem+json"),
@@ -84,8 +91,12 @@ pub(super) fn template_429() -> Option<HeaderMap> {
         HeaderValue::from_static("0"),
         HeaderValue::from_static("no-store"),
         HeaderValue::from_static("0"),
+        HeaderValue::from_static("0"),
     ];
-    let mut headers = HeaderMap::with_capacity(names.len());
+    // Room beyond the fields: a clone keeps the index table's size, so the
+    // `Content-Length` that axum's `Router::layer` adds to the 429 then fits without
+    // rebuilding the table (some 500 instructions per 429, callgrind).
+    let mut headers = HeaderMap::with_capacity(names.len() + 1);
     for (name, value) in names.iter().zip(values) {
         headers.insert(name.clone(), value);
     }

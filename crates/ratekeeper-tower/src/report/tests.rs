@@ -402,3 +402,15 @@ fn remaining_is_never_shown_above_the_advertised_quota() {
         assert_eq!(h[&RATELIMIT], format!("\"p1\";r={shown};t=1").as_str());
     }
 }
+
+#[test]
+fn problem_body_cache_gives_the_body_of_the_seconds_asked() {
+    let parts = ProblemParts::new("default");
+    for secs in [17, 17, 18, 17, 0, 0, u64::MAX] {
+        let body = parts.render(secs).unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&body),
+            String::from_utf8_lossy(&serde_body(&["default"], Some(secs)))
+        );
+    }
+}
