@@ -135,3 +135,5 @@ pub use ratekeeper_tower::{
     RateLimitBuilder, RateLimitLayer, RequestParts, StoreDegraded, concurrency, cors, cost,
     degraded, fallback, info, key, policy, rate_limit, report, route,
 };
+// Polite HTTP clients: a layer that waits as servers announce.
+pub use ratekeeper_tower::client;
