@@ -66,13 +66,27 @@ impl<E> Error<E> {
 /// A request was not sent: the server asked for a longer wait than allowed.
 ///
 /// ```
+/// use std::convert::Infallible;
 /// use std::time::Duration;
-/// use ratekeeper_tower::client::WaitTooLong;
+/// use http::{Request, Response, StatusCode};
+/// use ratekeeper_tower::client::{Error, PoliteLayer};
+/// use tower::{Layer, ServiceExt, service_fn};
 ///
-/// fn report(e: &WaitTooLong) -> String {
-///     format!("try again in {} s (limit {} s)", e.wait().as_secs(), e.max_wait().as_secs())
-/// }
-/// # let _ = report;
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// // A server that always answers 429 with `Retry-After: 120` (seconds).
+/// let server = service_fn(|_req: Request<()>| async {
+///     let res = Response::builder().status(StatusCode::TOO_MANY_REQUESTS).header("retry-after", "120");
+///     Ok::<_, Infallible>(res.body(()).unwrap())
+/// });
+/// let client = PoliteLayer::new().max_wait(Duration::from_secs(60)).layer(server);
+/// let req = || Request::get("http://127.0.0.1:3000/").body(()).unwrap();
+/// assert_eq!(client.clone().oneshot(req()).await.unwrap().status(), 429);
+///
+/// let Err(Error::WaitTooLong(e)) = client.clone().oneshot(req()).await else { panic!() };
+/// assert_eq!(e.wait(), Duration::from_secs(120));
+/// assert_eq!(e.max_wait(), Duration::from_secs(60));
+/// # }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
