@@ -123,6 +123,7 @@
 //! | an API key | [`key::HeaderKey`], validated to a principal so rotated or empty keys get no fresh budget | |
 //! | one budget shared by many app instances | the Redis store, feature `redis`: `core::store::redis::RedisStore` | `distributed` |
 //! | throttle calls *to* another rate-limited API | `core::throttle::Throttle` (core feature `tokio`) | `outbound_throttle` |
+//! | an HTTP client that waits when a server says nothing is left (`Retry-After`, `RateLimit`, `X-RateLimit-*`) | [`client::PoliteLayer`] around hyper's client or any tower HTTP service | `polite_client` |
 //!
 //! Run an example with `ADDR=127.0.0.1:3000 cargo run --example <name>`.
 
@@ -135,3 +136,5 @@ pub use ratekeeper_tower::{
     RateLimitBuilder, RateLimitLayer, RequestParts, StoreDegraded, concurrency, cors, cost,
     degraded, fallback, info, key, policy, rate_limit, report, route,
 };
+// Polite HTTP clients: a layer that waits as servers announce.
+pub use ratekeeper_tower::client;

@@ -20,7 +20,8 @@
 //! answering limited requests with another service, [`degraded`] for the markers on requests
 //! the store could not decide, [`RequestParts`] for the request view closure strategies get,
 //! [`report`] for the headers and 429 bodies clients see, [`info`] for reading the decision in a handler and
-//! [`concurrency`] for the keyed concurrency limit.
+//! [`concurrency`] for the keyed concurrency limit. For the other side, [`client`] makes an HTTP
+//! client wait when a server says nothing is left.
 //!
 //! Design note: headers and problem+json bodies are rendered here rather than in
 //! `ratekeeper-axum`, because they are plain `http` and hyper and tonic users need them too;
@@ -33,6 +34,7 @@
 //! | `axum` | [`PeerIp`] also reads axum's `ConnectInfo<SocketAddr>`; [`route`] reads axum's `MatchedPath` |
 
 pub mod body;
+pub mod client;
 pub mod concurrency;
 pub mod cors;
 pub mod cost;

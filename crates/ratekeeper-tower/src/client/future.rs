@@ -1,0 +1,122 @@
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+use std::time::SystemTime;
+
+use http::Response;
+use pin_project_lite::pin_project;
+use tokio::time::{Instant, Sleep};
+use tower_service::Service;
+
+use super::error::{Error, WaitTooLong};
+use super::parse::announced_wait_at;
+use super::state::Shared;
+
+pin_project! {
+    /// Response future of [`Polite`](super::Polite): waits if it must, sends, then records
+    /// what the response announced.
+    pub struct ResponseFuture<S, Req>
+    where
+        S: Service<Req>,
+    {
+        #[pin]
+        state: State<S, Req>,
+        memory: Option<(Arc<Shared>, String)>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<S, Req>
+    where
+        S: Service<Req>,
+    {
+        Waiting { #[pin] sleep: Sleep, service: Option<S>, req: Option<Req> },
+        Calling { #[pin] future: S::Future },
+        Refused { error: Option<WaitTooLong> },
+    }
+}
+
+impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
+    pub(super) fn call(future: S::Future, shared: Arc<Shared>, key: String) -> Self {
+        Self {
+            state: State::Calling { future },
+            memory: Some((shared, key)),
+        }
+    }
+
+    pub(super) fn wait(
+        until: Instant,
+        service: S,
+        req: Req,
+        shared: Arc<Shared>,
+        key: String,
+    ) -> Self {
+        Self {
+            state: State::Waiting {
+                sleep: tokio::time::sleep_until(until),
+                service: Some(service),
+                req: Some(req),
+            },
+            memory: Some((shared, key)),
+        }
+    }
+
+    pub(super) fn refused(error: WaitTooLong) -> Self {
+        Self {
+            state: State::Refused { error: Some(error) },
+            memory: None,
+        }
+    }
+}
+
+impl<S, Req, ResB> Future for ResponseFuture<S, Req>
+where
+    S: Service<Req, Response = Response<ResB>>,
+{
+    type Output = Result<Response<ResB>, Error<S::Error>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        loop {
+            let mut this = self.as_mut().project();
+            match this.state.as_mut().project() {
+                StateProj::Waiting {
+                    sleep,
+                    service,
+                    req,
+                } => {
+                    ready!(sleep.poll(cx));
+                    let (Some(mut service), Some(req)) = (service.take(), req.take()) else {
+                        // Both are taken together, right before leaving this state.
+                        return Poll::Pending;
+                    };
+                    let future = service.call(req);
+                    this.state.set(State::Calling { future });
+                }
+                StateProj::Calling { future } => {
+                    let res = ready!(future.poll(cx)).map_err(Error::Service)?;
+                    if let Some((shared, key)) = this.memory.take() {
+                        let wait =
+                            announced_wait_at(res.status(), res.headers(), SystemTime::now());
+                        if let Some(wait) = wait.filter(|w| !w.is_zero()) {
+                            let now = Instant::now();
+                            // `checked_add`: the wait is capped at a year, but be safe anyway.
+                            if let Some(until) = now.checked_add(wait) {
+                                shared.block(&key, until, now);
+                            }
+                        }
+                    }
+                    return Poll::Ready(Ok(res));
+                }
+                StateProj::Refused { error } => {
+                    // `None` only when polled again after completion.
+                    return match error.take() {
+                        Some(e) => Poll::Ready(Err(Error::WaitTooLong(e))),
+                        None => Poll::Pending,
+                    };
+                }
+            }
+        }
+    }
+}

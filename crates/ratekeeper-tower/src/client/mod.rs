@@ -1,0 +1,137 @@
+//! Polite clients: a layer for HTTP *clients* that honours the rate-limit fields servers send.
+//!
+//! [`PoliteLayer`] wraps any tower `Service<http::Request<B>>` that answers
+//! `http::Response<_>` and is `Clone`: hyper's `hyper_util::client::legacy::Client`, a
+//! `tower::buffer::Buffer` around a connection, a `service_fn`. After each response it reads
+//! what the server announced, and when the server said nothing is left, the next request to
+//! that server waits until the reset before it is sent. It never retries by itself: a 429
+//! is still handed to the caller, and it is the *next* request that waits.
+//!
+//! # What is read
+//!
+//! | field | asks to wait when | for |
+//! |---|---|---|
+//! | `Retry-After` (on a 429 or 503) | always | delay-seconds, or until the HTTP-date |
+//! | `RateLimit` (draft-ietf-httpapi-ratelimit-headers-11) | an item has `r=0` | its `t` seconds (the longest among such items) |
+//! | `X-RateLimit-Remaining` + `X-RateLimit-Reset` | remaining is `0` | the reset: delta seconds, or a Unix time in seconds when it is at least 1 000 000 000 |
+//! | `RateLimit-Remaining` + `RateLimit-Reset` (drafts -00 to -03) | remaining is `0` | the reset, in delta seconds |
+//!
+//! When several apply the longest wait wins, and a wait already recorded is only ever
+//! lengthened by a later response. Malformed fields are ignored, as the IETF draft asks of
+//! clients: a value that is not exactly the syntax above, a field sent twice (except
+//! `RateLimit`, a list), a value longer than 4096 bytes. Waits are capped at one year.
+//!
+//! # Which requests wait, and how long at most
+//!
+//! Announcements are remembered per key: by default the request's origin
+//! (`scheme://host:port`, see [`Origin`]), or any [`ClientKey`] set with
+//! [`PoliteLayer::key`], such as the API token. The decision is made in `call`, never in
+//! `poll_ready`, so requests to other keys go at once. A wait is bounded by
+//! [`PoliteLayer::max_wait`] (default 60 s); beyond it the request fails at once with
+//! [`Error::WaitTooLong`] without being sent, or is sent anyway with
+//! [`OverDeadline::SendAnyway`]. Time comes from tokio (`tokio::time`), so tests can pause
+//! it. Clones of the layer and of the service share one memory behind an `Arc`, holding at
+//! most 10 000 keys at once.
+//!
+//! # Example
+//!
+//! A server that refuses the first request with `Retry-After: 2`; the client's second
+//! request waits those 2 s before it reaches the server (the example runs on tokio's paused
+//! clock, so it takes no real time):
+//!
+//! ```
+//! use std::convert::Infallible;
+//! use std::sync::{Arc, Mutex};
+//! use std::time::Duration;
+//! use http::{Request, Response, StatusCode};
+//! use ratekeeper_tower::client::PoliteLayer;
+//! use tokio::time::Instant;
+//! use tower::{Layer, ServiceExt, service_fn};
+//!
+//! # #[tokio::main(flavor = "current_thread", start_paused = true)]
+//! # async fn main() {
+//! let start = Instant::now();
+//! let seen = Arc::new(Mutex::new(Vec::new())); // when the server saw each request
+//! let log = seen.clone();
+//! let server = service_fn(move |_req: Request<()>| {
+//!     let mut log = log.lock().unwrap();
+//!     log.push(start.elapsed());
+//!     let res = if log.len() == 1 {
+//!         Response::builder().status(StatusCode::TOO_MANY_REQUESTS).header("retry-after", "2")
+//!     } else {
+//!         Response::builder()
+//!     };
+//!     std::future::ready(Ok::<_, Infallible>(res.body(()).unwrap()))
+//! });
+//! let client = PoliteLayer::new().layer(server);
+//!
+//! let req = || Request::get("http://127.0.0.1:3000/").body(()).unwrap();
+//! let first = client.clone().oneshot(req()).await.unwrap();
+//! assert_eq!(first.status(), StatusCode::TOO_MANY_REQUESTS);
+//! let second = client.clone().oneshot(req()).await.unwrap();
+//! assert_eq!(second.status(), StatusCode::OK);
+//! assert_eq!(*seen.lock().unwrap(), [Duration::ZERO, Duration::from_secs(2)]);
+//! # }
+//! ```
+//!
+//! With hyper's client (crates `hyper-util` with features `client-legacy`, `http1` and
+//! `tokio`, and `http-body-util`):
+//!
+//! ```
+//! use http_body_util::Empty;
+//! use hyper::body::Bytes;
+//! use hyper_util::client::legacy::Client;
+//! use hyper_util::rt::TokioExecutor;
+//! use ratekeeper_tower::client::PoliteLayer;
+//! use tower::Layer;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let http = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+//! let client = PoliteLayer::new().layer(http);
+//! // client.clone().oneshot(Request::get("http://127.0.0.1:3000/").body(Empty::new())?).await
+//! # let _ = client;
+//! # }
+//! ```
+
+mod error;
+mod future;
+mod key;
+mod layer;
+mod parse;
+mod service;
+mod state;
+#[cfg(test)]
+mod tests;
+
+use std::time::{Duration, SystemTime};
+
+use http::{HeaderMap, StatusCode};
+
+pub use error::{Error, WaitTooLong};
+pub use future::ResponseFuture;
+pub use key::{ClientKey, Origin};
+pub use layer::{OverDeadline, PoliteLayer};
+pub use service::Polite;
+
+/// How long a response asks its client to wait before the next request, read as
+/// [`PoliteLayer`] reads it (see the [module docs](self)); `None` when it does not ask.
+///
+/// For clients that are not tower services (such as `reqwest`, whose status and headers are
+/// `http` types), to apply the same rules by hand.
+///
+/// ```
+/// use std::time::Duration;
+/// use http::{HeaderMap, HeaderValue, StatusCode};
+/// use ratekeeper_tower::client::announced_wait;
+///
+/// let mut headers = HeaderMap::new();
+/// headers.insert("ratelimit", HeaderValue::from_static("\"default\";r=0;t=6"));
+/// assert_eq!(announced_wait(StatusCode::OK, &headers), Some(Duration::from_secs(6)));
+///
+/// headers.insert("ratelimit", HeaderValue::from_static("\"default\";r=3;t=6"));
+/// assert_eq!(announced_wait(StatusCode::OK, &headers), None);
+/// ```
+pub fn announced_wait(status: StatusCode, headers: &HeaderMap) -> Option<Duration> {
+    parse::announced_wait_at(status, headers, SystemTime::now())
+}

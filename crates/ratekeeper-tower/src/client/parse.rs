@@ -1,0 +1,636 @@
+//! Reading what a server announced: `Retry-After`, the IETF `RateLimit` field and the
+//! `X-RateLimit-*` / `RateLimit-*` trios. Every parser here is total: any byte string is
+//! either understood or ignored, never a panic, and numbers are capped.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use http::header::RETRY_AFTER;
+use http::{HeaderMap, HeaderName, StatusCode};
+
+/// The longest wait any announcement can ask for: one year (31 536 000 s). Larger values
+/// (or numbers too long to read) are taken as this.
+pub(crate) const MAX_ANNOUNCED_SECS: u64 = 365 * 24 * 60 * 60;
+
+/// Longest field value read, in bytes; a longer value is ignored as malformed.
+const MAX_VALUE_LEN: usize = 4096;
+
+/// Reset values at or above this (2001-09-09, in Unix seconds) are read as Unix times, below
+/// it as delta seconds, in `X-RateLimit-Reset` (servers use both conventions).
+const EPOCH_THRESHOLD: u64 = 1_000_000_000;
+
+const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+const X_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+const X_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+const LEGACY_REMAINING: HeaderName = HeaderName::from_static("ratelimit-remaining");
+const LEGACY_RESET: HeaderName = HeaderName::from_static("ratelimit-reset");
+
+/// How long a response asks its client to wait before the next request, if it asks at all;
+/// `now` is the wall-clock time used for HTTP-dates and Unix-time resets.
+pub(crate) fn announced_wait_at(
+    status: StatusCode,
+    headers: &HeaderMap,
+    now: SystemTime,
+) -> Option<Duration> {
+    let retry =
+        if status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::SERVICE_UNAVAILABLE {
+            single(headers, &RETRY_AFTER).and_then(|v| retry_after(v, now))
+        } else {
+            None
+        };
+    let ietf = ietf_ratelimit(headers);
+    let x = exhausted_trio(headers, &X_REMAINING, &X_RESET, now);
+    let legacy = exhausted_trio(headers, &LEGACY_REMAINING, &LEGACY_RESET, now);
+    [retry, ietf, x, legacy].into_iter().flatten().max()
+}
+
+/// The one value of field `name` as bytes, or `None` when it is absent, repeated (which of
+/// two numbers would be meant?) or longer than [`MAX_VALUE_LEN`].
+fn single<'h>(headers: &'h HeaderMap, name: &HeaderName) -> Option<&'h [u8]> {
+    let mut all = headers.get_all(name).iter();
+    let value = all.next()?;
+    if all.next().is_some() || value.len() > MAX_VALUE_LEN {
+        return None;
+    }
+    Some(value.as_bytes())
+}
+
+/// `Retry-After` (RFC 9110 §10.2.3): delay-seconds or an HTTP-date (IMF-fixdate, or the
+/// obsolete RFC 850 and asctime forms). A date in the past means no wait.
+pub(crate) fn retry_after(value: &[u8], now: SystemTime) -> Option<Duration> {
+    let value = trim_ows(value);
+    if let Some(secs) = delay_seconds(value) {
+        return Some(Duration::from_secs(secs));
+    }
+    let text = std::str::from_utf8(value).ok()?;
+    let date = httpdate::parse_http_date(text).ok()?;
+    Some(until(date, now))
+}
+
+/// Delta seconds: ASCII digits only (at least one), capped at [`MAX_ANNOUNCED_SECS`].
+pub(crate) fn delay_seconds(value: &[u8]) -> Option<u64> {
+    if value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let mut n: u64 = 0;
+    for d in value {
+        n = n.saturating_mul(10).saturating_add(u64::from(d - b'0'));
+    }
+    Some(n.min(MAX_ANNOUNCED_SECS))
+}
+
+/// `Remaining: 0` with a reset in delta seconds or Unix seconds: the time until the reset.
+/// Any other remaining value (or a missing or malformed reset) announces nothing.
+fn exhausted_trio(
+    headers: &HeaderMap,
+    remaining: &HeaderName,
+    reset: &HeaderName,
+    now: SystemTime,
+) -> Option<Duration> {
+    let left = delay_seconds(trim_ows(single(headers, remaining)?))?;
+    if left != 0 {
+        return None;
+    }
+    let reset = trim_ows(single(headers, reset)?);
+    if reset.is_empty() || !reset.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    // Read the raw number (not capped yet) to tell a Unix time from delta seconds.
+    let raw = reset.iter().fold(0u64, |n, d| {
+        n.saturating_mul(10).saturating_add(u64::from(d - b'0'))
+    });
+    if raw >= EPOCH_THRESHOLD {
+        // A time too far to represent is as far as a wait goes.
+        let at = UNIX_EPOCH.checked_add(Duration::from_secs(raw));
+        Some(at.map_or(Duration::from_secs(MAX_ANNOUNCED_SECS), |at| until(at, now)))
+    } else {
+        Some(Duration::from_secs(raw.min(MAX_ANNOUNCED_SECS)))
+    }
+}
+
+/// Time from `now` until `at`, zero when `at` has passed, capped at [`MAX_ANNOUNCED_SECS`].
+fn until(at: SystemTime, now: SystemTime) -> Duration {
+    at.duration_since(now)
+        .unwrap_or(Duration::ZERO)
+        .min(Duration::from_secs(MAX_ANNOUNCED_SECS))
+}
+
+fn trim_ows(mut v: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = v {
+        v = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = v {
+        v = rest;
+    }
+    v
+}
+
+/// The IETF `RateLimit` field (draft-ietf-httpapi-ratelimit-headers-11): a structured-field
+/// list of policy items, `"name";r=<remaining>;t=<seconds until reset>`. Returns the longest
+/// `t` among the items with `r=0`. Several field lines form one list. A malformed field is
+/// ignored as a whole, as the draft asks of clients.
+pub(crate) fn ietf_ratelimit(headers: &HeaderMap) -> Option<Duration> {
+    let mut longest: Option<u64> = None;
+    let mut total = 0usize;
+    for line in headers.get_all(&RATELIMIT) {
+        total = total.saturating_add(line.len());
+        if total > MAX_VALUE_LEN {
+            return None;
+        }
+        for item in parse_list(line.as_bytes())? {
+            if let (Some(0), Some(t)) = (item.r, item.t) {
+                longest = Some(longest.map_or(t, |l| l.max(t)));
+            }
+        }
+    }
+    longest.map(|t| Duration::from_secs(t.min(MAX_ANNOUNCED_SECS)))
+}
+
+/// The `r` and `t` parameters of one list member.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Item {
+    pub(crate) r: Option<u64>,
+    pub(crate) t: Option<u64>,
+}
+
+/// A value of a structured-field parameter or bare item, as far as this reader cares.
+enum Bare {
+    Integer(u64),
+    Other,
+}
+
+/// Parses an RFC 9651 List of Items, keeping `r` and `t`; `None` when malformed (including
+/// `r` or `t` that is not a non-negative integer).
+pub(crate) fn parse_list(input: &[u8]) -> Option<Vec<Item>> {
+    let mut p = Cursor { s: input, i: 0 };
+    let mut items = Vec::new();
+    p.skip_ows();
+    if p.at_end() {
+        return Some(items);
+    }
+    loop {
+        p.bare_item()?;
+        let mut item = Item::default();
+        while p.peek() == Some(b';') {
+            p.i += 1;
+            p.skip_sp();
+            let key = p.key()?;
+            let value = if p.peek() == Some(b'=') {
+                p.i += 1;
+                p.bare_item()?
+            } else {
+                Bare::Other // a boolean true
+            };
+            let slot = match key {
+                b"r" => &mut item.r,
+                b"t" => &mut item.t,
+                _ => continue,
+            };
+            match value {
+                Bare::Integer(n) => *slot = Some(n),
+                Bare::Other => return None,
+            }
+        }
+        items.push(item);
+        p.skip_ows();
+        if p.at_end() {
+            return Some(items);
+        }
+        if p.peek() != Some(b',') {
+            return None;
+        }
+        p.i += 1;
+        p.skip_ows();
+        if p.at_end() {
+            return None; // a trailing comma
+        }
+    }
+}
+
+struct Cursor<'a> {
+    s: &'a [u8],
+    i: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn peek(&self) -> Option<u8> {
+        self.s.get(self.i).copied()
+    }
+
+    fn at_end(&self) -> bool {
+        self.i >= self.s.len()
+    }
+
+    fn skip_sp(&mut self) {
+        while self.peek() == Some(b' ') {
+            self.i += 1;
+        }
+    }
+
+    fn skip_ows(&mut self) {
+        while matches!(self.peek(), Some(b' ' | b'\t')) {
+            self.i += 1;
+        }
+    }
+
+    /// Consumes bytes while `f` holds; returns them.
+    fn take_while(&mut self, f: impl Fn(u8) -> bool) -> &'a [u8] {
+        let start = self.i;
+        while self.peek().is_some_and(&f) {
+            self.i += 1;
+        }
+        self.s.get(start..self.i).unwrap_or_default()
+    }
+
+    /// A parameter key: `lcalpha / "*"` then `lcalpha / DIGIT / "_" / "-" / "." / "*"`.
+    fn key(&mut self) -> Option<&'a [u8]> {
+        if !matches!(self.peek(), Some(b'a'..=b'z' | b'*')) {
+            return None;
+        }
+        Some(self.take_while(|c| {
+            c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'_' | b'-' | b'.' | b'*')
+        }))
+    }
+
+    fn bare_item(&mut self) -> Option<Bare> {
+        match self.peek()? {
+            b'"' => {
+                self.i += 1;
+                loop {
+                    match self.peek()? {
+                        b'"' => {
+                            self.i += 1;
+                            return Some(Bare::Other);
+                        }
+                        b'\\' => {
+                            self.i += 1;
+                            if !matches!(self.peek()?, b'"' | b'\\') {
+                                return None;
+                            }
+                            self.i += 1;
+                        }
+                        0x20..=0x7e => self.i += 1,
+                        _ => return None,
+                    }
+                }
+            }
+            b'-' | b'0'..=b'9' => {
+                let negative = self.peek() == Some(b'-');
+                if negative {
+                    self.i += 1;
+                }
+                let int = self.take_while(|c| c.is_ascii_digit());
+                if int.is_empty() || int.len() > 15 {
+                    return None;
+                }
+                if self.peek() == Some(b'.') {
+                    self.i += 1;
+                    let frac = self.take_while(|c| c.is_ascii_digit());
+                    if frac.is_empty() || frac.len() > 3 || int.len() > 12 {
+                        return None;
+                    }
+                    return Some(Bare::Other);
+                }
+                if negative {
+                    return Some(Bare::Other);
+                }
+                // At most 15 digits: no overflow.
+                Some(Bare::Integer(
+                    int.iter().fold(0, |n, d| n * 10 + u64::from(d - b'0')),
+                ))
+            }
+            b'?' => {
+                self.i += 1;
+                matches!(self.peek()?, b'0' | b'1').then(|| {
+                    self.i += 1;
+                    Bare::Other
+                })
+            }
+            b':' => {
+                self.i += 1;
+                self.take_while(|c| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'='));
+                (self.peek()? == b':').then(|| {
+                    self.i += 1;
+                    Bare::Other
+                })
+            }
+            c if c.is_ascii_alphabetic() || c == b'*' => {
+                self.take_while(|c| c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~:/".contains(&c));
+                Some(Bare::Other)
+            }
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    fn at(secs: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(secs)
+    }
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(*k, HeaderValue::from_static(v));
+        }
+        h
+    }
+
+    const NOW: u64 = 1_700_000_000;
+
+    fn wait(status: u16, pairs: &[(&'static str, &'static str)]) -> Option<u64> {
+        let status = StatusCode::from_u16(status).unwrap();
+        announced_wait_at(status, &headers(pairs), at(NOW)).map(|d| d.as_secs())
+    }
+
+    #[test]
+    fn retry_after_delay_seconds() {
+        assert_eq!(wait(429, &[("retry-after", "6")]), Some(6));
+        assert_eq!(wait(429, &[("retry-after", " 0 ")]), Some(0));
+        assert_eq!(wait(503, &[("retry-after", "120")]), Some(120));
+        // Only a 429 or 503 asks to wait with Retry-After (a redirect may carry one too).
+        assert_eq!(wait(301, &[("retry-after", "6")]), None);
+        assert_eq!(wait(200, &[("retry-after", "6")]), None);
+    }
+
+    #[test]
+    fn retry_after_http_dates_in_all_three_forms() {
+        // 1_700_000_060 is Tue, 14 Nov 2023 22:14:20 GMT.
+        assert_eq!(
+            wait(429, &[("retry-after", "Tue, 14 Nov 2023 22:14:20 GMT")]),
+            Some(60)
+        );
+        assert_eq!(
+            wait(429, &[("retry-after", "Tuesday, 14-Nov-23 22:14:20 GMT")]),
+            Some(60)
+        );
+        assert_eq!(
+            wait(429, &[("retry-after", "Tue Nov 14 22:14:20 2023")]),
+            Some(60)
+        );
+        // A date in the past: no wait.
+        assert_eq!(
+            wait(429, &[("retry-after", "Tue, 14 Nov 2023 22:12:20 GMT")]),
+            Some(0)
+        );
+    }
+
+    #[test]
+    fn malformed_retry_after_is_ignored() {
+        for bad in [
+            "",
+            "-1",
+            "1.5",
+            "+3",
+            "6s",
+            "soon",
+            "Tue, 99 Nov 2023 22:14:20 GMT",
+            "0x10",
+        ] {
+            let h = {
+                let mut h = HeaderMap::new();
+                h.insert(RETRY_AFTER, HeaderValue::from_str(bad).unwrap());
+                h
+            };
+            assert_eq!(
+                announced_wait_at(StatusCode::TOO_MANY_REQUESTS, &h, at(NOW)),
+                None,
+                "{bad:?}"
+            );
+        }
+        // Two values: which one? Neither.
+        assert_eq!(
+            wait(429, &[("retry-after", "1"), ("retry-after", "2")]),
+            None
+        );
+        // Non-UTF-8 bytes.
+        let mut h = HeaderMap::new();
+        h.insert(RETRY_AFTER, HeaderValue::from_bytes(b"\xff\xfe").unwrap());
+        assert_eq!(
+            announced_wait_at(StatusCode::TOO_MANY_REQUESTS, &h, at(NOW)),
+            None
+        );
+    }
+
+    #[test]
+    fn huge_numbers_are_capped_not_overflowed() {
+        assert_eq!(
+            wait(429, &[("retry-after", "99999999999999999999999999999")]),
+            Some(MAX_ANNOUNCED_SECS)
+        );
+        assert_eq!(
+            wait(
+                200,
+                &[
+                    ("x-ratelimit-remaining", "0"),
+                    ("x-ratelimit-reset", "999999999999999999999999")
+                ]
+            ),
+            Some(MAX_ANNOUNCED_SECS)
+        );
+        assert_eq!(
+            wait(200, &[("ratelimit", "\"a\";r=0;t=999999999999999")]),
+            Some(MAX_ANNOUNCED_SECS)
+        );
+        // Beyond the 15 digits of a structured-field integer: malformed.
+        assert_eq!(
+            wait(200, &[("ratelimit", "\"a\";r=0;t=9999999999999999")]),
+            None
+        );
+        let long = HeaderValue::from_str(&"9".repeat(MAX_VALUE_LEN + 1)).unwrap();
+        let mut h = HeaderMap::new();
+        h.insert(RETRY_AFTER, long);
+        assert_eq!(
+            announced_wait_at(StatusCode::TOO_MANY_REQUESTS, &h, at(NOW)),
+            None
+        );
+    }
+
+    #[test]
+    fn ietf_ratelimit_items() {
+        assert_eq!(
+            wait(200, &[("ratelimit", "\"default\";r=0;t=30")]),
+            Some(30)
+        );
+        assert_eq!(wait(200, &[("ratelimit", "\"default\";r=5;t=30")]), None);
+        // The longest wait among exhausted policies; others do not count.
+        assert_eq!(
+            wait(
+                200,
+                &[(
+                    "ratelimit",
+                    "\"burst\";r=0;t=2, \"day\";r=0;t=3600, \"x\";r=9;t=9999"
+                )]
+            ),
+            Some(3600)
+        );
+        // Several field lines are one list.
+        assert_eq!(
+            wait(
+                200,
+                &[
+                    ("ratelimit", "\"a\";r=1;t=5"),
+                    ("ratelimit", "\"b\";r=0;t=7")
+                ]
+            ),
+            Some(7)
+        );
+        // Other parameters (pk, unknown ones) and token names are fine.
+        assert_eq!(
+            wait(
+                200,
+                &[("ratelimit", "\"a\";r=0;t=4;pk=:AAE=:;x=?1;y=1.5;z=tok/en;w")]
+            ),
+            Some(4)
+        );
+        assert_eq!(wait(200, &[("ratelimit", "default;r=0;t=8")]), Some(8));
+        // r=0 without t says nothing about when.
+        assert_eq!(wait(200, &[("ratelimit", "\"a\";r=0")]), None);
+        assert_eq!(wait(200, &[("ratelimit", "")]), None);
+    }
+
+    #[test]
+    fn malformed_ietf_fields_are_ignored_whole() {
+        for bad in [
+            "\"a\";r=0;t=30,",
+            "\"a\";r=0;t=-1",
+            "\"a\";r=-0;t=30",
+            "\"a\";r=0;t=3.5",
+            "\"a\";r=0;t=\"30\"",
+            "\"a;r=0;t=30",
+            "\"a\";R=0;t=30",
+            "\"a\";r=0;t=30 \"b\";r=0;t=5",
+            "\"a\";r=0;t=30, ,\"b\"",
+            "\"a\";r=0;t",
+            "=;r=0;t=30",
+            "\"a\\x\";r=0;t=30",
+        ] {
+            let mut h = HeaderMap::new();
+            h.insert(RATELIMIT, HeaderValue::from_str(bad).unwrap());
+            assert_eq!(ietf_ratelimit(&h), None, "{bad:?}");
+        }
+        // A malformed line spoils the whole list, even when another line is fine.
+        assert_eq!(
+            wait(
+                200,
+                &[
+                    ("ratelimit", "\"a\";r=0;t=7"),
+                    ("ratelimit", "\"b\";r=zero")
+                ]
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn x_ratelimit_delta_and_unix_reset() {
+        assert_eq!(
+            wait(
+                200,
+                &[("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", "60")]
+            ),
+            Some(60)
+        );
+        assert_eq!(
+            wait(
+                200,
+                &[("x-ratelimit-remaining", "1"), ("x-ratelimit-reset", "60")]
+            ),
+            None
+        );
+        // A Unix time (GitHub's convention): the time until then.
+        assert_eq!(
+            wait(
+                200,
+                &[
+                    ("x-ratelimit-remaining", "0"),
+                    ("x-ratelimit-reset", "1700000045")
+                ]
+            ),
+            Some(45)
+        );
+        assert_eq!(
+            wait(
+                200,
+                &[
+                    ("x-ratelimit-remaining", "0"),
+                    ("x-ratelimit-reset", "1600000000")
+                ]
+            ),
+            Some(0)
+        );
+        // The fields of IETF drafts -00 to -03 read the same way.
+        assert_eq!(
+            wait(
+                200,
+                &[("ratelimit-remaining", "0"), ("ratelimit-reset", "9")]
+            ),
+            Some(9)
+        );
+        // A 429 names the longest of what it announces.
+        assert_eq!(
+            wait(
+                429,
+                &[
+                    ("retry-after", "6"),
+                    ("x-ratelimit-remaining", "0"),
+                    ("x-ratelimit-reset", "60")
+                ]
+            ),
+            Some(60)
+        );
+    }
+
+    #[test]
+    fn malformed_x_ratelimit_is_ignored() {
+        for (rem, reset) in [
+            ("0", ""),
+            ("0", "soon"),
+            ("0", "-5"),
+            ("0", "1.5"),
+            ("zero", "60"),
+            ("-1", "60"),
+            ("", "60"),
+        ] {
+            let mut h = HeaderMap::new();
+            h.insert(X_REMAINING, HeaderValue::from_str(rem).unwrap());
+            h.insert(X_RESET, HeaderValue::from_str(reset).unwrap());
+            assert_eq!(
+                announced_wait_at(StatusCode::OK, &h, at(NOW)),
+                None,
+                "{rem:?} {reset:?}"
+            );
+        }
+        assert_eq!(wait(200, &[("x-ratelimit-remaining", "0")]), None);
+        assert_eq!(wait(200, &[("x-ratelimit-reset", "60")]), None);
+    }
+
+    #[test]
+    fn no_byte_string_panics() {
+        // Every one- and two-byte value (of visible ASCII, SP, HTAB and obs-text) in every field.
+        let alphabet: Vec<u8> = (0x20..=0x7e).chain([b'\t', 0x80, 0xff]).collect();
+        for &a in &alphabet {
+            for &b in &alphabet {
+                for v in [
+                    vec![a],
+                    vec![a, b],
+                    vec![b'"', a, b],
+                    vec![b'0', b';', a, b],
+                ] {
+                    let Ok(value) = HeaderValue::from_bytes(&v) else {
+                        continue;
+                    };
+                    let mut h = HeaderMap::new();
+                    for name in [RATELIMIT, X_REMAINING, X_RESET, RETRY_AFTER] {
+                        h.insert(name, value.clone());
+                    }
+                    let w = announced_wait_at(StatusCode::TOO_MANY_REQUESTS, &h, at(NOW));
+                    assert!(w.is_none_or(|w| w.as_secs() <= MAX_ANNOUNCED_SECS), "{v:?}");
+                }
+            }
+        }
+    }
+}

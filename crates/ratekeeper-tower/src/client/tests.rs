@@ -1,0 +1,209 @@
+//! The layer around a `service_fn` server on tokio's paused clock: when requests reach the
+//! server, and what the caller gets.
+
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http::{Request, Response, StatusCode};
+use tokio::time::Instant;
+use tower::{Layer, Service, ServiceExt, service_fn};
+
+use super::{Error, OverDeadline, PoliteLayer};
+
+type Log = Arc<Mutex<Vec<(String, Duration)>>>;
+
+/// The status and headers the server answers its n-th request (0-based) with.
+type Answer = fn(usize) -> (u16, Vec<(&'static str, &'static str)>);
+
+/// A server that logs `(uri, time since start)` for each request it sees and answers with
+/// the headers `answer` gives for that request's index (0-based).
+fn server(
+    start: Instant,
+    answer: Answer,
+) -> (
+    impl Service<Request<()>, Response = Response<()>, Error = Infallible, Future: Send> + Clone,
+    Log,
+) {
+    let log: Log = Arc::default();
+    let seen = log.clone();
+    let svc = service_fn(move |req: Request<()>| {
+        let mut seen = seen.lock().unwrap();
+        let (status, headers) = answer(seen.len());
+        seen.push((req.uri().to_string(), start.elapsed()));
+        let mut res = Response::builder().status(status);
+        for (k, v) in headers {
+            res = res.header(k, v);
+        }
+        std::future::ready(Ok::<_, Infallible>(res.body(()).unwrap()))
+    });
+    (svc, log)
+}
+
+fn get(uri: &str) -> Request<()> {
+    Request::get(uri).body(()).unwrap()
+}
+
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+#[tokio::test(start_paused = true)]
+async fn remaining_zero_holds_the_next_request_until_the_reset() {
+    let start = Instant::now();
+    let (svc, log) = server(start, |i| {
+        let remaining = if i == 1 { "0" } else { "1" };
+        (
+            200,
+            vec![
+                ("x-ratelimit-remaining", remaining),
+                ("x-ratelimit-reset", "5"),
+            ],
+        )
+    });
+    let client = PoliteLayer::new().layer(svc);
+    for _ in 0..3 {
+        let res = client.clone().oneshot(get("http://a.test/")).await.unwrap();
+        assert_eq!(res.status(), 200);
+    }
+    let at: Vec<_> = log.lock().unwrap().iter().map(|(_, t)| *t).collect();
+    assert_eq!(at, [secs(0), secs(0), secs(5)]);
+    assert_eq!(client.polite_layer().wait_for("http://a.test:80"), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_429_with_retry_after_holds_only_its_origin() {
+    let start = Instant::now();
+    let (svc, log) = server(start, |i| match i {
+        0 => (429, vec![("retry-after", "3")]),
+        _ => (200, vec![]),
+    });
+    let client = PoliteLayer::new().layer(svc);
+    let res = client
+        .clone()
+        .oneshot(get("http://a.test/1"))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        client.polite_layer().wait_for("http://a.test:80"),
+        Some(secs(3))
+    );
+    // Another origin goes at once, and so does readiness, while a.test waits.
+    let waiting = tokio::spawn(client.clone().oneshot(get("http://a.test/2")));
+    client
+        .clone()
+        .oneshot(get("https://b.test/"))
+        .await
+        .unwrap();
+    waiting.await.unwrap().unwrap();
+    let seen = log.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        [
+            ("http://a.test/1".to_owned(), secs(0)),
+            ("https://b.test/".to_owned(), secs(0)),
+            ("http://a.test/2".to_owned(), secs(3)),
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn ietf_ratelimit_r0_waits_t_seconds() {
+    let start = Instant::now();
+    let (svc, log) = server(start, |i| match i {
+        0 => (
+            200,
+            vec![("ratelimit", "\"burst\";r=0;t=4, \"day\";r=900;t=80000")],
+        ),
+        _ => (200, vec![("ratelimit", "\"burst\";r=1;t=4")]),
+    });
+    let client = PoliteLayer::new().layer(svc);
+    client.clone().oneshot(get("http://a.test/")).await.unwrap();
+    client.clone().oneshot(get("http://a.test/")).await.unwrap();
+    let at: Vec<_> = log.lock().unwrap().iter().map(|(_, t)| *t).collect();
+    assert_eq!(at, [secs(0), secs(4)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wait_beyond_max_wait_fails_without_sending() {
+    let start = Instant::now();
+    let (svc, log) = server(start, |_| (429, vec![("retry-after", "120")]));
+    let client = PoliteLayer::new().max_wait(secs(60)).layer(svc);
+    client.clone().oneshot(get("http://a.test/")).await.unwrap();
+    let err = client
+        .clone()
+        .oneshot(get("http://a.test/"))
+        .await
+        .unwrap_err();
+    assert!(err.is_wait_too_long());
+    // The server cannot fail (`Infallible`), so this is the only error there is.
+    let Error::WaitTooLong(e) = err;
+    assert_eq!((e.wait(), e.max_wait()), (secs(120), secs(60)));
+    assert_eq!(
+        e.to_string(),
+        "the server asked to wait 120s before the next request, longer than the 60s allowed"
+    );
+    assert_eq!(log.lock().unwrap().len(), 1);
+    assert_eq!(start.elapsed(), Duration::ZERO);
+}
+
+#[tokio::test(start_paused = true)]
+async fn send_anyway_sends_at_once() {
+    let start = Instant::now();
+    let (svc, log) = server(start, |_| (429, vec![("retry-after", "120")]));
+    let client = PoliteLayer::new()
+        .max_wait(secs(1))
+        .over_deadline(OverDeadline::SendAnyway)
+        .layer(svc);
+    for _ in 0..2 {
+        let res = client.clone().oneshot(get("http://a.test/")).await.unwrap();
+        assert_eq!(res.status(), 429);
+    }
+    let at: Vec<_> = log.lock().unwrap().iter().map(|(_, t)| *t).collect();
+    assert_eq!(at, [secs(0), secs(0)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_custom_key_and_clear() {
+    let start = Instant::now();
+    let (svc, log) = server(start, |_| (429, vec![("retry-after", "10")]));
+    let layer = PoliteLayer::new().key(|p: &http::request::Parts| {
+        p.headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned()
+    });
+    let client = layer.layer(svc);
+    let with = |token: &'static str| {
+        Request::get("http://a.test/")
+            .header("authorization", token)
+            .body(())
+            .unwrap()
+    };
+    client.clone().oneshot(with("alice")).await.unwrap();
+    client.clone().oneshot(with("bob")).await.unwrap();
+    assert_eq!(layer.wait_for("alice"), Some(secs(10)));
+    layer.clear();
+    client.clone().oneshot(with("alice")).await.unwrap();
+    let at: Vec<_> = log.lock().unwrap().iter().map(|(_, t)| *t).collect();
+    assert_eq!(at, [secs(0), secs(0), secs(0)]);
+}
+
+#[tokio::test]
+async fn inner_errors_pass_through() {
+    let failing = service_fn(|_req: Request<()>| async {
+        Err::<Response<()>, _>(std::io::Error::other("connection refused"))
+    });
+    let err = PoliteLayer::new()
+        .layer(failing)
+        .oneshot(get("http://a.test/"))
+        .await
+        .unwrap_err();
+    assert!(err.is_service());
+    assert_eq!(
+        err.into_service().unwrap().to_string(),
+        "connection refused"
+    );
+}
