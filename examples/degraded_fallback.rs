@@ -38,8 +38,8 @@ pub fn app() -> Router {
     Router::new()
         // `route_layer` on the method router: only `GET` (and `HEAD`) /prices pass through
         // the limit and its fallback. `Router::layer` would also wrap the 405 of
-        // `POST /prices` and the 404 of unknown paths, and once the client is limited the
-        // fallback would answer those with prices.
+        // `POST /prices` and the 404 of unknown paths (`Router::route_layer` the 405), and
+        // once the client is limited the fallback would answer those with prices.
         .route("/prices", get(fresh_prices).route_layer(limit))
         .with_state(cache)
 }

@@ -68,8 +68,9 @@ fn per_minute(n: u32) -> Quota {
 ///    ([`Settle::COUNT_UNAUTHORIZED`]): a client that sends wrong tokens gets 10 `401`s, then
 ///    `429`s until the budget refills (one more try every 6 s). Requests that authenticate,
 ///    or send no token, are given back once their status is known, so they cost nothing
-///    here; while they are in flight they hold a unit, so at most 10 requests per address
-///    wait on authentication at once. It sends no rate-limit headers (a `429` still has
+///    here. Each holds a unit until its status is known, though, so at most 10 requests
+///    from one address are in flight at once: size this budget for the concurrency of the
+///    busiest address you serve. It sends no rate-limit headers (a `429` still has
 ///    `Retry-After`): the headers clients see describe their own budget.
 /// 2. The demo authentication.
 /// 3. `per-user`, 5 requests per minute per **user**, so colleagues behind one NAT address

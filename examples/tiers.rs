@@ -76,8 +76,9 @@ fn per_minute(n: u32) -> Quota {
 ///
 /// 1. `auth-failures`, 10 per minute per client IP, counting only `401` responses
 ///    ([`Settle::COUNT_UNAUTHORIZED`]): wrong tokens get 10 `401`s, then `429`s until the
-///    budget refills. Other requests are given back once their status is known (while in
-///    flight they hold a unit). No rate-limit headers: clients see their tier's budget.
+///    budget refills. Other requests are given back once their status is known (until then
+///    they hold a unit: at most 10 in flight per address). No rate-limit headers: clients
+///    see their tier's budget.
 /// 2. The demo authentication.
 /// 3. The tiers: free users get 60 requests per minute, paid users 1000, keyed by user;
 ///    anonymous requests get the free tier keyed by client IP.
