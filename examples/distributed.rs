@@ -13,15 +13,42 @@
 //! The twelve requests alternate between the two instances; the remaining count goes down
 //! 9, 8, ... 0 across both, and the last two are 429s.
 
+use std::num::NonZeroU32;
+
+use axum::Router;
+use axum::routing::get;
+use ratekeeper_axum::core::store::redis::RedisStore;
+use ratekeeper_axum::{Policy, Quota, RateLimitLayer};
+
+/// The Redis URL: the `REDIS_URL` environment variable, or `redis://127.0.0.1:6379/`.
+pub fn redis_url() -> String {
+    std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379/".to_owned())
+}
+
+/// The quickstart limits (10 requests per minute per client IP, burst 10) on the Redis
+/// server at `redis_url`, so every instance of the app started with the same URL shares one
+/// budget per client IP. Decisions have a 50 ms deadline; when Redis is down the app fails
+/// open.
+///
+/// # Errors
+///
+/// When the URL is invalid or the layer cannot be built.
+pub async fn app(redis_url: &str) -> Result<Router, Box<dyn std::error::Error>> {
+    let store = RedisStore::builder().standalone(redis_url).await?;
+    let quota = Quota::per_minute(NonZeroU32::new(10).unwrap_or(NonZeroU32::MIN));
+    let layer = RateLimitLayer::builder()
+        .policy(Policy::new("default", quota))
+        .store(store)
+        .build()?;
+    Ok(Router::new()
+        .route("/", get(|| async { "hello from ratekeeper on redis\n" }))
+        .layer(layer))
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
-    let addr = ratekeeper_examples::listen_addr();
-    let app = ratekeeper_examples::distributed_app(&ratekeeper_examples::redis_url()).await?;
-    ratekeeper_examples::serve(app, &addr).await?;
+    ratekeeper_examples::init_tracing();
+    let app = app(&redis_url()).await?;
+    ratekeeper_examples::serve(app, &ratekeeper_examples::listen_addr()).await?;
     Ok(())
 }

@@ -5,13 +5,22 @@
 //! for i in $(seq 12); do curl -s -o /dev/null -w '%{http_code}\n' http://127.0.0.1:3000/; done
 //! ```
 
+use std::num::NonZeroU32;
+
+use axum::Router;
+use axum::routing::get;
+use ratekeeper_axum::{Quota, RateLimitLayer};
+
+/// `GET /`, limited to 10 requests per minute per client IP (burst 10), in memory.
+pub fn app() -> Router {
+    let quota = Quota::per_minute(NonZeroU32::new(10).unwrap_or(NonZeroU32::MIN));
+    Router::new()
+        .route("/", get(|| async { "hello from ratekeeper\n" }))
+        .layer(RateLimitLayer::new(quota))
+}
+
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
-    let addr = ratekeeper_examples::listen_addr();
-    ratekeeper_examples::serve(ratekeeper_examples::quickstart_app(), &addr).await
+    ratekeeper_examples::init_tracing();
+    ratekeeper_examples::serve(app(), &ratekeeper_examples::listen_addr()).await
 }

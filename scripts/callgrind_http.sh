@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# User-space instructions per HTTP request of examples/bench_server.rs, per mode, counted by
+# User-space instructions per HTTP request of bench/bench_server.rs, per mode, counted by
 # callgrind: repeatable on a busy machine, unlike wall-clock req/s. Kernel TCP work is not
 # counted, so this is the layer's cost, not a throughput ratio.
 #
@@ -23,8 +23,8 @@ done
 
 # Release code with symbols and line tables, so callgrind_annotate can name functions.
 CARGO_PROFILE_RELEASE_DEBUG=line-tables-only CARGO_TARGET_DIR=target/callgrind \
-    cargo build --release --example bench_server >&2
-server=target/callgrind/release/examples/bench_server
+    cargo build --release -p ratekeeper-bench --bin bench_server >&2
+server=target/callgrind/release/bench_server
 tmp=$(mktemp -d)
 pid=
 cleanup() {

@@ -5,7 +5,7 @@
 #   scripts/http_bench.sh                 # 5 rounds x every mode x 10 s
 #   ROUNDS=3 DURATION=5 scripts/http_bench.sh bare allow reject
 #
-# The server (examples/bench_server.rs, one tokio worker) is pinned to CPU $SERVER_CPU and
+# The server (bench/bench_server.rs, one tokio worker) is pinned to CPU $SERVER_CPU and
 # wrk to CPU $CLIENT_CPU with taskset. Modes run interleaved (A B C A B C ...; the order
 # rotates every round) so drift from other load on the machine hits every mode alike. Each
 # run starts a fresh server, checks the expected status (200 or 429), warms up for 1 s and
@@ -35,8 +35,8 @@ for tool in wrk curl taskset bc; do
     command -v "$tool" >/dev/null || { echo "$tool is required" >&2; exit 1; }
 done
 
-cargo build --release --example bench_server >&2
-server=target/release/examples/bench_server
+cargo build --release -p ratekeeper-bench --bin bench_server >&2
+server=${CARGO_TARGET_DIR:-target}/release/bench_server
 url="http://127.0.0.1:$PORT/"
 results=$(mktemp)
 log=$(mktemp)

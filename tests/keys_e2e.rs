@@ -37,6 +37,22 @@ use tower::{Layer, ServiceExt};
 use tower_http::cors::CorsLayer;
 use tower_http::normalize_path::NormalizePathLayer;
 
+// The example app itself, not a copy; its `main` and the items this file does not use
+// are dead code here.
+#[allow(dead_code, unreachable_pub)]
+#[path = "../examples/nat_users.rs"]
+mod nat_users;
+// The example app itself, not a copy; its `main` and the items this file does not use
+// are dead code here.
+#[allow(dead_code, unreachable_pub)]
+#[path = "../examples/per_route_cost.rs"]
+mod per_route_cost;
+// The example app itself, not a copy; its `main` and the items this file does not use
+// are dead code here.
+#[allow(dead_code, unreachable_pub)]
+#[path = "../examples/tiers.rs"]
+mod tiers;
+
 fn per_minute(n: u32) -> Quota {
     Quota::per_minute(NonZeroU32::new(n).unwrap())
 }
@@ -113,8 +129,7 @@ fn last(log: &Mutex<Vec<String>>) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nat_users_each_get_their_full_budget_and_anonymous_is_limited_by_ip() {
-    let (_clock, store) = manual_store();
-    let server = TestServer::start(ratekeeper_examples::nat_users_app_with(store)).await;
+    let server = TestServer::start(nat_users::app_with(ManualClock::new())).await;
     // alice and carol share 127.0.0.1 and each get 5; the anonymous client is limited by IP.
     for who in ["alice", "carol"] {
         for expected in (0..5).rev() {
@@ -153,8 +168,7 @@ async fn nat_users_each_get_their_full_budget_and_anonymous_is_limited_by_ip() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tiers_pick_the_policy_by_the_users_plan() {
-    let (_clock, store) = manual_store();
-    let server = TestServer::start(ratekeeper_examples::tiers_app_with(store)).await;
+    let server = TestServer::start(tiers::app_with(ManualClock::new())).await;
     for (token, limit, remaining) in [
         (Some("tok-alice"), "60", "59"),
         (Some("tok-bob"), "1000", "999"),
@@ -174,7 +188,8 @@ async fn tiers_pick_the_policy_by_the_users_plan() {
             "{token:?}"
         );
     }
-    // An unknown token is refused by the auth middleware before the limiter.
+    // An unknown token is refused by the auth middleware, inside the failed-authentication
+    // limit (which sends no rate-limit fields) and before the tiers.
     let res = server
         .get("/")
         .bearer_auth("tok-mallory")
@@ -183,6 +198,81 @@ async fn tiers_pick_the_policy_by_the_users_plan() {
         .unwrap();
     assert_eq!(res.status(), 401);
     assert_eq!(header(&res, "x-ratelimit-limit"), "<absent>");
+}
+
+/// Sends `n` requests with wrong bearer tokens (each a different guess) and returns the
+/// statuses; checks that every 429 is the failed-authentication limit's.
+async fn wrong_tokens(server: &TestServer, n: usize) -> Vec<u16> {
+    let mut statuses = Vec::with_capacity(n);
+    for i in 0..n {
+        let res = server
+            .get("/")
+            .bearer_auth(format!("tok-guess-{i}"))
+            .send()
+            .await
+            .unwrap();
+        let status = res.status().as_u16();
+        if status == 429 {
+            // 10 per minute: one more try every 6 s.
+            assert_eq!(header(&res, "retry-after"), "6");
+            assert_eq!(header(&res, "x-ratelimit-limit"), "<absent>");
+            let body: serde_json::Value =
+                serde_json::from_slice(&res.bytes().await.unwrap()).unwrap();
+            assert_eq!(
+                body["violated-policies"],
+                serde_json::json!(["auth-failures"])
+            );
+        }
+        statuses.push(status);
+    }
+    statuses
+}
+
+/// 30 wrong tokens from one client: exactly 10 `401`s, then `429`s. Requests that
+/// authenticate (or send no token) cost nothing in the failed-authentication limit; once it
+/// is exhausted the address is refused, valid tokens too, until it refills.
+async fn thirty_wrong_tokens_get_ten_401s_then_429s(app: Router, clock: &ManualClock) {
+    let server = TestServer::start(app).await;
+    for _ in 0..3 {
+        let res = server
+            .get("/")
+            .bearer_auth("tok-alice")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 200);
+        let res = server.get("/").send().await.unwrap();
+        assert_eq!(res.status(), 200);
+    }
+    let statuses = wrong_tokens(&server, 30).await;
+    let expected: Vec<u16> = [401; 10].into_iter().chain([429; 20]).collect();
+    assert_eq!(statuses, expected);
+    let res = server
+        .get("/")
+        .bearer_auth("tok-alice")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        res.status(),
+        429,
+        "the address is over its failed-authentication budget"
+    );
+    // 6 s later the budget holds one more failure.
+    clock.advance(Duration::from_secs(6));
+    assert_eq!(wrong_tokens(&server, 2).await, [401, 429]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nat_users_thirty_wrong_tokens_get_ten_401s_then_429s() {
+    let clock = ManualClock::new();
+    thirty_wrong_tokens_get_ten_401s_then_429s(nat_users::app_with(clock.clone()), &clock).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tiers_thirty_wrong_tokens_get_ten_401s_then_429s() {
+    let clock = ManualClock::new();
+    thirty_wrong_tokens_get_ten_401s_then_429s(tiers::app_with(clock.clone()), &clock).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -245,7 +335,7 @@ async fn forwarded_for_from_a_trusted_loopback_proxy_keys_each_client() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn route_table_charges_the_configured_cost_under_every_spelling() {
     let (_clock, store) = manual_store();
-    let app = ratekeeper_examples::per_route_cost_app_with(store);
+    let app = per_route_cost::app_with(store);
     let addr = spawn_service(NormalizePathLayer::trim_trailing_slash().layer(app)).await;
     let server = TestServer::at(addr);
     let mut remaining = 100u64;

@@ -26,6 +26,12 @@ use ratekeeper_tests::{TestServer, ok_app};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+// The example app itself, not a copy; its `main` and the items this file does not use
+// are dead code here.
+#[allow(dead_code, unreachable_pub)]
+#[path = "../examples/degraded_fallback.rs"]
+mod degraded_fallback;
+
 #[tokio::test(start_paused = true)]
 async fn delay_spaces_a_burst_at_the_rate_and_rejects_beyond_max_wait() {
     // 1 per second, burst 1; wait at most 3 s.
@@ -122,7 +128,7 @@ async fn shadow_mode_never_blocks_but_reports() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fallback_serves_the_limited_request_with_the_marker() {
-    let server = TestServer::start(ratekeeper_examples::degraded_fallback_app()).await;
+    let server = TestServer::start(degraded_fallback::app()).await;
     for (i, want) in ["prices v1 (fresh)\n", "prices v2 (fresh)\n"]
         .iter()
         .enumerate()
@@ -151,6 +157,36 @@ async fn fallback_serves_the_limited_request_with_the_marker() {
             "prices v2 (cached; fresh data again within 60 s)\n"
         );
     }
+}
+
+/// The fallback wraps only `GET /prices`: while that route is limited (and answered from
+/// the cache), `POST /prices` is still a 405 and an unknown path still a 404, neither
+/// charged nor marked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fallback_answers_only_the_route_it_degrades() {
+    let server = TestServer::start(degraded_fallback::app()).await;
+    for _ in 0..3 {
+        let res = server.get("/prices").send().await.unwrap();
+        assert_eq!(res.status(), 200);
+    }
+    let res = server.get("/prices").send().await.unwrap();
+    assert_eq!(res.headers()["ratelimit-degraded"], "\"default\"");
+    for _ in 0..2 {
+        for (res, status) in [
+            (server.post("/prices").send().await.unwrap(), 405),
+            (server.get("/other").send().await.unwrap(), 404),
+        ] {
+            assert_eq!(res.status(), status);
+            let h = res.headers();
+            assert!(h.get("ratelimit-degraded").is_none(), "{status}");
+            assert!(h.get("x-ratelimit-remaining").is_none(), "{status}");
+            assert!(!res.text().await.unwrap().contains("prices"), "{status}");
+        }
+    }
+    // Still limited, still degraded.
+    let res = server.get("/prices").send().await.unwrap();
+    assert_eq!(res.headers()["ratelimit-degraded"], "\"default\"");
+    assert!(res.text().await.unwrap().starts_with("prices v2 (cached"));
 }
 
 /// A response body that stays open until the test sends its last chunk and drops the sender.

@@ -6,9 +6,15 @@ use std::num::NonZeroU32;
 use ratekeeper_axum::{GlobalKey, Quota, RateLimitLayer};
 use ratekeeper_tests::{TestServer, bind_loopback, fresh_connection_client};
 
+// The example app itself, not a copy; its `main` and the items this file does not use
+// are dead code here.
+#[allow(dead_code, unreachable_pub)]
+#[path = "../examples/quickstart.rs"]
+mod quickstart;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn twelve_requests_get_ten_200s_then_two_429s() {
-    let server = TestServer::start(ratekeeper_examples::quickstart_app()).await;
+    let server = TestServer::start(quickstart::app()).await;
     for expected_remaining in (0..10).rev() {
         let res = server.get("/").send().await.unwrap();
         assert_eq!(res.status(), 200);
@@ -45,7 +51,7 @@ async fn twelve_requests_get_ten_200s_then_two_429s() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn many_connections_share_one_budget_per_client_ip() {
-    let server = TestServer::start(ratekeeper_examples::quickstart_app())
+    let server = TestServer::start(quickstart::app())
         .await
         .with_client(fresh_connection_client());
     let tasks: Vec<_> = (0..50)

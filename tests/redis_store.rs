@@ -17,6 +17,12 @@ use ratekeeper_axum::{Algorithm, Key, KeyError, Policy, Quota, RateLimitLayer, R
 use ratekeeper_tests::redis::{RedisCluster, RedisServer};
 use ratekeeper_tests::{TestServer, ok_app, spawn};
 
+// The example app itself, not a copy; its `main` and the items this file does not use
+// are dead code here.
+#[allow(dead_code, unreachable_pub)]
+#[path = "../examples/distributed.rs"]
+mod distributed;
+
 const MS: u64 = 1_000_000;
 
 fn quota(limit: u32, period_ms: u64, burst: u32) -> Quota {
@@ -828,9 +834,7 @@ async fn distributed_example_two_instances_share_one_budget() {
     let server = RedisServer::start();
     let mut instances = Vec::new();
     for _ in 0..2 {
-        let app = ratekeeper_examples::distributed_app(&server.url())
-            .await
-            .expect("app");
+        let app = distributed::app(&server.url()).await.expect("app");
         instances.push(TestServer::start(app).await);
     }
     let mut seen = Vec::new();

@@ -117,10 +117,11 @@
 //! | need | use | runnable example |
 //! |---|---|---|
 //! | a tighter limit or a higher cost on an expensive route | [`route::RouteTable`], keyed by the axum route template (`MatchedPath`), so no path spelling bypasses it | `per_route_cost` |
-//! | users behind one NAT IP get their own budgets | [`key::UserKey`] (the principal your auth layer inserts) `.or(PeerIp::new())` for anonymous requests | `nat_users` |
+//! | users behind one NAT IP get their own budgets | [`key::UserKey`] (the principal your auth layer inserts) `.or(PeerIp::new())` for anonymous requests, in a layer inside the auth layer; outside it, a per-IP limit counting only `401`s ([`policy::Settle::COUNT_UNAUTHORIZED`]) so token guessing is limited too | `nat_users` |
 //! | tiers (free 60/min, paid 1000/min) | [`policy::resolve_fn`] picking policies per request | `tiers` |
 //! | clients behind a load balancer or proxy | [`key::ForwardedIp`], which trusts `X-Forwarded-For` / `Forwarded` only from proxies you list | |
 //! | an API key | [`key::HeaderKey`], validated to a principal so rotated or empty keys get no fresh budget | |
+//! | a cheaper answer (a stale cache) instead of a 429 on one route | [`RateLimitLayer::with_fallback`] on that route only: `.route("/prices", get(prices).route_layer(layer))`; under `Router::layer` the fallback would also answer a limited client's 404s and 405s | `degraded_fallback` |
 //! | one budget shared by many app instances | the Redis store, feature `redis`: `core::store::redis::RedisStore` | `distributed` |
 //! | throttle calls *to* another rate-limited API | `core::throttle::Throttle` (core feature `tokio`) | `outbound_throttle` |
 //! | an HTTP client that waits when a server says nothing is left (`Retry-After`, `RateLimit`, `X-RateLimit-*`) | [`client::PoliteLayer`] around hyper's client or any tower HTTP service | `polite_client` |

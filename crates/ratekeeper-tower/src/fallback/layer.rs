@@ -25,6 +25,10 @@ impl<K, Co, St, R> RateLimitLayer<K, Co, St, R> {
     /// `reason="store_unavailable"`; no rate-limit headers). The handler can read the decision
     /// with [`Info`](crate::info::Info) (`is_limited()` is true).
     ///
+    /// The fallback answers every limited request the layer sees, so wrap only the route it
+    /// degrades (in axum: `get(handler).route_layer(layer)` on that route, not
+    /// `Router::layer`, or a limited client's `404`s and `405`s get the degraded body too).
+    ///
     /// In [`Mode::Delay`](crate::rate_limit::Mode::Delay) the fallback answers the requests
     /// that could not be admitted within `max_wait`; in
     /// [`Mode::Shadow`](crate::rate_limit::Mode::Shadow) it is never used. "Cost can never

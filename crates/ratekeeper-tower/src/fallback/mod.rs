@@ -9,6 +9,17 @@
 //! ([`RATELIMIT_DEGRADED`](crate::report::RATELIMIT_DEGRADED)) and are counted in
 //! `ratekeeper_degraded_total{policy, reason}`.
 //!
+//! # Where to put it
+//!
+//! Around the one service whose answer the fallback degrades, and nothing else. The fallback
+//! answers *every* limited request that passes through the layer, whatever its method or
+//! path, so a layer around a whole router would also answer a limited client's `404`s,
+//! `405`s and other routes with the degraded body. In axum, put it on the method router of
+//! that route: `Router::new().route("/prices", get(prices).route_layer(limit))` limits and
+//! degrades `GET` (and `HEAD`) `/prices` only, while `POST /prices` stays a `405` and unknown
+//! paths stay `404`s; `Router::layer` and `Router::route_layer` would wrap every route. In
+//! plain tower, wrap only that route's service, below your routing.
+//!
 //! # Example
 //!
 //! ```

@@ -19,8 +19,10 @@
 //! `Retry-After: 600`); larger values cost one allocation per header.
 //!
 //! ```text
-//! MODE=allow ADDR=127.0.0.1:3000 cargo run --release --example bench_server
+//! MODE=allow ADDR=127.0.0.1:3000 cargo run --release -p ratekeeper-bench --bin bench_server
 //! ```
+//!
+//! An unknown `MODE` prints every mode and exits with status 2.
 //!
 //! No tracing subscriber is installed, as in a server that logs nothing per request.
 
@@ -139,32 +141,69 @@ async fn serve_outer(layer: RateLimitLayer, addr: &str) -> std::io::Result<()> {
     .await
 }
 
+/// Every `MODE`, in the order of the table above.
+const MODES: [&str; 11] = [
+    "bare",
+    "noop",
+    "headers",
+    "headers_min",
+    "allow",
+    "allow_info",
+    "allow_outer",
+    "reject",
+    "reject_outer",
+    "governor_allow",
+    "governor_reject",
+];
+
+/// The address to listen on: `ADDR`, or `127.0.0.1:3000`.
+fn listen_addr() -> String {
+    std::env::var("ADDR").unwrap_or_else(|_| "127.0.0.1:3000".to_owned())
+}
+
+/// Binds `addr`, prints `listening on <addr>` (the scripts wait for that line) and serves
+/// `app` with connect info, so the peer IP is known.
+async fn serve(app: Router, addr: &str) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    println!("listening on {}", listener.local_addr()?);
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .await
+}
+
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
     let mode = std::env::var("MODE").unwrap_or_else(|_| "bare".to_owned());
+    let addr = listen_addr();
     match mode.as_str() {
-        "allow_outer" => {
-            return serve_outer(
-                RateLimitLayer::new(never_reached()),
-                &ratekeeper_examples::listen_addr(),
-            )
-            .await;
-        }
-        "reject_outer" => {
-            return serve_outer(
-                RateLimitLayer::new(ten_minutes()),
-                &ratekeeper_examples::listen_addr(),
-            )
-            .await;
-        }
+        "allow_outer" => return serve_outer(RateLimitLayer::new(never_reached()), &addr).await,
+        "reject_outer" => return serve_outer(RateLimitLayer::new(ten_minutes()), &addr).await,
         _ => {}
     }
     let Some(app) = build(&mode) else {
-        eprintln!(
-            "unknown MODE {mode:?}: bare, allow, reject, headers, governor_allow or governor_reject"
-        );
+        eprintln!("unknown MODE {mode:?}; the modes are: {}", MODES.join(", "));
         std::process::exit(2);
     };
-    let addr = ratekeeper_examples::listen_addr();
-    ratekeeper_examples::serve(app, &addr).await
+    serve(app, &addr).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{MODES, build};
+
+    #[test]
+    fn every_listed_mode_is_served_and_no_other() {
+        for mode in MODES {
+            let served = build(mode).is_some() || mode.ends_with("_outer");
+            assert!(served, "{mode} is listed but not served");
+        }
+        assert!(
+            build("allow_outer").is_none(),
+            "served by serve_outer, not build"
+        );
+        assert!(build("governor").is_none());
+        assert!(build("").is_none());
+    }
 }
