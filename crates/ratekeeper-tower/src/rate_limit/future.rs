@@ -174,7 +174,7 @@ where
                 }
             }
             Verdict::Answer(answer) => Kind::Answered {
-                answer: Some(answer),
+                answer: Some(answer.for_request(self.req.headers())),
             },
             Verdict::Wait(decisions) => Kind::Reserved {
                 sleep: tokio::time::sleep(decisions.delay()),
