@@ -123,6 +123,7 @@
 //! | an API key | [`key::HeaderKey`], validated to a principal so rotated or empty keys get no fresh budget | |
 //! | one budget shared by many app instances | the Redis store, feature `redis`: `core::store::redis::RedisStore` | `distributed` |
 //! | throttle calls *to* another rate-limited API | `core::throttle::Throttle` (core feature `tokio`) | `outbound_throttle` |
+//! | a tonic (gRPC) service | the same [`RateLimitLayer`] on tonic's axum router: limited calls get `RESOURCE_EXHAUSTED` with the retry time, not an HTTP 429 ([`report`](crate::report#grpc)) | `grpc` |
 //!
 //! Run an example with `ADDR=127.0.0.1:3000 cargo run --example <name>`.
 
