@@ -125,6 +125,7 @@
 //! | one budget shared by many app instances | the Redis store, feature `redis`: `core::store::redis::RedisStore` | `distributed` |
 //! | throttle calls *to* another rate-limited API | `core::throttle::Throttle` (core feature `tokio`) | `outbound_throttle` |
 //! | an HTTP client that waits when a server says nothing is left (`Retry-After`, `RateLimit`, `X-RateLimit-*`) | [`client::PoliteLayer`] around hyper's client or any tower HTTP service | `polite_client` |
+//! | a tonic (gRPC) service | the same [`RateLimitLayer`] on tonic's axum router: limited calls get `RESOURCE_EXHAUSTED` with the retry time, not an HTTP 429 ([`report`](crate::report#grpc)) | `grpc` |
 //!
 //! Run an example with `ADDR=127.0.0.1:3000 cargo run --example <name>`.
 

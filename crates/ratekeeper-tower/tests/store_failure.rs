@@ -126,3 +126,58 @@ async fn degrade_reaches_the_inner_service_marked_for_the_fallback() {
         );
     }
 }
+
+/// The fail-closed answer to a gRPC call, for a store that answers at once and one that
+/// answers later: status, `grpc-status`, `grpc-message`, body length.
+async fn grpc_answer<St: Store<Key>>(store: St) -> (StatusCode, String, String, usize) {
+    let layer = RateLimitLayer::builder()
+        .policy(Policy::new(
+            "api",
+            Quota::per_minute(NonZeroU32::new(10).expect("10")),
+        ))
+        .key(GlobalKey)
+        .store(store)
+        .build()
+        .expect("layer");
+    let svc = ServiceBuilder::new()
+        .layer(layer)
+        .service_fn(|_req: Request<String>| async move {
+            Ok::<_, Infallible>(Response::new("called".to_owned()))
+        });
+    let req = Request::builder()
+        .header("content-type", "application/grpc")
+        .body(String::new())
+        .expect("request");
+    let res = svc.oneshot(req).await.expect("answer");
+    let header = |name: &str| {
+        res.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned()
+    };
+    let (status, code, message) = (res.status(), header("grpc-status"), header("grpc-message"));
+    let body = http_body_util::BodyExt::collect(res.into_body())
+        .await
+        .map(|c| c.to_bytes().len())
+        .unwrap_or(usize::MAX);
+    (status, code, message, body)
+}
+
+#[tokio::test]
+async fn fail_closed_answers_grpc_unavailable_to_grpc_calls() {
+    for answer in [
+        grpc_answer(Failing(FailurePolicy::Deny)).await,
+        grpc_answer(FailingLater(FailurePolicy::Deny)).await,
+    ] {
+        assert_eq!(
+            answer,
+            (
+                StatusCode::OK,
+                "14".to_owned(),
+                "rate limiter unavailable".to_owned(),
+                0
+            )
+        );
+    }
+}

@@ -15,7 +15,7 @@ use super::service::unix_now;
 use super::upgrade::Held;
 use crate::body::ResponseBody;
 use crate::key::KeyError;
-use crate::report::Reporter;
+use crate::report::{Reporter, is_grpc, trailers_only};
 
 pin_project! {
     /// Response future of [`ConcurrencyLimit`](super::ConcurrencyLimit).
@@ -66,7 +66,8 @@ impl<F> ResponseFuture<F> {
         }
     }
 
-    pub(crate) fn key_error(err: &KeyError) -> Self {
+    /// The answer to a request without a key (a gRPC request gets a trailers-only response).
+    pub(crate) fn key_error(err: &KeyError, request: &HeaderMap) -> Self {
         let status = err.status();
         if status.is_server_error() {
             tracing::error!(error = %err, "concurrency limiter cannot key the request");
@@ -76,7 +77,12 @@ impl<F> ResponseFuture<F> {
             CONTENT_TYPE,
             HeaderValue::from_static("text/plain; charset=utf-8"),
         );
-        Self::answered(status, headers, Bytes::from(format!("{err}\n")))
+        let body = Bytes::from(format!("{err}\n"));
+        if is_grpc(request) {
+            let (status, body) = trailers_only(status, &mut headers, &body, None);
+            return Self::answered(status, headers, body);
+        }
+        Self::answered(status, headers, body)
     }
 }
 

@@ -9,9 +9,10 @@ use ratekeeper_core::{Decision, Outcome};
 use tower_service::Service;
 
 use super::future::ResponseFuture;
-use super::layer::ConcurrencyLimitLayer;
+use super::layer::{ConcurrencyLimitLayer, NAME};
 use super::upgrade::Held;
 use crate::key::{KeyExtractor, PeerIp};
+use crate::report::{is_grpc, trailers_only};
 
 /// The keyed concurrency-limiting service (see the [module docs](super)). Decides in `call`;
 /// `poll_ready` only forwards.
@@ -81,7 +82,7 @@ where
     fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
         let key = match self.layer.key.extract(&req) {
             Ok(key) => key,
-            Err(err) => return ResponseFuture::key_error(&err),
+            Err(err) => return ResponseFuture::key_error(&err, req.headers()),
         };
         let max = self.layer.counter.max();
         match self.layer.counter.acquire(&key) {
@@ -106,10 +107,13 @@ where
                     0,
                     Duration::ZERO,
                 )]);
-                let (status, headers, body) =
+                let (mut status, mut headers, mut body) =
                     self.layer
                         .reporter
                         .limited(&decisions, &[0], None, unix_now);
+                if is_grpc(req.headers()) {
+                    (status, body) = trailers_only(status, &mut headers, &body, Some(NAME));
+                }
                 ResponseFuture::answered(status, headers, body)
             }
         }

@@ -187,7 +187,7 @@ where
         match verdict {
             Verdict::Pass => self.pass(decisions),
             Verdict::Answer(answer) => Kind::Answered {
-                answer: Some(answer),
+                answer: Some(answer.for_request(self.req.headers())),
             },
             Verdict::Wait => Kind::Reserved {
                 sleep: tokio::time::sleep(decisions.delay()),

@@ -27,7 +27,7 @@ use crate::degraded::{Degrade, StoreDegraded};
 use crate::info::Info;
 use crate::key::{KeyError, KeyExtractor, PeerIp};
 use crate::policy::{AllPolicies, Applied, Plan, Resolve, Rules};
-use crate::report::Reporter;
+use crate::report::{Reporter, is_grpc, trailers_only};
 
 /// A response the layer writes itself (a 429, a 503 when the store fails closed, or a key
 /// error).
@@ -36,6 +36,9 @@ pub(crate) struct Answer {
     pub(crate) status: StatusCode,
     pub(crate) headers: HeaderMap,
     pub(crate) body: Bytes,
+    /// For a 429: the layer's policy names and the index of the one the headers report, to
+    /// name it in a gRPC answer.
+    pub(crate) policy: Option<(Arc<[Box<str>]>, usize)>,
 }
 
 impl Answer {
@@ -50,7 +53,26 @@ impl Answer {
             status,
             headers,
             body,
+            policy: None,
         }
+    }
+
+    /// This answer as the request can read it: unchanged, or for a gRPC request (its
+    /// `content-type` starts with `application/grpc`) a trailers-only response with the
+    /// matching gRPC status (see [`trailers_only`]). Called on the answer path only.
+    pub(crate) fn for_request(mut self, request: &HeaderMap) -> Self {
+        if !is_grpc(request) {
+            return self;
+        }
+        let policy = self
+            .policy
+            .as_ref()
+            .and_then(|(names, i)| names.get(*i))
+            .map(|n| &**n);
+        let (status, body) = trailers_only(self.status, &mut self.headers, &self.body, policy);
+        self.status = status;
+        self.body = body;
+        self
     }
 
     /// The answer to a request the layer could not key (`400` for a missing key, `500` for a
@@ -376,10 +398,15 @@ where
         let (status, headers, body) = self
             .reporter
             .limited(decisions, &policies, pk, || self.store.unix_now());
+        let deciding = decisions
+            .deciding()
+            .and_then(|i| applied.entries.get(i))
+            .map(|e| e.index as usize);
         Answer {
             status,
             headers,
             body,
+            policy: deciding.map(|i| (self.names().clone(), i)),
         }
     }
 

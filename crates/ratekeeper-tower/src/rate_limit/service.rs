@@ -14,7 +14,8 @@ use crate::cost::Cost;
 use crate::key::{KeyExtractor, PeerIp};
 use crate::policy::{AllPolicies, Applied, Resolve};
 
-/// The rate-limiting service: decides in `call`, answers a denied request with a 429 without
+/// The rate-limiting service: decides in `call`, answers a denied request with a 429 (a gRPC
+/// call with `RESOURCE_EXHAUSTED`, see [`report`](crate::report#grpc)) without
 /// calling the inner service, and adds rate-limit headers to the inner service's responses.
 ///
 /// `poll_ready` only forwards to the inner service: readiness never consumes quota.
@@ -109,7 +110,11 @@ where
         let applied = match limiter.prepare(&req) {
             Prepared::Charge(applied) => applied,
             Prepared::Exempt => return ResponseFuture::unchecked(self.inner.call(req)),
-            Prepared::Failed(err) => return ResponseFuture::answered(Answer::key_error(&err)),
+            Prepared::Failed(err) => {
+                return ResponseFuture::answered(
+                    Answer::key_error(&err).for_request(req.headers()),
+                );
+            }
         };
         let pk = limiter.pk(&applied);
         match limiter.check(&applied) {
@@ -133,7 +138,9 @@ where
                             pk,
                         },
                     ),
-                    Verdict::Answer(answer) => ResponseFuture::answered(answer),
+                    Verdict::Answer(answer) => {
+                        ResponseFuture::answered(answer.for_request(req.headers()))
+                    }
                     verdict @ (Verdict::Wait | Verdict::Retry(_)) => {
                         let mut pending = self.hold(req, applied, pk);
                         pending.deadline = deadline;

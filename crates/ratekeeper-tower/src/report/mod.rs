@@ -1,4 +1,5 @@
-//! What clients see: rate-limit headers, `Retry-After`, and the 429 body.
+//! What clients see: rate-limit headers, `Retry-After`, the 429 body, and the gRPC status of
+//! a limited gRPC call.
 //!
 //! The header fields and their syntax:
 //!
@@ -85,6 +86,79 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # gRPC
+//!
+//! gRPC clients read an HTTP 429 as `UNAVAILABLE`, and an HTTP 503 or 400 as `UNAVAILABLE` or
+//! `INTERNAL`, without the reason. So when the layer answers a request whose `content-type`
+//! starts with `application/grpc` itself (the rate limit, the keyed concurrency limit, the
+//! fail-closed answer, a request without a key), it answers with a gRPC trailers-only
+//! response instead: HTTP `200 OK`, `content-type: application/grpc`, an empty body, and
+//!
+//! | layer's answer | `grpc-status` | `grpc-message` |
+//! |---|---|---|
+//! | 429, limited | `8` (`RESOURCE_EXHAUSTED`) | `rate limit "<policy>" exceeded; retry after <n> s` |
+//! | 429, the cost can never fit | `8` (`RESOURCE_EXHAUSTED`) | `rate limit "<policy>" exceeded: the request costs more than the policy can ever allow; do not retry` |
+//! | 503, store failed closed | `14` (`UNAVAILABLE`) | `rate limiter unavailable` |
+//! | 400, no key | `3` (`INVALID_ARGUMENT`) | the key error |
+//! | 500, misconfigured key | `13` (`INTERNAL`) | the key error |
+//!
+//! `<policy>` is the policy the rate-limit fields report and `<n>` the `Retry-After` seconds.
+//! The `grpc-message` is percent-encoded as the gRPC over HTTP/2 protocol requires (bytes
+//! outside printable ASCII, and `%`, as `%XX`). A limited call also carries the retry
+//! information as response metadata: `retry-after` (seconds), the rate-limit fields of the
+//! configured [`HeaderStyle`], `cache-control: no-store`, and `grpc-status-details-bin`, a
+//! `google.rpc.Status` of the same code and message whose one detail is a
+//! `google.rpc.RetryInfo` with `retry_delay` set to the `Retry-After` seconds (what
+//! `tonic-types`' `StatusExt::get_details_retry_info` reads). A cost that can never fit stays
+//! `RESOURCE_EXHAUSTED` (it is a quota denial, as its HTTP answer is a 429) but has no
+//! `retry-after` and no `RetryInfo`: no wait makes it pass, so clients should not retry it.
+//! A [`Rejection`]'s status and body are not used for gRPC calls (gRPC has no body for an
+//! error); the fields it sets stay unless the layer writes them. Requests of other content
+//! types, and every request the layer lets through, are untouched: the `content-type` is
+//! read only when the layer answers.
+//!
+//! ```
+//! use std::convert::Infallible;
+//! use std::num::NonZeroU32;
+//! use http::{Request, Response, StatusCode};
+//! use ratekeeper_core::{Policy, Quota};
+//! use ratekeeper_tower::{GlobalKey, RateLimitLayer};
+//! use tower::{ServiceBuilder, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let layer = RateLimitLayer::builder()
+//!     .policy(Policy::new("calls", Quota::per_minute(NonZeroU32::new(1).unwrap())))
+//!     .key(GlobalKey)
+//!     .build()?;
+//! let svc = ServiceBuilder::new()
+//!     .layer(layer)
+//!     .service_fn(|_req: Request<String>| async { Ok::<_, Infallible>(Response::new(String::new())) });
+//! let grpc_call = || {
+//!     Request::builder()
+//!         .uri("/helloworld.Greeter/SayHello")
+//!         .header("content-type", "application/grpc")
+//!         .body(String::new())
+//! };
+//!
+//! let ok = svc.clone().oneshot(grpc_call()?).await?;
+//! assert_eq!(ok.headers()["x-ratelimit-remaining"], "0");
+//!
+//! let limited = svc.clone().oneshot(grpc_call()?).await?;
+//! assert_eq!(limited.status(), StatusCode::OK);
+//! assert_eq!(limited.headers()["content-type"], "application/grpc");
+//! assert_eq!(limited.headers()["grpc-status"], "8");
+//! assert_eq!(
+//!     limited.headers()["grpc-message"],
+//!     "rate limit \"calls\" exceeded; retry after 60 s"
+//! );
+//! assert_eq!(limited.headers()["retry-after"], "60");
+//! assert!(limited.headers().contains_key("grpc-status-details-bin"));
+//! # Ok(())
+//! # }
+//! ```
+mod grpc;
 mod headers;
 mod partition_key;
 mod problem;
@@ -95,6 +169,7 @@ mod tests;
 
 use http::HeaderName;
 
+pub(crate) use grpc::{is_grpc, trailers_only};
 pub use headers::{HeaderStyle, ResetFormat};
 pub use partition_key::PartitionKey;
 pub(crate) use problem::ProblemParts;
