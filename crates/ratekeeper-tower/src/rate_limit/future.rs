@@ -176,7 +176,7 @@ where
                     }
                 }
                 Some(answer) => Kind::Answered {
-                    answer: Some(answer),
+                    answer: Some(answer.for_request(self.req.headers())),
                 },
             },
         }

@@ -150,7 +150,7 @@ where
             }
             Checked::Ready(Err(err)) => match store_failed(&err, req.extensions_mut()) {
                 None => ResponseFuture::unchecked(self.inner.call(req)),
-                Some(answer) => ResponseFuture::answered(answer),
+                Some(answer) => ResponseFuture::answered(answer.for_request(req.headers())),
             },
             Checked::Pending(check) => ResponseFuture::checking(check, self.hold(req, applied, pk)),
         }
