@@ -161,7 +161,8 @@ async fn main() -> std::io::Result<()> {
     }
     let Some(app) = build(&mode) else {
         eprintln!(
-            "unknown MODE {mode:?}: bare, allow, reject, headers, governor_allow or governor_reject"
+            "unknown MODE {mode:?}: bare, noop, allow, allow_info, allow_outer, reject, reject_outer, \
+             headers, headers_min, governor_allow or governor_reject"
         );
         std::process::exit(2);
     };

@@ -129,7 +129,12 @@
 pub mod extract;
 
 pub use extract::{MissingRateLimitInfo, RateLimitInfo};
-pub use ratekeeper_core::{self as core, Algorithm, Decision, Key, Outcome, Policy, Quota};
+pub use ratekeeper_core::{
+    self as core, Algorithm, Decision, Key, Outcome, Policy, PolicyError, Quota, QuotaError,
+    QuotaParseError,
+};
+pub use ratekeeper_tower::rate_limit::Mode;
+pub use ratekeeper_tower::report::HeaderStyle;
 pub use ratekeeper_tower::{
     self as tower, BuildError, GlobalKey, KeyError, KeyExtractor, PeerIp, RateLimit,
     RateLimitBuilder, RateLimitLayer, RequestParts, StoreDegraded, concurrency, cors, cost,

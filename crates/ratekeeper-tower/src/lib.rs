@@ -50,6 +50,6 @@ pub mod route;
 pub use degraded::StoreDegraded;
 pub use error::BuildError;
 pub use key::{GlobalKey, KeyError, KeyExtractor, PeerIp};
-pub use rate_limit::{Builder as RateLimitBuilder, RateLimit, RateLimitLayer};
+pub use rate_limit::{RateLimit, RateLimitBuilder, RateLimitLayer};
 pub use ratekeeper_core as core;
 pub use request::RequestParts;
