@@ -22,6 +22,12 @@
 //! [`report`] for the headers and 429 bodies clients see, [`info`] for reading the decision in a handler and
 //! [`concurrency`] for the keyed concurrency limit.
 //!
+//! The examples in the module docs are written for axum users, who depend on
+//! `ratekeeper-axum` and `axum` only: every item of this crate is at the same path there
+//! (`ratekeeper_tower::key::UserKey` is `ratekeeper_axum::key::UserKey`, the core types are
+//! at the root or under `ratekeeper_axum::core`), and `axum::http` is the `http` crate. With
+//! hyper or tonic, import from `ratekeeper_tower`, `ratekeeper_core` and `http` instead.
+//!
 //! Design note: headers and problem+json bodies are rendered here rather than in
 //! `ratekeeper-axum`, because they are plain `http` and hyper and tonic users need them too;
 //! `ratekeeper-axum` re-exports this crate and adds axum-only pieces.
