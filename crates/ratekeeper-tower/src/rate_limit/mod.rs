@@ -89,9 +89,6 @@ mod tests;
 pub use crate::error::BuildError;
 pub use crate::fallback::{Fallback, FallbackFuture, FallbackLayer};
 pub use future::ResponseFuture;
-/// The former name of [`RateLimitBuilder`], kept so existing code compiles.
-#[doc(hidden)]
-pub use layer::RateLimitBuilder as Builder;
 pub use layer::{RateLimitBuilder, RateLimitLayer};
 pub use meter::DECISIONS_TOTAL;
 pub use mode::Mode;
