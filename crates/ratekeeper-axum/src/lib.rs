@@ -33,6 +33,44 @@
 //! info the peer address is unknown: such requests get a `500` and an error log line naming
 //! the fix, never a panic.
 //!
+//! # One dependency
+//!
+//! An axum app needs `ratekeeper-axum` and `axum` only: this crate re-exports the whole
+//! layer (the modules [`key`], [`cost`], [`policy`], [`route`], [`report`], [`rate_limit`],
+//! [`fallback`], [`concurrency`], ...) and the core types at its root ([`Quota`], [`Policy`],
+//! [`Algorithm`], [`Key`], [`HeaderStyle`], [`Mode`], ...), with the rest of the core under
+//! [`core`] (stores, clocks). HTTP types come from `axum::http`. Every example on these
+//! pages uses only those paths (and `tower::ServiceExt` to send a request by hand, as axum's
+//! own docs do).
+//!
+//! ```
+//! use std::num::NonZeroU32;
+//! use axum::{Router, routing::get};
+//! use ratekeeper_axum::key::{ForwardedIp, UserKey};
+//! use ratekeeper_axum::{Algorithm, HeaderStyle, Key, Policy, Quota, RateLimitLayer};
+//!
+//! /// What your authentication layer inserts into the request extensions.
+//! #[derive(Clone)]
+//! struct User(u64);
+//!
+//! // Per user when the auth layer set one, else per client IP behind a proxy at 127.0.0.1.
+//! let key = UserKey::new(|u: &User| Key::from(u.0))
+//!     .or(ForwardedIp::trusting(["127.0.0.1/32".parse()?]));
+//! let search = Policy::new("search", "60/m burst 10".parse()?)
+//!     .with_algorithm(Algorithm::SlidingWindow);
+//! let limit = RateLimitLayer::builder()
+//!     .policy(search)
+//!     .policy(Policy::new("all", Quota::per_second(NonZeroU32::new(20).unwrap())))
+//!     .key(key)
+//!     .headers(HeaderStyle::Ietf)
+//!     .build()?;
+//! let app: Router = Router::new()
+//!     .route("/search", get(|| async { "results" }))
+//!     .layer(limit);
+//! # let _ = app;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! # `layer` and `route_layer`, header styles, the extractor
 //!
 //! ```
@@ -132,7 +170,12 @@
 pub mod extract;
 
 pub use extract::{MissingRateLimitInfo, RateLimitInfo};
-pub use ratekeeper_core::{self as core, Algorithm, Decision, Key, Outcome, Policy, Quota};
+pub use ratekeeper_core::{
+    self as core, Algorithm, Decision, Key, Outcome, Policy, PolicyError, Quota, QuotaError,
+    QuotaParseError,
+};
+pub use ratekeeper_tower::rate_limit::Mode;
+pub use ratekeeper_tower::report::HeaderStyle;
 pub use ratekeeper_tower::{
     self as tower, BuildError, GlobalKey, KeyError, KeyExtractor, PeerIp, RateLimit,
     RateLimitBuilder, RateLimitLayer, RequestParts, StoreDegraded, concurrency, cors, cost,

@@ -49,8 +49,23 @@
 //! | feature | adds |
 //! |---|---|
 //! | `serde` | `Serialize`/`Deserialize` for [`Quota`] (as a string such as `"60/m burst 10"`), [`Algorithm`] (by name) and [`Policy`] |
-//! | `tokio` | [`throttle`]: async wait-for-capacity for outbound calls, and `TokioClock` |
-//! | `redis` | [`store::redis::RedisStore`]: the store shared by every app instance, on Redis standalone or Cluster (tokio, the `redis` crate) |
+// The links resolve only when the feature is on; without it the name is plain code.
+#![cfg_attr(
+    feature = "tokio",
+    doc = "| `tokio` | [`throttle`]: async wait-for-capacity for outbound calls, and `TokioClock` |"
+)]
+#![cfg_attr(
+    not(feature = "tokio"),
+    doc = "| `tokio` | `throttle`: async wait-for-capacity for outbound calls, and `TokioClock` |"
+)]
+#![cfg_attr(
+    feature = "redis",
+    doc = "| `redis` | [`store::redis::RedisStore`]: the store shared by every app instance, on Redis standalone or Cluster (tokio, the `redis` crate) |"
+)]
+#![cfg_attr(
+    not(feature = "redis"),
+    doc = "| `redis` | `store::redis::RedisStore`: the store shared by every app instance, on Redis standalone or Cluster (tokio, the `redis` crate) |"
+)]
 
 pub mod algorithm;
 pub mod clock;

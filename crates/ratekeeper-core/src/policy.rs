@@ -110,7 +110,7 @@ impl Policy {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use ratekeeper_core::{Algorithm, Policy};
+    /// # use ratekeeper_core::{Algorithm, Policy};
     ///
     /// // "1 per second, burst 10" advertises 10 per 10 s; "100 per minute, burst
     /// // 10" advertises 10 per 6 s.

@@ -357,7 +357,29 @@ impl FromStr for Quota {
     type Err = QuotaParseError;
 
     /// Parses `"100/min"`, `"5000 per second"`, `"60/m burst 10"`, `"1000/day"`,
-    /// `"10/1500ms"` (see the [module docs](self) for the syntax).
+    /// `"10/1500ms"`. The syntax, case-insensitive, with optional spaces:
+    ///
+    /// ```text
+    /// quota  = limit sep period [ "burst" burst ]
+    /// sep    = "/" | "per"
+    /// period = [ count ] unit          e.g. "min", "10s", "1500 ms", "second"
+    /// unit   = ns | us | ms | s | sec | second(s) | m | min | minute(s) | h | hr | hour(s)
+    ///        | d | day(s)
+    /// ```
+    ///
+    /// `limit`, `count` and `burst` are decimal integers (`_` allowed as a separator);
+    /// `limit` and `burst` fit in `u32`. Without `burst`, the burst is the limit.
+    /// `Display` writes this syntax back.
+    ///
+    /// ```
+    /// # use ratekeeper_core::Quota;
+    /// use std::time::Duration;
+    ///
+    /// let quota: Quota = "60/m burst 10".parse().unwrap();
+    /// assert_eq!((quota.limit(), quota.burst()), (60, 10));
+    /// assert_eq!("10/1500ms".parse::<Quota>().unwrap().period(), Duration::from_millis(1500));
+    /// assert!("0/s".parse::<Quota>().is_err());
+    /// ```
     ///
     /// # Errors
     ///

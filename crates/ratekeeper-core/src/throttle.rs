@@ -51,7 +51,7 @@ use crate::Policy;
 use crate::clock::Clock;
 use crate::store::{Charge, Checked, Decisions, PolicyId, Store, StoreError};
 
-/// A clock reading [`tokio::time::Instant`], so it follows tokio's paused and advanced time
+/// A clock reading [`tokio::time::Instant`](https://docs.rs/tokio/1/tokio/time/struct.Instant.html), so it follows tokio's paused and advanced time
 /// in tests. Nanoseconds since the clock was created.
 #[derive(Debug, Clone, Copy)]
 pub struct TokioClock {

@@ -16,8 +16,8 @@
 //! # Example
 //!
 //! ```
-//! use http::{Method, Request};
-//! use ratekeeper_tower::cors::{EXPOSED_HEADERS, is_preflight};
+//! use axum::http::{Method, Request};
+//! use ratekeeper_axum::cors::{EXPOSED_HEADERS, is_preflight};
 //!
 //! let preflight = Request::builder()
 //!     .method(Method::OPTIONS)

@@ -13,8 +13,8 @@
 //! # Example
 //!
 //! ```
-//! use http::{Method, Request};
-//! use ratekeeper_tower::cost::{Cost, RequestParts};
+//! use axum::http::{Method, Request};
+//! use ratekeeper_axum::cost::{Cost, RequestParts};
 //!
 //! let expensive_posts = |req: &RequestParts<'_>| if req.method() == Method::POST { 5 } else { 1 };
 //! assert_eq!(expensive_posts.cost(&Request::post("/search").body(()).unwrap()), 5);
@@ -28,9 +28,9 @@
 //!
 //! ```
 //! use std::num::NonZeroU32;
-//! use http::Method;
-//! use ratekeeper_core::{Policy, Quota};
-//! use ratekeeper_tower::{GlobalKey, RateLimitLayer, RequestParts};
+//! use axum::http::Method;
+//! use ratekeeper_axum::{Policy, Quota};
+//! use ratekeeper_axum::{GlobalKey, RateLimitLayer, RequestParts};
 //!
 //! let layer = RateLimitLayer::builder()
 //!     .policy(Policy::new("api", Quota::per_minute(NonZeroU32::new(100).unwrap())))
@@ -59,7 +59,38 @@ pub trait Cost: Send + Sync + 'static {
     /// Units this request consumes.
     fn cost<B>(&self, req: &Request<B>) -> u64;
 
-    /// The cost when it is the same for every request (checked at build time).
+    /// The cost in units when it is the same for every request, or `None` (the default) when
+    /// it depends on the request. The layer's builder reads it when the cost is set
+    /// ([`RateLimitBuilder::cost`](crate::RateLimitBuilder::cost) or
+    /// [`cost_fn`](crate::RateLimitBuilder::cost_fn)), and
+    /// [`build`](crate::RateLimitBuilder::build) then refuses a fixed cost of 0 or one above a
+    /// policy's capacity with a [`BuildError`](crate::BuildError).
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use axum::http::Request;
+    /// use ratekeeper_axum::cost::Cost;
+    /// use ratekeeper_axum::{BuildError, GlobalKey, Policy, Quota, RateLimitLayer};
+    ///
+    /// /// Every upload costs 20 units.
+    /// struct Upload;
+    /// impl Cost for Upload {
+    ///     fn cost<B>(&self, _req: &Request<B>) -> u64 {
+    ///         20
+    ///     }
+    ///     fn fixed(&self) -> Option<u64> {
+    ///         Some(20)
+    ///     }
+    /// }
+    ///
+    /// // Burst 10: a request costing 20 could never pass, so the layer is not built.
+    /// let built = RateLimitLayer::builder()
+    ///     .policy(Policy::new("uploads", Quota::per_minute(NonZeroU32::new(10).unwrap())))
+    ///     .key(GlobalKey)
+    ///     .cost_fn(Upload)
+    ///     .build();
+    /// assert!(matches!(built, Err(BuildError::CostExceedsBurst { cost: 20, .. })));
+    /// ```
     fn fixed(&self) -> Option<u64> {
         None
     }

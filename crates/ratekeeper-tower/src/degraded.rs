@@ -6,9 +6,9 @@
 //! calls the inner service; a fallback or a handler reads them.
 //!
 //! ```
-//! use http::Request;
-//! use ratekeeper_tower::StoreDegraded;
-//! use ratekeeper_tower::core::store::FailurePolicy;
+//! use axum::http::Request;
+//! use ratekeeper_axum::StoreDegraded;
+//! use ratekeeper_axum::core::store::FailurePolicy;
 //!
 //! let mut req = Request::new(());
 //! req.extensions_mut().insert(StoreDegraded { action: FailurePolicy::Degrade });

@@ -21,7 +21,7 @@ pub enum BuildError {
     /// A fixed cost of 0 would make every policy unlimited.
     #[error("a fixed request cost of 0 would never limit anything")]
     ZeroCost,
-    /// A fixed cost larger than a policy's capacity ([`Policy::capacity`]: the burst for
+    /// A fixed cost larger than a policy's capacity ([`Policy::capacity`](ratekeeper_core::Policy::capacity): the burst for
     /// GCRA and the leaky bucket, the limit for window algorithms) would deny every request.
     #[error("fixed request cost {cost} is larger than the burst {burst} of policy {policy:?}")]
     CostExceedsBurst {

@@ -5,7 +5,7 @@
 //! budget is left or serve a cheaper answer near the limit. Requests let through over the
 //! limit (shadow-mode overruns, degraded fallbacks) always carry it; allowed requests carry
 //! it when the layer was built with
-//! [`request_info(true)`](crate::rate_limit::Builder::request_info) (off by default: it
+//! [`request_info(true)`](crate::rate_limit::RateLimitBuilder::request_info) (off by default: it
 //! costs an allocation per request that most apps never read). axum users read it with the
 //! `RateLimitInfo` extractor of `ratekeeper-axum`.
 //!
@@ -14,10 +14,10 @@
 //! ```
 //! use std::convert::Infallible;
 //! use std::num::NonZeroU32;
-//! use http::{Request, Response};
-//! use ratekeeper_core::Quota;
-//! use ratekeeper_tower::info::Info;
-//! use ratekeeper_tower::{GlobalKey, RateLimitLayer};
+//! use axum::http::{Request, Response};
+//! use ratekeeper_axum::Quota;
+//! use ratekeeper_axum::info::Info;
+//! use ratekeeper_axum::{GlobalKey, RateLimitLayer};
 //! use tower::{ServiceBuilder, ServiceExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -33,7 +33,7 @@
 //!     Ok::<_, Infallible>(Response::new(format!("{left} left")))
 //! });
 //! let res = svc.oneshot(Request::new(())).await?;
-//! let body = http_body_util::BodyExt::collect(res.into_body()).await?.to_bytes();
+//! let body = axum::body::to_bytes(axum::body::Body::new(res.into_body()), 1024).await?;
 //! assert_eq!(&body[..], b"4 left");
 //! # Ok(())
 //! # }

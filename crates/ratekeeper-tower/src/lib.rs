@@ -23,6 +23,12 @@
 //! [`concurrency`] for the keyed concurrency limit. For the other side, [`client`] makes an HTTP
 //! client wait when a server says nothing is left.
 //!
+//! The examples in the module docs are written for axum users, who depend on
+//! `ratekeeper-axum` and `axum` only: every item of this crate is at the same path there
+//! (`ratekeeper_tower::key::UserKey` is `ratekeeper_axum::key::UserKey`, the core types are
+//! at the root or under `ratekeeper_axum::core`), and `axum::http` is the `http` crate. With
+//! hyper or tonic, import from `ratekeeper_tower`, `ratekeeper_core` and `http` instead.
+//!
 //! Design note: headers and problem+json bodies are rendered here rather than in
 //! `ratekeeper-axum`, because they are plain `http` and hyper and tonic users need them too;
 //! `ratekeeper-axum` re-exports this crate and adds axum-only pieces.
@@ -52,6 +58,6 @@ pub mod route;
 pub use degraded::StoreDegraded;
 pub use error::BuildError;
 pub use key::{GlobalKey, KeyError, KeyExtractor, PeerIp};
-pub use rate_limit::{Builder as RateLimitBuilder, RateLimit, RateLimitLayer};
+pub use rate_limit::{RateLimit, RateLimitBuilder, RateLimitLayer};
 pub use ratekeeper_core as core;
 pub use request::RequestParts;

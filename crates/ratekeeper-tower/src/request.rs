@@ -8,8 +8,8 @@
 //! few pointers, nothing copied or allocated).
 //!
 //! ```
-//! use http::{Method, Request};
-//! use ratekeeper_tower::RequestParts;
+//! use axum::http::{Method, Request};
+//! use ratekeeper_axum::RequestParts;
 //!
 //! let req = Request::post("/search?q=x").header("x-tenant", "acme").body(()).unwrap();
 //! let parts = RequestParts::new(&req);
@@ -20,7 +20,7 @@
 
 use http::{Extensions, HeaderMap, Method, Request, Uri, Version};
 
-/// The head of a request, borrowed from a [`Request`] of any body type.
+/// The head of a request, borrowed from a [`Request`](https://docs.rs/http/1/http/request/struct.Request.html) of any body type.
 #[derive(Debug, Clone, Copy)]
 pub struct RequestParts<'a> {
     method: &'a Method,

@@ -18,10 +18,10 @@
 //!
 //! ```
 //! use std::num::NonZeroU32;
-//! use http::Method;
-//! use ratekeeper_core::{Policy, Quota};
-//! use ratekeeper_tower::RateLimitLayer;
-//! use ratekeeper_tower::route::RouteTable;
+//! use axum::http::Method;
+//! use ratekeeper_axum::{Policy, Quota};
+//! use ratekeeper_axum::RateLimitLayer;
+//! use ratekeeper_axum::route::RouteTable;
 //!
 //! let per_minute = |n| Quota::per_minute(NonZeroU32::new(n).unwrap());
 //! let layer = RateLimitLayer::builder()
@@ -85,9 +85,9 @@ fn route_key(method: &Method, template: &str) -> Key {
 /// matched.
 ///
 /// ```
-/// use http::Request;
-/// use ratekeeper_tower::key::KeyExtractor;
-/// use ratekeeper_tower::route::{MatchedRoute, RouteTemplate};
+/// use axum::http::Request;
+/// use ratekeeper_axum::key::KeyExtractor;
+/// use ratekeeper_axum::route::{MatchedRoute, RouteTemplate};
 ///
 /// let mut req = Request::post("/users/7/avatar").body(()).unwrap();
 /// req.extensions_mut().insert(RouteTemplate("/users/{id}/avatar".into()));
@@ -129,7 +129,7 @@ struct Route {
 ///   request with the layer's key.
 ///
 /// Checked when the layer is built: every policy name exists, and no route cost is 0 or
-/// larger than the capacity ([`Policy::capacity`]: the burst, or the limit for window
+/// larger than the capacity ([`Policy::capacity`](ratekeeper_core::Policy::capacity): the burst, or the limit for window
 /// algorithms) of a policy that applies to that route ([`BuildError`]).
 #[derive(Debug, Clone, Default)]
 pub struct RouteTable {

@@ -31,6 +31,21 @@
 //! | sliding window counter | 10 | **10** | 429 (estimate 10 x (1 - 100/60000) = 9.983) |
 //! | GCRA / token bucket, leaky bucket (burst 10) | 10 | **10** | 429, `Retry-After: 6` (5.8 s rounded up) |
 //!
+//! # The algorithms on one trace
+//!
+//! Every algorithm (but the concurrency counter) run in the memory store on a manual clock
+//! over the same 180 s bursty trace, quota 10 per minute (burst 10): 12 requests at 0 s, 4
+//! at 30 s, 3 at 75 s, 10 at 119.5 s and 10 at 120.5 s (either side of a window boundary),
+//! then one every 3 s from 150 s on. Top: requests admitted so far; bottom: the remaining
+//! capacity each reports (whole requests), read every 250 ms with a free probe (cost 0).
+//! GCRA and the leaky bucket (as a meter) coincide and refill steadily; only the fixed window
+//! admits a second batch of 10 right after the boundary (17 within 1 s), and then nothing
+//! until its next window; the sliding log admits the fewest (23 of 49).
+//! The chart is drawn by `cargo run -p ratekeeper-examples --example algorithms_chart` in
+//! the ratekeeper repository.
+//!
+#![doc = include_str!("../../docs/algorithms.svg")]
+//!
 //! # State layouts (for store implementations)
 //!
 //! A store that keeps state elsewhere (for example a Redis script) mirrors these exactly.

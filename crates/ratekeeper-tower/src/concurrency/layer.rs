@@ -86,7 +86,7 @@ impl fmt::Debug for Permit {
     }
 }
 
-/// A [`tower_layer::Layer`] that limits concurrent requests per key (see the
+/// A [`tower::Layer`](https://docs.rs/tower/0.5/tower/trait.Layer.html) that limits concurrent requests per key (see the
 /// [module docs](super)). All services it builds, and their clones, share one counter.
 pub struct ConcurrencyLimitLayer<K = PeerIp> {
     pub(crate) key: Arc<K>,

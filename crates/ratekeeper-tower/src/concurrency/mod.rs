@@ -30,8 +30,8 @@
 //! `200`) has been sent, as for any response whose body has ended.
 //!
 //! ```
-//! use http::{Request, Response, StatusCode};
-//! use ratekeeper_tower::concurrency::UpgradeSlot;
+//! use axum::http::{Request, Response, StatusCode};
+//! use ratekeeper_axum::concurrency::UpgradeSlot;
 //!
 //! fn accept_upgrade(req: &Request<()>) -> Response<()> {
 //!     let permit = req.extensions().get::<UpgradeSlot>().and_then(UpgradeSlot::keep);
@@ -53,10 +53,9 @@
 //! ```
 //! use std::convert::Infallible;
 //! use std::num::NonZeroU32;
-//! use http::{Request, Response, StatusCode};
-//! use http_body_util::BodyExt;
-//! use ratekeeper_tower::concurrency::ConcurrencyLimitLayer;
-//! use ratekeeper_tower::GlobalKey;
+//! use axum::http::{Request, Response, StatusCode};
+//! use ratekeeper_axum::concurrency::ConcurrencyLimitLayer;
+//! use ratekeeper_axum::GlobalKey;
 //! use tower::{ServiceBuilder, ServiceExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -71,7 +70,8 @@
 //! assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS);
 //! assert_eq!(second.headers()["retry-after"], "1");
 //!
-//! first.into_body().collect().await?; // the body ends: the slot is free again
+//! // Reading the body to its end frees the slot again.
+//! axum::body::to_bytes(axum::body::Body::new(first.into_body()), 1024).await?;
 //! let third = svc.clone().oneshot(Request::new(())).await?;
 //! assert_eq!(third.status(), StatusCode::OK);
 //! # Ok(())

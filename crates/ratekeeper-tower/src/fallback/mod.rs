@@ -25,9 +25,9 @@
 //! ```
 //! use std::convert::Infallible;
 //! use std::num::NonZeroU32;
-//! use http::{Request, Response, StatusCode};
-//! use ratekeeper_core::Quota;
-//! use ratekeeper_tower::{GlobalKey, RateLimitLayer};
+//! use axum::http::{Request, Response, StatusCode};
+//! use ratekeeper_axum::Quota;
+//! use ratekeeper_axum::{GlobalKey, RateLimitLayer};
 //! use tower::{ServiceBuilder, ServiceExt, service_fn};
 //!
 //! # #[tokio::main(flavor = "current_thread")]

@@ -12,9 +12,9 @@ use super::{KeyError, KeyExtractor};
 /// # Example
 ///
 /// ```
-/// use http::Request;
-/// use ratekeeper_core::Key;
-/// use ratekeeper_tower::key::{GlobalKey, HeaderKey, KeyExtractor, Or};
+/// use axum::http::Request;
+/// use ratekeeper_axum::Key;
+/// use ratekeeper_axum::key::{GlobalKey, HeaderKey, KeyExtractor, Or};
 ///
 /// let key = Or::new(HeaderKey::raw("x-api-key"), GlobalKey);
 /// assert_eq!(key.extract(&Request::new(())).unwrap(), Key::Global);
@@ -55,8 +55,8 @@ where
 /// is missing. Implemented for pairs and triples.
 ///
 /// ```
-/// use http::Request;
-/// use ratekeeper_tower::key::{GlobalKey, KeyExtractor};
+/// use axum::http::Request;
+/// use ratekeeper_axum::key::{GlobalKey, KeyExtractor};
 ///
 /// let key = (GlobalKey, GlobalKey).extract(&Request::new(())).unwrap();
 /// assert_eq!(key.to_string(), "(global,global)");

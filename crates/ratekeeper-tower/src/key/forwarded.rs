@@ -13,8 +13,20 @@ use super::{KeyError, KeyExtractor, PeerIp};
 /// `X-Forwarded-For`.
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
-/// At most this many forwarded entries are examined per request; a longer chain falls back to
-/// the peer (a 64 KiB header costs one bounded scan, never a key).
+/// At most this many forwarded entries, counted from the right, are examined per request (a
+/// 64 KiB header costs one bounded scan).
+///
+/// A longer chain is still keyed on its rightmost untrusted entry when that entry is among
+/// the last `MAX_HOPS`: the entries further left were written by the client (or by proxies
+/// you do not trust) and never change the key, so padding the header cannot move it. Only
+/// when the last `MAX_HOPS` entries are all trusted proxies (or [`Trust::Hops`]`(n)` asks for
+/// an entry beyond them) does the extractor key on the TCP peer instead.
+///
+/// ```
+/// use ratekeeper_axum::key::MAX_HOPS;
+///
+/// assert_eq!(MAX_HOPS, 32);
+/// ```
 pub const MAX_HOPS: usize = 32;
 
 /// Which proxies are trusted to append the client address.
@@ -51,8 +63,10 @@ pub enum Source {
 ///   `n`-th entry from the right is the client. If every entry is trusted, the leftmost is
 ///   the client (an internal caller).
 /// - Ports are stripped (`198.51.100.7:51234`, `[2001:db8::1]:80`, RFC 7239 quoted forms).
+/// - Only the last [`MAX_HOPS`] entries are read: a longer chain keys on its rightmost
+///   untrusted entry among them, and falls back to the peer only when all of them are trusted.
 /// - An entry that does not parse (garbage, non-UTF-8 bytes, RFC 7239 `unknown` or obfuscated
-///   `_hidden` identifiers), a missing header, or a chain longer than [`MAX_HOPS`] makes the
+///   `_hidden` identifiers) or a missing header makes the
 ///   extractor **fall back to the peer**: it never skips leftward past an unparsable entry
 ///   (that entry is where a client could inject a victim's address) and never keys on the
 ///   raw text.
@@ -62,8 +76,8 @@ pub enum Source {
 /// # Example
 ///
 /// ```
-/// use http::Request;
-/// use ratekeeper_tower::key::{ForwardedIp, KeyExtractor, PeerAddr};
+/// use axum::http::Request;
+/// use ratekeeper_axum::key::{ForwardedIp, KeyExtractor, PeerAddr};
 ///
 /// let ip = ForwardedIp::trusting(["10.0.0.0/8".parse().unwrap()]);
 /// let req = |peer: &str, xff: &str| {
@@ -508,6 +522,20 @@ mod tests {
         assert_eq!(
             key(&ip, "10.0.0.5", "x-forwarded-for", &[b"1.1.1.1"]),
             "ip:10.0.0.5"
+        );
+    }
+
+    #[test]
+    fn long_chains_key_on_the_rightmost_untrusted_entry() {
+        let ip = trusting();
+        // Padding left of the client (client-written) never reaches the key.
+        let mut chain = vec!["203.0.113.9"; MAX_HOPS + 20];
+        chain.push("198.51.100.7");
+        chain.extend(["10.0.0.1"; 3]);
+        let chain = chain.join(", ");
+        assert_eq!(
+            key(&ip, "10.0.0.5", "x-forwarded-for", &[chain.as_bytes()]),
+            "ip:198.51.100.7"
         );
     }
 

@@ -25,9 +25,9 @@ pub const MAX_RAW_LEN: usize = 256;
 /// # Example
 ///
 /// ```
-/// use http::Request;
-/// use ratekeeper_core::Key;
-/// use ratekeeper_tower::key::{HeaderKey, KeyExtractor};
+/// use axum::http::Request;
+/// use ratekeeper_axum::Key;
+/// use ratekeeper_axum::key::{HeaderKey, KeyExtractor};
 ///
 /// let api_key = HeaderKey::validated("x-api-key", |raw: &str| match raw {
 ///     "key-alice" => Some(Key::from("user:alice")),
@@ -54,7 +54,7 @@ impl HeaderKey<Raw> {
     /// # Panics
     ///
     /// When `name` is not a valid lower-case header name (a constant in the program; see
-    /// [`HeaderName::from_static`]).
+    /// [`HeaderName::from_static`](https://docs.rs/http/1/http/header/struct.HeaderName.html#method.from_static)).
     pub fn raw(name: &'static str) -> Self {
         Self::raw_name(HeaderName::from_static(name))
     }
@@ -75,7 +75,7 @@ impl<V> HeaderKey<V> {
     /// # Panics
     ///
     /// When `name` is not a valid lower-case header name (a constant in the program; see
-    /// [`HeaderName::from_static`]).
+    /// [`HeaderName::from_static`](https://docs.rs/http/1/http/header/struct.HeaderName.html#method.from_static)).
     pub fn validated(name: &'static str, validate: V) -> Self {
         Self {
             name: HeaderName::from_static(name),

@@ -17,9 +17,9 @@ use super::{KeyError, KeyExtractor};
 /// # Example
 ///
 /// ```
-/// use http::Request;
-/// use ratekeeper_core::Key;
-/// use ratekeeper_tower::key::{KeyExtractor, UserKey};
+/// use axum::http::Request;
+/// use ratekeeper_axum::Key;
+/// use ratekeeper_axum::key::{KeyExtractor, UserKey};
 ///
 /// #[derive(Clone)]
 /// struct User { id: u64 }

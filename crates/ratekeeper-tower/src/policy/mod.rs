@@ -34,11 +34,11 @@
 //!
 //! ```
 //! use std::num::NonZeroU32;
-//! use http::{Request, StatusCode};
-//! use ratekeeper_core::{Policy, Quota};
-//! use ratekeeper_tower::key::PeerAddr;
-//! use ratekeeper_tower::policy::resolve_fn;
-//! use ratekeeper_tower::RateLimitLayer;
+//! use axum::http::{Request, StatusCode};
+//! use ratekeeper_axum::{Policy, Quota};
+//! use ratekeeper_axum::key::PeerAddr;
+//! use ratekeeper_axum::policy::resolve_fn;
+//! use ratekeeper_axum::RateLimitLayer;
 //! use tower::{ServiceBuilder, ServiceExt};
 //!
 //! #[derive(Clone, Copy, PartialEq)]
@@ -59,7 +59,7 @@
 //!     .unwrap();
 //! let svc = ServiceBuilder::new()
 //!     .layer(layer)
-//!     .service_fn(|_req: Request<()>| async { Ok::<_, std::convert::Infallible>(http::Response::new(String::new())) });
+//!     .service_fn(|_req: Request<()>| async { Ok::<_, std::convert::Infallible>(axum::http::Response::new(String::new())) });
 //! let req = |tier: Tier| {
 //!     let mut req = Request::new(());
 //!     req.extensions_mut().insert(PeerAddr("192.0.2.1:1".parse().unwrap()));

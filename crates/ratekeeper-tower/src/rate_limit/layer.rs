@@ -15,7 +15,7 @@ use crate::key::PeerIp;
 use crate::policy::{AllPolicies, CheckPolicies, Rules, Settle};
 use crate::report::{HeaderStyle, PartitionKey, Rejection, Reporter, ResetFormat};
 
-/// A [`tower_layer::Layer`] that rate limits requests (see the [module docs](super)).
+/// A [`tower::Layer`](https://docs.rs/tower/0.5/tower/trait.Layer.html) that rate limits requests (see the [module docs](super)).
 ///
 /// Every service the layer builds, and every clone of those services, shares one state
 /// behind an [`Arc`], so one budget holds however many connections a server opens.
@@ -48,8 +48,8 @@ impl RateLimitLayer {
     }
 
     /// A builder for several policies, another key, cost, store or header style.
-    pub fn builder() -> Builder {
-        Builder::new()
+    pub fn builder() -> RateLimitBuilder {
+        RateLimitBuilder::new()
     }
 }
 
@@ -108,7 +108,7 @@ impl<S, K, Co, St, R> RateLimit<S, K, Co, St, R> {
     }
 }
 
-/// Everything a [`Builder`] holds that does not change its type, moved as a whole when a
+/// Everything a [`RateLimitBuilder`] holds that does not change its type, moved as a whole when a
 /// strategy (key, cost, store, resolver) is swapped.
 #[derive(Default)]
 struct Settings {
@@ -128,8 +128,8 @@ struct Settings {
 ///
 /// ```
 /// use std::num::NonZeroU32;
-/// use ratekeeper_core::{Policy, Quota};
-/// use ratekeeper_tower::{GlobalKey, RateLimitLayer};
+/// use ratekeeper_axum::{Policy, Quota};
+/// use ratekeeper_axum::{GlobalKey, RateLimitLayer};
 ///
 /// let layer = RateLimitLayer::builder()
 ///     .policy(Policy::new("burst", Quota::per_second(NonZeroU32::new(50).unwrap())))
@@ -137,9 +137,9 @@ struct Settings {
 ///     .key(GlobalKey)
 ///     .build()?;
 /// assert_eq!(layer.policy_ids().len(), 2);
-/// # Ok::<(), ratekeeper_tower::BuildError>(())
+/// # Ok::<(), ratekeeper_axum::BuildError>(())
 /// ```
-pub struct Builder<K = PeerIp, Co = u64, St = MemoryStore<Key>, R = AllPolicies> {
+pub struct RateLimitBuilder<K = PeerIp, Co = u64, St = MemoryStore<Key>, R = AllPolicies> {
     settings: Settings,
     key: K,
     cost: Co,
@@ -147,7 +147,7 @@ pub struct Builder<K = PeerIp, Co = u64, St = MemoryStore<Key>, R = AllPolicies>
     resolver: R,
 }
 
-impl Builder {
+impl RateLimitBuilder {
     /// Peer-IP key, cost 1, memory store, `X-RateLimit-*` headers, no policy yet.
     pub fn new() -> Self {
         Self {
@@ -163,13 +163,13 @@ impl Builder {
     }
 }
 
-impl Default for Builder {
+impl Default for RateLimitBuilder {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<K, Co, St, R> Builder<K, Co, St, R> {
+impl<K, Co, St, R> RateLimitBuilder<K, Co, St, R> {
     /// Adds a policy. Every policy is checked on every request, all-or-nothing, with its own
     /// algorithm ([`Policy::with_algorithm`]; GCRA by default).
     pub fn policy(mut self, policy: Policy) -> Self {
@@ -183,7 +183,7 @@ impl<K, Co, St, R> Builder<K, Co, St, R> {
     }
 
     /// Sets the key extractor.
-    pub fn key<K2>(self, key: K2) -> Builder<K2, Co, St, R> {
+    pub fn key<K2>(self, key: K2) -> RateLimitBuilder<K2, Co, St, R> {
         let Self {
             settings,
             cost,
@@ -191,7 +191,7 @@ impl<K, Co, St, R> Builder<K, Co, St, R> {
             resolver,
             ..
         } = self;
-        Builder {
+        RateLimitBuilder {
             settings,
             key,
             cost,
@@ -200,16 +200,17 @@ impl<K, Co, St, R> Builder<K, Co, St, R> {
         }
     }
 
-    /// Sets a fixed cost per request (checked against every policy's burst at build time).
-    pub fn cost(self, cost: u64) -> Builder<K, u64, St, R> {
-        let mut builder = self.cost_fn(cost);
-        builder.settings.fixed_cost = Some(cost);
-        builder
+    /// Sets a fixed cost per request, in units (checked against every policy's capacity when
+    /// the layer is built).
+    pub fn cost(self, cost: u64) -> RateLimitBuilder<K, u64, St, R> {
+        self.cost_fn(cost)
     }
 
-    /// Sets a per-request cost function (see [`crate::cost::Cost`]). A cost above a policy's
-    /// burst gets the "cost can never fit" 429.
-    pub fn cost_fn<Co2>(self, cost: Co2) -> Builder<K, Co2, St, R> {
+    /// Sets the cost of each request, in units (see [`crate::cost::Cost`]). When the cost is
+    /// the same for every request ([`Cost::fixed`](crate::cost::Cost::fixed) is `Some`),
+    /// [`build`](Self::build) refuses 0 and a cost above a policy's capacity; a cost computed
+    /// per request above the capacity gets the "cost can never fit" 429.
+    pub fn cost_fn<Co2: crate::cost::Cost>(self, cost: Co2) -> RateLimitBuilder<K, Co2, St, R> {
         let Self {
             mut settings,
             key,
@@ -217,8 +218,8 @@ impl<K, Co, St, R> Builder<K, Co, St, R> {
             resolver,
             ..
         } = self;
-        settings.fixed_cost = None;
-        Builder {
+        settings.fixed_cost = cost.fixed();
+        RateLimitBuilder {
             settings,
             key,
             cost,
@@ -228,7 +229,7 @@ impl<K, Co, St, R> Builder<K, Co, St, R> {
     }
 
     /// Sets the store (default: a new [`MemoryStore`]).
-    pub fn store<St2>(self, store: St2) -> Builder<K, Co, St2, R> {
+    pub fn store<St2>(self, store: St2) -> RateLimitBuilder<K, Co, St2, R> {
         let Self {
             settings,
             key,
@@ -236,7 +237,7 @@ impl<K, Co, St, R> Builder<K, Co, St, R> {
             resolver,
             ..
         } = self;
-        Builder {
+        RateLimitBuilder {
             settings,
             key,
             cost,
@@ -248,7 +249,7 @@ impl<K, Co, St, R> Builder<K, Co, St, R> {
     /// Sets the policy resolver (default [`AllPolicies`]): which policies each request is
     /// charged to, with which key and cost. See [`crate::policy`] and
     /// [`crate::route::RouteTable`].
-    pub fn resolver<R2>(self, resolver: R2) -> Builder<K, Co, St, R2> {
+    pub fn resolver<R2>(self, resolver: R2) -> RateLimitBuilder<K, Co, St, R2> {
         let Self {
             settings,
             key,
@@ -256,7 +257,7 @@ impl<K, Co, St, R> Builder<K, Co, St, R> {
             store,
             ..
         } = self;
-        Builder {
+        RateLimitBuilder {
             settings,
             key,
             cost,
@@ -422,10 +423,10 @@ impl<K, Co, St, R> Builder<K, Co, St, R> {
     }
 }
 
-impl<K, Co, St, R> fmt::Debug for Builder<K, Co, St, R> {
+impl<K, Co, St, R> fmt::Debug for RateLimitBuilder<K, Co, St, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let s = &self.settings;
-        f.debug_struct("Builder")
+        f.debug_struct("RateLimitBuilder")
             .field("policies", &s.policies)
             .field("style", &s.style)
             .field("reset", &s.reset)

@@ -8,13 +8,13 @@
 //! inner service being called. All clones share one state, and `poll_ready` never
 //! consumes quota.
 //!
-//! With [`Builder::request_info`], requests that pass carry an [`Info`](crate::info::Info)
+//! With [`RateLimitBuilder::request_info`], requests that pass carry an [`Info`](crate::info::Info)
 //! extension with the decisions. Every decision is counted once in the `metrics` counter
 //! [`DECISIONS_TOTAL`] (`ratekeeper_decisions_total{policy, outcome}`), whatever the mode
 //! and whether the store answers at once or later. Over the limit, [`Mode`] decides: reject
 //! (default), wait within a bound ([`Mode::Delay`]) or only report ([`Mode::Shadow`]);
 //! [`RateLimitLayer::with_fallback`] answers rejected requests with another service instead
-//! of a 429 (see [`fallback`](crate::fallback)), and [`Builder::rejection`] replaces the
+//! of a 429 (see [`fallback`](crate::fallback)), and [`RateLimitBuilder::rejection`] replaces the
 //! 429 body (see [`report`](crate::report)).
 //!
 //! When a shared store cannot decide (Redis slow or down), its failure policy
@@ -30,10 +30,10 @@
 //! ```
 //! use std::convert::Infallible;
 //! use std::num::NonZeroU32;
-//! use http::{Request, Response, StatusCode};
-//! use ratekeeper_core::Quota;
-//! use ratekeeper_tower::key::PeerAddr;
-//! use ratekeeper_tower::RateLimitLayer;
+//! use axum::http::{Request, Response, StatusCode};
+//! use ratekeeper_axum::Quota;
+//! use ratekeeper_axum::key::PeerAddr;
+//! use ratekeeper_axum::RateLimitLayer;
 //! use tower::{ServiceBuilder, ServiceExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -89,7 +89,7 @@ mod tests;
 pub use crate::error::BuildError;
 pub use crate::fallback::{Fallback, FallbackFuture, FallbackLayer};
 pub use future::ResponseFuture;
-pub use layer::{Builder, RateLimitLayer};
+pub use layer::{RateLimitBuilder, RateLimitLayer};
 pub use meter::DECISIONS_TOTAL;
 pub use mode::Mode;
 /// Re-exported from `ratekeeper_core::throttle`: a clock on tokio's time, so a store follows

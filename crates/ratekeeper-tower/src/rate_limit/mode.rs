@@ -11,10 +11,10 @@ use ratekeeper_core::store::Store;
 /// ```
 /// use std::convert::Infallible;
 /// use std::num::NonZeroU32;
-/// use http::{Request, Response, StatusCode};
-/// use ratekeeper_core::Quota;
-/// use ratekeeper_tower::rate_limit::Mode;
-/// use ratekeeper_tower::{GlobalKey, RateLimitLayer};
+/// use axum::http::{Request, Response, StatusCode};
+/// use ratekeeper_axum::Quota;
+/// use ratekeeper_axum::rate_limit::Mode;
+/// use ratekeeper_axum::{GlobalKey, RateLimitLayer};
 /// use tower::{ServiceBuilder, ServiceExt};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
@@ -44,7 +44,7 @@ pub enum Mode {
     Reject,
     /// Throttle: wait for capacity up to `max_wait`, then reject.
     ///
-    /// The layer **reserves** ([`Store::reserve`]): a request that can pass within
+    /// The layer **reserves** ([`Store::reserve`](ratekeeper_core::store::Store::reserve)): a request that can pass within
     /// `max_wait` is charged at once and told how long to wait; it sleeps that long (tokio's
     /// timer) and then reaches the inner service without a second check, so it can no longer
     /// wait and still get a 429, and waiters are served in the order they reserved. A request
@@ -66,7 +66,7 @@ pub enum Mode {
     /// spaced by `T` from the first request, at most `burst` queued:
     /// [`LeakyBucket::shape`](ratekeeper_core::algorithm::LeakyBucket::shape)). The window
     /// algorithms, the concurrency counter and stores that cannot reserve (the Redis store,
-    /// user stores using the default [`Store::reserve`]) fall back to check-and-retry: a
+    /// user stores using the default [`Store::reserve`](ratekeeper_core::store::Store::reserve)) fall back to check-and-retry: a
     /// waiting request holds nothing, sleeps for the store's `retry_after` and asks again
     /// while its deadline (`max_wait` after arrival) allows, so it may still be rejected
     /// after waiting, and waiters are not ordered.

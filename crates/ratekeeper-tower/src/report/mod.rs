@@ -45,11 +45,11 @@
 //! ```
 //! use std::convert::Infallible;
 //! use std::num::NonZeroU32;
-//! use bytes::Bytes;
-//! use http::{Request, Response, StatusCode};
-//! use ratekeeper_core::{Policy, Quota};
-//! use ratekeeper_tower::report::{HeaderStyle, Limited, PartitionKey};
-//! use ratekeeper_tower::{GlobalKey, RateLimitLayer};
+//! use axum::body::Bytes;
+//! use axum::http::{Request, Response, StatusCode};
+//! use ratekeeper_axum::{Policy, Quota};
+//! use ratekeeper_axum::report::{HeaderStyle, Limited, PartitionKey};
+//! use ratekeeper_axum::{GlobalKey, RateLimitLayer};
 //! use tower::{ServiceBuilder, ServiceExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
