@@ -10,13 +10,13 @@ use http::request::Parts;
 /// request carries.
 ///
 /// ```
-/// use http::Request;
-/// use ratekeeper_tower::client::{ClientKey, Origin};
+/// use axum::http::Request;
+/// use ratekeeper_axum::client::{ClientKey, Origin};
 ///
 /// let (parts, ()) = Request::get("https://api.example.com/v1/items").body(()).unwrap().into_parts();
 /// assert_eq!(Origin.key(&parts), "https://api.example.com:443");
 ///
-/// let by_token = |p: &http::request::Parts| {
+/// let by_token = |p: &axum::http::request::Parts| {
 ///     let token = p.headers.get("authorization").and_then(|v| v.to_str().ok());
 ///     token.unwrap_or("anonymous").to_owned()
 /// };
@@ -44,8 +44,8 @@ where
 /// `""` with every such request.
 ///
 /// ```
-/// use http::Request;
-/// use ratekeeper_tower::client::{ClientKey, Origin};
+/// use axum::http::Request;
+/// use ratekeeper_axum::client::{ClientKey, Origin};
 ///
 /// let key = |req: Request<()>| Origin.key(&req.into_parts().0);
 /// assert_eq!(key(Request::get("http://127.0.0.1:3000/a?b").body(()).unwrap()), "http://127.0.0.1:3000");

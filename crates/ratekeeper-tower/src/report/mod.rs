@@ -121,9 +121,9 @@
 //! ```
 //! use std::convert::Infallible;
 //! use std::num::NonZeroU32;
-//! use http::{Request, Response, StatusCode};
-//! use ratekeeper_core::{Policy, Quota};
-//! use ratekeeper_tower::{GlobalKey, RateLimitLayer};
+//! use axum::http::{Request, Response, StatusCode};
+//! use ratekeeper_axum::{Policy, Quota};
+//! use ratekeeper_axum::{GlobalKey, RateLimitLayer};
 //! use tower::{ServiceBuilder, ServiceExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
