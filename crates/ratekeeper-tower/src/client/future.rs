@@ -2,7 +2,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use http::Response;
 use pin_project_lite::pin_project;
@@ -10,6 +10,7 @@ use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
 use super::error::{Error, WaitTooLong};
+use super::layer::OverDeadline;
 use super::parse::announced_wait_at;
 use super::state::Shared;
 
@@ -32,7 +33,17 @@ pin_project! {
     where
         S: Service<Req>,
     {
-        Waiting { #[pin] sleep: Sleep, service: Option<S>, req: Option<Req> },
+        Waiting {
+            #[pin]
+            sleep: Sleep,
+            service: Option<S>,
+            req: Option<Req>,
+            // When the request was called: a wait lengthened (by a response that arrived
+            // meanwhile) past `called + max_wait` is handled as `over_deadline` says.
+            called: Instant,
+            max_wait: Duration,
+            over_deadline: OverDeadline,
+        },
         Calling { #[pin] future: S::Future },
         Refused { error: Option<WaitTooLong> },
     }
@@ -46,8 +57,12 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn wait(
         until: Instant,
+        called: Instant,
+        max_wait: Duration,
+        over_deadline: OverDeadline,
         service: S,
         req: Req,
         shared: Arc<Shared>,
@@ -58,6 +73,9 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
                 sleep: tokio::time::sleep_until(until),
                 service: Some(service),
                 req: Some(req),
+                called,
+                max_wait,
+                over_deadline,
             },
             memory: Some((shared, key)),
         }
@@ -82,11 +100,35 @@ where
             let mut this = self.as_mut().project();
             match this.state.as_mut().project() {
                 StateProj::Waiting {
-                    sleep,
+                    mut sleep,
                     service,
                     req,
+                    called,
+                    max_wait,
+                    over_deadline,
                 } => {
-                    ready!(sleep.poll(cx));
+                    ready!(sleep.as_mut().poll(cx));
+                    // A response that arrived during the wait may have announced a longer one.
+                    let now = Instant::now();
+                    let later = this
+                        .memory
+                        .as_ref()
+                        .and_then(|(shared, key)| shared.blocked_until(key, now));
+                    if let Some(until) = later {
+                        if called.checked_add(*max_wait).is_none_or(|d| until <= d) {
+                            sleep.reset(until);
+                            continue;
+                        }
+                        if *over_deadline == OverDeadline::Fail {
+                            let error = WaitTooLong {
+                                wait: until - *called,
+                                max_wait: *max_wait,
+                            };
+                            this.memory.take();
+                            this.state.set(State::Refused { error: None });
+                            return Poll::Ready(Err(Error::WaitTooLong(error)));
+                        }
+                    }
                     let (Some(mut service), Some(req)) = (service.take(), req.take()) else {
                         // Both are taken together, right before leaving this state.
                         return Poll::Pending;

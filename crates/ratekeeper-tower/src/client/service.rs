@@ -169,6 +169,15 @@ where
         // Keep the service that was made ready for this request; a clone takes its place.
         let clone = self.inner.clone();
         let ready = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture::wait(until, ready, req, shared, key)
+        ResponseFuture::wait(
+            until,
+            now,
+            self.layer.max_wait,
+            self.layer.over_deadline,
+            ready,
+            req,
+            shared,
+            key,
+        )
     }
 }

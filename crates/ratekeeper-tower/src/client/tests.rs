@@ -207,3 +207,93 @@ async fn inner_errors_pass_through() {
         "connection refused"
     );
 }
+
+/// A request already waiting must not go out at the end of its wait when a response that
+/// arrived meanwhile announced a longer one: it waits for the new time.
+#[tokio::test(start_paused = true)]
+async fn a_waiting_request_honours_a_wait_lengthened_while_it_slept() {
+    let start = Instant::now();
+    let log: Log = Arc::default();
+    let seen = log.clone();
+    let svc = service_fn(move |req: Request<()>| {
+        let uri = req.uri().to_string();
+        seen.lock().unwrap().push((uri.clone(), start.elapsed()));
+        async move {
+            // The slow request answers at t = 2 s with `Retry-After: 10`; the fast one at once
+            // with `Retry-After: 3`; any other with a 200.
+            let (delay, status, retry) = match uri.as_str() {
+                "http://a.test/slow" => (secs(2), 429, Some("10")),
+                "http://a.test/fast" => (secs(0), 429, Some("3")),
+                _ => (secs(0), 200, None),
+            };
+            tokio::time::sleep(delay).await;
+            let mut res = Response::builder().status(status);
+            if let Some(r) = retry {
+                res = res.header("retry-after", r);
+            }
+            Ok::<_, Infallible>(res.body(()).unwrap())
+        }
+    });
+    let client = PoliteLayer::new().layer(svc);
+    let slow = tokio::spawn(client.clone().oneshot(get("http://a.test/slow")));
+    tokio::task::yield_now().await;
+    client
+        .clone()
+        .oneshot(get("http://a.test/fast"))
+        .await
+        .unwrap();
+    // Blocked until t = 3 s; at t = 2 s the slow answer moves that to t = 12 s.
+    let waiting = tokio::spawn(client.clone().oneshot(get("http://a.test/next")));
+    slow.await.unwrap().unwrap();
+    let res = waiting.await.unwrap().unwrap();
+    assert_eq!(res.status(), 200);
+    let seen = log.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        [
+            ("http://a.test/slow".to_owned(), secs(0)),
+            ("http://a.test/fast".to_owned(), secs(0)),
+            ("http://a.test/next".to_owned(), secs(12)),
+        ]
+    );
+}
+
+/// A wait lengthened, while the request slept, past `max_wait` from its call fails it
+/// without sending.
+#[tokio::test(start_paused = true)]
+async fn a_wait_lengthened_past_max_wait_fails_without_sending() {
+    let start = Instant::now();
+    let log: Log = Arc::default();
+    let seen = log.clone();
+    let svc = service_fn(move |req: Request<()>| {
+        let uri = req.uri().to_string();
+        seen.lock().unwrap().push((uri.clone(), start.elapsed()));
+        async move {
+            let (delay, retry) = match uri.as_str() {
+                "http://a.test/slow" => (secs(2), "30"),
+                _ => (secs(0), "3"),
+            };
+            tokio::time::sleep(delay).await;
+            let res = Response::builder().status(429).header("retry-after", retry);
+            Ok::<_, Infallible>(res.body(()).unwrap())
+        }
+    });
+    let client = PoliteLayer::new().max_wait(secs(10)).layer(svc);
+    let slow = tokio::spawn(client.clone().oneshot(get("http://a.test/slow")));
+    tokio::task::yield_now().await;
+    client
+        .clone()
+        .oneshot(get("http://a.test/fast"))
+        .await
+        .unwrap();
+    let err = client
+        .clone()
+        .oneshot(get("http://a.test/next"))
+        .await
+        .unwrap_err();
+    slow.await.unwrap().unwrap();
+    assert!(err.is_wait_too_long());
+    let Error::WaitTooLong(e) = err;
+    assert_eq!(e.wait(), secs(32));
+    assert_eq!(log.lock().unwrap().len(), 2, "the third request was sent");
+}
