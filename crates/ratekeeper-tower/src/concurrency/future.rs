@@ -15,7 +15,7 @@ use super::service::unix_now;
 use super::upgrade::Held;
 use crate::body::ResponseBody;
 use crate::key::KeyError;
-use crate::report::{Reporter, is_grpc, trailers_only};
+use crate::report::{Reporter, grpc_content_type, trailers_only};
 
 pin_project! {
     /// Response future of [`ConcurrencyLimit`](super::ConcurrencyLimit).
@@ -78,8 +78,8 @@ impl<F> ResponseFuture<F> {
             HeaderValue::from_static("text/plain; charset=utf-8"),
         );
         let body = Bytes::from(format!("{err}\n"));
-        if is_grpc(request) {
-            let (status, body) = trailers_only(status, &mut headers, &body, None);
+        if let Some(content_type) = grpc_content_type(request) {
+            let (status, body) = trailers_only(status, &mut headers, &body, None, content_type);
             return Self::answered(status, headers, body);
         }
         Self::answered(status, headers, body)

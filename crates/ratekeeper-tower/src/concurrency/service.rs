@@ -12,7 +12,7 @@ use super::future::ResponseFuture;
 use super::layer::{ConcurrencyLimitLayer, NAME};
 use super::upgrade::Held;
 use crate::key::{KeyExtractor, PeerIp};
-use crate::report::{is_grpc, trailers_only};
+use crate::report::{grpc_content_type, trailers_only};
 
 /// The keyed concurrency-limiting service (see the [module docs](super)). Decides in `call`;
 /// `poll_ready` only forwards.
@@ -111,8 +111,9 @@ where
                     self.layer
                         .reporter
                         .limited(&decisions, &[0], None, unix_now);
-                if is_grpc(req.headers()) {
-                    (status, body) = trailers_only(status, &mut headers, &body, Some(NAME));
+                if let Some(content_type) = grpc_content_type(req.headers()) {
+                    (status, body) =
+                        trailers_only(status, &mut headers, &body, Some(NAME), content_type);
                 }
                 ResponseFuture::answered(status, headers, body)
             }

@@ -27,7 +27,7 @@ use crate::degraded::{Degrade, StoreDegraded};
 use crate::info::Info;
 use crate::key::{KeyError, KeyExtractor, PeerIp};
 use crate::policy::{AllPolicies, Applied, Plan, Resolve, Rules};
-use crate::report::{Reporter, is_grpc, trailers_only};
+use crate::report::{Reporter, grpc_content_type, trailers_only};
 
 /// A response the layer writes itself (a 429, a 503 when the store fails closed, or a key
 /// error).
@@ -61,15 +61,21 @@ impl Answer {
     /// `content-type` starts with `application/grpc`) a trailers-only response with the
     /// matching gRPC status (see [`trailers_only`]). Called on the answer path only.
     pub(crate) fn for_request(mut self, request: &HeaderMap) -> Self {
-        if !is_grpc(request) {
+        let Some(content_type) = grpc_content_type(request) else {
             return self;
-        }
+        };
         let policy = self
             .policy
             .as_ref()
             .and_then(|(names, i)| names.get(*i))
             .map(|n| &**n);
-        let (status, body) = trailers_only(self.status, &mut self.headers, &self.body, policy);
+        let (status, body) = trailers_only(
+            self.status,
+            &mut self.headers,
+            &self.body,
+            policy,
+            content_type,
+        );
         self.status = status;
         self.body = body;
         self

@@ -328,7 +328,8 @@ async fn a_limited_grpc_call_gets_resource_exhausted_trailers_only() {
         let (status, headers, body) = call_with(&svc, Some("application/grpc+proto")).await;
         assert_eq!(status, StatusCode::OK);
         assert_eq!(body, "");
-        assert_eq!(headers["content-type"], "application/grpc");
+        // The answer speaks the call's own content type.
+        assert_eq!(headers["content-type"], "application/grpc+proto");
         assert_eq!(headers["grpc-status"], "8");
         assert_eq!(
             headers["grpc-message"],

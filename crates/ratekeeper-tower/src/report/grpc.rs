@@ -28,17 +28,21 @@ const UNAVAILABLE: u8 = 14;
 /// The `type_url` of `google.rpc.RetryInfo` in a `google.protobuf.Any`.
 const RETRY_INFO_TYPE_URL: &str = "type.googleapis.com/google.rpc.RetryInfo";
 
-/// Whether a request is a gRPC call: its `content-type` starts with `application/grpc`
-/// (`application/grpc`, `application/grpc+proto`, `application/grpc-web`...).
+/// The `content-type` of a gRPC call, `None` for any other request: a gRPC call's starts with
+/// `application/grpc` (`application/grpc`, `application/grpc+proto`, `application/grpc-web`,
+/// `application/grpc-web+proto`...). The layer's answer carries the same value, so a
+/// gRPC-Web client gets a gRPC-Web response.
 #[inline]
-pub(crate) fn is_grpc(headers: &HeaderMap) -> bool {
+pub(crate) fn grpc_content_type(headers: &HeaderMap) -> Option<HeaderValue> {
     headers
         .get(CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+        .filter(|v| v.as_bytes().starts_with(b"application/grpc"))
+        .cloned()
 }
 
 /// Rewrites an answer of the layer (a 429, the fail-closed 503, a key error) as a gRPC
-/// trailers-only response: HTTP 200, `content-type: application/grpc`, `grpc-status`,
+/// trailers-only response: HTTP 200, the request's `content-type` (`content_type`, from
+/// [`grpc_content_type`]), `grpc-status`,
 /// a percent-encoded `grpc-message` and an empty body. Every other field (`Retry-After`, the
 /// rate-limit fields, `Cache-Control`) stays, as response metadata.
 ///
@@ -54,6 +58,7 @@ pub(crate) fn trailers_only(
     headers: &mut HeaderMap,
     body: &[u8],
     policy: Option<&str>,
+    content_type: HeaderValue,
 ) -> (StatusCode, Bytes) {
     let retry_secs = headers
         .get(RETRY_AFTER)
@@ -81,7 +86,7 @@ pub(crate) fn trailers_only(
         }
     };
     headers.remove(CONTENT_LENGTH);
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+    headers.insert(CONTENT_TYPE, content_type);
     headers.insert(GRPC_STATUS.clone(), code_value(code));
     let encoded = percent_encode(&message);
     if let Ok(value) = HeaderValue::try_from(encoded) {
@@ -166,6 +171,8 @@ fn varint(mut n: u64, out: &mut Vec<u8>) {
 mod tests {
     use super::*;
 
+    const GRPC: HeaderValue = HeaderValue::from_static("application/grpc");
+
     #[test]
     fn percent_encoding_follows_the_grpc_spec() {
         assert_eq!(percent_encode("retry after 1 s"), "retry after 1 s");
@@ -176,16 +183,35 @@ mod tests {
     #[test]
     fn detects_grpc_content_types_only() {
         let mut h = HeaderMap::new();
-        assert!(!is_grpc(&h));
+        assert_eq!(grpc_content_type(&h), None);
         h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        assert!(!is_grpc(&h));
-        h.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
-        assert!(is_grpc(&h));
-        h.insert(
-            CONTENT_TYPE,
-            HeaderValue::from_static("application/grpc+proto"),
+        assert_eq!(grpc_content_type(&h), None);
+        for grpc in [
+            "application/grpc",
+            "application/grpc+proto",
+            "application/grpc-web",
+            "application/grpc-web+proto",
+        ] {
+            h.insert(CONTENT_TYPE, HeaderValue::from_static(grpc));
+            assert_eq!(grpc_content_type(&h), Some(HeaderValue::from_static(grpc)));
+        }
+    }
+
+    #[test]
+    fn a_grpc_web_call_gets_a_grpc_web_answer() {
+        let mut headers = HeaderMap::new();
+        headers.insert(RETRY_AFTER, HeaderValue::from_static("7"));
+        let (status, body) = trailers_only(
+            StatusCode::TOO_MANY_REQUESTS,
+            &mut headers,
+            b"",
+            Some("api"),
+            HeaderValue::from_static("application/grpc-web+proto"),
         );
-        assert!(is_grpc(&h));
+        assert_eq!(status, StatusCode::OK);
+        assert!(body.is_empty());
+        assert_eq!(headers[CONTENT_TYPE], "application/grpc-web+proto");
+        assert_eq!(headers["grpc-status"], "8");
     }
 
     #[test]
@@ -221,6 +247,7 @@ mod tests {
             &mut headers,
             b"{}",
             Some("burst"),
+            GRPC,
         );
         assert_eq!(status, StatusCode::OK);
         assert!(body.is_empty());
@@ -249,6 +276,7 @@ mod tests {
             &mut headers,
             b"",
             Some("burst"),
+            GRPC,
         );
         assert_eq!(headers["grpc-status"], "8");
         assert_eq!(
@@ -262,7 +290,13 @@ mod tests {
     #[test]
     fn fail_closed_and_key_errors_map_to_their_codes() {
         let mut headers = HeaderMap::new();
-        trailers_only(StatusCode::SERVICE_UNAVAILABLE, &mut headers, b"x", None);
+        trailers_only(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &mut headers,
+            b"x",
+            None,
+            GRPC,
+        );
         assert_eq!(headers["grpc-status"], "14");
         assert_eq!(headers["grpc-message"], "rate limiter unavailable");
 
@@ -272,6 +306,7 @@ mod tests {
             &mut headers,
             b"missing x-api-key\n",
             None,
+            GRPC,
         );
         assert_eq!(headers["grpc-status"], "3");
         assert_eq!(headers["grpc-message"], "missing x-api-key");
@@ -282,6 +317,7 @@ mod tests {
             &mut headers,
             b"misconfigured\n",
             None,
+            GRPC,
         );
         assert_eq!(headers["grpc-status"], "13");
     }

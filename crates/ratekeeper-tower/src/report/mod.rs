@@ -93,7 +93,7 @@
 //! `INTERNAL`, without the reason. So when the layer answers a request whose `content-type`
 //! starts with `application/grpc` itself (the rate limit, the keyed concurrency limit, the
 //! fail-closed answer, a request without a key), it answers with a gRPC trailers-only
-//! response instead: HTTP `200 OK`, `content-type: application/grpc`, an empty body, and
+//! response instead: HTTP `200 OK`, the call's own `content-type` (`application/grpc...`, gRPC-Web included), an empty body, and
 //!
 //! | layer's answer | `grpc-status` | `grpc-message` |
 //! |---|---|---|
@@ -169,7 +169,7 @@ mod tests;
 
 use http::HeaderName;
 
-pub(crate) use grpc::{is_grpc, trailers_only};
+pub(crate) use grpc::{grpc_content_type, trailers_only};
 pub use headers::{HeaderStyle, ResetFormat};
 pub use partition_key::PartitionKey;
 pub(crate) use problem::ProblemParts;
