@@ -10,6 +10,12 @@ use smallvec::SmallVec;
 use super::Applied;
 
 /// What to do with a charge once the response status is known.
+///
+/// A request with no response status is settled too: as a `500` when the inner service
+/// returned an error, and as a `499` ("client closed request", nginx's convention) when its
+/// response future was dropped before the answer (the client went away). So
+/// [`Settle::COUNT_UNAUTHORIZED`] gives a cancelled request's unit back (it was no `401`), and
+/// [`Settle::REFUND_SERVER_ERRORS`] refunds a failed one but keeps a cancelled one.
 #[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
 pub enum Settle {

@@ -14,7 +14,7 @@ use ratekeeper_core::store::{Checked, Decisions, StoreError};
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
-use super::limiter::{Answer, Erased, Reported, Verdict, store_failed};
+use super::limiter::{Answer, Erased, FAILED, NO_RESPONSE, Reported, Verdict, store_failed};
 use crate::body::ResponseBody;
 use crate::policy::Applied;
 
@@ -48,6 +48,38 @@ impl<S, Req, SF> Drop for Reservation<S, Req, SF> {
     }
 }
 
+/// The report of a request the inner service answers, settled exactly once: by the
+/// response's status, or, when there is none, on drop: as a 500 when the inner service failed
+/// ([`FAILED`]), as a 499 when the future was dropped before the answer ([`NO_RESPONSE`]: the
+/// client went away). A charge whose settle rule would give it back for that status is
+/// refunded, so a cancelled request does not spend a failed-login budget.
+pub(crate) struct Settlement<SF> {
+    limiter: Arc<dyn Erased<SF>>,
+    reported: Reported,
+    /// The status to settle with on drop; `None` once settled.
+    unsettled: Option<u16>,
+}
+
+impl<SF> Settlement<SF> {
+    fn new(limiter: Arc<dyn Erased<SF>>, reported: Reported) -> Self {
+        Self {
+            limiter,
+            reported,
+            unsettled: Some(NO_RESPONSE),
+        }
+    }
+}
+
+impl<SF> Drop for Settlement<SF> {
+    fn drop(&mut self) {
+        if let Some(code) = self.unsettled.take() {
+            let status =
+                http::StatusCode::from_u16(code).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+            self.limiter.settle_status(&self.reported, status);
+        }
+    }
+}
+
 pin_project! {
     /// Response future of [`RateLimit`](super::RateLimit).
     pub struct ResponseFuture<F, S, Req, SF> {
@@ -64,7 +96,7 @@ pin_project! {
         Called {
             #[pin]
             future: F,
-            report: Option<(Arc<dyn Erased<SF>>, Reported)>,
+            report: Option<Settlement<SF>>,
         },
         // The layer answers itself (429, 503, or a key error).
         Answered {
@@ -98,7 +130,7 @@ impl<F, S, Req, SF> ResponseFuture<F, S, Req, SF> {
         Self {
             kind: Kind::Called {
                 future,
-                report: Some((limiter, reported)),
+                report: Some(Settlement::new(limiter, reported)),
             },
         }
     }
@@ -213,7 +245,7 @@ where
         } = self;
         Kind::Called {
             future: inner.call(req),
-            report: Some((
+            report: Some(Settlement::new(
                 limiter,
                 Reported {
                     decisions,
@@ -238,12 +270,23 @@ where
             let mut this = self.as_mut().project();
             let next = match this.kind.as_mut().project() {
                 KindProj::Called { future, report } => {
-                    let res = ready!(future.poll(cx))?;
+                    let res = match ready!(future.poll(cx)) {
+                        Ok(res) => res,
+                        Err(err) => {
+                            // No status to settle by: the charge is settled as a 500.
+                            if let Some(settlement) = report.as_mut() {
+                                settlement.unsettled = Some(FAILED);
+                            }
+                            *report = None;
+                            return Poll::Ready(Err(err));
+                        }
+                    };
                     let (mut parts, body) = res.into_parts();
                     // Read in place and dropped in place: taking the report out would copy
                     // it (decisions and charges, some 300 bytes) per response.
-                    if let Some((limiter, reported)) = report.as_ref() {
-                        limiter.respond(reported, &mut parts);
+                    if let Some(settlement) = report.as_mut() {
+                        settlement.limiter.respond(&settlement.reported, &mut parts);
+                        settlement.unsettled = None;
                     }
                     *report = None;
                     return Poll::Ready(Ok(Response::from_parts(parts, ResponseBody::inner(body))));

@@ -510,7 +510,18 @@ pub(crate) trait Erased<SF>: Send + Sync {
     fn release(&self, applied: &Applied, decisions: &Decisions);
     /// [`Limiter::settle`], then [`Limiter::headers`].
     fn respond(&self, reported: &Reported, parts: &mut http::response::Parts);
+    /// [`Limiter::settle`] without a response (see [`NO_RESPONSE`] and [`FAILED`]).
+    fn settle_status(&self, reported: &Reported, status: StatusCode);
 }
+
+/// The status a charge is settled with when the response future is dropped before the inner
+/// service answered (the client went away): `499`, nginx's "client closed request". So
+/// `Settle::COUNT_UNAUTHORIZED` gives the charge back (it was no `401`) and
+/// `Settle::REFUND_SERVER_ERRORS` keeps it (the server did not fail).
+pub(crate) const NO_RESPONSE: u16 = 499;
+/// The status a charge is settled with when the inner service returned an error instead of a
+/// response: `500`, as hyper answers such a request.
+pub(crate) const FAILED: u16 = 500;
 
 impl<K, Co, St, R> Erased<St::Future> for Limiter<K, Co, St, R>
 where
@@ -542,5 +553,9 @@ where
     fn respond(&self, reported: &Reported, parts: &mut http::response::Parts) {
         self.settle(reported, parts.status);
         self.headers(reported, &mut parts.headers);
+    }
+
+    fn settle_status(&self, reported: &Reported, status: StatusCode) {
+        self.settle(reported, status);
     }
 }
