@@ -2,7 +2,7 @@
 //! [`DashMap`], insertion only when a request changes state, amortised sweeping of idle keys,
 //! the optional cap on keys with its shared overflow state, and the metrics of all three.
 
-use std::hash::Hash;
+use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -17,7 +17,10 @@ use crate::algorithm::{
 use crate::store::Receipt;
 use crate::{Algorithm, Decision, Policy};
 
-type Hasher = foldhash::fast::RandomState;
+use super::compact::{Lane, Wide, lane};
+
+/// The map hasher (a type parameter of [`Keyed`] so tests can force equal hashes).
+pub(super) type Hasher = foldhash::fast::RandomState;
 
 /// Sweeps never run before this many new keys were inserted since the last one.
 const MIN_SWEEP_INSERTS: usize = 4_096;
@@ -55,7 +58,7 @@ macro_rules! with_keyed {
 }
 pub(super) use with_keyed;
 
-impl<K: Hash + Eq + Clone> Slot<K> {
+impl<K: Hash + Eq + Clone + 'static> Slot<K> {
     /// The key map of `policy`, holding at most `max_keys` keys.
     pub(super) fn new(policy: &Policy, max_keys: usize) -> Self {
         let quota = policy.quota();
@@ -81,15 +84,104 @@ impl<K: Hash + Eq + Clone> Slot<K> {
     }
 }
 
+/// The key maps of one policy, one per lane (see `compact`): each holds its keys in the
+/// smallest form that keeps them whole.
+pub(super) struct Maps<K, S, H = Hasher> {
+    v4: DashMap<u64, S, H>,
+    p64: DashMap<u64, S, H>,
+    v6: DashMap<Wide, S, H>,
+    short: DashMap<Wide, S, H>,
+    long: DashMap<Box<str>, S, H>,
+    full: DashMap<K, S, H>,
+}
+
+impl<K: Hash + Eq, S, H: BuildHasher + Clone> Maps<K, S, H> {
+    fn with_hasher(hasher: &H) -> Self {
+        Self {
+            v4: DashMap::with_hasher(hasher.clone()),
+            p64: DashMap::with_hasher(hasher.clone()),
+            v6: DashMap::with_hasher(hasher.clone()),
+            short: DashMap::with_hasher(hasher.clone()),
+            long: DashMap::with_hasher(hasher.clone()),
+            full: DashMap::with_hasher(hasher.clone()),
+        }
+    }
+
+    /// Keys held, over all lanes.
+    pub(super) fn len(&self) -> usize {
+        self.v4.len()
+            + self.p64.len()
+            + self.v6.len()
+            + self.short.len()
+            + self.long.len()
+            + self.full.len()
+    }
+
+    /// Keeps the entries whose state passes `keep`; answers how many went.
+    fn retain(&self, keep: impl Fn(&S) -> bool) -> usize {
+        fn go<Q: Hash + Eq, S, H: BuildHasher + Clone>(
+            map: &DashMap<Q, S, H>,
+            keep: &impl Fn(&S) -> bool,
+        ) -> usize {
+            let mut removed = 0;
+            map.retain(|_, state| {
+                let kept = keep(state);
+                removed += usize::from(!kept);
+                kept
+            });
+            removed
+        }
+        go(&self.v4, &keep)
+            + go(&self.p64, &keep)
+            + go(&self.v6, &keep)
+            + go(&self.short, &keep)
+            + go(&self.long, &keep)
+            + go(&self.full, &keep)
+    }
+}
+
+/// Runs `$body` with `$map` bound to the lane map of `$key`, `$q` to its compact form (a
+/// borrow the map can look up) and `$own` to a closure making the owned map key.
+macro_rules! on_lane {
+    ($maps:expr, $key:expr, |$map:ident, $q:ident, $own:ident| $body:expr) => {
+        match lane($key) {
+            Lane::V4(x) => {
+                let ($map, $q, $own) = (&$maps.v4, &x, || x);
+                $body
+            }
+            Lane::P64(x) => {
+                let ($map, $q, $own) = (&$maps.p64, &x, || x);
+                $body
+            }
+            Lane::V6(x) => {
+                let ($map, $q, $own) = (&$maps.v6, &x, || x);
+                $body
+            }
+            Lane::Short(x) => {
+                let ($map, $q, $own) = (&$maps.short, &x, || x);
+                $body
+            }
+            Lane::Long(s) => {
+                let ($map, $q, $own) = (&$maps.long, s, || Box::<str>::from(s));
+                $body
+            }
+            Lane::Full(k) => {
+                let ($map, $q, $own) = (&$maps.full, k, || k.clone());
+                $body
+            }
+        }
+    };
+}
+
 /// The keys of one policy and their state under its algorithm.
-pub(super) struct Keyed<K, A: KeyedAlgorithm> {
+pub(super) struct Keyed<K, A: KeyedAlgorithm, H = Hasher> {
     algorithm: A,
     /// The policy's name, the `policy` label of the metrics.
     name: Arc<str>,
     /// Metric handles, registered with the recorder on first use.
     keys_gauge: OnceLock<Gauge>,
     overflow_counter: OnceLock<Counter>,
-    pub(super) map: DashMap<K, A::State, Hasher>,
+    pub(super) map: Maps<K, A::State, H>,
     /// Entries in `map` plus insertions in progress; never above `max_keys`.
     held: AtomicUsize,
     pub(super) max_keys: usize,
@@ -101,14 +193,20 @@ pub(super) struct Keyed<K, A: KeyedAlgorithm> {
     sweeping: AtomicBool,
 }
 
-impl<K: Hash + Eq + Clone, A: KeyedAlgorithm> Keyed<K, A> {
+impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm> Keyed<K, A> {
     fn new(algorithm: A, name: &str, max_keys: usize) -> Self {
+        Self::with_hasher(algorithm, name, max_keys, &Hasher::default())
+    }
+}
+
+impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> Keyed<K, A, H> {
+    pub(super) fn with_hasher(algorithm: A, name: &str, max_keys: usize, hasher: &H) -> Self {
         Self {
             algorithm,
             name: name.into(),
             keys_gauge: OnceLock::new(),
             overflow_counter: OnceLock::new(),
-            map: DashMap::with_hasher(Hasher::default()),
+            map: Maps::with_hasher(hasher),
             held: AtomicUsize::new(0),
             max_keys,
             overflow: A::State::default(),
@@ -139,9 +237,24 @@ impl<K: Hash + Eq + Clone, A: KeyedAlgorithm> Keyed<K, A> {
     /// Decides and charges `cost` to `key`; the receipt says what the charge took.
     #[inline]
     pub(super) fn check(&self, key: &K, now: u64, cost: u64) -> (Decision, Receipt) {
-        if let Some(state) = self.map.get(key) {
-            return self.algorithm.check(&state, now, cost);
-        }
+        on_lane!(self.map, key, |map, q, own| {
+            if let Some(state) = map.get(q) {
+                return self.algorithm.check(&state, now, cost);
+            }
+            self.check_new(map, own, now, cost)
+        })
+    }
+
+    /// [`Keyed::check`] for a key not held: inserts it only when the request changes state,
+    /// into the overflow state when `max_keys` are held and no idle key can go.
+    #[inline(never)]
+    fn check_new<Q: Hash + Eq>(
+        &self,
+        map: &DashMap<Q, A::State, H>,
+        own: impl FnOnce() -> Q,
+        now: u64,
+        cost: u64,
+    ) -> (Decision, Receipt) {
         // An unseen key behaves as absent; insert only when the request changes state.
         let absent = A::State::default();
         let probe = self.algorithm.peek(&absent, now, cost);
@@ -162,7 +275,7 @@ impl<K: Hash + Eq + Clone, A: KeyedAlgorithm> Keyed<K, A> {
                 return self.algorithm.check(&self.overflow, now, cost);
             }
         }
-        let decision = match self.map.entry(key.clone()) {
+        let decision = match map.entry(own()) {
             Entry::Occupied(state) => {
                 // Another thread inserted it meanwhile.
                 self.release(1);
@@ -182,8 +295,11 @@ impl<K: Hash + Eq + Clone, A: KeyedAlgorithm> Keyed<K, A> {
     /// check (no wait), so it goes through [`Keyed::check`] (with its insertion and overflow
     /// handling).
     pub(super) fn reserve(&self, key: &K, now: u64, cost: u64, max_wait: u64) -> Reserved {
-        if let Some(state) = self.map.get(key) {
-            return self.algorithm.reserve(&state, now, cost, max_wait);
+        let held = on_lane!(self.map, key, |map, q, _own| map
+            .get(q)
+            .map(|state| self.algorithm.reserve(&state, now, cost, max_wait)));
+        if let Some(reserved) = held {
+            return reserved;
         }
         let (decision, receipt) = self.check(key, now, cost);
         Reserved {
@@ -198,8 +314,11 @@ impl<K: Hash + Eq + Clone, A: KeyedAlgorithm> Keyed<K, A> {
     /// charge: the key's own; for a key not held, the shared overflow state while `max_keys`
     /// keys are held (where [`Keyed::check`] would send it), otherwise "absent".
     pub(super) fn peek(&self, key: &K, now: u64, cost: u64) -> Decision {
-        if let Some(state) = self.map.get(key) {
-            return self.algorithm.peek(&state, now, cost);
+        let held = on_lane!(self.map, key, |map, q, _own| map
+            .get(q)
+            .map(|state| self.algorithm.peek(&state, now, cost)));
+        if let Some(decision) = held {
+            return decision;
         }
         if self.held.load(Ordering::Acquire) >= self.max_keys {
             self.algorithm.peek(&self.overflow, now, cost)
@@ -215,16 +334,22 @@ impl<K: Hash + Eq + Clone, A: KeyedAlgorithm> Keyed<K, A> {
         let Some(stamp) = receipt.stamp() else {
             return;
         };
-        if let Some(state) = self.map.get(key) {
-            self.algorithm.refund(&state, now, cost, stamp);
-        } else if !self.algorithm.is_idle(&self.overflow, now) {
+        let found = on_lane!(self.map, key, |map, q, _own| match map.get(q) {
+            Some(state) => {
+                self.algorithm.refund(&state, now, cost, stamp);
+                true
+            }
+            None => false,
+        });
+        if !found && !self.algorithm.is_idle(&self.overflow, now) {
             self.algorithm.refund(&self.overflow, now, cost, stamp);
         }
     }
 
     /// Forgets `key`.
     pub(super) fn remove(&self, key: &K) {
-        if self.map.remove(key).is_some() {
+        let removed = on_lane!(self.map, key, |map, q, _own| map.remove(q).is_some());
+        if removed {
             self.release(1);
             self.keys_gauge().decrement(1.0);
         }
@@ -253,12 +378,7 @@ impl<K: Hash + Eq + Clone, A: KeyedAlgorithm> Keyed<K, A> {
         if self.sweeping.swap(true, Ordering::Acquire) {
             return;
         }
-        let mut removed = 0;
-        self.map.retain(|_, state| {
-            let keep = !self.algorithm.is_idle(state, now);
-            removed += usize::from(!keep);
-            keep
-        });
+        let removed = self.map.retain(|state| !self.algorithm.is_idle(state, now));
         self.release(removed);
         if removed > 0 {
             // Precision: a gauge is an f64; key counts stay far below 2^53.

@@ -1,6 +1,7 @@
 //! The in-memory store: [`MemoryStore`] (registration, all-or-nothing checks and
 //! reservations with receipts, refunds) over one key map per policy (`keyed`).
 
+mod compact;
 mod keyed;
 
 use std::fmt;
@@ -360,6 +361,8 @@ impl<K, C: fmt::Debug> fmt::Debug for MemoryStore<K, C> {
     }
 }
 
+#[cfg(test)]
+mod lane_tests;
 #[cfg(test)]
 mod refund_tests;
 #[cfg(test)]

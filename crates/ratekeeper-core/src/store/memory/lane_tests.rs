@@ -1,0 +1,123 @@
+//! Keys that are close in some form (same bytes in another family, same hash) never share
+//! a budget in the memory store's compact lanes.
+
+use std::hash::{BuildHasher, Hasher};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::time::Duration;
+
+use super::keyed::Keyed;
+use super::*;
+use crate::algorithm::Gcra;
+use crate::clock::ManualClock;
+use crate::{Key, Quota};
+
+/// One request per hour per key: a second request on the same budget is denied.
+fn one_per_hour() -> Quota {
+    Quota::new(1, Duration::from_secs(3600)).unwrap()
+}
+
+/// Each key of `pair` gets its own single unit: both first requests pass, both second
+/// requests are denied.
+fn assert_apart(check: impl Fn(&Key) -> bool, pair: [&Key; 2]) {
+    let [a, b] = pair;
+    assert!(check(a), "first request of {a:?}");
+    assert!(check(b), "{b:?} was charged to the budget of {a:?}");
+    assert!(!check(a), "second request of {a:?}");
+    assert!(!check(b), "second request of {b:?}");
+}
+
+fn ipv6(s: &str) -> IpAddr {
+    IpAddr::V6(s.parse::<Ipv6Addr>().unwrap())
+}
+
+#[test]
+fn close_ip_keys_never_share_a_budget() {
+    let mut store = MemoryStore::<Key, _>::with_clock(ManualClock::new());
+    let id = store.register(&Policy::new("ip", one_per_hour())).unwrap();
+    let check = |k: &Key| {
+        store
+            .check_now(&[Charge::new(id, k, 1)])
+            .unwrap()
+            .is_allowed()
+    };
+
+    // Two /64 prefixes that differ in their last prefix bit.
+    let p1 = Key::Net(ipv6("2001:db8:0:10::"), 64);
+    let p2 = Key::Net(ipv6("2001:db8:0:11::"), 64);
+    assert_apart(check, [&p1, &p2]);
+
+    // An IPv4 address and its IPv4-mapped IPv6 form (::ffff:192.0.2.7).
+    let v4 = Ipv4Addr::new(192, 0, 2, 7);
+    let mapped = Key::Ip(IpAddr::V6(v4.to_ipv6_mapped()));
+    assert_apart(check, [&Key::Ip(IpAddr::V4(v4)), &mapped]);
+
+    // The /64 of the mapped form, the network 0.0.0.0/0 and the global key: all
+    // different from the keys above and from each other.
+    let net0 = Key::Net(ipv6("::"), 64);
+    let v4_net = Key::Net(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
+    assert_apart(check, [&net0, &v4_net]);
+    assert!(check(&Key::Global));
+    assert_eq!(store.len(), 7);
+}
+
+/// A test-only hasher with a 4-bit output: among a few dozen keys, many have equal hashes.
+#[derive(Clone, Default)]
+struct Tiny;
+
+struct TinyHasher(std::hash::DefaultHasher);
+
+impl BuildHasher for Tiny {
+    type Hasher = TinyHasher;
+    fn build_hasher(&self) -> TinyHasher {
+        TinyHasher(std::hash::DefaultHasher::new())
+    }
+}
+
+impl Hasher for TinyHasher {
+    fn finish(&self) -> u64 {
+        self.0.finish() & 0xF
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        self.0.write(bytes);
+    }
+}
+
+#[test]
+fn api_keys_with_equal_hashes_never_share_a_budget() {
+    let clock = ManualClock::new();
+    let now = || clock.now();
+    let keyed: Keyed<Key, Gcra, Tiny> =
+        Keyed::with_hasher(Gcra::new(&one_per_hour()), "api", usize::MAX, &Tiny);
+    // Two 32-byte API keys whose hashes are equal in the 4-bit space.
+    let api = |i: u32| Key::from(format!("rk_live_{i:024}"));
+    let hash = |k: &Key| match k {
+        Key::Str(s) => Tiny.hash_one(s.as_str()),
+        _ => unreachable!("API keys are strings"),
+    };
+    let a = api(0);
+    let b = (1..1000)
+        .map(api)
+        .find(|b| hash(b) == hash(&a))
+        .expect("16 hash values: a match within 1000 keys");
+    assert_eq!(a.to_string().len(), 32);
+    assert_ne!(a, b);
+    assert_eq!(hash(&a), hash(&b));
+
+    let check = |k: &Key| keyed.check(k, now(), 1).0.is_allowed();
+    assert_apart(check, [&a, &b]);
+    assert_eq!(keyed.map.len(), 2);
+
+    // Inline keys (integers, short strings): 40 keys, at most 16 hash values, so by
+    // pigeonhole many share a hash; each still has its own budget.
+    let inline: Vec<Key> = (0..20u64)
+        .map(Key::Int)
+        .chain((0..20).map(|i| Key::from(format!("user{i}"))))
+        .collect();
+    for k in &inline {
+        assert!(check(k), "first request of {k:?}");
+    }
+    for k in &inline {
+        assert!(!check(k), "second request of {k:?}");
+    }
+    assert_eq!(keyed.map.len(), 2 + 40);
+}
