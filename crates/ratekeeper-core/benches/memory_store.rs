@@ -26,6 +26,7 @@
 //! in turn, 200 000 checks at a time, 21 rounds, and prints the median of the per-round
 //! ratios: on a busy machine this is the ratio to quote (see `BENCHMARKS.md`).
 //!
+//! `RK_BENCH_INTERLEAVED_ONLY=1` skips criterion and runs only the interleaved pass.
 //! `RK_BENCH_CASE=<group>/<limiter> RK_BENCH_ITERS=<n>` runs one case `n` times without
 //! criterion (for `valgrind --tool=callgrind`, see `scripts/callgrind_store.sh`).
 
@@ -449,6 +450,10 @@ fn main() {
     ) {
         let iters = iters.parse().unwrap_or(0);
         run_fixed(&case, iters);
+        return;
+    }
+    if std::env::var_os("RK_BENCH_INTERLEAVED_ONLY").is_some() {
+        interleaved();
         return;
     }
     let start = SystemTime::now();
