@@ -30,7 +30,7 @@
 //! window: it keeps its own budget (its first request is made before the flood).
 //!
 //! **Contention.** Two threads at once, each doing `BATCH` checks, on one hot key (both on
-//! the same key) and on disjoint keys (one key each), ours (`Key::Ip`) and governor
+//! the same key) and on disjoint keys (1024 keys each, checked in turn), ours (`Key::Ip`) and governor
 //! (`IpAddr`) in turn, 15 rounds, the order rotating; ns per pair of checks (wall time of the
 //! two threads / `BATCH`) and the median of the per-round ratios.
 
@@ -276,17 +276,19 @@ fn flood() {
 
 const BATCH: u64 = 400_000;
 const ROUNDS: usize = 15;
+/// Keys per thread in the disjoint case.
+const DISJOINT: u64 = 1024;
 
 /// Two threads, `BATCH` checks each, at once; ns per pair of checks.
-fn pair<T: Sync>(limiter: &T, keys: [&(dyn Fn(&T) -> bool + Sync); 2]) -> f64 {
+fn pair<T: Sync>(limiter: &T, keys: [&(dyn Fn(&T, usize) -> bool + Sync); 2]) -> f64 {
     let barrier = Barrier::new(3);
     std::thread::scope(|s| {
         for f in keys {
             let barrier = &barrier;
             s.spawn(move || {
                 barrier.wait();
-                for _ in 0..BATCH {
-                    black_box(f(limiter));
+                for i in 0..BATCH as usize {
+                    black_box(f(limiter, i));
                 }
                 barrier.wait();
             });
@@ -296,6 +298,15 @@ fn pair<T: Sync>(limiter: &T, keys: [&(dyn Fn(&T) -> bool + Sync); 2]) -> f64 {
         barrier.wait();
         t.elapsed().as_secs_f64() * 1e9 / BATCH as f64
     })
+}
+
+/// One thread, `2 * BATCH` checks: ns per two checks, the baseline a pair is read against.
+fn alone<T>(limiter: &T, f: &dyn Fn(&T, usize) -> bool) -> f64 {
+    let t = Instant::now();
+    for i in 0..2 * BATCH as usize {
+        black_box(f(limiter, i));
+    }
+    t.elapsed().as_secs_f64() * 1e9 / BATCH as f64
 }
 
 fn median(mut xs: Vec<f64>) -> f64 {
@@ -309,26 +320,42 @@ fn contention() {
         .unwrap_or_else(|err| panic!("{err}"));
     let gov_allow = governor::Quota::per_second(NonZeroU32::MIN)
         .allow_burst(NonZeroU32::new(1_000_000_000).unwrap_or(NonZeroU32::MIN));
-    let (a, b) = (ipv4(1), ipv4(2));
-    let (ka, kb) = (Key::Ip(a), Key::Ip(b));
+    // The hot key, and two disjoint sets of keys (one per thread, checked in turn), so that
+    // which dashmap shard a key falls in (random per process) averages out.
+    let hot = ipv4(0);
+    let ip_sets: [Vec<IpAddr>; 2] = [
+        (1..=DISJOINT).map(ipv4).collect(),
+        (DISJOINT + 1..=2 * DISJOINT).map(ipv4).collect(),
+    ];
+    let key_sets = ip_sets
+        .clone()
+        .map(|set| set.into_iter().map(Key::Ip).collect::<Vec<_>>());
     let ours = Ours::new(allow, None);
     let gov: DefaultKeyedRateLimiter<IpAddr> = RateLimiter::keyed(gov_allow);
-    for k in [&ka, &kb] {
+    let hot_key = Key::Ip(hot);
+    for k in key_sets.iter().flatten().chain([&hot_key]) {
         assert!(ours.check(k));
     }
-    for k in [&a, &b] {
+    for k in ip_sets.iter().flatten().chain([&hot]) {
         assert!(gov.check_key(k).is_ok());
     }
-    let oa = |o: &Ours| o.check(&ka);
-    let ob = |o: &Ours| o.check(&kb);
-    let ga = |g: &DefaultKeyedRateLimiter<IpAddr>| g.check_key(&a).is_ok();
-    let gb = |g: &DefaultKeyedRateLimiter<IpAddr>| g.check_key(&b).is_ok();
+    let n = DISJOINT as usize;
+    let oh = |o: &Ours, _: usize| o.check(&hot_key);
+    let oa = |o: &Ours, i: usize| o.check(&key_sets[0][i % n]);
+    let ob = |o: &Ours, i: usize| o.check(&key_sets[1][i % n]);
+    let gh = |g: &DefaultKeyedRateLimiter<IpAddr>, _: usize| g.check_key(&hot).is_ok();
+    let ga =
+        |g: &DefaultKeyedRateLimiter<IpAddr>, i: usize| g.check_key(&ip_sets[0][i % n]).is_ok();
+    let gb =
+        |g: &DefaultKeyedRateLimiter<IpAddr>, i: usize| g.check_key(&ip_sets[1][i % n]).is_ok();
     type Run<'a> = Box<dyn FnMut() -> f64 + 'a>;
     let mut runs: Vec<(&str, Run<'_>)> = vec![
-        ("ours/hot", Box::new(|| pair(&ours, [&oa, &oa]))),
-        ("governor/hot", Box::new(|| pair(&gov, [&ga, &ga]))),
+        ("ours/hot", Box::new(|| pair(&ours, [&oh, &oh]))),
+        ("governor/hot", Box::new(|| pair(&gov, [&gh, &gh]))),
         ("ours/disjoint", Box::new(|| pair(&ours, [&oa, &ob]))),
         ("governor/disjoint", Box::new(|| pair(&gov, [&ga, &gb]))),
+        ("ours/alone", Box::new(|| alone(&ours, &oh))),
+        ("governor/alone", Box::new(|| alone(&gov, &gh))),
     ];
     let mut ns = vec![Vec::new(); runs.len()];
     for round in 0..ROUNDS {
@@ -343,7 +370,11 @@ fn contention() {
     );
     println!("| case | ratekeeper `Key` | governor `IpAddr` | ratio (median of rounds) |");
     println!("|---|---:|---:|---:|");
-    for (case, o, g) in [("one hot key", 0, 1), ("disjoint keys", 2, 3)] {
+    for (case, o, g) in [
+        ("one hot key", 0, 1),
+        ("disjoint keys", 2, 3),
+        ("one thread, one key (two checks in a row)", 4, 5),
+    ] {
         let ratios = ns[o].iter().zip(&ns[g]).map(|(x, y)| x / y).collect();
         println!(
             "| {case} | {:.1} | {:.1} | {:.3} |",
