@@ -279,8 +279,11 @@ const ROUNDS: usize = 15;
 /// Keys per thread in the disjoint case.
 const DISJOINT: u64 = 1024;
 
+/// One thread's check: the limiter and the iteration index (which key to take).
+type CheckFn<'a, T> = &'a (dyn Fn(&T, usize) -> bool + Sync);
+
 /// Two threads, `BATCH` checks each, at once; ns per pair of checks.
-fn pair<T: Sync>(limiter: &T, keys: [&(dyn Fn(&T, usize) -> bool + Sync); 2]) -> f64 {
+fn pair<T: Sync>(limiter: &T, keys: [CheckFn<'_, T>; 2]) -> f64 {
     let barrier = Barrier::new(3);
     std::thread::scope(|s| {
         for f in keys {

@@ -1,6 +1,7 @@
-//! The per-policy key map of the [`MemoryStore`](super::MemoryStore): per-key state in a
-//! [`DashMap`], insertion only when a request changes state, amortised sweeping of idle keys,
-//! the optional cap on keys with its shared overflow state, and the metrics of all three.
+//! The per-policy key map of the [`MemoryStore`](super::MemoryStore): per-key state in one
+//! [`DashMap`] per lane (the compact key forms of `compact`), insertion only when a request
+//! changes state, amortised sweeping of idle keys, the optional cap on keys (over all lanes)
+//! with its shared overflow state, and the metrics of all three.
 
 use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
