@@ -9,9 +9,10 @@
 //! | `v4` | `Ip(V4)`, `Net(V4, len)`, `Global` | `u64`: the address, tag bits above it | 16 B |
 //! | `p64` | `Net(V6, 64)` with the low 64 bits zero | `u64`: the upper 64 bits | 16 B |
 //! | `v6` | `Ip(V6)` | [`Wide`]: the 128 bits | 24 B |
+//! | `v6net` | `Net(V6, len)`, other lengths below 128, host bits clear | [`Wide`]: the prefix bits, then a 1 bit at position `127 - len` | 24 B |
 //! | `short` | `Int`, `Str` of at most 15 bytes | [`Wide`]: a length byte and the bytes inline | 24 B |
 //! | `long` | `Str` of more than 15 bytes (API keys) | `Box<str>`: the full key | 24 B + the string on the heap |
-//! | `full` | tuples, other networks, and every key of a type other than [`Key`] | the key itself | as before |
+//! | `full` | tuples, networks with host bits set or a length of 128 or more, and every key of a type other than [`Key`] | the key itself | as before |
 //!
 //! Every lane keeps the key in full (the long lane on the heap, beside the hash the map
 //! keeps): two distinct keys can have equal hashes, never equal map keys, so collisions
@@ -44,6 +45,7 @@ pub(super) enum Lane<'a, K> {
     V4(u64),
     P64(u64),
     V6(Wide),
+    V6Net(Wide),
     Short(Wide),
     Long(&'a str),
     Full(&'a K),
@@ -84,6 +86,17 @@ fn of_other<K>(key: &Key) -> Option<Lane<'_, K>> {
         Key::Net(IpAddr::V6(v6), 64) if v6.to_bits() as u64 == 0 => {
             Lane::P64((v6.to_bits() >> 64) as u64)
         }
+        Key::Net(IpAddr::V6(v6), len) if *len < 128 => {
+            // The prefix bits and a terminating 1 bit just below them: the lowest set bit
+            // gives the length back, so the form is one-to-one while the host bits are clear.
+            let bits = v6.to_bits();
+            let host = u128::MAX.checked_shr(u32::from(*len)).unwrap_or(0);
+            if bits & host != 0 {
+                return None;
+            }
+            let form = bits | 1u128 << (127 - len);
+            Lane::V6Net(Wide((form >> 64) as u64, form as u64))
+        }
         Key::Int(n) => Lane::Short(Wide(u64::from(SHORT_INT), *n)),
         Key::Str(s) if s.len() <= SHORT_MAX => Lane::Short(short_str(s.as_bytes())),
         Key::Str(s) => Lane::Long(s.as_str()),
@@ -112,6 +125,7 @@ mod tests {
             Lane::V4(x) => format!("v4 {x:x}"),
             Lane::P64(x) => format!("p64 {x:x}"),
             Lane::V6(w) => format!("v6 {w:?}"),
+            Lane::V6Net(w) => format!("v6net {w:?}"),
             Lane::Short(w) => format!("short {w:?}"),
             Lane::Long(s) => format!("long {s}"),
             Lane::Full(k) => format!("full {k:?}"),
@@ -134,6 +148,18 @@ mod tests {
             Key::Net(IpAddr::V6(p1), 64),
             Key::Net(IpAddr::V6(p2), 64),
             Key::Net(IpAddr::V6(p1), 48),
+            Key::Net(IpAddr::V6(p1), 47),
+            Key::Net(IpAddr::V6("2001:db8::".parse().unwrap()), 32),
+            Key::Net(IpAddr::V6("2001:db8::".parse().unwrap()), 33),
+            Key::Net(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0),
+            Key::Net(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 1),
+            Key::Net(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 127),
+            Key::Net(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 128),
+            Key::Net(IpAddr::V6("2001:db8:0:1:8000::".parse().unwrap()), 65),
+            Key::Net(IpAddr::V6(p1), 56),
+            Key::Net(IpAddr::V6("2001:db8:0:100::".parse().unwrap()), 56),
+            Key::Net(IpAddr::V6("2001:db8:0:100::".parse().unwrap()), 55),
+            Key::Net(IpAddr::V6("2001:db8:1::".parse().unwrap()), 48),
             Key::Net(IpAddr::V6("2001:db8:0:1::5".parse().unwrap()), 64),
             Key::Ip(IpAddr::V6(p1)),
             Key::Int(0),
@@ -156,6 +182,16 @@ mod tests {
         // The HTTP layer's keys take the compact lanes.
         assert!(form(&Key::Ip(IpAddr::V4(v4))).starts_with("v4"));
         assert!(form(&Key::Net(IpAddr::V6(p1), 64)).starts_with("p64"));
+        let p56: Ipv6Addr = "2001:db8:0:100::".parse().unwrap();
+        let p48: Ipv6Addr = "2001:db8:1::".parse().unwrap();
+        assert!(form(&Key::Net(IpAddr::V6(p56), 56)).starts_with("v6net"));
+        assert!(form(&Key::Net(IpAddr::V6(p48), 48)).starts_with("v6net"));
+        assert_ne!(
+            form(&Key::Net(IpAddr::V6(p48), 48)),
+            form(&Key::Net(IpAddr::V6(p48), 47))
+        );
+        // Host bits set: kept whole.
+        assert!(form(&Key::Net(IpAddr::V6(p1), 32)).starts_with("full"));
         assert!(form(&Key::from("abcdefghijklmno")).starts_with("short"));
         assert!(form(&Key::from("abcdefghijklmnop")).starts_with("long"));
     }

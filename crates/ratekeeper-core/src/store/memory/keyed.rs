@@ -91,6 +91,7 @@ pub(super) struct Maps<K, S, H = Hasher> {
     v4: DashMap<u64, S, H>,
     p64: DashMap<u64, S, H>,
     v6: DashMap<Wide, S, H>,
+    v6net: DashMap<Wide, S, H>,
     short: DashMap<Wide, S, H>,
     long: DashMap<Box<str>, S, H>,
     full: DashMap<K, S, H>,
@@ -102,6 +103,7 @@ impl<K: Hash + Eq, S, H: BuildHasher + Clone> Maps<K, S, H> {
             v4: DashMap::with_hasher(hasher.clone()),
             p64: DashMap::with_hasher(hasher.clone()),
             v6: DashMap::with_hasher(hasher.clone()),
+            v6net: DashMap::with_hasher(hasher.clone()),
             short: DashMap::with_hasher(hasher.clone()),
             long: DashMap::with_hasher(hasher.clone()),
             full: DashMap::with_hasher(hasher.clone()),
@@ -113,6 +115,7 @@ impl<K: Hash + Eq, S, H: BuildHasher + Clone> Maps<K, S, H> {
         self.v4.len()
             + self.p64.len()
             + self.v6.len()
+            + self.v6net.len()
             + self.short.len()
             + self.long.len()
             + self.full.len()
@@ -135,6 +138,7 @@ impl<K: Hash + Eq, S, H: BuildHasher + Clone> Maps<K, S, H> {
         go(&self.v4, &keep)
             + go(&self.p64, &keep)
             + go(&self.v6, &keep)
+            + go(&self.v6net, &keep)
             + go(&self.short, &keep)
             + go(&self.long, &keep)
             + go(&self.full, &keep)
@@ -156,6 +160,10 @@ macro_rules! on_lane {
             }
             Lane::V6(x) => {
                 let ($map, $q, $own) = (&$maps.v6, &x, || x);
+                $body
+            }
+            Lane::V6Net(x) => {
+                let ($map, $q, $own) = (&$maps.v6net, &x, || x);
                 $body
             }
             Lane::Short(x) => {

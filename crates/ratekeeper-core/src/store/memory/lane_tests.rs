@@ -46,6 +46,11 @@ fn close_ip_keys_never_share_a_budget() {
     let p2 = Key::Net(ipv6("2001:db8:0:11::"), 64);
     assert_apart(check, [&p1, &p2]);
 
+    // The same bits as a /48 and as a /56 (other prefix lengths the HTTP layer can use).
+    let n48 = Key::Net(ipv6("2001:db8:1::"), 48);
+    let n56 = Key::Net(ipv6("2001:db8:1::"), 56);
+    assert_apart(check, [&n48, &n56]);
+
     // An IPv4 address and its IPv4-mapped IPv6 form (::ffff:192.0.2.7).
     let v4 = Ipv4Addr::new(192, 0, 2, 7);
     let mapped = Key::Ip(IpAddr::V6(v4.to_ipv6_mapped()));
@@ -57,7 +62,7 @@ fn close_ip_keys_never_share_a_budget() {
     let v4_net = Key::Net(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
     assert_apart(check, [&net0, &v4_net]);
     assert!(check(&Key::Global));
-    assert_eq!(store.len(), 7);
+    assert_eq!(store.len(), 9);
 }
 
 /// A test-only hasher with a 4-bit output: among a few dozen keys, many have equal hashes.

@@ -42,9 +42,10 @@ use crate::{Decision, Policy};
 /// | `Key::Ip` IPv4, `Key::Net` IPv4, `Key::Global` | one `u64` (address, prefix length and kind bits) | 16 bytes |
 /// | `Key::Net(v6, 64)` (the HTTP layer's IPv6 key; host bits clear) | one `u64` (the 64 prefix bits) | 16 bytes |
 /// | `Key::Ip` IPv6 | 16 bytes inline | 24 bytes |
+/// | `Key::Net` IPv6 of another length below 128, host bits clear (/48, /56) | 16 bytes inline (the prefix and a terminating bit) | 24 bytes |
 /// | `Key::Int`, `Key::Str` up to 15 bytes | 16 bytes inline (a length byte and the bytes) | 24 bytes |
 /// | `Key::Str` over 15 bytes (API keys, user ids) | `Box<str>`, the full string | 24 bytes + the string on the heap |
-/// | tuples, other networks; keys of any type other than `Key` | the key itself | the key's size + 8 |
+/// | tuples, networks with host bits set; keys of any type other than `Key` | the key itself | the key's size + 8 |
 ///
 /// An IPv4 address and its IPv4-mapped IPv6 form are different keys and stay apart (one
 /// is in the IPv4 lane, the other in the IPv6 one). The lane of a key depends only on
