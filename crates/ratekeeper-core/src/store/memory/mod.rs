@@ -55,7 +55,7 @@ use crate::{Decision, Policy};
 /// control byte per bucket, at most 7/8 of the buckets full, the bucket count a power of
 /// two), so a lane of 16-byte entries costs 17 bytes per bucket, between 19.4 bytes per key
 /// (a table 7/8 full) and 38.9 (just after it doubled). Measured as resident-set growth over
-/// keys: 36 bytes per IPv4 or IPv6 /64 key at 1M keys (a table just past doubling), 28.5
+/// keys: 36 bytes per IPv4 or IPv6 /64 key at 1M keys (a table just past doubling), 28.6
 /// at 10M, against 69 to 70 for governor with `IpAddr` keys (the `memory_scale` bench). A
 /// 32-byte API key costs about 100 bytes (a 24-byte entry and a 48-byte heap block).
 /// With [`MemoryStore::with_max_keys`], a policy holds at most `max_keys` keys: its resident
