@@ -26,6 +26,7 @@
 //! assert_eq!(never.retry_after(), None);
 //! ```
 
+use std::fmt;
 use std::time::Duration;
 
 /// Allowed, denied for now, or never satisfiable.
@@ -45,66 +46,130 @@ pub enum Outcome {
 }
 
 /// One policy's answer for one request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+///
+/// 32 bytes: durations are kept as whole nanoseconds (`u64`, saturating at about 584 years),
+/// so an answer of two policies stays small enough to be returned by value cheaply.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Decision {
-    outcome: Outcome,
+    /// `retry_after` of a denial in ns (0 for the other outcomes).
+    retry_after_ns: u64,
+    reset_after_ns: u64,
     limit: u32,
     remaining: u32,
-    reset_after: Duration,
+    kind: Kind,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum Kind {
+    Allowed,
+    Denied,
+    CannotFit,
+}
+
+const fn nanos(d: Duration) -> u64 {
+    let ns = d.as_nanos();
+    if ns > u64::MAX as u128 {
+        u64::MAX
+    } else {
+        ns as u64
+    }
 }
 
 impl Decision {
     /// Builds a decision. `remaining` is whole cost-1 requests that would pass now.
+    /// Durations are kept in whole ns, saturating at `u64::MAX` ns (about 584 years).
     pub const fn new(outcome: Outcome, limit: u32, remaining: u32, reset_after: Duration) -> Self {
+        let (kind, retry_after_ns) = match outcome {
+            Outcome::Allowed => (Kind::Allowed, 0),
+            Outcome::CannotFit => (Kind::CannotFit, 0),
+            Outcome::Denied { retry_after } => (Kind::Denied, nanos(retry_after)),
+        };
         Self {
-            outcome,
+            retry_after_ns,
+            kind,
+            reset_after_ns: nanos(reset_after),
             limit,
             remaining,
-            reset_after,
         }
+    }
+
+    /// [`Decision::new`] with `reset_after` in ns (the algorithms' unit), skipping the
+    /// round trip through [`Duration`].
+    #[inline]
+    pub(crate) const fn with_reset_ns(
+        outcome: Outcome,
+        limit: u32,
+        remaining: u32,
+        reset_after_ns: u64,
+    ) -> Self {
+        let mut d = Self::new(outcome, limit, remaining, Duration::ZERO);
+        d.reset_after_ns = reset_after_ns;
+        d
     }
 
     /// The outcome.
     pub const fn outcome(&self) -> Outcome {
-        self.outcome
+        match self.kind {
+            Kind::Allowed => Outcome::Allowed,
+            Kind::CannotFit => Outcome::CannotFit,
+            Kind::Denied => Outcome::Denied {
+                retry_after: Duration::from_nanos(self.retry_after_ns),
+            },
+        }
     }
 
     /// Whether the request passes.
+    #[inline]
     pub const fn is_allowed(&self) -> bool {
-        matches!(self.outcome, Outcome::Allowed)
+        matches!(self.kind, Kind::Allowed)
     }
 
     /// Whether the request is refused (for now or for ever).
+    #[inline]
     pub const fn is_denied(&self) -> bool {
         !self.is_allowed()
     }
 
     /// Whether the cost is larger than the burst, so the request can never pass.
+    #[inline]
     pub const fn is_cannot_fit(&self) -> bool {
-        matches!(self.outcome, Outcome::CannotFit)
+        matches!(self.kind, Kind::CannotFit)
     }
 
     /// For [`Outcome::Denied`], the exact time until the same request would pass.
     pub const fn retry_after(&self) -> Option<Duration> {
-        match self.outcome {
+        match self.outcome() {
             Outcome::Denied { retry_after } => Some(retry_after),
             _ => None,
         }
     }
 
     /// The policy's limit (units per period).
+    #[inline]
     pub const fn limit(&self) -> u32 {
         self.limit
     }
 
     /// Whole cost-1 requests that would pass right now (after this request, if allowed).
+    #[inline]
     pub const fn remaining(&self) -> u32 {
         self.remaining
     }
 
     /// Time until the key's state is back to "as if absent" (bucket full, window over).
     pub const fn reset_after(&self) -> Duration {
-        self.reset_after
+        Duration::from_nanos(self.reset_after_ns)
+    }
+}
+
+impl fmt::Debug for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Decision")
+            .field("outcome", &self.outcome())
+            .field("limit", &self.limit)
+            .field("remaining", &self.remaining)
+            .field("reset_after", &self.reset_after())
+            .finish()
     }
 }
 

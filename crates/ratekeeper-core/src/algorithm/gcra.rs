@@ -184,11 +184,11 @@ impl Gcra {
 
     #[inline]
     fn report(&self, outcome: Outcome, tat: u64, now: u64) -> Decision {
-        Decision::new(
+        Decision::with_reset_ns(
             outcome,
             self.burst,
             self.remaining(tat, now),
-            Duration::from_nanos(tat.saturating_sub(now)),
+            tat.saturating_sub(now),
         )
     }
 

@@ -32,6 +32,7 @@ pub mod redis;
 
 pub use memory::MemoryStore;
 
+use std::fmt;
 use std::future::Future;
 
 use smallvec::SmallVec;
@@ -94,26 +95,45 @@ impl<'a, K: ?Sized> Charge<'a, K> {
 ///
 /// [`Receipt::NONE`] is the receipt of a denied charge (which took nothing) and of a charge
 /// whose store did not say; refunding it gives back nothing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct Receipt(Option<u64>);
+///
+/// Eight bytes: the stamp `u64::MAX` is reserved for [`Receipt::NONE`] (no store time or
+/// window index reaches it), so [`Receipt::new`]`(u64::MAX)` is [`Receipt::NONE`].
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Receipt(u64);
 
 impl Receipt {
     /// Took nothing: a refund of it gives back nothing.
-    pub const NONE: Receipt = Receipt(None);
+    pub const NONE: Receipt = Receipt(u64::MAX);
 
     /// A receipt with the store's stamp (see the table above).
     pub const fn new(stamp: u64) -> Self {
-        Self(Some(stamp))
+        Self(stamp)
     }
 
     /// The stamp, `None` for [`Receipt::NONE`].
     pub const fn stamp(self) -> Option<u64> {
-        self.0
+        if self.0 == u64::MAX {
+            None
+        } else {
+            Some(self.0)
+        }
     }
 
     /// Whether the charge took something that a refund could give back.
     pub const fn is_some(self) -> bool {
-        self.0.is_some()
+        self.0 != u64::MAX
+    }
+}
+
+impl Default for Receipt {
+    fn default() -> Self {
+        Self::NONE
+    }
+}
+
+impl fmt::Debug for Receipt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Receipt").field(&self.stamp()).finish()
     }
 }
 
@@ -197,13 +217,10 @@ impl Decisions {
     /// The decision of a single policy with its charge's [`Receipt`].
     #[inline]
     pub fn one_with_receipt(decision: Decision, receipt: Receipt) -> Self {
-        let mut items = SmallVec::new();
-        items.push(decision);
-        let mut receipts = SmallVec::new();
-        receipts.push(receipt);
+        // Built from full inline buffers with a length of 1: no capacity checks of `push`.
         Self {
-            items,
-            receipts,
+            items: SmallVec::from_buf_and_len([decision; 2], 1),
+            receipts: SmallVec::from_buf_and_len([receipt; 2], 1),
             delay: std::time::Duration::ZERO,
             is_final: false,
         }
