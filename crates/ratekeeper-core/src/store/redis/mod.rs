@@ -32,7 +32,7 @@
 //!   longer than 128 bytes become `h:<sha1>`. `v2` is the state-format version: a deploy
 //!   that changes the layout uses new keys and never reads the old ones.
 //! - **State layout (v2)** records the parameter each state was written under: GCRA
-//!   `"<TAT>:<T>"`, fixed window `"<window>:<count>:<W>"`, sliding window counter
+//!   `"<TAT>:<T>:<tau>"` (tau recorded since the Delay-mode reservations, see below), fixed window `"<window>:<count>:<W>"`, sliding window counter
 //!   `"<window>:<current>:<previous>:<W>"` (all in µs).
 //! - **Parameters in force.** State written under an old quota (another deploy, same policy
 //!   name) is read under the quota now in force, so a raised quota applies at once and a
@@ -162,7 +162,7 @@ use std::time::Duration;
 use breaker::Breaker;
 use failure::Failover;
 use negative::NegativeCache;
-use script::{ALGO_SLIDING_WINDOW, BadReply, Group, Mode, RedisPolicy, ScriptRunner, unavailable};
+use script::{ALGO_FIXED_WINDOW, ALGO_GCRA, BadReply, Group, Mode, RedisPolicy, ScriptRunner, unavailable};
 
 use super::{Charge, Checked, Decisions, PolicyId, Receipt, Refund, Store, StoreError};
 use crate::clock::Clock;
@@ -238,34 +238,88 @@ impl Shared {
             charged += 1;
         }
         if denied {
-            for (g, group) in groups.iter().enumerate() {
-                let rows = if g < charged {
-                    let receipts = group.slots.iter().map(|s| {
-                        results
-                            .get(*s)
-                            .copied()
-                            .flatten()
-                            .map_or(Receipt::NONE, |r| r.1)
-                    });
-                    self.script
-                        .call(&group.refund_of(receipts), Mode::Refund)
-                        .await?
-                } else if group
-                    .slots
-                    .iter()
-                    .any(|s| results.get(*s).is_some_and(Option::is_none))
-                {
-                    self.script.call(group, Mode::Peek).await?
-                } else {
-                    continue;
-                };
-                place(&mut results, group, rows);
-            }
+            self.undo(groups, charged, &mut results).await?;
         }
-        let all: Option<Vec<(Decision, Receipt)>> = results.into_iter().collect();
-        all.map(Decisions::with_receipts)
-            .ok_or_else(|| unavailable(BadReply("missing decision")))
+        collect(results)
     }
+
+    /// After a denial in group `charged`: refunds the groups charged before it with the
+    /// receipts they just took and peeks the groups not reached, so every charge reports its
+    /// state as it now is.
+    async fn undo(
+        &self,
+        groups: &[Group],
+        charged: usize,
+        results: &mut [Option<(Decision, Receipt)>],
+    ) -> Result<(), StoreError> {
+        for (g, group) in groups.iter().enumerate() {
+            let rows = if g < charged {
+                let receipts = group.slots.iter().map(|s| {
+                    results
+                        .get(*s)
+                        .copied()
+                        .flatten()
+                        .map_or(Receipt::NONE, |r| r.1)
+                });
+                self.script
+                    .call(&group.refund_of(receipts), Mode::Refund)
+                    .await?
+            } else if group
+                .slots
+                .iter()
+                .any(|s| results.get(*s).is_some_and(Option::is_none))
+            {
+                self.script.call(group, Mode::Peek).await?
+            } else {
+                continue;
+            };
+            place(results, group, rows);
+        }
+        Ok(())
+    }
+
+    /// Reserves every group (the Delay mode), all-or-nothing like [`Shared::run`]: the
+    /// delay is the longest of the groups'; a denial undoes the groups already reserved
+    /// (their reservations are the latest, so their refunds give back the whole slot) and
+    /// is final when the denying group says so.
+    async fn reserve(
+        &self,
+        groups: &[Group],
+        len: usize,
+        max_wait: Duration,
+    ) -> Result<Decisions, StoreError> {
+        let mut results: Vec<Option<(Decision, Receipt)>> = vec![None; len];
+        let mut charged = 0;
+        let mut delay = Duration::ZERO;
+        let mut denied = None;
+        for group in groups {
+            let answer = self.script.reserve(group, max_wait).await?;
+            let allowed = answer.rows.iter().all(|(d, _)| d.is_allowed());
+            place(&mut results, group, answer.rows);
+            if !allowed {
+                denied = Some(answer.is_final);
+                break;
+            }
+            delay = delay.max(answer.delay);
+            charged += 1;
+        }
+        match denied {
+            Some(is_final) => {
+                self.undo(groups, charged, &mut results).await?;
+                let all: Option<Vec<Decision>> =
+                    results.into_iter().map(|r| r.map(|r| r.0)).collect();
+                all.map(|d| Decisions::new(d).with_final(is_final))
+                    .ok_or_else(|| unavailable(BadReply("missing decision")))
+            }
+            None => collect(results).map(|d| d.with_delay(delay)),
+        }
+    }
+}
+
+fn collect(results: Vec<Option<(Decision, Receipt)>>) -> Result<Decisions, StoreError> {
+    let all: Option<Vec<(Decision, Receipt)>> = results.into_iter().collect();
+    all.map(Decisions::with_receipts)
+        .ok_or_else(|| unavailable(BadReply("missing decision")))
 }
 
 fn place(
@@ -411,6 +465,75 @@ impl RedisStore {
         Ok(groups)
     }
 
+    /// Reserves owned charges for a request that may wait up to `max_wait` (the async form
+    /// of [`Store::reserve`]; see the module docs, "Reservations").
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisStore::check_async`].
+    pub async fn reserve_async(
+        &self,
+        charges: &[OwnedCharge],
+        max_wait: Duration,
+    ) -> Result<Decisions, StoreError> {
+        match self.reserve_owned(charges.to_vec(), max_wait) {
+            Checked::Ready(result) => result,
+            Checked::Pending(future) => future.await,
+        }
+    }
+
+    fn reserve_owned(&self, charges: Vec<OwnedCharge>, max_wait: Duration) -> Checked<RedisCheck> {
+        // Each key's stamp says how its policy reserves (see `limiter.lua`).
+        let kinds = charges.iter().map(|(p, k, c)| {
+            let kind = self
+                .policies
+                .get(p.index())
+                .map_or(script::RESERVE_NONE, |rp| rp.reserve);
+            let stamp = if kind == script::RESERVE_NONE {
+                Receipt::NONE
+            } else {
+                Receipt::new(kind)
+            };
+            (*p, k, *c, stamp)
+        });
+        let groups = match self.groups(kinds) {
+            Ok(groups) => groups,
+            Err(err) => return Checked::Ready(Err(err)),
+        };
+        let shared = &self.shared;
+        if !shared.breaker.admit(shared.app.now()) {
+            let err = StoreError::Unavailable(Box::new(BreakerOpen));
+            return Checked::Ready(self.failover.apply(&charges, err, &shared.degraded));
+        }
+        let shared = Arc::clone(&self.shared);
+        let failover = self.failover.clone();
+        Checked::Pending(Box::pin(async move {
+            let run = shared.reserve(&groups, charges.len(), max_wait);
+            let started = std::time::Instant::now();
+            let result = match tokio::time::timeout(shared.deadline, run).await {
+                Ok(result) => result,
+                Err(_) => Err(StoreError::Timeout),
+            };
+            metrics::histogram!(
+                "ratekeeper_store_latency_seconds",
+                "outcome" => if result.is_ok() { "ok" } else { "error" }
+            )
+            .record(started.elapsed().as_secs_f64());
+            match result {
+                Ok(decisions) => {
+                    shared.breaker.success();
+                    shared.redis_decisions.fetch_add(1, Ordering::Relaxed);
+                    Ok(decisions)
+                }
+                Err(err) => {
+                    shared.breaker.failure(shared.app.now());
+                    shared.count_error();
+                    failover.apply(&charges, err, &shared.degraded)
+                }
+            }
+        }))
+    }
+
     fn check_owned(&self, charges: Vec<OwnedCharge>) -> Checked<RedisCheck> {
         let shared = &self.shared;
         let groups = match self.groups(charges.iter().map(|(p, k, c)| (*p, k, *c, Receipt::NONE))) {
@@ -431,7 +554,7 @@ impl RedisStore {
         let cacheable = charges.iter().all(|(p, _, _)| {
             self.policies
                 .get(p.index())
-                .is_some_and(|p| p.algo != ALGO_SLIDING_WINDOW)
+                .is_some_and(|p| matches!(p.algo, ALGO_GCRA | ALGO_FIXED_WINDOW))
         });
         let shared = Arc::clone(&self.shared);
         let failover = self.failover.clone();
@@ -509,6 +632,16 @@ impl Store<Key> for RedisStore {
             .map(|c| (c.policy, c.key.clone(), c.cost))
             .collect();
         self.check_owned(owned)
+    }
+
+    /// Reserves exactly for GCRA and the leaky bucket (see the module docs,
+    /// "Reservations"); the other algorithms check, and their denials are not final.
+    fn reserve(&self, charges: &[Charge<'_, Key>], max_wait: Duration) -> Checked<Self::Future> {
+        let owned = charges
+            .iter()
+            .map(|c| (c.policy, c.key.clone(), c.cost))
+            .collect();
+        self.reserve_owned(owned, max_wait)
     }
 
     /// Spawns the refund on the current tokio runtime (dropped with a warning outside one);

@@ -1,0 +1,365 @@
+//! Issue 11 part A on Redis: the sliding log and Delay-mode reservations decide exactly as
+//! the memory store (standalone and Cluster), and every key the new scripts write has a TTL.
+
+use std::time::Duration;
+
+use ratekeeper_axum::core::clock::ManualClock;
+use ratekeeper_axum::core::store::redis::{OwnedCharge, RedisStore, RedisStoreBuilder};
+use ratekeeper_axum::core::store::{
+    Charge, Decisions, MemoryStore, PolicyId, Receipt, Refund, Store,
+};
+use ratekeeper_axum::{Algorithm, Key, Policy, Quota};
+use ratekeeper_tests::redis::{RedisCluster, RedisServer};
+
+const MS: u64 = 1_000_000;
+
+fn quota(limit: u32, period_ms: u64, burst: u32) -> Quota {
+    Quota::new(limit, Duration::from_millis(period_ms))
+        .and_then(|q| q.with_burst(burst))
+        .expect("valid quota")
+}
+
+/// Every T and W is a whole µs, so ns (memory) and µs (Redis) agree.
+fn policies() -> Vec<Policy> {
+    vec![
+        // 0: sliding log, 4 per 10 s.
+        Policy::new("log", quota(4, 10_000, 4)).with_algorithm(Algorithm::SlidingLog),
+        // 1: GCRA 2 per s, burst 1 (T = 500 ms).
+        Policy::new("pace", quota(2, 1_000, 1)),
+        // 2: leaky bucket 5 per s, queue depth 2 (T = 200 ms).
+        Policy::new("leaky", quota(5, 1_000, 2)).with_algorithm(Algorithm::LeakyBucket),
+        // 3: fixed window 3 per 10 s.
+        Policy::new("fw", quota(3, 10_000, 3)).with_algorithm(Algorithm::FixedWindow),
+        // 4: sliding log, 3 per s.
+        Policy::new("log2", quota(3, 1_000, 3)).with_algorithm(Algorithm::SlidingLog),
+        // 5: GCRA 10 per 60 s (T = 6 s).
+        Policy::new("api", quota(10, 60_000, 10)),
+    ]
+}
+
+#[derive(Clone, Copy)]
+enum Op {
+    Check,
+    /// Reserve for a request that may wait this many ms.
+    Reserve(u64),
+    /// Give back what step `of` took, with its receipts.
+    Refund(usize),
+}
+
+struct Step {
+    t: u64,
+    charges: Vec<(usize, &'static str)>,
+    cost: u64,
+    op: Op,
+}
+
+fn check(t: u64, charges: &[(usize, &'static str)], cost: u64) -> Step {
+    Step {
+        t,
+        charges: charges.to_vec(),
+        cost,
+        op: Op::Check,
+    }
+}
+
+fn reserve(t: u64, charges: &[(usize, &'static str)], cost: u64, max_wait_ms: u64) -> Step {
+    Step {
+        t,
+        charges: charges.to_vec(),
+        cost,
+        op: Op::Reserve(max_wait_ms),
+    }
+}
+
+fn refund(t: u64, of: usize) -> Step {
+    Step {
+        t,
+        charges: Vec::new(),
+        cost: 0,
+        op: Op::Refund(of),
+    }
+}
+
+/// Sliding log: the half-open window, oldest-first freeing, merges at one instant,
+/// cost 0 / n / > limit, all-or-nothing with GCRA and the fixed window on one key, and
+/// refunds in and after the window. Indexes are the decisions' (refunds give none).
+fn log_trace() -> Vec<Step> {
+    vec![
+        check(0, &[(0, "ann")], 1),      // 0: remaining 3
+        check(1_000, &[(0, "ann")], 2),  // 1: remaining 1
+        check(2_000, &[(0, "ann")], 1),  // 2: remaining 0
+        check(2_000, &[(0, "ann")], 1),  // 3: denied, retry 8 s (the entry of 0 leaves)
+        check(2_000, &[(0, "ann")], 3),  // 4: denied, retry 9 s (the entry of 1 s leaves)
+        check(2_000, &[(0, "ann")], 5),  // 5: cannot fit
+        check(2_000, &[(0, "ann")], 0),  // 6: free probe
+        check(10_000, &[(0, "ann")], 1), // 7: at exactly ts + W the entry of 0 stops counting
+        check(10_000, &[(0, "ann")], 1), // 8: denied until 11 s
+        check(11_000, &[(0, "ann")], 2), // 9: the entry of 1 s left
+        // Merges: five charges at one instant are one entry; a refund takes units off it.
+        check(20_000, &[(4, "bea")], 1), // 10
+        check(20_000, &[(4, "bea")], 1), // 11
+        check(20_000, &[(4, "bea")], 1), // 12: remaining 0
+        refund(20_100, 11),              // gives one unit back
+        check(20_200, &[(4, "bea")], 1), // 13: allowed
+        check(20_200, &[(4, "bea")], 1), // 14: denied until 21 s
+        refund(21_000, 10),              // the entry of 20 s expired: nothing
+        check(21_000, &[(4, "bea")], 2), // 15: remaining 0 (only 20.2 s counts)
+        // All-or-nothing with GCRA and the fixed window on one key (one script).
+        check(30_000, &[(0, "cal"), (5, "cal"), (3, "cal")], 1), // 16
+        check(30_000, &[(0, "cal"), (5, "cal"), (3, "cal")], 2), // 17
+        check(30_000, &[(0, "cal"), (5, "cal"), (3, "cal")], 1), // 18: fw denies: nothing
+        check(30_000, &[(0, "cal")], 1),                         // 19: log has 1 left
+        check(30_000, &[(0, "cal")], 1),                         // 20: denied
+        // Different keys in one request: reserve then refund across keys.
+        check(40_000, &[(0, "dee"), (4, "eve")], 3), // 21
+        check(40_000, &[(0, "dee"), (4, "eve")], 1), // 22: eve denies; dee gives back
+        check(40_000, &[(0, "dee")], 1),             // 23: remaining 0 (dee has 3 + 1)
+    ]
+}
+
+/// Delay-mode reservations: GCRA books turns T apart and a denial beyond `max_wait` is
+/// final; a dropped reservation with a later waiter gives back nothing, the latest one its
+/// whole slot; the leaky bucket queues up to its depth; window algorithms check (not
+/// final); several policies reserve all-or-nothing with the longest delay.
+fn reserve_trace() -> Vec<Step> {
+    vec![
+        reserve(100_000, &[(1, "fay")], 1, 1_000), // 0: delay 0
+        reserve(100_000, &[(1, "fay")], 1, 1_000), // 1: delay 500 ms
+        reserve(100_000, &[(1, "fay")], 1, 1_000), // 2: delay 1 s
+        reserve(100_000, &[(1, "fay")], 1, 1_000), // 3: denied, final, retry 500 ms
+        refund(100_100, 1),                        // a later reservation waits: nothing
+        reserve(100_100, &[(1, "fay")], 1, 1_000), // 4: still denied
+        refund(100_100, 2),                        // the latest: gives back its slot
+        reserve(100_100, &[(1, "fay")], 1, 1_000), // 5: delay 900 ms
+        reserve(100_100, &[(1, "fay")], 2, 5_000), // 6: cannot fit (burst 1), final
+        reserve(100_100, &[(1, "fay")], 0, 0),     // 7: free probe
+        check(100_100, &[(1, "fay")], 1),          // 8: a check never takes a booked turn
+        // Leaky-bucket shaper: queue depth 2, T = 200 ms.
+        reserve(110_000, &[(2, "gus")], 1, 1_000), // 9: delay 0
+        reserve(110_000, &[(2, "gus")], 1, 1_000), // 10: delay 200 ms
+        reserve(110_000, &[(2, "gus")], 1, 1_000), // 11: queue full: denied, final
+        reserve(110_000, &[(2, "gus")], 1, 100),   // 12: denied, final
+        // Window algorithms check (denials not final).
+        reserve(120_000, &[(3, "hal")], 3, 1_000), // 13
+        reserve(120_000, &[(3, "hal")], 1, 1_000), // 14: denied, not final
+        reserve(120_000, &[(0, "hal")], 4, 1_000), // 15: sliding log: allowed now
+        reserve(120_000, &[(0, "hal")], 1, 1_000), // 16: denied, not final
+        // Several policies on one key: the longest delay; all-or-nothing.
+        reserve(130_000, &[(1, "ida"), (5, "ida")], 1, 2_000), // 17: delay 0
+        reserve(130_000, &[(1, "ida"), (5, "ida")], 1, 2_000), // 18: delay 500 ms
+        reserve(130_000, &[(5, "ida"), (1, "ida")], 1, 600),   // 19: pace denies, final
+        reserve(130_000, &[(3, "ida"), (1, "ida")], 4, 2_000), // 20: cannot fit (fw), final
+        reserve(130_000, &[(1, "ida"), (3, "ida")], 1, 2_000), // 21: delay 1 s
+        // Different keys: the second key's denial gives the first key's turn back.
+        reserve(140_000, &[(1, "jo"), (3, "kit")], 1, 1_000), // 22: delay 0
+        reserve(140_000, &[(3, "kit")], 2, 1_000),             // 23: fw full now
+        reserve(140_000, &[(1, "jo"), (3, "kit")], 1, 1_000), // 24: kit denies, jo undone
+        reserve(140_000, &[(1, "jo")], 1, 1_000),             // 25: delay 500 ms (not 1 s)
+    ]
+}
+
+fn run_memory(trace: &[Step]) -> Vec<Decisions> {
+    let clock = ManualClock::new();
+    let mut store = MemoryStore::<Key, _>::with_clock(clock.clone());
+    let ids: Vec<PolicyId> = policies()
+        .iter()
+        .map(|p| store.register(p).expect("register"))
+        .collect();
+    let mut seen: Vec<Option<Decisions>> = Vec::new();
+    for s in trace {
+        clock.set(s.t * MS);
+        let charged = match s.op {
+            Op::Refund(j) => step_at(trace, j),
+            _ => s,
+        };
+        let keys: Vec<Key> = charged.charges.iter().map(|(_, k)| Key::from(*k)).collect();
+        let charges: Vec<Charge<'_, Key>> = charged
+            .charges
+            .iter()
+            .zip(&keys)
+            .map(|((p, _), k)| Charge::new(ids[*p], k, charged.cost))
+            .collect();
+        let d = match s.op {
+            Op::Refund(j) => {
+                let taken = seen[j].as_ref().expect("refund of a decision");
+                let refunds: Vec<Refund<'_, Key>> = charges
+                    .iter()
+                    .zip(taken.receipts())
+                    .map(|(c, r)| Refund::new(*c, r))
+                    .collect();
+                store.refund(&refunds);
+                None
+            }
+            Op::Check => Some(store.check_now(&charges).expect("memory decides")),
+            Op::Reserve(ms) => Some(
+                store
+                    .reserve_now(&charges, Duration::from_millis(ms))
+                    .expect("memory reserves"),
+            ),
+        };
+        seen.push(d);
+    }
+    seen.into_iter().flatten().collect()
+}
+
+/// Refund steps name the index of the step (not of the decision) they give back.
+fn step_at(trace: &[Step], j: usize) -> &Step {
+    &trace[j]
+}
+
+/// The trace's steps with refunds naming decision indexes turned into step indexes.
+fn resolve(mut trace: Vec<Step>) -> Vec<Step> {
+    let mut step_of_decision = Vec::new();
+    for (i, s) in trace.iter().enumerate() {
+        if !matches!(s.op, Op::Refund(_)) {
+            step_of_decision.push(i);
+        }
+    }
+    for s in &mut trace {
+        if let Op::Refund(d) = s.op {
+            s.op = Op::Refund(step_of_decision[d]);
+        }
+    }
+    trace
+}
+
+const MIN_TTL: Duration = Duration::from_secs(3_600);
+
+async fn run_redis(
+    trace: &[Step],
+    build: impl AsyncFnOnce(RedisStoreBuilder) -> RedisStore,
+) -> Vec<Decisions> {
+    let clock = ManualClock::new();
+    let mut store = build(
+        RedisStore::builder()
+            .clock(clock.clone())
+            .deadline(Duration::from_secs(2))
+            .min_ttl(MIN_TTL),
+    )
+    .await;
+    let ids: Vec<PolicyId> = policies()
+        .iter()
+        .map(|p| store.register(p).expect("register"))
+        .collect();
+    let mut seen: Vec<Option<Decisions>> = Vec::new();
+    for s in trace {
+        clock.set(s.t * MS);
+        let charged = match s.op {
+            Op::Refund(j) => &trace[j],
+            _ => s,
+        };
+        let charges: Vec<OwnedCharge> = charged
+            .charges
+            .iter()
+            .map(|(p, k)| (ids[*p], Key::from(*k), charged.cost))
+            .collect();
+        let d = match s.op {
+            Op::Refund(j) => {
+                let taken = seen[j].as_ref().expect("refund of a decision");
+                let refunds: Vec<(OwnedCharge, Receipt)> =
+                    charges.into_iter().zip(taken.receipts()).collect();
+                store.refund_async(&refunds).await.expect("redis refunds");
+                None
+            }
+            Op::Check => Some(store.check_async(&charges).await.expect("redis decides")),
+            Op::Reserve(ms) => Some(
+                store
+                    .reserve_async(&charges, Duration::from_millis(ms))
+                    .await
+                    .expect("redis reserves"),
+            ),
+        };
+        seen.push(d);
+    }
+    assert_eq!(store.stats().degraded, 0);
+    seen.into_iter().flatten().collect()
+}
+
+fn allowed(d: &[Decisions]) -> Vec<bool> {
+    d.iter().map(Decisions::is_allowed).collect()
+}
+
+fn assert_log_values(d: &[Decisions]) {
+    assert_eq!(
+        allowed(d),
+        [
+            true, true, true, false, false, false, true, true, false, true, // 0..10
+            true, true, true, true, false, true, // 10..16
+            true, true, false, true, false, // 16..21
+            true, false, true // 21..24
+        ]
+    );
+    assert_eq!(d[0].as_slice()[0].remaining(), 3);
+    assert_eq!(d[2].as_slice()[0].remaining(), 0);
+    assert_eq!(d[3].retry_after(), Some(Duration::from_secs(8)));
+    assert_eq!(d[4].retry_after(), Some(Duration::from_secs(9)));
+    assert!(d[5].is_cannot_fit());
+    assert_eq!(d[8].retry_after(), Some(Duration::from_secs(1)));
+    assert_eq!(d[14].retry_after(), Some(Duration::from_millis(800)));
+    assert_eq!(d[15].as_slice()[0].remaining(), 0);
+    assert_eq!(d[19].as_slice()[0].remaining(), 0);
+    assert_eq!(d[23].as_slice()[0].remaining(), 0);
+}
+
+fn assert_reserve_values(d: &[Decisions]) {
+    let delays: Vec<u64> = d
+        .iter()
+        .map(|x| u64::try_from(x.delay().as_millis()).unwrap())
+        .collect();
+    assert_eq!(&delays[..3], [0, 500, 1_000]);
+    assert!(!d[3].is_allowed() && d[3].is_final());
+    assert_eq!(d[3].retry_after(), Some(Duration::from_millis(500)));
+    assert!(!d[4].is_allowed());
+    assert!(d[5].is_allowed());
+    assert_eq!(delays[5], 900);
+    assert!(d[6].is_cannot_fit() && d[6].is_final());
+    assert!(d[7].is_allowed() && delays[7] == 0);
+    assert!(!d[8].is_allowed());
+    assert_eq!(&delays[9..11], [0, 200]);
+    assert!(!d[11].is_allowed() && d[11].is_final());
+    assert!(!d[12].is_allowed() && d[12].is_final());
+    assert!(d[13].is_allowed());
+    assert!(!d[14].is_allowed() && !d[14].is_final());
+    assert!(d[15].is_allowed());
+    assert!(!d[16].is_allowed() && !d[16].is_final());
+    assert_eq!(&delays[17..19], [0, 500]);
+    assert!(!d[19].is_allowed() && d[19].is_final());
+    assert!(d[20].is_cannot_fit() && d[20].is_final());
+    assert!(d[21].is_allowed());
+    assert_eq!(delays[21], 1_000);
+    assert!(d[22].is_allowed() && d[23].is_allowed());
+    assert!(!d[24].is_allowed() && !d[24].is_final());
+    assert_eq!(delays[25], 500);
+}
+
+/// Done-when line 2 of issue 11: the sliding log and reservations on memory, standalone and
+/// Cluster give identical decisions (decisions, delays and finality; headers included).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_sliding_log_and_reservations_memory_standalone_cluster() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let cluster = RedisCluster::start();
+    let urls = cluster.urls();
+    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+    for (name, trace, expect) in [
+        (
+            "log",
+            resolve(log_trace()),
+            assert_log_values as fn(&[Decisions]),
+        ),
+        ("reserve", resolve(reserve_trace()), assert_reserve_values),
+    ] {
+        let memory = run_memory(&trace);
+        expect(&memory);
+        let standalone = run_redis(&trace, async |b: RedisStoreBuilder| {
+            b.prefix(name).standalone(&url).await.expect("standalone")
+        })
+        .await;
+        assert_eq!(standalone, memory, "{name}: standalone differs from memory");
+        let clustered = run_redis(&trace, async |b: RedisStoreBuilder| {
+            b.prefix(name).cluster(&nodes).await.expect("cluster")
+        })
+        .await;
+        assert_eq!(clustered, memory, "{name}: Cluster differs from memory");
+    }
+}
