@@ -152,7 +152,7 @@ fn reserve_trace() -> Vec<Step> {
         reserve(130_000, &[(1, "ida"), (3, "ida")], 1, 2_000), // 21: delay 1 s
         // Different keys: the second key's denial gives the first key's turn back.
         reserve(140_000, &[(1, "jo"), (3, "kit")], 1, 1_000), // 22: delay 0
-        reserve(140_000, &[(3, "kit")], 2, 1_000),             // 23: fw full now
+        reserve(140_000, &[(3, "kit")], 2, 1_000),            // 23: fw full now
         reserve(140_000, &[(1, "jo"), (3, "kit")], 1, 1_000), // 24: kit denies, jo undone
         reserve(140_000, &[(1, "jo")], 1, 1_000),             // 25: delay 500 ms (not 1 s)
     ]

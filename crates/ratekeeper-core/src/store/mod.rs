@@ -29,6 +29,7 @@
 mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;
+pub mod slots;
 
 pub use memory::MemoryStore;
 

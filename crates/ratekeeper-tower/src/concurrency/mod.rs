@@ -81,9 +81,11 @@
 mod future;
 mod layer;
 mod service;
+mod shared;
 mod upgrade;
 
 pub use future::{ConcurrencyBody, ResponseFuture};
 pub use layer::ConcurrencyLimitLayer;
 pub use service::ConcurrencyLimit;
+pub use shared::{SharedConcurrencyLimit, SharedConcurrencyLimitLayer, SharedResponseFuture};
 pub use upgrade::{ConcurrencyPermit, UpgradeSlot};

@@ -149,8 +149,10 @@ mod guard;
 mod keys;
 mod negative;
 mod script;
+mod slots;
 
 pub use builder::RedisStoreBuilder;
+pub use slots::RedisSlots;
 
 use std::fmt;
 use std::future::Future;
@@ -162,7 +164,9 @@ use std::time::Duration;
 use breaker::Breaker;
 use failure::Failover;
 use negative::NegativeCache;
-use script::{ALGO_FIXED_WINDOW, ALGO_GCRA, BadReply, Group, Mode, RedisPolicy, ScriptRunner, unavailable};
+use script::{
+    ALGO_FIXED_WINDOW, ALGO_GCRA, BadReply, Group, Mode, RedisPolicy, ScriptRunner, unavailable,
+};
 
 use super::{Charge, Checked, Decisions, PolicyId, Receipt, Refund, Store, StoreError};
 use crate::clock::Clock;
@@ -401,6 +405,18 @@ impl RedisStore {
     pub fn redis_key(&self, policy: PolicyId, key: &Key) -> Option<String> {
         let p = self.policies.get(policy.index())?;
         Some(keys::full(&self.shared.prefix, &keys::tag(key), &p.name))
+    }
+
+    /// Concurrency slots shared through this store's Redis (same connection, prefix,
+    /// deadline and failure policy), for the keyed concurrency layer: see [`RedisSlots`]
+    /// for the leases, their renewal and how fast a dead instance's slots free.
+    pub fn slots(&self) -> RedisSlots {
+        RedisSlots::new(
+            self.shared.script.conn(),
+            self.shared.prefix.clone(),
+            self.shared.deadline,
+            self.failover.policy,
+        )
     }
 
     /// Checks owned charges all-or-nothing (the async form of [`Store::check`]).

@@ -288,6 +288,11 @@ impl ScriptRunner {
         }
     }
 
+    /// The connection (a cheap clone of the manager or cluster handle).
+    pub(super) fn conn(&self) -> Conn {
+        self.conn.clone()
+    }
+
     /// Whether decision time is injected (`ARGV[1]`) instead of read from Redis `TIME`.
     pub(super) fn injected(&self) -> bool {
         self.now.is_some()
