@@ -363,3 +363,127 @@ async fn conformance_sliding_log_and_reservations_memory_standalone_cluster() {
         assert_eq!(clustered, memory, "{name}: Cluster differs from memory");
     }
 }
+
+/// Every `ttl:*` key on `server` with its PTTL.
+fn pttls(server: &RedisServer) -> Vec<(String, i64)> {
+    let keys = server.cli(&["KEYS", "ttl:*"]).expect("KEYS");
+    keys.lines()
+        .filter(|l| !l.is_empty())
+        .map(|k| {
+            let ttl = server
+                .cli(&["PTTL", k])
+                .and_then(|s| s.trim().parse().ok())
+                .expect("PTTL");
+            (k.to_owned(), ttl)
+        })
+        .collect()
+}
+
+/// Sliding-log charges (allowed, denied, refunded), reservations (GCRA turns booked beyond
+/// the burst, the leaky-bucket shaper, a dropped reservation refunded) and concurrency slots
+/// (held, renewed, one released), in real time; returns the slot leases still held.
+async fn ttl_workload(mut store: RedisStore) -> Vec<ratekeeper_axum::core::store::slots::Acquired> {
+    use ratekeeper_axum::core::store::slots::{Acquired, SharedSlots};
+    let log = store
+        .register(&Policy::new("log", quota(3, 10_000, 3)).with_algorithm(Algorithm::SlidingLog))
+        .expect("register");
+    let pace = store
+        .register(&Policy::new("pace", quota(2, 1_000, 1)))
+        .expect("register");
+    let leaky = store
+        .register(&Policy::new("leaky", quota(5, 1_000, 2)).with_algorithm(Algorithm::LeakyBucket))
+        .expect("register");
+    let k = Key::from("tess");
+    let slots = store.slots().lease(Duration::from_millis(900));
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(slots.acquire(&k, 5).await.expect("slot"));
+    }
+    assert!(held.iter().all(|a| matches!(a, Acquired::Held { .. })));
+    held.pop(); // released in the background
+    // Past a renewal (every 300 ms), so the renewed lease is checked too.
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    let mut taken = Vec::new();
+    for cost in [1, 2, 1] {
+        taken.push(
+            store
+                .check_async(&[(log, k.clone(), cost)])
+                .await
+                .expect("log"),
+        );
+    }
+    assert!(!taken[2].is_allowed());
+    store
+        .refund_async(&[((log, k.clone(), 1), taken[0].receipt(0))])
+        .await
+        .expect("refund");
+    let wait = Duration::from_secs(5);
+    let mut delays = Vec::new();
+    let mut last = None;
+    for _ in 0..3 {
+        let d = store
+            .reserve_async(&[(pace, k.clone(), 1)], wait)
+            .await
+            .expect("reserve");
+        delays.push(d.delay());
+        last = Some(d.receipt(0));
+    }
+    // The last turn is booked beyond the burst (TAT > now + tau); dropping it refunds it.
+    assert!(delays[2] >= Duration::from_millis(900), "{delays:?}");
+    store
+        .refund_async(&[((pace, k.clone(), 1), last.expect("receipt"))])
+        .await
+        .expect("refund");
+    for _ in 0..2 {
+        let d = store
+            .reserve_async(&[(leaky, k.clone(), 1)], wait)
+            .await
+            .expect("shape");
+        assert!(d.is_allowed());
+    }
+    held
+}
+
+fn assert_ttls(all: &[(String, i64)]) {
+    let names: Vec<&str> = all.iter().map(|(k, _)| k.as_str()).collect();
+    for suffix in [":log", ":pace", ":leaky", ":conc:concurrency"] {
+        assert!(
+            names.iter().any(|k| k.ends_with(suffix)),
+            "no key ending in {suffix}: {names:?}"
+        );
+    }
+    for (k, ttl) in all {
+        assert!(*ttl > 0, "key {k} has PTTL {ttl}");
+        // No key outlives its state: the log's window (10 s), the booked turns (1 s), the
+        // shaper's queue (400 ms) and the slots' lease (900 ms).
+        assert!(*ttl <= 10_000, "key {k} has PTTL {ttl}");
+    }
+}
+
+/// Done-when line 3 of issue 11: every key the new scripts write (sliding log, reservations,
+/// concurrency slots) has a TTL, on standalone Redis and on every Cluster node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_key_of_the_new_scripts_has_a_ttl() {
+    let server = RedisServer::start();
+    let store = RedisStore::builder()
+        .prefix("ttl")
+        .standalone(&server.url())
+        .await
+        .expect("standalone");
+    let held = ttl_workload(store).await;
+    assert_ttls(&pttls(&server));
+    drop(held);
+
+    let cluster = RedisCluster::start();
+    let urls = cluster.urls();
+    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let store = RedisStore::builder()
+        .prefix("ttl")
+        .cluster(&nodes)
+        .await
+        .expect("cluster");
+    let held = ttl_workload(store).await;
+    let all: Vec<(String, i64)> = cluster.nodes.iter().flat_map(pttls).collect();
+    assert_ttls(&all);
+    drop(held);
+}
