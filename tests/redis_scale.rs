@@ -487,3 +487,84 @@ async fn every_key_of_the_new_scripts_has_a_ttl() {
     assert_ttls(&all);
     drop(held);
 }
+
+/// The tower layer's Delay mode on the Redis store reserves exactly: five requests at once
+/// on GCRA (burst 1, T = 200 ms) with `max_wait` = 3T are booked the turns 0, T, 2T, 3T and
+/// reach the handler at those times (one round trip each, no re-check); the fifth, whose
+/// turn 4T lies beyond `max_wait`, is rejected at once (a final denial) instead of waiting
+/// and asking again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delay_mode_on_redis_books_turns_and_rejects_beyond_max_wait_at_once() {
+    use std::sync::{Arc, Mutex};
+    use std::time::Instant;
+
+    use http::{Request, Response, StatusCode};
+    use ratekeeper_axum::rate_limit::Mode;
+    use ratekeeper_axum::{GlobalKey, RateLimitLayer};
+    use tower::{Service, ServiceExt, service_fn};
+
+    let server = RedisServer::start();
+    let t = Duration::from_millis(200);
+    let store = RedisStore::builder()
+        .prefix("delay")
+        .deadline(Duration::from_secs(2))
+        .standalone(&server.url())
+        .await
+        .expect("redis store");
+    let layer = RateLimitLayer::builder()
+        .policy(Policy::new("p", quota(1, 200, 1)))
+        .key(GlobalKey)
+        .store(store)
+        .mode(Mode::Delay { max_wait: t * 3 })
+        .build()
+        .expect("layer");
+    let entries: Arc<Mutex<Vec<Instant>>> = Arc::default();
+    let log = Arc::clone(&entries);
+    let mut svc = tower::Layer::layer(
+        &layer,
+        service_fn(move |_req: Request<()>| {
+            log.lock().unwrap().push(Instant::now());
+            std::future::ready(Ok::<_, std::convert::Infallible>(Response::new(
+                String::new(),
+            )))
+        }),
+    );
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..5 {
+        let future = svc.ready().await.unwrap().call(Request::new(()));
+        tasks.push(tokio::spawn(async move {
+            let res = future.await.expect("infallible");
+            (res.status(), Instant::now())
+        }));
+    }
+    let mut answers = Vec::new();
+    for task in tasks {
+        answers.push(task.await.expect("task"));
+    }
+    let statuses: Vec<StatusCode> = answers.iter().map(|a| a.0).collect();
+    let served = statuses.iter().filter(|s| **s == StatusCode::OK).count();
+    let limited: Vec<Duration> = answers
+        .iter()
+        .filter(|a| a.0 == StatusCode::TOO_MANY_REQUESTS)
+        .map(|a| a.1.duration_since(start))
+        .collect();
+    assert_eq!(served, 4, "{statuses:?}");
+    assert_eq!(limited.len(), 1, "{statuses:?}");
+    assert!(
+        limited[0] < t / 2,
+        "the request beyond max_wait waited {:?} before its 429",
+        limited[0]
+    );
+    let mut entries = entries.lock().unwrap().clone();
+    entries.sort();
+    let jitter = Duration::from_millis(60);
+    for (i, e) in entries.iter().enumerate() {
+        let at = e.duration_since(start);
+        let turn = t * u32::try_from(i).unwrap();
+        assert!(
+            at + jitter / 3 >= turn && at <= turn + jitter,
+            "request {i} entered at {at:?}, its turn is {turn:?}"
+        );
+    }
+}
