@@ -15,8 +15,10 @@
 //!   (`T` and `W` are the quota's ns values rounded up to a whole µs, so quotas whose `T` and
 //!   `W` are whole µs decide exactly like the memory store: the conformance suite checks it).
 //!   Policies with different algorithms on one client key still run in one atomic call. The
-//!   sliding log and the concurrency counter are refused at build time
-//!   ([`StoreError::UnsupportedAlgorithm`]) until their twins exist. The script is
+//!   sliding log ([`SlidingLog`](crate::algorithm::SlidingLog)) has its twin too (see
+//!   "Sliding log" below). The concurrency counter is refused as a policy at build time
+//!   ([`StoreError::UnsupportedAlgorithm`]): shared concurrency limits use
+//!   [`RedisStore::slots`] instead (see "Concurrency slots" below). The script is
 //!   sent with `EVALSHA`; on `NOSCRIPT` (after a restart or a `SCRIPT FLUSH`) the
 //!   [`redis::Script`] type loads it and retries, so no manual step is ever needed.
 //! - **One time source.** Every time that enters a decision comes from Redis `TIME` inside the
@@ -59,6 +61,70 @@
 //!   Charges for different client keys (different slots) are checked one key group after the
 //!   other; when a later group denies, the groups already charged are refunded with the
 //!   receipts they just took (reserve-then-refund).
+//!
+//! # Sliding log
+//!
+//! One sorted set per (policy, client key), `rl:v2:{<client key>}:<policy>`, one member
+//! `"<ts>:<units>"` per log entry scored by its timestamp `ts` (µs), so a request of cost
+//! `n` adds one entry, not `n` (charges at one instant merge into one entry). The decision is
+//! the memory store's, in µs, over the window `(now - W, now]` (an entry stops counting at
+//! `ts + W`):
+//!
+//! ```text
+//! used        = units of the entries with ts + W > now
+//! allowed     = used + n <= limit           // then merge into the newest entry if it is
+//!                                           // stamped now or later, else add (now, n)
+//! retry_after = ts_k + W - now               // k: first entry (oldest first) at which the
+//!                                           // units expired so far reach used + n - limit
+//! remaining   = limit - used'                // used' after the charge
+//! reset_after = newest ts + W - now (at most W), 0 when empty
+//! ```
+//!
+//! `n > limit` can never fit; `n = 0` passes and writes nothing. A check reads the live
+//! entries (`ZRANGEBYSCORE`, at most `limit` members, one per distinct µs), so its cost grows
+//! with the entries a key holds (the memory store's running totals make its own check O(1)).
+//! A write drops the expired members and sets `PX` to the time until the newest entry
+//! expires (`ts + W - now`, rounded up to a ms), so the set disappears with its last entry.
+//! It is all-or-nothing with the key's other policies (same script call). The receipt stamp
+//! is the entry's timestamp (µs); a refund takes at most its units off that entry while
+//! `ts + W > now`, and nothing after.
+//!
+//! # Reservations (Delay mode)
+//!
+//! [`Store::reserve`] books the request's turn in one script call (`reserve` mode), the twin
+//! of the memory store's [`MemoryStore::reserve_now`](crate::store::MemoryStore::reserve_now),
+//! all-or-nothing across the key's policies:
+//!
+//! ```text
+//! GCRA:  tat = max(stored TAT, now)   // read as stored: turns already booked count
+//!        new_tat = tat + n * T; wait = max(new_tat - tau - now, 0)
+//!        wait <= max_wait: reserved, TAT := new_tat, delay = wait
+//!        otherwise: denied, final, retry_after = wait - max_wait
+//! leaky bucket (shaper): tat = min(max(stored, now), now + tau); delay = tat - now
+//!        queued when the meter allows and delay <= max_wait, else denied, final, with
+//!        retry_after = max(meter's retry_after, delay - max_wait)
+//! windows, sliding log: a check (allowed now, or a denial that is not final)
+//! ```
+//!
+//! The request's delay is the longest of its policies'. A reserved request is already
+//! charged; its receipts give the turn back if the waiter is dropped ([`Store::refund`]): the
+//! whole slot when it is still the latest booking, nothing while a later reservation waits
+//! behind it (so a newcomer never takes someone else's turn). A GCRA state now records its
+//! `tau` (`"<TAT>:<T>:<tau>"`): under unchanged parameters a TAT beyond `now + tau` is
+//! booked turns and is read as stored; a state written under another `tau` (or by an earlier
+//! deploy, `"<TAT>:<T>"`) is clamped to `now + tau` as before. Reservations skip the negative
+//! cache. Denials of several client keys undo the keys already reserved (their bookings are
+//! the latest, so the refund gives the whole slot back).
+//!
+//! # Concurrency slots
+//!
+//! [`RedisStore::slots`] gives [`RedisSlots`]: per client key a sorted set of slot ids
+//! scored by lease expiry (Redis `TIME`, ms), `rl:v2:{<client key>}:conc:<name>`. A slot is
+//! taken in one script call when fewer than `max` unexpired leases are held; the lease
+//! (default 10 s) is renewed every `lease / 3` while the request runs and released when the
+//! response body ends, so the slots of an instance that dies free themselves at most
+//! `lease` after its death. Every write sets `PX = lease`. The keyed concurrency layer of
+//! `ratekeeper-tower` uses them through its `shared` builder option.
 //!
 //! # When Redis fails
 //!
@@ -343,10 +409,13 @@ fn place(
 /// Built with [`RedisStore::builder`]; see the [module docs](self) for the script, keys,
 /// TTLs, receipts, time, failure policy, breaker and negative cache. Supports
 /// [`Algorithm::Gcra`](crate::Algorithm::Gcra),
-/// [`Algorithm::LeakyBucket`](crate::Algorithm::LeakyBucket) (as a meter),
-/// [`Algorithm::FixedWindow`](crate::Algorithm::FixedWindow) and
-/// [`Algorithm::SlidingWindow`](crate::Algorithm::SlidingWindow); the others are refused at
-/// build time with [`StoreError::UnsupportedAlgorithm`].
+/// [`Algorithm::LeakyBucket`](crate::Algorithm::LeakyBucket) (a meter when checked, a
+/// shaper when reserved),
+/// [`Algorithm::FixedWindow`](crate::Algorithm::FixedWindow),
+/// [`Algorithm::SlidingWindow`](crate::Algorithm::SlidingWindow) and
+/// [`Algorithm::SlidingLog`](crate::Algorithm::SlidingLog); the concurrency counter is
+/// refused at build time with [`StoreError::UnsupportedAlgorithm`] (use
+/// [`RedisStore::slots`]). [`Store::reserve`] reserves exactly for GCRA and the leaky bucket.
 ///
 /// # Runtime
 ///
