@@ -114,6 +114,14 @@ fn log_trace() -> Vec<Step> {
         check(40_000, &[(0, "dee"), (4, "eve")], 3), // 21
         check(40_000, &[(0, "dee"), (4, "eve")], 1), // 22: eve denies; dee gives back
         check(40_000, &[(0, "dee")], 1),             // 23: remaining 0 (dee has 3 + 1)
+        // A refund in the middle of the log moves the running totals of the later entries.
+        check(50_000, &[(4, "fin")], 1), // 24
+        check(50_100, &[(4, "fin")], 1), // 25
+        check(50_200, &[(4, "fin")], 1), // 26: remaining 0
+        refund(50_300, 25),              // the middle entry leaves
+        check(50_300, &[(4, "fin")], 1), // 27: allowed, remaining 0
+        check(50_300, &[(4, "fin")], 2), // 28: denied until the entry of 50.2 s leaves
+        check(51_000, &[(4, "fin")], 1), // 29: the entry of 50 s left
     ]
 }
 
@@ -156,6 +164,40 @@ fn reserve_trace() -> Vec<Step> {
         reserve(140_000, &[(1, "jo"), (3, "kit")], 1, 1_000), // 24: kit denies, jo undone
         reserve(140_000, &[(1, "jo")], 1, 1_000),             // 25: delay 500 ms (not 1 s)
     ]
+}
+
+/// A pseudo-random sliding-log trace (fixed seed): costs 0..=4 on limits 4 and 3, times
+/// that advance by 0..700 ms (so entries merge, expire and pile up), several keys, a second
+/// policy on the same key, and refunds of earlier decisions (in the window, after it, of
+/// denials). Compared, not spot-checked: the decisions of memory, standalone and Cluster.
+fn random_log_trace() -> Vec<Step> {
+    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = move |n: u64| {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (seed >> 33) % n
+    };
+    let keys = ["r1", "r2", "r3"];
+    let mut v = Vec::new();
+    let mut t = 600_000;
+    let mut decisions = 0;
+    for _ in 0..400 {
+        t += next(700);
+        if decisions > 0 && next(6) == 0 {
+            v.push(refund(t, usize::try_from(next(decisions)).unwrap()));
+            continue;
+        }
+        let key = keys[usize::try_from(next(3)).unwrap()];
+        let charges: &[(usize, &'static str)] = match next(4) {
+            0 => &[(0, "r1"), (4, "r1")],
+            _ if next(2) == 0 => &[(0, key)],
+            _ => &[(4, key)],
+        };
+        v.push(check(t, charges, next(5)));
+        decisions += 1;
+    }
+    v
 }
 
 fn run_memory(trace: &[Step]) -> Vec<Decisions> {
@@ -286,9 +328,13 @@ fn assert_log_values(d: &[Decisions]) {
             true, true, true, false, false, false, true, true, false, true, // 0..10
             true, true, true, true, false, true, // 10..16
             true, true, false, true, false, // 16..21
-            true, false, true // 21..24
+            true, false, true, // 21..24
+            true, true, true, true, false, true // 24..30
         ]
     );
+    assert_eq!(d[27].as_slice()[0].remaining(), 0);
+    assert_eq!(d[28].retry_after(), Some(Duration::from_millis(900)));
+    assert_eq!(d[29].as_slice()[0].remaining(), 0);
     assert_eq!(d[0].as_slice()[0].remaining(), 3);
     assert_eq!(d[2].as_slice()[0].remaining(), 0);
     assert_eq!(d[3].retry_after(), Some(Duration::from_secs(8)));
@@ -299,6 +345,16 @@ fn assert_log_values(d: &[Decisions]) {
     assert_eq!(d[15].as_slice()[0].remaining(), 0);
     assert_eq!(d[19].as_slice()[0].remaining(), 0);
     assert_eq!(d[23].as_slice()[0].remaining(), 0);
+}
+
+/// The random trace admits and denies both (so the comparison covers both paths).
+fn assert_mixed(d: &[Decisions]) {
+    let admitted = d.iter().filter(|x| x.is_allowed()).count();
+    assert!(
+        admitted > 50 && admitted + 50 < d.len(),
+        "{admitted} of {}",
+        d.len()
+    );
 }
 
 fn assert_reserve_values(d: &[Decisions]) {
@@ -348,6 +404,7 @@ async fn conformance_sliding_log_and_reservations_memory_standalone_cluster() {
             assert_log_values as fn(&[Decisions]),
         ),
         ("reserve", resolve(reserve_trace()), assert_reserve_values),
+        ("random-log", resolve(random_log_trace()), assert_mixed),
     ] {
         let memory = run_memory(&trace);
         expect(&memory);

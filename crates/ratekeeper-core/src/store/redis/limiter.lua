@@ -9,8 +9,9 @@
 --             absent = TAT 0.
 --           Fixed window: "<window>:<count>:<W>" with window = floor(t / W); absent = count 0.
 --           Sliding window counter: "<window>:<current>:<previous>:<W>"; absent = both 0.
---           Sliding log: a sorted set, one member "<ts>:<units>" per log entry, scored by
---             its timestamp ts (µs); absent = empty. Entries are counted under the window in
+--           Sliding log: a sorted set, one member "<ts>:<units>:<end>" per log entry
+--             (end = running total of units through it), scored by its timestamp ts (µs);
+--             absent = empty. Entries are counted under the window in
 --             force: an entry counts while ts + W > now.
 -- ARGV[1]   injected "now" in µs, or '' to read Redis TIME.
 -- ARGV[2]   stale guard in Redis TIME µs, or '': a call that reaches Redis after it does
@@ -82,18 +83,40 @@ local function gcra_in_force(i, tat, t_old, tau_old)
   return tat
 end
 
--- Sliding log: the live entries {ts, units} (ts + W > now), oldest first.
-local function sl_load(i)
-  local w = param(i, 2)
-  local raw = redis.call('ZRANGEBYSCORE', KEYS[i], '(' .. string.format('%.0f', now - w), '+inf')
-  local entries = {}
-  for _, m in ipairs(raw) do
-    local a, b = string.match(m, '^(%d+):(%d+)$')
-    if a then
-      entries[#entries + 1] = {tonumber(a), tonumber(b)}
-    end
+-- Sliding log (running totals, as the memory store's SlidingLogState): each member is
+-- "<ts>:<units>:<end>", end = the running total of units through this entry, so the units
+-- of the live entries are one subtraction and a denial's entry is a binary search by rank;
+-- a check reads O(log e) members, not the whole log. The state of a call is
+-- {first = oldest live entry, newest = newest entry, rank = rank of first, count = members,
+-- used = live units}; entries are {ts, units, end}.
+local function sl_parse(m)
+  if not m then
+    return nil
   end
-  return entries
+  local a, b, c = string.match(m, '^(%d+):(%d+):(%d+)$')
+  if a then
+    return {tonumber(a), tonumber(b), tonumber(c)}
+  end
+  return nil
+end
+
+local function sl_member(e)
+  return string.format('%.0f:%.0f:%.0f', e[1], e[2], e[3])
+end
+
+local function sl_load(i)
+  local key, w = KEYS[i], param(i, 2)
+  local first = sl_parse(redis.call('ZRANGEBYSCORE', key, '(' .. string.format('%.0f', now - w),
+    '+inf', 'LIMIT', 0, 1)[1])
+  if not first then
+    return {used = 0}
+  end
+  local newest = sl_parse(redis.call('ZRANGE', key, -1, -1)[1])
+  -- The oldest live entry's rank: the number of expired members before it.
+  local rank = redis.call('ZCOUNT', key, '-inf', string.format('%.0f', now - w))
+  local count = redis.call('ZCARD', key)
+  return {first = first, newest = newest, rank = rank, count = count,
+    used = newest[3] - (first[3] - first[2])}
 end
 
 -- How long until the entry stamped ts stops counting (at most W: an entry stamped in the
@@ -103,33 +126,21 @@ local function sl_expires_in(i, ts)
   return math.min(math.max(ts + w - now, 0), w)
 end
 
-local function sl_used(entries)
-  local used = 0
-  for _, e in ipairs(entries) do
-    used = used + e[2]
-  end
-  return used
+-- The entry at `rank` (a ZRANGE by rank: O(log e)).
+local function sl_at(i, rank)
+  return sl_parse(redis.call('ZRANGE', KEYS[i], rank, rank)[1])
 end
 
--- Writes the sliding log: drops the expired members, rewrites the entry stamped ts (gone
--- when it holds no unit), and sets PX to the time until the newest entry expires.
-local function sl_write(i, entries, ts)
+-- Writes the newest entry of a charge: drops the expired members, rewrites the entry
+-- stamped e[1], and sets PX to the time until it expires (it is the newest).
+local function sl_write_newest(i, e)
   local key, w = KEYS[i], param(i, 2)
   redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', now - w))
-  local fts = string.format('%.0f', ts)
+  local fts = string.format('%.0f', e[1])
   redis.call('ZREMRANGEBYSCORE', key, fts, fts)
-  for _, e in ipairs(entries) do
-    if e[1] == ts and e[2] > 0 then
-      redis.call('ZADD', key, fts, fts .. ':' .. string.format('%.0f', e[2]))
-    end
-  end
-  local newest = entries[#entries]
-  if newest then
-    redis.call('PEXPIRE', key,
-      string.format('%.0f', math.max(1, min_ttl, math.ceil((newest[1] + w - now) / 1000))))
-  else
-    redis.call('DEL', key)
-  end
+  redis.call('ZADD', key, fts, sl_member(e))
+  redis.call('PEXPIRE', key,
+    string.format('%.0f', math.max(1, min_ttl, math.ceil((e[1] + w - now) / 1000))))
 end
 
 -- Fixed window and counter states written under another window length: the units still
@@ -257,10 +268,9 @@ end
 local function store(i, st)
   local key = KEYS[i]
   if algo(i) == 4 then
-    -- A charge always changes the newest entry.
-    local newest = st[#st]
-    if newest then
-      sl_write(i, st, newest[1])
+    -- A charge always changes (or adds) the newest entry.
+    if st.newest then
+      sl_write_newest(i, st.newest)
     end
   elseif algo(i) == 3 then
     if st[2] <= 0 and st[3] <= 0 then
@@ -305,7 +315,7 @@ local function verdict(i, st)
     -- Sliding log: used = units of the live entries; allowed when used + n <= limit (then
     -- merged into the newest entry when it is stamped now or later, else appended);
     -- denied: retry_after = the expiry of the first entry (oldest first) at which the units
-    -- expired so far reach used + n - limit.
+    -- expired so far reach used + n - limit (a binary search over the running totals).
     local limit = param(i, 3)
     if cost > limit then
       return 2, nil, 0
@@ -313,29 +323,36 @@ local function verdict(i, st)
     if cost == 0 then
       return 0, nil, 0
     end
-    local used = sl_used(st)
-    if cost <= limit - used then
-      local e = {}
-      for k, v in ipairs(st) do
-        e[k] = {v[1], v[2]}
-      end
-      local last = e[#e]
-      if last and last[1] >= now then
-        last[2] = last[2] + cost
+    if cost <= limit - st.used then
+      local newest
+      local last = st.newest
+      if st.first and last[1] >= now then
+        newest = {last[1], last[2] + cost, last[3] + cost}
       else
-        e[#e + 1] = {now, cost}
+        local total = 0
+        if last then
+          total = last[3]
+        end
+        newest = {now, cost, total + cost}
       end
-      return 0, e, 0
+      local first = st.first or newest
+      return 0, {first = first, newest = newest, rank = st.rank, count = st.count,
+        used = st.used + cost}, 0
     end
-    local need = used + cost - limit
-    local freed = 0
-    for _, v in ipairs(st) do
-      freed = freed + v[2]
-      if freed >= need then
-        return 1, nil, sl_expires_in(i, v[1])
+    local need = st.used + cost - limit
+    local before = st.first[3] - st.first[2]
+    local lo, hi = st.rank, st.count - 1
+    while lo < hi do
+      local mid = math.floor((lo + hi) / 2)
+      local e = sl_at(i, mid)
+      if e[3] - before >= need then
+        hi = mid
+      else
+        lo = mid + 1
       end
     end
-    return 1, nil, sl_expires_in(i, st[#st][1])
+    local k = sl_at(i, lo) or st.newest
+    return 1, nil, sl_expires_in(i, k[1])
   end
   if algo(i) == 3 then
     local limit, w = param(i, 3), param(i, 2)
@@ -389,7 +406,7 @@ local function receipt(i, next_state)
   if algo(i) == 1 then
     return next_state
   elseif algo(i) == 4 then
-    return next_state[#next_state][1]
+    return next_state.newest[1]
   end
   return next_state[1]
 end
@@ -397,10 +414,10 @@ end
 local function report(out, i, code, st, retry, stamp)
   local remaining, reset
   if algo(i) == 4 then
-    remaining = math.max(param(i, 3) - sl_used(st), 0)
+    remaining = math.max(param(i, 3) - st.used, 0)
     reset = 0
-    if #st > 0 then
-      reset = sl_expires_in(i, st[#st][1])
+    if st.first then
+      reset = sl_expires_in(i, st.newest[1])
     end
   elseif algo(i) == 3 then
     local limit, w = param(i, 3), param(i, 2)
@@ -456,26 +473,38 @@ local function refund(i)
     return
   end
   if algo(i) == 4 then
-    -- Sliding log: at most cost units off the entry stamped s, while s + W > now.
-    local st = load(i)
-    if s + param(i, 2) <= now then
+    -- Sliding log: at most cost units off the entry stamped s, while s + W > now; the
+    -- running totals of the entries from it on drop by what comes back (O(entries after
+    -- it), usually none: the refunded charge is mostly the newest).
+    local key, w = KEYS[i], param(i, 2)
+    if s + w <= now then
       return
     end
-    for k, v in ipairs(st) do
-      if v[1] == s then
-        local e = {}
-        for j, x in ipairs(st) do
-          e[j] = {x[1], x[2]}
-        end
-        e[k][2] = v[2] - math.min(cost, v[2])
-        if e[k][2] <= 0 then
-          table.remove(e, k)
-        end
-        cache[KEYS[i]] = e
-        sl_write(i, e, s)
-        return
+    local fs = string.format('%.0f', s)
+    local e = sl_parse(redis.call('ZRANGEBYSCORE', key, fs, fs)[1])
+    if not e then
+      return
+    end
+    local back = math.min(cost, e[2])
+    local later = redis.call('ZRANGEBYSCORE', key, '(' .. fs, '+inf')
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', now - w))
+    redis.call('ZREMRANGEBYSCORE', key, fs, '+inf')
+    if e[2] > back then
+      redis.call('ZADD', key, fs, sl_member({e[1], e[2] - back, e[3] - back}))
+    end
+    for _, m in ipairs(later) do
+      local x = sl_parse(m)
+      if x then
+        redis.call('ZADD', key, string.format('%.0f', x[1]), sl_member({x[1], x[2], x[3] - back}))
       end
     end
+    -- Emptying the set deleted the key (and its TTL): PX again from the newest entry left.
+    local newest = sl_parse(redis.call('ZRANGE', key, -1, -1)[1])
+    if newest then
+      redis.call('PEXPIRE', key,
+        string.format('%.0f', math.max(1, min_ttl, math.ceil((newest[1] + w - now) / 1000))))
+    end
+    cache[key] = nil
     return
   end
   if algo(i) == 1 then

@@ -65,8 +65,10 @@
 //! # Sliding log
 //!
 //! One sorted set per (policy, client key), `rl:v2:{<client key>}:<policy>`, one member
-//! `"<ts>:<units>"` per log entry scored by its timestamp `ts` (µs), so a request of cost
-//! `n` adds one entry, not `n` (charges at one instant merge into one entry). The decision is
+//! `"<ts>:<units>:<end>"` per log entry scored by its timestamp `ts` (µs), where `end` is the
+//! running total of units through the entry (as the memory store's `SlidingLogState`), so a
+//! request of cost `n` adds one entry, not `n` (charges at one instant merge into one
+//! entry). The decision is
 //! the memory store's, in µs, over the window `(now - W, now]` (an entry stops counting at
 //! `ts + W`):
 //!
@@ -80,9 +82,11 @@
 //! reset_after = newest ts + W - now (at most W), 0 when empty
 //! ```
 //!
-//! `n > limit` can never fit; `n = 0` passes and writes nothing. A check reads the live
-//! entries (`ZRANGEBYSCORE`, at most `limit` members, one per distinct µs), so its cost grows
-//! with the entries a key holds (the memory store's running totals make its own check O(1)).
+//! `n > limit` can never fit; `n = 0` passes and writes nothing. With the running totals,
+//! `used` is `end(newest) - end(oldest live) + units(oldest live)`: a check reads the oldest
+//! live and the newest member (O(log e) each for `e` members), and a denial finds entry `k`
+//! by a binary search over ranks (O(log² e)), never the whole log; a refund rewrites the
+//! entries after the refunded one (usually none). An empty log starts its totals at 0.
 //! A write drops the expired members and sets `PX` to the time until the newest entry
 //! expires (`ts + W - now`, rounded up to a ms), so the set disappears with its last entry.
 //! It is all-or-nothing with the key's other policies (same script call). The receipt stamp
