@@ -170,3 +170,104 @@ where
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+    use std::num::NonZeroU32;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use http_body_util::BodyExt as _;
+    use ratekeeper_core::Key;
+    use ratekeeper_core::store::StoreError;
+    use ratekeeper_core::store::slots::{AcquireFuture, SlotLease};
+    use tower::{ServiceBuilder, ServiceExt};
+
+    use super::*;
+    use crate::GlobalKey;
+    use crate::concurrency::ConcurrencyLimitLayer;
+
+    /// Answers what `mode` says: 0 a slot (counted in `held` until dropped), 1 full, 2 a
+    /// store failure with `policy`.
+    struct Fake {
+        mode: u32,
+        policy: FailurePolicy,
+        held: Arc<AtomicU32>,
+    }
+
+    struct Release(Arc<AtomicU32>);
+    impl Drop for Release {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    impl SharedSlots for Fake {
+        fn acquire(&self, _key: &Key, max: u32) -> AcquireFuture {
+            let answer = match self.mode {
+                0 => {
+                    let held = self.held.fetch_add(1, Ordering::SeqCst) + 1;
+                    Ok(Acquired::Held {
+                        lease: SlotLease::new(Release(Arc::clone(&self.held))),
+                        free: max - held,
+                    })
+                }
+                1 => Ok(Acquired::Full),
+                _ => Err(StoreError::Failed {
+                    policy: self.policy,
+                    source: Box::new(StoreError::Timeout),
+                }),
+            };
+            Box::pin(std::future::ready(answer))
+        }
+    }
+
+    async fn answer(mode: u32, policy: FailurePolicy) -> (Response<Bytes>, Arc<AtomicU32>) {
+        let held = Arc::new(AtomicU32::new(0));
+        let fake = Fake {
+            mode,
+            policy,
+            held: Arc::clone(&held),
+        };
+        let svc = ServiceBuilder::new()
+            .layer(
+                ConcurrencyLimitLayer::new(NonZeroU32::new(3).unwrap())
+                    .key(GlobalKey)
+                    .shared(fake),
+            )
+            .service_fn(|_req: Request<()>| async {
+                Ok::<_, Infallible>(Response::new(String::from("hi")))
+            });
+        let res = svc.oneshot(Request::new(())).await.unwrap();
+        let (parts, body) = res.into_parts();
+        assert_eq!(held.load(Ordering::SeqCst), u32::from(mode == 0));
+        let body = body.collect().await.unwrap().to_bytes();
+        (Response::from_parts(parts, body), held)
+    }
+
+    #[tokio::test]
+    async fn held_slot_reports_headers_and_is_released_at_the_end_of_the_body() {
+        let (res, held) = answer(0, FailurePolicy::Allow).await;
+        assert_eq!(res.status(), StatusCode::OK);
+        assert_eq!(res.headers()["x-ratelimit-limit"], "3");
+        assert_eq!(res.headers()["x-ratelimit-remaining"], "2");
+        assert_eq!(held.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn full_is_a_429_with_retry_after_1() {
+        let (res, _) = answer(1, FailurePolicy::Allow).await;
+        assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(res.headers()["retry-after"], "1");
+    }
+
+    #[tokio::test]
+    async fn store_failure_follows_the_failure_policy() {
+        let (res, _) = answer(2, FailurePolicy::Deny).await;
+        assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let (res, _) = answer(2, FailurePolicy::Allow).await;
+        assert_eq!(res.status(), StatusCode::OK);
+        assert!(res.headers().get("x-ratelimit-limit").is_none());
+        assert_eq!(res.body().as_ref(), b"hi");
+    }
+}
