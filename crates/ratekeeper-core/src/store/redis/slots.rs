@@ -33,6 +33,9 @@ use crate::store::{FailurePolicy, StoreError};
 ///   [`RedisSlots::lease`]). A lease renewal that fails (Redis slow or down) is retried at the
 ///   next period; a lease not renewed within `lease` is lost, and the request then runs
 ///   uncounted (logged as a warning).
+/// - **Cost**: one round trip to take a slot, one per held slot every `lease / 3` (a task
+///   per held slot on the current tokio runtime), one to release it. A longer lease means
+///   fewer renewals and a slower recovery from a dead instance.
 /// - **TTL**: every write sets `PX = lease`; no member expires later than that, so the key
 ///   never outlives its slots and never lacks a TTL.
 /// - **Failures**: a slot that Redis cannot give within the store's deadline is answered
