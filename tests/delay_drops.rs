@@ -8,11 +8,12 @@
 //! different orders) a little later; then three new requests arrive. Every request still
 //! alive gets its 200, and the handler's entry times are at least `T` apart.
 //!
-//! Memory store: exact reservations on tokio's paused clock (exact times). Redis: no exact
-//! reservation (waiters hold nothing and re-check after the store's `retry_after`), real
-//! time; Redis admits on its own clock and the entry times are taken on the app's, so they
-//! may differ by the loopback round trip's jitter (a tolerance of a few ms; the defect this
-//! guards against lets two requests in at the same instant).
+//! Memory store: exact reservations on tokio's paused clock (exact times). Redis: exact
+//! reservations too (the reservation script books the turn; a dropped waiter's refund gives
+//! back nothing while a later turn is booked), in real time; Redis admits on its own clock
+//! and the entry times are taken on the app's, so they may differ by the loopback round
+//! trip's jitter (a tolerance of a few ms; the defect this guards against lets two requests
+//! in at the same instant).
 
 use std::convert::Infallible;
 use std::future::{Ready, ready};
@@ -63,7 +64,7 @@ async fn run<St: Store<Key>>(
         ready(Ok(Response::new(String::new())))
     };
     let mut svc = tower::Layer::layer(&layer, service_fn(handler));
-    // The first request passes at once; waiters 1..=4 reserve (or, on Redis, start waiting).
+    // The first request passes at once; waiters 1..=4 reserve.
     let first = svc.ready().await.unwrap().call(Request::new(())).await;
     assert_eq!(first.unwrap().status(), StatusCode::OK);
     // Index 0 stands for the first request.
@@ -84,8 +85,8 @@ async fn run<St: Store<Key>>(
         let future = svc.ready().await.unwrap().call(Request::new(()));
         tasks.push(Some(tokio::spawn(future)));
     }
-    // Every request not dropped is served; a dropped one is cancelled, unless (Redis, where
-    // waiters are not ordered) it had already been served when it was dropped.
+    // Every request not dropped is served; a dropped one is cancelled, unless it had already
+    // been served when it was dropped.
     let mut served = 1;
     for (i, task) in tasks.into_iter().enumerate() {
         let Some(task) = task else { continue };

@@ -29,6 +29,7 @@
 mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;
+pub mod slots;
 
 pub use memory::MemoryStore;
 
@@ -498,7 +499,7 @@ pub trait Store<K: ?Sized>: Send + Sync + 'static {
     ///   once; otherwise it may sleep `retry_after` and reserve again (check-and-retry).
     ///
     /// The default method cannot reserve: it is [`Store::check`] (delay always zero, denials
-    /// never final), so a store without reservations (the Redis store, user stores) keeps
+    /// never final), so a store without reservations (user stores) keeps
     /// the check-and-retry behaviour: a waiting request holds nothing, can wait and still be
     /// denied, and waiters are not served in arrival order.
     fn reserve(

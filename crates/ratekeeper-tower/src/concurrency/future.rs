@@ -38,6 +38,11 @@ pin_project! {
         Answered {
             answer: Option<(StatusCode, HeaderMap, Bytes)>,
         },
+        // Passed without a slot (a shared store failed open): no headers, nothing held.
+        Passed {
+            #[pin]
+            future: F,
+        },
     }
 }
 
@@ -55,6 +60,13 @@ impl<F> ResponseFuture<F> {
                 reporter,
                 decisions,
             },
+        }
+    }
+
+    /// The inner service's response, passed through without a slot or headers.
+    pub(crate) fn passed(future: F) -> Self {
+        Self {
+            kind: Kind::Passed { future },
         }
     }
 
@@ -107,6 +119,15 @@ where
                 let body = ConcurrencyBody {
                     inner: ResponseBody::inner(body),
                     permit: permit.take().and_then(Held::into_permit),
+                };
+                Poll::Ready(Ok(Response::from_parts(parts, body)))
+            }
+            KindProj::Passed { future } => {
+                let res = ready!(future.poll(cx))?;
+                let (parts, body) = res.into_parts();
+                let body = ConcurrencyBody {
+                    inner: ResponseBody::inner(body),
+                    permit: None,
                 };
                 Poll::Ready(Ok(Response::from_parts(parts, body)))
             }

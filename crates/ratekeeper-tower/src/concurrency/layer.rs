@@ -5,9 +5,11 @@ use std::sync::Arc;
 
 use dashmap::DashMap;
 use ratekeeper_core::Key;
+use ratekeeper_core::store::slots::{SharedSlots, SlotLease};
 use tower_layer::Layer;
 
 use super::ConcurrencyLimit;
+use super::shared::SharedConcurrencyLimitLayer;
 use crate::key::PeerIp;
 use crate::report::{HeaderStyle, Reporter};
 
@@ -33,8 +35,10 @@ impl Counter {
         drop(count);
         Some((
             Permit {
-                counter: Arc::clone(self),
-                key: key.clone(),
+                kind: PermitKind::Local {
+                    counter: Arc::clone(self),
+                    key: key.clone(),
+                },
             },
             free,
         ))
@@ -65,24 +69,46 @@ impl Counter {
 
 /// One admitted request's slot; released on drop.
 pub(crate) struct Permit {
-    counter: Arc<Counter>,
-    key: Key,
+    kind: PermitKind,
+}
+
+enum PermitKind {
+    /// A slot of this layer's own counter.
+    Local { counter: Arc<Counter>, key: Key },
+    /// A slot of a shared store (released by the lease's own drop).
+    Shared(SlotLease),
+}
+
+impl Permit {
+    /// A slot held in a shared store.
+    pub(crate) fn shared(lease: SlotLease) -> Self {
+        Self {
+            kind: PermitKind::Shared(lease),
+        }
+    }
 }
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        self.counter.release(&self.key);
+        if let PermitKind::Local { counter, key } = &self.kind {
+            counter.release(key);
+        }
     }
 }
 
 impl fmt::Debug for Permit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // The key may be personal data: only its hash is shown.
-        let mut h = std::hash::DefaultHasher::new();
-        self.key.hash(&mut h);
-        f.debug_struct("Permit")
-            .field("key_hash", &std::hash::Hasher::finish(&h))
-            .finish()
+        match &self.kind {
+            PermitKind::Local { key, .. } => {
+                // The key may be personal data: only its hash is shown.
+                let mut h = std::hash::DefaultHasher::new();
+                key.hash(&mut h);
+                f.debug_struct("Permit")
+                    .field("key_hash", &std::hash::Hasher::finish(&h))
+                    .finish()
+            }
+            PermitKind::Shared(lease) => f.debug_tuple("Permit").field(lease).finish(),
+        }
     }
 }
 
@@ -133,6 +159,23 @@ impl<K> ConcurrencyLimitLayer<K> {
     /// Requests of `key` in flight now (admitted, body not ended).
     pub fn in_flight(&self, key: &Key) -> u32 {
         self.counter.in_flight(key)
+    }
+
+    /// Counts the slots in a shared store instead of this process's memory, so the limit
+    /// holds across every instance that shares `slots` (with the `redis` feature of
+    /// `ratekeeper-core`: `RedisStore::slots`, whose leases free a dead instance's slots on
+    /// their own). Keeps the key extractor, `max` and header style.
+    ///
+    /// The shared layer decides after one round trip, in the response future, so its
+    /// service needs an inner service that is `Clone + Send` (axum's `Router` is); a store
+    /// error is answered by the store's failure policy (see [`SharedConcurrencyLimitLayer`]).
+    pub fn shared(self, slots: impl SharedSlots) -> SharedConcurrencyLimitLayer<K> {
+        SharedConcurrencyLimitLayer {
+            key: self.key,
+            max: self.counter.max(),
+            slots: Arc::new(slots),
+            reporter: self.reporter,
+        }
     }
 }
 

@@ -78,12 +78,74 @@
 //! # }
 //! ```
 
+//! # Across instances
+//!
+//! [`ConcurrencyLimitLayer::shared`] counts the slots in a store shared by every instance
+//! (the Redis store's `RedisStore::slots()`, with the `redis` feature), so the limit holds
+//! across a fleet: the layer becomes a [`SharedConcurrencyLimitLayer`], which takes a slot
+//! with one round trip before calling the inner service (so the inner service must be
+//! `Clone + Send`, as axum's `Router` is) and holds it until the response body ends. With
+//! Redis, a slot is a lease renewed while its request runs, so the slots of an instance that
+//! dies free themselves within the lease (10 s by default). Any [`SharedSlots`] store works:
+//!
+//! ```
+//! use std::convert::Infallible;
+//! use std::num::NonZeroU32;
+//! use std::sync::{Arc, Mutex};
+//! use axum::http::{Request, Response, StatusCode};
+//! use ratekeeper_axum::concurrency::ConcurrencyLimitLayer;
+//! use ratekeeper_axum::core::store::slots::{AcquireFuture, Acquired, SharedSlots, SlotLease};
+//! use ratekeeper_axum::{GlobalKey, Key};
+//! use tower::{ServiceBuilder, ServiceExt};
+//!
+//! /// Slots in this process (a stand-in for `RedisStore::slots()`).
+//! #[derive(Clone, Default)]
+//! struct Slots(Arc<Mutex<u32>>);
+//! struct Release(Arc<Mutex<u32>>);
+//! impl Drop for Release {
+//!     fn drop(&mut self) {
+//!         *self.0.lock().unwrap() -= 1;
+//!     }
+//! }
+//! impl SharedSlots for Slots {
+//!     fn acquire(&self, _key: &Key, max: u32) -> AcquireFuture {
+//!         let mut held = self.0.lock().unwrap();
+//!         let answer = if *held < max {
+//!             *held += 1;
+//!             Acquired::Held { lease: SlotLease::new(Release(self.0.clone())), free: max - *held }
+//!         } else {
+//!             Acquired::Full
+//!         };
+//!         Box::pin(std::future::ready(Ok(answer)))
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let slots = Slots::default();
+//! let svc = ServiceBuilder::new()
+//!     .layer(ConcurrencyLimitLayer::new(NonZeroU32::MIN).key(GlobalKey).shared(slots.clone()))
+//!     .service_fn(|_req: Request<()>| async { Ok::<_, Infallible>(Response::new("hi".to_owned())) });
+//!
+//! let first = svc.clone().oneshot(Request::new(())).await?; // holds the one slot
+//! let second = svc.clone().oneshot(Request::new(())).await?;
+//! assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS);
+//! axum::body::to_bytes(axum::body::Body::new(first.into_body()), 1024).await?;
+//! assert_eq!(*slots.0.lock().unwrap(), 0); // released at the end of the body
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! [`SharedSlots`]: ratekeeper_core::store::slots::SharedSlots
+
 mod future;
 mod layer;
 mod service;
+mod shared;
 mod upgrade;
 
 pub use future::{ConcurrencyBody, ResponseFuture};
 pub use layer::ConcurrencyLimitLayer;
 pub use service::ConcurrencyLimit;
+pub use shared::{SharedConcurrencyLimit, SharedConcurrencyLimitLayer, SharedResponseFuture};
 pub use upgrade::{ConcurrencyPermit, UpgradeSlot};

@@ -12,7 +12,7 @@ use super::future::ResponseFuture;
 use super::layer::{ConcurrencyLimitLayer, NAME};
 use super::upgrade::Held;
 use crate::key::{KeyExtractor, PeerIp};
-use crate::report::{grpc_content_type, trailers_only};
+use crate::report::{Reporter, grpc_content_type, trailers_only};
 
 /// The keyed concurrency-limiting service (see the [module docs](super)). Decides in `call`;
 /// `poll_ready` only forwards.
@@ -98,27 +98,34 @@ where
                 )
             }
             None => {
-                tracing::debug!(max, "concurrency limit reached");
-                let decisions = Decisions::new([Decision::new(
-                    Outcome::Denied {
-                        retry_after: Duration::from_secs(1),
-                    },
-                    max,
-                    0,
-                    Duration::ZERO,
-                )]);
-                let (mut status, mut headers, mut body) =
-                    self.layer
-                        .reporter
-                        .limited(&decisions, &[0], None, unix_now);
-                if let Some(content_type) = grpc_content_type(req.headers()) {
-                    (status, body) =
-                        trailers_only(status, &mut headers, &body, Some(NAME), content_type);
-                }
+                let (status, headers, body) = refused(&self.layer.reporter, max, req.headers());
                 ResponseFuture::answered(status, headers, body)
             }
         }
     }
+}
+
+/// The answer when all `max` slots of the key are taken: 429 with `Retry-After: 1` (or a
+/// gRPC trailers-only `RESOURCE_EXHAUSTED`).
+pub(crate) fn refused(
+    reporter: &Reporter,
+    max: u32,
+    request: &http::HeaderMap,
+) -> (http::StatusCode, http::HeaderMap, bytes::Bytes) {
+    tracing::debug!(max, "concurrency limit reached");
+    let decisions = Decisions::new([Decision::new(
+        Outcome::Denied {
+            retry_after: Duration::from_secs(1),
+        },
+        max,
+        0,
+        Duration::ZERO,
+    )]);
+    let (mut status, mut headers, mut body) = reporter.limited(&decisions, &[0], None, unix_now);
+    if let Some(content_type) = grpc_content_type(request) {
+        (status, body) = trailers_only(status, &mut headers, &body, Some(NAME), content_type);
+    }
+    (status, headers, body)
 }
 
 pub(crate) fn unix_now() -> Duration {

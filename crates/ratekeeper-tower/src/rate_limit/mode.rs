@@ -61,12 +61,14 @@ pub enum Mode {
     /// (check-and-retry, below) by the answer that ends its wait (allowed, or denied when it
     /// is rejected after all); one dropped during such a wait is not counted.
     ///
-    /// With the memory store, GCRA reserves exactly (the burst passes at once, then one
-    /// request per `T = period / limit`) and the leaky bucket reserves as a shaper (output
-    /// spaced by `T` from the first request, at most `burst` queued:
-    /// [`LeakyBucket::shape`](ratekeeper_core::algorithm::LeakyBucket::shape)). The window
-    /// algorithms, the concurrency counter and stores that cannot reserve (the Redis store,
-    /// user stores using the default [`Store::reserve`](ratekeeper_core::store::Store::reserve)) fall back to check-and-retry: a
+    /// With the memory store and the Redis store (one script call that books the turn, so
+    /// waiters on every instance are ordered by one schedule), GCRA reserves exactly (the
+    /// burst passes at once, then one request per `T = period / limit`) and the leaky bucket
+    /// reserves as a shaper (output spaced by `T` from the first request, at most `burst`
+    /// queued: [`LeakyBucket::shape`](ratekeeper_core::algorithm::LeakyBucket::shape)). The
+    /// window algorithms, the sliding log, the concurrency counter and stores that cannot
+    /// reserve (user stores using the default
+    /// [`Store::reserve`](ratekeeper_core::store::Store::reserve)) fall back to check-and-retry: a
     /// waiting request holds nothing, sleeps for the store's `retry_after` and asks again
     /// while its deadline (`max_wait` after arrival) allows, so it may still be rejected
     /// after waiting, and waiters are not ordered.

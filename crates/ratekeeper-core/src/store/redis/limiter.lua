@@ -4,28 +4,38 @@
 -- KEYS[i]   one key per (policy, client key); all KEYS share one hash tag (one Cluster slot).
 --           Each state records the parameter it was written under, so a changed quota reads
 --           it under the parameters now in force (case B27):
---           GCRA: "<TAT>:<T>", the theoretical arrival time and emission interval in µs;
+--           GCRA: "<TAT>:<T>:<tau>", the theoretical arrival time, emission interval and
+--             tolerance in µs ("<TAT>:<T>" from earlier deploys reads as another tau);
 --             absent = TAT 0.
 --           Fixed window: "<window>:<count>:<W>" with window = floor(t / W); absent = count 0.
 --           Sliding window counter: "<window>:<current>:<previous>:<W>"; absent = both 0.
+--           Sliding log: a sorted set, one member "<ts>:<units>:<end>" per log entry
+--             (end = running total of units through it), scored by its timestamp ts (µs);
+--             absent = empty. Entries are counted under the window in
+--             force: an entry counts while ts + W > now.
 -- ARGV[1]   injected "now" in µs, or '' to read Redis TIME.
 -- ARGV[2]   stale guard in Redis TIME µs, or '': a call that reaches Redis after it does
 --           nothing (its caller already gave up on it). The caller computes it in the Redis
 --           time domain from the server time of earlier replies, never from its own clock.
--- ARGV[3]   'check' (all-or-nothing charge), 'peek' (no write) or 'refund'.
+-- ARGV[3]   'check' (all-or-nothing charge), 'peek' (no write), 'refund', or
+--           'reserve:<max_wait µs>' (all-or-nothing reservation for the Delay mode; see below).
 -- ARGV[4]   least PX of a write in ms ('0': none; see RedisStoreBuilder::min_ttl).
 -- ARGV[5+6(i-1) .. 10+6(i-1)]  algorithm, p1, p2, p3, cost, stamp, where algorithm 1 = GCRA
 --           (p1 = T, the emission interval in µs; p2 = tau = burst * T in µs; p3 = burst) and
---           2 = fixed window and 3 = sliding window counter (p1 = W, the window in µs;
---           p2 = limit; p3 unused). stamp: for 'refund', the receipt of the charge to give
---           back (-1: none); ignored otherwise. The Rust side keeps 2 * limit * W below 2^53,
+--           2 = fixed window, 3 = sliding window counter and 4 = sliding log (p1 = W, the
+--           window in µs; p2 = limit; p3 unused). stamp: for 'refund', the receipt of the
+--           charge to give back (-1: none); for 'reserve', how this policy reserves (1 = GCRA
+--           reservation, 2 = leaky-bucket shaper, -1 = it cannot: a check); ignored otherwise. The Rust side keeps 2 * limit * W below 2^53,
 --           so every product here is an exact double.
 --
 -- Returns {server_now, status, rows...}: server_now is Redis TIME in µs (always, even with an
 -- injected now: the caller's stale guard learns from it), status 0 = done, 1 = stale (no rows,
 -- nothing written). Then five integers per key: code (0 allowed, 1 denied, 2 cannot fit),
 -- remaining, reset_after (µs), retry_after (µs, 0 unless denied) and the receipt stamp of an
--- allowed charge (GCRA: TAT right after it; windows: the window index; -1: took nothing).
+-- allowed charge (GCRA: TAT right after it; windows: the window index; sliding log: the
+-- timestamp of the entry it added to; -1: took nothing). A 'reserve' call appends two
+-- integers after the rows: the delay in µs (allowed) and 1 when a denial is final (a policy
+-- that reserves exactly, or a cost that can never fit, denied), else 0.
 -- Every write sets PX to the time until the state equals "absent" (GCRA: TAT - now; fixed
 -- window: until the window ends), rounded up to a ms, and at least ARGV[4] ms; a state equal
 -- to "absent" is deleted.
@@ -56,18 +66,81 @@ local function stamp_of(i)
 end
 
 -- GCRA state under the parameters in force: a TAT written under another emission interval
--- keeps its units in use, used = ceil((TAT - now) / T_old), re-spaced by the new T; and a
--- TAT never lies more than tau ahead ("never fuller than full").
-local function gcra_in_force(i, tat, t_old)
+-- keeps its units in use, used = ceil((TAT - now) / T_old), re-spaced by the new T; a TAT
+-- written under another tau (or by a deploy that did not record it) lies at most tau ahead
+-- ("never fuller than full"). Under unchanged parameters the TAT is read as stored: beyond
+-- now + tau it is turns that Delay-mode reservations already booked, which neither a check
+-- nor a reservation may take (as the memory store reads its state).
+local function gcra_in_force(i, tat, t_old, tau_old)
   local t, tau = param(i, 2), param(i, 3)
   if tat > now and t_old ~= t then
     local used = math.ceil((tat - now) / t_old)
     tat = now + math.min(used * t, tau)
   end
-  if tat > now + tau then
+  if tau_old ~= tau and tat > now + tau then
     tat = now + tau
   end
   return tat
+end
+
+-- Sliding log (running totals, as the memory store's SlidingLogState): each member is
+-- "<ts>:<units>:<end>", end = the running total of units through this entry, so the units
+-- of the live entries are one subtraction and a denial's entry is a binary search by rank;
+-- a check reads O(log e) members, not the whole log. The state of a call is
+-- {first = oldest live entry, newest = newest entry, rank = rank of first, count = members,
+-- used = live units}; entries are {ts, units, end}.
+local function sl_parse(m)
+  if not m then
+    return nil
+  end
+  local a, b, c = string.match(m, '^(%d+):(%d+):(%d+)$')
+  if a then
+    return {tonumber(a), tonumber(b), tonumber(c)}
+  end
+  return nil
+end
+
+local function sl_member(e)
+  return string.format('%.0f:%.0f:%.0f', e[1], e[2], e[3])
+end
+
+local function sl_load(i)
+  local key, w = KEYS[i], param(i, 2)
+  local first = sl_parse(redis.call('ZRANGEBYSCORE', key, '(' .. string.format('%.0f', now - w),
+    '+inf', 'LIMIT', 0, 1)[1])
+  if not first then
+    return {used = 0}
+  end
+  local newest = sl_parse(redis.call('ZRANGE', key, -1, -1)[1])
+  -- The oldest live entry's rank: the number of expired members before it.
+  local rank = redis.call('ZCOUNT', key, '-inf', string.format('%.0f', now - w))
+  local count = redis.call('ZCARD', key)
+  return {first = first, newest = newest, rank = rank, count = count,
+    used = newest[3] - (first[3] - first[2])}
+end
+
+-- How long until the entry stamped ts stops counting (at most W: an entry stamped in the
+-- future is read as leaving W from now).
+local function sl_expires_in(i, ts)
+  local w = param(i, 2)
+  return math.min(math.max(ts + w - now, 0), w)
+end
+
+-- The entry at `rank` (a ZRANGE by rank: O(log e)).
+local function sl_at(i, rank)
+  return sl_parse(redis.call('ZRANGE', KEYS[i], rank, rank)[1])
+end
+
+-- Writes the newest entry of a charge: drops the expired members, rewrites the entry
+-- stamped e[1], and sets PX to the time until it expires (it is the newest).
+local function sl_write_newest(i, e)
+  local key, w = KEYS[i], param(i, 2)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', now - w))
+  local fts = string.format('%.0f', e[1])
+  redis.call('ZREMRANGEBYSCORE', key, fts, fts)
+  redis.call('ZADD', key, fts, sl_member(e))
+  redis.call('PEXPIRE', key,
+    string.format('%.0f', math.max(1, min_ttl, math.ceil((e[1] + w - now) / 1000))))
 end
 
 -- Fixed window and counter states written under another window length: the units still
@@ -106,8 +179,13 @@ local function load(i)
   local key = KEYS[i]
   local v = cache[key]
   if v == nil then
-    local raw = redis.call('GET', key)
-    if algo(i) == 2 then
+    local raw = nil
+    if algo(i) ~= 4 then
+      raw = redis.call('GET', key)
+    end
+    if algo(i) == 4 then
+      v = sl_load(i)
+    elseif algo(i) == 2 then
       v = {0, 0}
       if raw then
         local a, b, d = string.match(raw, '^(%d+):(%d+):(%d+)$')
@@ -126,9 +204,9 @@ local function load(i)
     else
       v = 0
       if raw then
-        local a, b = string.match(raw, '^(%d+):(%d+)$')
+        local a, b, c = string.match(raw, '^(%d+):(%d+):?(%d*)$')
         if a then
-          v = gcra_in_force(i, tonumber(a), tonumber(b))
+          v = gcra_in_force(i, tonumber(a), tonumber(b), tonumber(c) or -1)
         end
       end
     end
@@ -189,7 +267,12 @@ end
 
 local function store(i, st)
   local key = KEYS[i]
-  if algo(i) == 3 then
+  if algo(i) == 4 then
+    -- A charge always changes (or adds) the newest entry.
+    if st.newest then
+      sl_write_newest(i, st.newest)
+    end
+  elseif algo(i) == 3 then
     if st[2] <= 0 and st[3] <= 0 then
       redis.call('DEL', key)
     else
@@ -207,7 +290,7 @@ local function store(i, st)
   elseif st <= now then
     redis.call('DEL', key)
   else
-    redis.call('SET', key, string.format('%.0f:%.0f', st, param(i, 2)), 'PX',
+    redis.call('SET', key, string.format('%.0f:%.0f:%.0f', st, param(i, 2), param(i, 3)), 'PX',
       string.format('%.0f', math.max(min_ttl, math.ceil((st - now) / 1000))))
   end
 end
@@ -219,6 +302,8 @@ local function current(i)
     return fw_current(i, st)
   elseif algo(i) == 3 then
     return sw_current(i, st)
+  elseif algo(i) == 4 then
+    return st
   end
   return math.max(st, now)
 end
@@ -226,6 +311,49 @@ end
 -- verdict for the current state: code, new state (nil = no change), retry_after
 local function verdict(i, st)
   local cost = cost_of(i)
+  if algo(i) == 4 then
+    -- Sliding log: used = units of the live entries; allowed when used + n <= limit (then
+    -- merged into the newest entry when it is stamped now or later, else appended);
+    -- denied: retry_after = the expiry of the first entry (oldest first) at which the units
+    -- expired so far reach used + n - limit (a binary search over the running totals).
+    local limit = param(i, 3)
+    if cost > limit then
+      return 2, nil, 0
+    end
+    if cost == 0 then
+      return 0, nil, 0
+    end
+    if cost <= limit - st.used then
+      local newest
+      local last = st.newest
+      if st.first and last[1] >= now then
+        newest = {last[1], last[2] + cost, last[3] + cost}
+      else
+        local total = 0
+        if last then
+          total = last[3]
+        end
+        newest = {now, cost, total + cost}
+      end
+      local first = st.first or newest
+      return 0, {first = first, newest = newest, rank = st.rank, count = st.count,
+        used = st.used + cost}, 0
+    end
+    local need = st.used + cost - limit
+    local before = st.first[3] - st.first[2]
+    local lo, hi = st.rank, st.count - 1
+    while lo < hi do
+      local mid = math.floor((lo + hi) / 2)
+      local e = sl_at(i, mid)
+      if e[3] - before >= need then
+        hi = mid
+      else
+        lo = mid + 1
+      end
+    end
+    local k = sl_at(i, lo) or st.newest
+    return 1, nil, sl_expires_in(i, k[1])
+  end
   if algo(i) == 3 then
     local limit, w = param(i, 3), param(i, 2)
     if cost > limit then
@@ -277,13 +405,21 @@ end
 local function receipt(i, next_state)
   if algo(i) == 1 then
     return next_state
+  elseif algo(i) == 4 then
+    return next_state.newest[1]
   end
   return next_state[1]
 end
 
 local function report(out, i, code, st, retry, stamp)
   local remaining, reset
-  if algo(i) == 3 then
+  if algo(i) == 4 then
+    remaining = math.max(param(i, 3) - st.used, 0)
+    reset = 0
+    if st.first then
+      reset = sl_expires_in(i, st.newest[1])
+    end
+  elseif algo(i) == 3 then
     local limit, w = param(i, 3), param(i, 2)
     local budget = math.floor(math.max(limit * w - st[3] * (w - sw_elapsed(i, st)), 0) / w)
     remaining = math.max(budget - st[2], 0)
@@ -336,6 +472,41 @@ local function refund(i)
   if s < 0 or cost <= 0 then
     return
   end
+  if algo(i) == 4 then
+    -- Sliding log: at most cost units off the entry stamped s, while s + W > now; the
+    -- running totals of the entries from it on drop by what comes back (O(entries after
+    -- it), usually none: the refunded charge is mostly the newest).
+    local key, w = KEYS[i], param(i, 2)
+    if s + w <= now then
+      return
+    end
+    local fs = string.format('%.0f', s)
+    local e = sl_parse(redis.call('ZRANGEBYSCORE', key, fs, fs)[1])
+    if not e then
+      return
+    end
+    local back = math.min(cost, e[2])
+    local later = redis.call('ZRANGEBYSCORE', key, '(' .. fs, '+inf')
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', now - w))
+    redis.call('ZREMRANGEBYSCORE', key, fs, '+inf')
+    if e[2] > back then
+      redis.call('ZADD', key, fs, sl_member({e[1], e[2] - back, e[3] - back}))
+    end
+    for _, m in ipairs(later) do
+      local x = sl_parse(m)
+      if x then
+        redis.call('ZADD', key, string.format('%.0f', x[1]), sl_member({x[1], x[2], x[3] - back}))
+      end
+    end
+    -- Emptying the set deleted the key (and its TTL): PX again from the newest entry left.
+    local newest = sl_parse(redis.call('ZRANGE', key, -1, -1)[1])
+    if newest then
+      redis.call('PEXPIRE', key,
+        string.format('%.0f', math.max(1, min_ttl, math.ceil((newest[1] + w - now) / 1000))))
+    end
+    cache[key] = nil
+    return
+  end
   if algo(i) == 1 then
     local st = load(i)
     local t, tau = param(i, 2), param(i, 3)
@@ -383,6 +554,103 @@ end
 
 if mode == 'peek' then
   return peek_all()
+end
+
+-- 'reserve:<max_wait>': the Delay mode's reservation, all-or-nothing like 'check'.
+--   GCRA (kind 1, the twin of Gcra::reserve): tat = max(stored, now) read as stored (turns
+--     already booked included); new_tat = tat + n * T; wait = max(new_tat - tau - now, 0);
+--     reserved when wait <= max_wait (TAT := new_tat, delay = wait), else denied with
+--     retry_after = wait - max_wait, final.
+--   Leaky-bucket shaper (kind 2, the twin of LeakyBucket::shape): tat = the state in force;
+--     delay = tat - now; queued when the meter allows and delay <= max_wait, else denied with
+--     retry_after = max(the meter's retry_after, delay - max_wait), final.
+--   Other algorithms (kind -1) check; their denials are not final (check-and-retry).
+--   The delay of the request is the longest of its policies'.
+local max_wait = nil
+if string.sub(mode, 1, 8) == 'reserve:' then
+  max_wait = tonumber(string.sub(mode, 9))
+end
+if max_wait then
+  local out = {server_now, 0}
+  local writes = {}
+  local delay = 0
+  for i = 1, n do
+    local kind = stamp_of(i)
+    local cost = cost_of(i)
+    local code, next_state, retry, wait, shown = 0, nil, 0, 0, nil
+    if kind == 1 then
+      local t, tau, burst = param(i, 2), param(i, 3), param(i, 4)
+      local tat = math.max(load(i), now)
+      shown = tat
+      if cost > burst then
+        code = 2
+      elseif cost > 0 then
+        local new_tat = tat + cost * t
+        local w = math.max(new_tat - tau - now, 0)
+        if w <= max_wait then
+          next_state, shown, wait = new_tat, new_tat, w
+        else
+          code, retry = 1, w - max_wait
+        end
+      end
+    elseif kind == 2 then
+      -- The shaper reads the state in force, at most tau ahead (LeakyBucket::shape).
+      local st = math.min(current(i), now + param(i, 3))
+      shown = st
+      if cost > 0 then
+        local d = st - now
+        local c, ns, r = verdict(i, st)
+        if c == 0 and d <= max_wait then
+          next_state, shown, wait = ns, ns, d
+        elseif c == 2 then
+          code = 2
+        else
+          code, retry = 1, math.max(r, d - math.min(max_wait, d))
+        end
+      end
+    else
+      local st = current(i)
+      code, next_state, retry = verdict(i, st)
+      shown = next_state or st
+    end
+    if code ~= 0 then
+      -- Nothing written: this policy reports its refusal, the others their state as is.
+      cache = {}
+      local denied_out = {server_now, 0}
+      for j = 1, n do
+        if j == i then
+          report(denied_out, i, code, shown, retry, -1)
+        else
+          local sj = current(j)
+          local cj, _, rj = verdict(j, sj)
+          report(denied_out, j, cj, sj, rj, -1)
+        end
+      end
+      local final = 0
+      if kind > 0 or code == 2 then
+        final = 1
+      end
+      denied_out[#denied_out + 1] = 0
+      denied_out[#denied_out + 1] = final
+      return denied_out
+    end
+    if next_state then
+      cache[KEYS[i]] = next_state
+      writes[i] = next_state
+      report(out, i, 0, next_state, 0, receipt(i, next_state))
+    else
+      report(out, i, 0, shown, 0, -1)
+    end
+    delay = math.max(delay, wait)
+  end
+  for i = 1, n do
+    if writes[i] then
+      store(i, writes[i])
+    end
+  end
+  out[#out + 1] = delay
+  out[#out + 1] = 0
+  return out
 end
 
 local out = {server_now, 0}

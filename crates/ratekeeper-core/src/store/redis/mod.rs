@@ -15,8 +15,10 @@
 //!   (`T` and `W` are the quota's ns values rounded up to a whole µs, so quotas whose `T` and
 //!   `W` are whole µs decide exactly like the memory store: the conformance suite checks it).
 //!   Policies with different algorithms on one client key still run in one atomic call. The
-//!   sliding log and the concurrency counter are refused at build time
-//!   ([`StoreError::UnsupportedAlgorithm`]) until their twins exist. The script is
+//!   sliding log ([`SlidingLog`](crate::algorithm::SlidingLog)) has its twin too (see
+//!   "Sliding log" below). The concurrency counter is refused as a policy at build time
+//!   ([`StoreError::UnsupportedAlgorithm`]): shared concurrency limits use
+//!   [`RedisStore::slots`] instead (see "Concurrency slots" below). The script is
 //!   sent with `EVALSHA`; on `NOSCRIPT` (after a restart or a `SCRIPT FLUSH`) the
 //!   [`redis::Script`] type loads it and retries, so no manual step is ever needed.
 //! - **One time source.** Every time that enters a decision comes from Redis `TIME` inside the
@@ -32,7 +34,7 @@
 //!   longer than 128 bytes become `h:<sha1>`. `v2` is the state-format version: a deploy
 //!   that changes the layout uses new keys and never reads the old ones.
 //! - **State layout (v2)** records the parameter each state was written under: GCRA
-//!   `"<TAT>:<T>"`, fixed window `"<window>:<count>:<W>"`, sliding window counter
+//!   `"<TAT>:<T>:<tau>"` (tau recorded since the Delay-mode reservations, see below), fixed window `"<window>:<count>:<W>"`, sliding window counter
 //!   `"<window>:<current>:<previous>:<W>"` (all in µs).
 //! - **Parameters in force.** State written under an old quota (another deploy, same policy
 //!   name) is read under the quota now in force, so a raised quota applies at once and a
@@ -59,6 +61,74 @@
 //!   Charges for different client keys (different slots) are checked one key group after the
 //!   other; when a later group denies, the groups already charged are refunded with the
 //!   receipts they just took (reserve-then-refund).
+//!
+//! # Sliding log
+//!
+//! One sorted set per (policy, client key), `rl:v2:{<client key>}:<policy>`, one member
+//! `"<ts>:<units>:<end>"` per log entry scored by its timestamp `ts` (µs), where `end` is the
+//! running total of units through the entry (as the memory store's `SlidingLogState`), so a
+//! request of cost `n` adds one entry, not `n` (charges at one instant merge into one
+//! entry). The decision is
+//! the memory store's, in µs, over the window `(now - W, now]` (an entry stops counting at
+//! `ts + W`):
+//!
+//! ```text
+//! used        = units of the entries with ts + W > now
+//! allowed     = used + n <= limit           // then merge into the newest entry if it is
+//!                                           // stamped now or later, else add (now, n)
+//! retry_after = ts_k + W - now               // k: first entry (oldest first) at which the
+//!                                           // units expired so far reach used + n - limit
+//! remaining   = limit - used'                // used' after the charge
+//! reset_after = newest ts + W - now (at most W), 0 when empty
+//! ```
+//!
+//! `n > limit` can never fit; `n = 0` passes and writes nothing. With the running totals,
+//! `used` is `end(newest) - end(oldest live) + units(oldest live)`: a check reads the oldest
+//! live and the newest member (O(log e) each for `e` members), and a denial finds entry `k`
+//! by a binary search over ranks (O(log² e)), never the whole log; a refund rewrites the
+//! entries after the refunded one (usually none). An empty log starts its totals at 0.
+//! A write drops the expired members and sets `PX` to the time until the newest entry
+//! expires (`ts + W - now`, rounded up to a ms), so the set disappears with its last entry.
+//! It is all-or-nothing with the key's other policies (same script call). The receipt stamp
+//! is the entry's timestamp (µs); a refund takes at most its units off that entry while
+//! `ts + W > now`, and nothing after.
+//!
+//! # Reservations (Delay mode)
+//!
+//! [`Store::reserve`] books the request's turn in one script call (`reserve` mode), the twin
+//! of the memory store's [`MemoryStore::reserve_now`](crate::store::MemoryStore::reserve_now),
+//! all-or-nothing across the key's policies:
+//!
+//! ```text
+//! GCRA:  tat = max(stored TAT, now)   // read as stored: turns already booked count
+//!        new_tat = tat + n * T; wait = max(new_tat - tau - now, 0)
+//!        wait <= max_wait: reserved, TAT := new_tat, delay = wait
+//!        otherwise: denied, final, retry_after = wait - max_wait
+//! leaky bucket (shaper): tat = min(max(stored, now), now + tau); delay = tat - now
+//!        queued when the meter allows and delay <= max_wait, else denied, final, with
+//!        retry_after = max(meter's retry_after, delay - max_wait)
+//! windows, sliding log: a check (allowed now, or a denial that is not final)
+//! ```
+//!
+//! The request's delay is the longest of its policies'. A reserved request is already
+//! charged; its receipts give the turn back if the waiter is dropped ([`Store::refund`]): the
+//! whole slot when it is still the latest booking, nothing while a later reservation waits
+//! behind it (so a newcomer never takes someone else's turn). A GCRA state now records its
+//! `tau` (`"<TAT>:<T>:<tau>"`): under unchanged parameters a TAT beyond `now + tau` is
+//! booked turns and is read as stored; a state written under another `tau` (or by an earlier
+//! deploy, `"<TAT>:<T>"`) is clamped to `now + tau` as before. Reservations skip the negative
+//! cache. Denials of several client keys undo the keys already reserved (their bookings are
+//! the latest, so the refund gives the whole slot back).
+//!
+//! # Concurrency slots
+//!
+//! [`RedisStore::slots`] gives [`RedisSlots`]: per client key a sorted set of slot ids
+//! scored by lease expiry (Redis `TIME`, ms), `rl:v2:{<client key>}:conc:<name>`. A slot is
+//! taken in one script call when fewer than `max` unexpired leases are held; the lease
+//! (default 10 s) is renewed every `lease / 3` while the request runs and released when the
+//! response body ends, so the slots of an instance that dies free themselves at most
+//! `lease` after its death. Every write sets `PX = lease`. The keyed concurrency layer of
+//! `ratekeeper-tower` uses them through its `shared` builder option.
 //!
 //! # When Redis fails
 //!
@@ -149,8 +219,10 @@ mod guard;
 mod keys;
 mod negative;
 mod script;
+mod slots;
 
 pub use builder::RedisStoreBuilder;
+pub use slots::RedisSlots;
 
 use std::fmt;
 use std::future::Future;
@@ -162,7 +234,9 @@ use std::time::Duration;
 use breaker::Breaker;
 use failure::Failover;
 use negative::NegativeCache;
-use script::{ALGO_SLIDING_WINDOW, BadReply, Group, Mode, RedisPolicy, ScriptRunner, unavailable};
+use script::{
+    ALGO_FIXED_WINDOW, ALGO_GCRA, BadReply, Group, Mode, RedisPolicy, ScriptRunner, unavailable,
+};
 
 use super::{Charge, Checked, Decisions, PolicyId, Receipt, Refund, Store, StoreError};
 use crate::clock::Clock;
@@ -238,34 +312,88 @@ impl Shared {
             charged += 1;
         }
         if denied {
-            for (g, group) in groups.iter().enumerate() {
-                let rows = if g < charged {
-                    let receipts = group.slots.iter().map(|s| {
-                        results
-                            .get(*s)
-                            .copied()
-                            .flatten()
-                            .map_or(Receipt::NONE, |r| r.1)
-                    });
-                    self.script
-                        .call(&group.refund_of(receipts), Mode::Refund)
-                        .await?
-                } else if group
-                    .slots
-                    .iter()
-                    .any(|s| results.get(*s).is_some_and(Option::is_none))
-                {
-                    self.script.call(group, Mode::Peek).await?
-                } else {
-                    continue;
-                };
-                place(&mut results, group, rows);
-            }
+            self.undo(groups, charged, &mut results).await?;
         }
-        let all: Option<Vec<(Decision, Receipt)>> = results.into_iter().collect();
-        all.map(Decisions::with_receipts)
-            .ok_or_else(|| unavailable(BadReply("missing decision")))
+        collect(results)
     }
+
+    /// After a denial in group `charged`: refunds the groups charged before it with the
+    /// receipts they just took and peeks the groups not reached, so every charge reports its
+    /// state as it now is.
+    async fn undo(
+        &self,
+        groups: &[Group],
+        charged: usize,
+        results: &mut [Option<(Decision, Receipt)>],
+    ) -> Result<(), StoreError> {
+        for (g, group) in groups.iter().enumerate() {
+            let rows = if g < charged {
+                let receipts = group.slots.iter().map(|s| {
+                    results
+                        .get(*s)
+                        .copied()
+                        .flatten()
+                        .map_or(Receipt::NONE, |r| r.1)
+                });
+                self.script
+                    .call(&group.refund_of(receipts), Mode::Refund)
+                    .await?
+            } else if group
+                .slots
+                .iter()
+                .any(|s| results.get(*s).is_some_and(Option::is_none))
+            {
+                self.script.call(group, Mode::Peek).await?
+            } else {
+                continue;
+            };
+            place(results, group, rows);
+        }
+        Ok(())
+    }
+
+    /// Reserves every group (the Delay mode), all-or-nothing like [`Shared::run`]: the
+    /// delay is the longest of the groups'; a denial undoes the groups already reserved
+    /// (their reservations are the latest, so their refunds give back the whole slot) and
+    /// is final when the denying group says so.
+    async fn reserve(
+        &self,
+        groups: &[Group],
+        len: usize,
+        max_wait: Duration,
+    ) -> Result<Decisions, StoreError> {
+        let mut results: Vec<Option<(Decision, Receipt)>> = vec![None; len];
+        let mut charged = 0;
+        let mut delay = Duration::ZERO;
+        let mut denied = None;
+        for group in groups {
+            let answer = self.script.reserve(group, max_wait).await?;
+            let allowed = answer.rows.iter().all(|(d, _)| d.is_allowed());
+            place(&mut results, group, answer.rows);
+            if !allowed {
+                denied = Some(answer.is_final);
+                break;
+            }
+            delay = delay.max(answer.delay);
+            charged += 1;
+        }
+        match denied {
+            Some(is_final) => {
+                self.undo(groups, charged, &mut results).await?;
+                let all: Option<Vec<Decision>> =
+                    results.into_iter().map(|r| r.map(|r| r.0)).collect();
+                all.map(|d| Decisions::new(d).with_final(is_final))
+                    .ok_or_else(|| unavailable(BadReply("missing decision")))
+            }
+            None => collect(results).map(|d| d.with_delay(delay)),
+        }
+    }
+}
+
+fn collect(results: Vec<Option<(Decision, Receipt)>>) -> Result<Decisions, StoreError> {
+    let all: Option<Vec<(Decision, Receipt)>> = results.into_iter().collect();
+    all.map(Decisions::with_receipts)
+        .ok_or_else(|| unavailable(BadReply("missing decision")))
 }
 
 fn place(
@@ -285,10 +413,13 @@ fn place(
 /// Built with [`RedisStore::builder`]; see the [module docs](self) for the script, keys,
 /// TTLs, receipts, time, failure policy, breaker and negative cache. Supports
 /// [`Algorithm::Gcra`](crate::Algorithm::Gcra),
-/// [`Algorithm::LeakyBucket`](crate::Algorithm::LeakyBucket) (as a meter),
-/// [`Algorithm::FixedWindow`](crate::Algorithm::FixedWindow) and
-/// [`Algorithm::SlidingWindow`](crate::Algorithm::SlidingWindow); the others are refused at
-/// build time with [`StoreError::UnsupportedAlgorithm`].
+/// [`Algorithm::LeakyBucket`](crate::Algorithm::LeakyBucket) (a meter when checked, a
+/// shaper when reserved),
+/// [`Algorithm::FixedWindow`](crate::Algorithm::FixedWindow),
+/// [`Algorithm::SlidingWindow`](crate::Algorithm::SlidingWindow) and
+/// [`Algorithm::SlidingLog`](crate::Algorithm::SlidingLog); the concurrency counter is
+/// refused at build time with [`StoreError::UnsupportedAlgorithm`] (use
+/// [`RedisStore::slots`]). [`Store::reserve`] reserves exactly for GCRA and the leaky bucket.
 ///
 /// # Runtime
 ///
@@ -347,6 +478,18 @@ impl RedisStore {
     pub fn redis_key(&self, policy: PolicyId, key: &Key) -> Option<String> {
         let p = self.policies.get(policy.index())?;
         Some(keys::full(&self.shared.prefix, &keys::tag(key), &p.name))
+    }
+
+    /// Concurrency slots shared through this store's Redis (same connection, prefix,
+    /// deadline and failure policy), for the keyed concurrency layer: see [`RedisSlots`]
+    /// for the leases, their renewal and how fast a dead instance's slots free.
+    pub fn slots(&self) -> RedisSlots {
+        RedisSlots::new(
+            self.shared.script.conn(),
+            self.shared.prefix.clone(),
+            self.shared.deadline,
+            self.failover.policy,
+        )
     }
 
     /// Checks owned charges all-or-nothing (the async form of [`Store::check`]).
@@ -411,6 +554,75 @@ impl RedisStore {
         Ok(groups)
     }
 
+    /// Reserves owned charges for a request that may wait up to `max_wait` (the async form
+    /// of [`Store::reserve`]; see the module docs, "Reservations").
+    ///
+    /// # Errors
+    ///
+    /// As [`RedisStore::check_async`].
+    pub async fn reserve_async(
+        &self,
+        charges: &[OwnedCharge],
+        max_wait: Duration,
+    ) -> Result<Decisions, StoreError> {
+        match self.reserve_owned(charges.to_vec(), max_wait) {
+            Checked::Ready(result) => result,
+            Checked::Pending(future) => future.await,
+        }
+    }
+
+    fn reserve_owned(&self, charges: Vec<OwnedCharge>, max_wait: Duration) -> Checked<RedisCheck> {
+        // Each key's stamp says how its policy reserves (see `limiter.lua`).
+        let kinds = charges.iter().map(|(p, k, c)| {
+            let kind = self
+                .policies
+                .get(p.index())
+                .map_or(script::RESERVE_NONE, |rp| rp.reserve);
+            let stamp = if kind == script::RESERVE_NONE {
+                Receipt::NONE
+            } else {
+                Receipt::new(kind)
+            };
+            (*p, k, *c, stamp)
+        });
+        let groups = match self.groups(kinds) {
+            Ok(groups) => groups,
+            Err(err) => return Checked::Ready(Err(err)),
+        };
+        let shared = &self.shared;
+        if !shared.breaker.admit(shared.app.now()) {
+            let err = StoreError::Unavailable(Box::new(BreakerOpen));
+            return Checked::Ready(self.failover.apply(&charges, err, &shared.degraded));
+        }
+        let shared = Arc::clone(&self.shared);
+        let failover = self.failover.clone();
+        Checked::Pending(Box::pin(async move {
+            let run = shared.reserve(&groups, charges.len(), max_wait);
+            let started = std::time::Instant::now();
+            let result = match tokio::time::timeout(shared.deadline, run).await {
+                Ok(result) => result,
+                Err(_) => Err(StoreError::Timeout),
+            };
+            metrics::histogram!(
+                "ratekeeper_store_latency_seconds",
+                "outcome" => if result.is_ok() { "ok" } else { "error" }
+            )
+            .record(started.elapsed().as_secs_f64());
+            match result {
+                Ok(decisions) => {
+                    shared.breaker.success();
+                    shared.redis_decisions.fetch_add(1, Ordering::Relaxed);
+                    Ok(decisions)
+                }
+                Err(err) => {
+                    shared.breaker.failure(shared.app.now());
+                    shared.count_error();
+                    failover.apply(&charges, err, &shared.degraded)
+                }
+            }
+        }))
+    }
+
     fn check_owned(&self, charges: Vec<OwnedCharge>) -> Checked<RedisCheck> {
         let shared = &self.shared;
         let groups = match self.groups(charges.iter().map(|(p, k, c)| (*p, k, *c, Receipt::NONE))) {
@@ -431,7 +643,7 @@ impl RedisStore {
         let cacheable = charges.iter().all(|(p, _, _)| {
             self.policies
                 .get(p.index())
-                .is_some_and(|p| p.algo != ALGO_SLIDING_WINDOW)
+                .is_some_and(|p| matches!(p.algo, ALGO_GCRA | ALGO_FIXED_WINDOW))
         });
         let shared = Arc::clone(&self.shared);
         let failover = self.failover.clone();
@@ -509,6 +721,16 @@ impl Store<Key> for RedisStore {
             .map(|c| (c.policy, c.key.clone(), c.cost))
             .collect();
         self.check_owned(owned)
+    }
+
+    /// Reserves exactly for GCRA and the leaky bucket (see the module docs,
+    /// "Reservations"); the other algorithms check, and their denials are not final.
+    fn reserve(&self, charges: &[Charge<'_, Key>], max_wait: Duration) -> Checked<Self::Future> {
+        let owned = charges
+            .iter()
+            .map(|c| (c.policy, c.key.clone(), c.cost))
+            .collect();
+        self.reserve_owned(owned, max_wait)
     }
 
     /// Spawns the refund on the current tokio runtime (dropped with a warning outside one);

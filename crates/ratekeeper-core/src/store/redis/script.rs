@@ -19,6 +19,12 @@ use crate::{Algorithm, Decision, Outcome, Policy};
 pub(super) const ALGO_GCRA: u64 = 1;
 pub(super) const ALGO_FIXED_WINDOW: u64 = 2;
 pub(super) const ALGO_SLIDING_WINDOW: u64 = 3;
+pub(super) const ALGO_SLIDING_LOG: u64 = 4;
+
+/// How a policy reserves in a `reserve` call (sent in the stamp slot; see `limiter.lua`).
+pub(super) const RESERVE_NONE: u64 = 0;
+pub(super) const RESERVE_GCRA: u64 = 1;
+pub(super) const RESERVE_SHAPER: u64 = 2;
 
 /// Lua numbers are doubles: integers are exact up to 2^53.
 const MAX_EXACT: u64 = 1 << 53;
@@ -36,6 +42,9 @@ pub(super) struct RedisPolicy {
     /// W µs, limit, 0).
     pub(super) algo: u64,
     pub(super) params: [u64; 3],
+    /// How the policy reserves for the Delay mode ([`RESERVE_GCRA`], [`RESERVE_SHAPER`] or
+    /// [`RESERVE_NONE`]: a check).
+    pub(super) reserve: u64,
 }
 
 impl RedisPolicy {
@@ -43,11 +52,17 @@ impl RedisPolicy {
     ///
     /// # Errors
     ///
-    /// [`StoreError::UnsupportedAlgorithm`] for the sliding log and the concurrency counter;
+    /// [`StoreError::UnsupportedAlgorithm`] for the concurrency counter (see
+    /// `RedisStore::concurrency` for shared concurrency slots);
     /// [`StoreError::UnsupportedQuota`] when the state would span more than
     /// [`MAX_TOLERANCE_MICROS`] or a sliding window's `2 * limit * W` reaches 2^53 µs.
     pub(super) fn new(policy: &Policy) -> Result<Self, StoreError> {
         let quota = policy.quota();
+        let reserve = match policy.algorithm() {
+            Algorithm::Gcra => RESERVE_GCRA,
+            Algorithm::LeakyBucket => RESERVE_SHAPER,
+            _ => RESERVE_NONE,
+        };
         let (algo, params, capacity, span_us) = match policy.algorithm() {
             // The leaky-bucket meter is GCRA with capacity = queue depth (= burst).
             Algorithm::Gcra | Algorithm::LeakyBucket => {
@@ -82,6 +97,15 @@ impl RedisPolicy {
                 }
                 (ALGO_SLIDING_WINDOW, [w_us, limit, 0], quota.limit(), w_us)
             }
+            Algorithm::SlidingLog => {
+                let w_us = quota.period_nanos().div_ceil(1_000).max(1);
+                (
+                    ALGO_SLIDING_LOG,
+                    [w_us, u64::from(quota.limit()), 0],
+                    quota.limit(),
+                    w_us,
+                )
+            }
             other => return Err(StoreError::UnsupportedAlgorithm(other)),
         };
         if span_us > MAX_TOLERANCE_MICROS {
@@ -98,6 +122,7 @@ impl RedisPolicy {
             capacity,
             algo,
             params,
+            reserve,
         })
     }
 }
@@ -182,16 +207,28 @@ pub(super) enum Mode {
     Peek,
     /// Give back what each receipt still holds.
     Refund,
+    /// Reserve every key or none for a request that may wait up to this many µs (the
+    /// Delay mode); each key's stamp says how its policy reserves.
+    Reserve(u64),
 }
 
 impl Mode {
-    const fn as_str(self) -> &'static str {
+    fn arg(self) -> String {
         match self {
-            Self::Check => "check",
-            Self::Peek => "peek",
-            Self::Refund => "refund",
+            Self::Check => "check".to_owned(),
+            Self::Peek => "peek".to_owned(),
+            Self::Refund => "refund".to_owned(),
+            Self::Reserve(max_wait_us) => format!("reserve:{max_wait_us}"),
         }
     }
+}
+
+/// The answer of a `reserve` call: the rows, the delay and whether a denial is final.
+#[derive(Debug)]
+pub(super) struct Reservation {
+    pub(super) rows: Vec<(Decision, Receipt)>,
+    pub(super) delay: Duration,
+    pub(super) is_final: bool,
 }
 
 #[derive(Clone)]
@@ -251,6 +288,11 @@ impl ScriptRunner {
         }
     }
 
+    /// The connection (a cheap clone of the manager or cluster handle).
+    pub(super) fn conn(&self) -> Conn {
+        self.conn.clone()
+    }
+
     /// Whether decision time is injected (`ARGV[1]`) instead of read from Redis `TIME`.
     pub(super) fn injected(&self) -> bool {
         self.now.is_some()
@@ -271,6 +313,39 @@ impl ScriptRunner {
         group: &Group,
         mode: Mode,
     ) -> Result<Vec<(Decision, Receipt)>, StoreError> {
+        let rows = self.call_raw(group, mode).await?;
+        parse_rows(group, &rows)
+    }
+
+    /// A `reserve` round trip (see [`ScriptRunner::call`]): the rows, then the delay (µs)
+    /// and finality.
+    pub(super) async fn reserve(
+        &self,
+        group: &Group,
+        max_wait: Duration,
+    ) -> Result<Reservation, StoreError> {
+        let max_wait_us = u64::try_from(max_wait.as_micros()).unwrap_or(u64::MAX);
+        // Lua numbers are exact up to 2^53: a longer wait is "unbounded" anyway.
+        let mut rows = self
+            .call_raw(group, Mode::Reserve(max_wait_us.min(MAX_EXACT)))
+            .await?;
+        if rows.len() != group.len() * 5 + 2 {
+            return Err(unavailable(BadReply("wrong number of values")));
+        }
+        let tail = rows.split_off(group.len() * 5);
+        let (delay, is_final) = match tail.as_slice() {
+            &[delay, is_final] => (delay, is_final == 1),
+            _ => return Err(unavailable(BadReply("no reservation"))),
+        };
+        Ok(Reservation {
+            rows: parse_rows(group, &rows)?,
+            delay: Duration::from_micros(u64::try_from(delay).unwrap_or(0)),
+            is_final,
+        })
+    }
+
+    /// One round trip; the values after the server time and the status.
+    async fn call_raw(&self, group: &Group, mode: Mode) -> Result<Vec<i64>, StoreError> {
         let now_arg = self
             .now
             .as_ref()
@@ -278,7 +353,7 @@ impl ScriptRunner {
         let sent = self.app_micros();
         let stale = match mode {
             Mode::Refund => None,
-            Mode::Check | Mode::Peek => self.guard.limit(sent),
+            Mode::Check | Mode::Peek | Mode::Reserve(_) => self.guard.limit(sent),
         }
         .map_or_else(String::new, |g| g.to_string());
         let mut invocation = self.script.prepare_invoke();
@@ -288,7 +363,7 @@ impl ScriptRunner {
         invocation
             .arg(now_arg)
             .arg(stale)
-            .arg(mode.as_str())
+            .arg(mode.arg())
             .arg(self.min_ttl_ms);
         for (params, stamp) in group.params.iter().zip(&group.stamps) {
             for v in params {
@@ -313,7 +388,7 @@ impl ScriptRunner {
             1 => return Err(StoreError::Timeout),
             _ => return Err(unavailable(BadReply("unknown status"))),
         }
-        parse_rows(group, rows)
+        Ok(rows.to_vec())
     }
 }
 

@@ -1,0 +1,295 @@
+//! Concurrency slots in Redis (`concurrency.lua`): leases renewed while their request runs.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use super::keys;
+use super::script::{BadReply, Conn, unavailable};
+use crate::Key;
+use crate::store::slots::{AcquireFuture, Acquired, SharedSlots, SlotLease};
+use crate::store::{FailurePolicy, StoreError};
+
+/// Concurrency slots shared through Redis by every instance that uses the same Redis and
+/// prefix: at most `max` requests in flight per client key across the fleet.
+///
+/// Made by [`RedisStore::slots`](super::RedisStore::slots) (same connection, prefix,
+/// deadline and failure policy as the store) and given to the keyed concurrency layer of
+/// `ratekeeper-tower` (`ConcurrencyLimitLayer::shared`).
+///
+/// # How a slot is held
+///
+/// - Per client key one sorted set, `<prefix>:v2:{<client key>}:conc:<name>`, whose members
+///   are slot ids scored by the expiry of their **lease**, in Redis `TIME` ms. Taking a slot
+///   is one script call: drop the members whose lease expired (score <= now), count the
+///   rest, add this slot with expiry `now + lease` when fewer than `max` are held.
+/// - While the request runs, its instance **renews** the lease every `renew = lease / 3`
+///   (expiry := now + lease), so a live request keeps its slot however long it runs.
+/// - When the response body ends (or the request is dropped), the slot is **released** (one
+///   `ZREM`). When an instance dies (`kill -9`, a crash, a network partition), its renewals
+///   stop and its slots expire on their own: **every slot of a dead instance is free at most
+///   `lease` after its death** (default lease 10 s, renewal every 3.33 s; set it with
+///   [`RedisSlots::lease`]). A lease renewal that fails (Redis slow or down) is retried at the
+///   next period; a lease not renewed within `lease` is lost, and the request then runs
+///   uncounted (logged as a warning).
+/// - **Cost**: one round trip to take a slot, one per held slot every `lease / 3` (a task
+///   per held slot on the current tokio runtime), one to release it. A longer lease means
+///   fewer renewals and a slower recovery from a dead instance.
+/// - **TTL**: every write sets `PX = lease`; no member expires later than that, so the key
+///   never outlives its slots and never lacks a TTL.
+/// - **Failures**: a slot that Redis cannot give within the store's deadline is answered
+///   with [`StoreError::Failed`] carrying the store's failure policy (the layer fails open
+///   for `Allow`, `Local` and `Degrade`, and answers 503 for `Deny`). A call that timed out
+///   may still have taken its slot; it is released at once in the background (at the
+///   latest it expires after `lease`).
+///
+/// Time is Redis `TIME` only (the store's injected clock does not apply): leases expire in
+/// real time.
+#[derive(Clone)]
+pub struct RedisSlots {
+    cfg: Arc<Config>,
+}
+
+#[derive(Clone)]
+struct Config {
+    conn: Conn,
+    script: redis::Script,
+    prefix: String,
+    name: String,
+    lease: Duration,
+    deadline: Duration,
+    on_failure: FailurePolicy,
+    /// Unique per `RedisSlots` (process id, start time): slot ids never collide across
+    /// instances.
+    instance: String,
+    next: Arc<AtomicU64>,
+}
+
+impl fmt::Debug for RedisSlots {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisSlots")
+            .field("name", &self.cfg.name)
+            .field("lease", &self.cfg.lease)
+            .field("renew", &self.renew_period())
+            .field("on_failure", &self.cfg.on_failure)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisSlots {
+    /// The default lease: 10 s (renewed every 3.33 s).
+    pub const DEFAULT_LEASE: Duration = Duration::from_secs(10);
+
+    /// The default name of the slot sets: `concurrency` (the policy name the layer reports).
+    pub const DEFAULT_NAME: &'static str = "concurrency";
+
+    pub(super) fn new(
+        conn: Conn,
+        prefix: String,
+        deadline: Duration,
+        on_failure: FailurePolicy,
+    ) -> Self {
+        let started = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
+        Self {
+            cfg: Arc::new(Config {
+                conn,
+                script: redis::Script::new(include_str!("concurrency.lua")),
+                prefix,
+                name: Self::DEFAULT_NAME.to_owned(),
+                lease: Self::DEFAULT_LEASE,
+                deadline,
+                on_failure,
+                instance: format!("{:x}-{started:x}", std::process::id()),
+                next: Arc::new(AtomicU64::new(0)),
+            }),
+        }
+    }
+
+    /// Names the slot sets (the `<name>` of the key), so several limits can share one
+    /// client key. Default [`RedisSlots::DEFAULT_NAME`].
+    #[must_use]
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        Arc::make_mut(&mut self.cfg).name = name.into();
+        self
+    }
+
+    /// Sets the lease (at least 3 ms; shorter values are raised to 3 ms): a dead instance's
+    /// slots are free at most this long after its death; a running request renews its lease
+    /// every `lease / 3`. Default [`RedisSlots::DEFAULT_LEASE`].
+    #[must_use]
+    pub fn lease(mut self, lease: Duration) -> Self {
+        Arc::make_mut(&mut self.cfg).lease = lease.max(Duration::from_millis(3));
+        self
+    }
+
+    /// The lease in force.
+    pub fn lease_time(&self) -> Duration {
+        self.cfg.lease
+    }
+
+    /// How often a running request renews its lease: `lease / 3`.
+    pub fn renew_period(&self) -> Duration {
+        self.cfg.lease / 3
+    }
+
+    /// The Redis key of `key`'s slots: `<prefix>:v2:{<encoded key>}:conc:<name>`.
+    pub fn redis_key(&self, key: &Key) -> String {
+        self.cfg.key(key)
+    }
+}
+
+impl Config {
+    fn key(&self, key: &Key) -> String {
+        keys::full(
+            &self.prefix,
+            &keys::tag(key),
+            &format!("conc:{}", self.name),
+        )
+    }
+
+    fn lease_ms(&self) -> u64 {
+        u64::try_from(self.lease.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// One script call: `{ok, held}`.
+    async fn run(&self, key: &str, op: &str, id: &str, max: u32) -> Result<(i64, i64), StoreError> {
+        let mut invocation = self.script.prepare_invoke();
+        invocation
+            .key(key)
+            .arg(op)
+            .arg(id)
+            .arg(max)
+            .arg(self.lease_ms());
+        let reply: Vec<i64> = match &self.conn {
+            Conn::Single(c) => invocation.invoke_async(&mut c.clone()).await,
+            Conn::Cluster(c) => invocation.invoke_async(&mut c.clone()).await,
+        }
+        .map_err(unavailable)?;
+        match reply.as_slice() {
+            &[ok, held] => Ok((ok, held)),
+            _ => Err(unavailable(BadReply("concurrency script: wrong reply"))),
+        }
+    }
+
+    async fn run_within_deadline(
+        &self,
+        key: &str,
+        op: &str,
+        id: &str,
+        max: u32,
+    ) -> Result<(i64, i64), StoreError> {
+        match tokio::time::timeout(self.deadline, self.run(key, op, id, max)).await {
+            Ok(result) => result,
+            Err(_) => Err(StoreError::Timeout),
+        }
+    }
+
+    /// Releases `id` in the background (on the current runtime, if any).
+    fn release_later(self: &Arc<Self>, key: String, id: String) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(
+                "redis concurrency slot released outside a tokio runtime; it expires with its lease"
+            );
+            return;
+        };
+        let cfg = Arc::clone(self);
+        runtime.spawn(async move {
+            if let Err(err) = cfg.run_within_deadline(&key, "release", &id, 0).await {
+                tracing::warn!(error = %err, "redis concurrency slot release failed; it expires with its lease");
+            }
+        });
+    }
+}
+
+/// A held slot: renews its lease every `lease / 3` until dropped, then releases it.
+struct Lease {
+    cfg: Arc<Config>,
+    key: String,
+    id: String,
+    renewer: tokio::task::JoinHandle<()>,
+}
+
+impl Lease {
+    fn start(cfg: Arc<Config>, key: String, id: String) -> Self {
+        let renewer = {
+            let (cfg, key, id) = (Arc::clone(&cfg), key.clone(), id.clone());
+            tokio::spawn(async move {
+                let period = cfg.lease / 3;
+                let mut tick =
+                    tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tick.tick().await;
+                    match cfg.run_within_deadline(&key, "renew", &id, 0).await {
+                        Ok((1, _)) => {}
+                        Ok(_) => {
+                            tracing::warn!(
+                                "redis concurrency slot expired before its renewal; the request runs uncounted"
+                            );
+                            return;
+                        }
+                        Err(err) => {
+                            tracing::warn!(error = %err, "redis concurrency slot renewal failed; retrying next period");
+                        }
+                    }
+                }
+            })
+        };
+        Self {
+            cfg,
+            key,
+            id,
+            renewer,
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.renewer.abort();
+        self.cfg
+            .release_later(std::mem::take(&mut self.key), std::mem::take(&mut self.id));
+    }
+}
+
+impl SharedSlots for RedisSlots {
+    fn acquire(&self, key: &Key, max: u32) -> AcquireFuture {
+        let cfg = Arc::clone(&self.cfg);
+        let redis_key = cfg.key(key);
+        let id = format!(
+            "{}:{}",
+            cfg.instance,
+            cfg.next.fetch_add(1, Ordering::Relaxed)
+        );
+        Box::pin(async move {
+            match cfg
+                .run_within_deadline(&redis_key, "acquire", &id, max)
+                .await
+            {
+                Ok((1, held)) => {
+                    let held = u32::try_from(held).unwrap_or(u32::MAX);
+                    let free = max.saturating_sub(held);
+                    Ok(Acquired::Held {
+                        lease: SlotLease::new(Lease::start(cfg, redis_key, id)),
+                        free,
+                    })
+                }
+                Ok(_) => Ok(Acquired::Full),
+                Err(err) => {
+                    if matches!(err, StoreError::Timeout) {
+                        // It may have reached Redis: give the slot back.
+                        cfg.release_later(redis_key, id);
+                    }
+                    Err(StoreError::Failed {
+                        policy: cfg.on_failure,
+                        source: Box::new(err),
+                    })
+                }
+            }
+        })
+    }
+}
