@@ -29,6 +29,8 @@
 mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;
+#[cfg(feature = "redis")]
+pub mod tiered;
 
 pub use memory::MemoryStore;
 

@@ -147,6 +147,7 @@ mod builder;
 mod failure;
 mod guard;
 mod keys;
+mod lease;
 mod negative;
 mod script;
 
