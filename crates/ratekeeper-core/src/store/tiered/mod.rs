@@ -230,6 +230,7 @@ impl TieredStoreBuilder {
                 ttl: nanos(self.ttl),
                 clock,
                 generation: AtomicU64::new(1),
+                epoch: AtomicU64::new(0),
                 last_sweep: AtomicU64::new(0),
                 decisions: AtomicU64::new(0),
                 local: AtomicU64::new(0),
@@ -270,6 +271,8 @@ struct Inner {
     /// The Redis store's decision clock (ns).
     clock: Arc<dyn Clock>,
     generation: AtomicU64,
+    /// Bumped by [`TieredStore::shutdown`]: background renewals started before give up.
+    epoch: AtomicU64,
     last_sweep: AtomicU64,
     decisions: AtomicU64,
     local: AtomicU64,
@@ -379,19 +382,28 @@ impl TieredStore {
             .map_or(0, |lease| lease.lock().held(now))
     }
 
-    /// Ends every lease and waits until the unused units are back in Redis (within the Redis
-    /// store's deadline per call). Checks made afterwards lease again.
+    /// Ends every lease (after the renewal in flight, if any) and waits until the unused units
+    /// are back in Redis (within the Redis store's deadline per call). Checks made afterwards lease again.
     ///
     /// # Errors
     ///
     /// The first Redis error (the other refunds are still sent; units not returned stay
     /// charged in Redis until their state expires).
     pub async fn shutdown(&self) -> Result<(), StoreError> {
+        let leases: Vec<((PolicyId, Key), Arc<Lease>)> = self
+            .inner
+            .leases
+            .iter()
+            .map(|e| (e.key().clone(), Arc::clone(e.value())))
+            .collect();
         let mut returns: Vec<(OwnedCharge, Receipt)> = Vec::new();
-        for entry in &self.inner.leases {
-            if let Some(unused) = entry.value().lock().take() {
-                let (policy, key) = entry.key();
-                returns.push(((*policy, key.clone(), unused.units), unused.receipt));
+        // Background renewals started before this point give up.
+        self.inner.epoch.fetch_add(1, Ordering::AcqRel);
+        for ((policy, key), lease) in leases {
+            // Wait for a renewal in flight, so its grant is returned too.
+            let _renewal = lease.renew.lock().await;
+            if let Some(unused) = lease.lock().take() {
+                returns.push(((policy, key, unused.units), unused.receipt));
             }
         }
         for ((_, _, units), _) in &returns {
@@ -454,11 +466,12 @@ impl TieredStore {
         let lease = Arc::clone(lease);
         let key = key.clone();
         let fixed_window = self.is_fixed_window(policy);
+        let epoch = inner.epoch.load(Ordering::Acquire);
         runtime.spawn(async move {
             let guard = lease.renew.lock().await;
             let now = inner.clock.now();
             let held = lease.lock().held(now);
-            if held.saturating_mul(4) <= target {
+            if held.saturating_mul(4) <= target && inner.epoch.load(Ordering::Acquire) == epoch {
                 inner.prefetches.fetch_add(1, Ordering::Relaxed);
                 let want = target.saturating_sub(held).max(1);
                 if let Ok(grant) = redis.lease(policy, &key, 1, want).await {
