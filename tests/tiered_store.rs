@@ -331,7 +331,7 @@ async fn unused_units_go_back_to_redis_and_refunds_go_back_into_the_lease() {
     );
     store.shutdown().await.expect("shutdown");
     assert_eq!(store.held(id, &key), 0);
-    assert!(store.stats().returned_units >= held + 1);
+    assert!(store.stats().returned_units > held);
     // 8 spent, 1 refunded: 7 units charged in Redis; this check takes the 8th.
     let d = plain
         .check_async(&[(plain_id, key.clone(), 1)])
