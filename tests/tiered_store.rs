@@ -15,7 +15,14 @@ use ratekeeper_axum::core::store::{
     Charge, Checked, Decisions, FailurePolicy, PolicyId, Refund, Store, StoreError,
 };
 use ratekeeper_axum::{Algorithm, Key, Policy, Quota};
+use ratekeeper_tests::TestServer;
 use ratekeeper_tests::redis::RedisServer;
+
+// The example app itself, not a copy; its `main` and the items this file does not use
+// are dead code here.
+#[allow(dead_code, unreachable_pub)]
+#[path = "../examples/distributed.rs"]
+mod distributed;
 
 fn quota(limit: u32, period_ms: u64, burst: u32) -> Quota {
     Quota::new(limit, Duration::from_millis(period_ms))
@@ -415,4 +422,55 @@ async fn a_dead_redis_falls_back_by_the_failure_policy() {
     );
     assert_eq!(store.redis().stats().degraded, 5);
     assert!(store.redis().is_breaker_open());
+}
+
+/// The `distributed` example with `LEASE=5`: two instances on two ports share one budget
+/// through leases. 40 requests from one client, alternating between the instances and
+/// several in flight at once: exactly the quota (10 per minute) passes across both, every
+/// answer carries the rate-limit headers, and the 429s carry `Retry-After`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn distributed_example_with_lease_shares_one_budget_across_two_instances() {
+    let server = RedisServer::start();
+    let lease = Some(nz(5));
+    let mut instances = Vec::new();
+    for _ in 0..2 {
+        let app = distributed::app_with_lease(&server.url(), lease)
+            .await
+            .expect("app");
+        instances.push(Arc::new(TestServer::start(app).await));
+    }
+    let mut tasks = Vec::new();
+    for i in 0..40 {
+        let instance = Arc::clone(&instances[i % 2]);
+        tasks.push(tokio::spawn(async move {
+            let res = instance.get("/").send().await.expect("request");
+            let remaining = res.headers().get("x-ratelimit-remaining").is_some();
+            let retry = res.headers().get("retry-after").is_some();
+            (res.status().as_u16(), remaining, retry)
+        }));
+    }
+    let mut ok = 0;
+    for t in tasks {
+        let (status, remaining, retry) = t.await.expect("task");
+        assert!(remaining, "status {status} without x-ratelimit-remaining");
+        match status {
+            200 => ok += 1,
+            429 => assert!(retry, "429 without Retry-After"),
+            other => panic!("unexpected status {other}"),
+        }
+    }
+    assert_eq!(
+        ok, 10,
+        "the two instances share one budget of 10 per minute"
+    );
+}
+
+#[test]
+fn the_lease_setting_takes_a_whole_number_of_units() {
+    assert_eq!(distributed::parse_lease("5"), Ok(Some(nz(5))));
+    assert_eq!(distributed::parse_lease(" 100 "), Ok(Some(nz(100))));
+    assert_eq!(distributed::parse_lease("0"), Ok(None));
+    assert_eq!(distributed::parse_lease(""), Ok(None));
+    assert!(distributed::parse_lease("five").is_err());
+    assert!(distributed::parse_lease("-1").is_err());
 }
