@@ -48,8 +48,8 @@
 //!
 //! # Supported algorithms
 //!
-//! [`Algorithm::Gcra`](crate::Algorithm::Gcra) and
-//! [`Algorithm::FixedWindow`](crate::Algorithm::FixedWindow). Registering any other
+//! [`Algorithm::Gcra`] and
+//! [`Algorithm::FixedWindow`]. Registering any other
 //! algorithm is a [`StoreError::UnsupportedAlgorithm`] when the limiter is built (the leaky
 //! bucket smooths traffic, which batches would defeat; the sliding algorithms and the
 //! concurrency counter have no batch to lease).
