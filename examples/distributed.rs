@@ -30,6 +30,7 @@
 //! ```
 
 use std::num::NonZeroU32;
+use std::time::Duration;
 
 use axum::Router;
 use axum::routing::get;
@@ -91,7 +92,23 @@ pub async fn app_with_lease(
     redis_url: &str,
     lease: Option<NonZeroU32>,
 ) -> Result<Router, Box<dyn std::error::Error>> {
-    let redis = RedisStore::builder().standalone(redis_url).await?;
+    app_with(redis_url, lease, Duration::from_millis(50)).await
+}
+
+/// [`app_with_lease`] with another decision deadline (after it, the app fails open).
+///
+/// # Errors
+///
+/// When the URL is invalid or the layer cannot be built.
+pub async fn app_with(
+    redis_url: &str,
+    lease: Option<NonZeroU32>,
+    deadline: Duration,
+) -> Result<Router, Box<dyn std::error::Error>> {
+    let redis = RedisStore::builder()
+        .deadline(deadline)
+        .standalone(redis_url)
+        .await?;
     let quota = Quota::per_minute(NonZeroU32::new(10).unwrap_or(NonZeroU32::MIN));
     let policy = Policy::new("default", quota);
     let builder = RateLimitLayer::builder().policy(policy);

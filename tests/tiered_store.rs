@@ -200,12 +200,13 @@ async fn eight_instances_on_one_hot_fixed_window_key_stay_within_the_bounds() {
     fixed_window_bound(8).await;
 }
 
-/// Every `rl:*` key on `server` has a TTL (PTTL > 0; -1 would be a key that never expires).
+/// Every `rl:*` key on `server` has a TTL (PTTL > 0; -1 would be a key that never expires;
+/// -2 is a key that expired between `KEYS` and `PTTL`, which is fine).
 fn assert_every_key_has_ttl(server: &RedisServer) {
     let keys = server.cli(&["KEYS", "rl:*"]).expect("KEYS");
     for k in keys.lines().filter(|l| !l.is_empty()) {
         let ttl = pttl(server, k);
-        assert!(ttl > 0, "key {k} has PTTL {ttl}");
+        assert!(ttl > 0 || ttl == -2, "key {k} has PTTL {ttl}");
     }
 }
 
@@ -272,6 +273,7 @@ async fn cold_keys_decide_exactly_like_the_redis_store() {
 async fn every_key_the_lease_script_writes_has_a_ttl() {
     let server = RedisServer::start();
     let redis = RedisStore::builder()
+        .deadline(Duration::from_secs(2))
         .standalone(&server.url())
         .await
         .expect("redis store");
@@ -309,11 +311,13 @@ async fn unused_units_go_back_to_redis_and_refunds_go_back_into_the_lease() {
     let server = RedisServer::start();
     let policy = Policy::new("api", quota(100, 1_000_000, 100)); // T = 10 s
     let mut plain = RedisStore::builder()
+        .deadline(Duration::from_secs(2))
         .standalone(&server.url())
         .await
         .expect("redis store");
     let plain_id = plain.register(&policy).expect("register");
     let redis = RedisStore::builder()
+        .deadline(Duration::from_secs(2))
         .standalone(&server.url())
         .await
         .expect("redis store");
@@ -352,6 +356,7 @@ async fn unused_units_go_back_to_redis_and_refunds_go_back_into_the_lease() {
 async fn other_algorithms_are_refused_when_registered() {
     let server = RedisServer::start();
     let redis = RedisStore::builder()
+        .deadline(Duration::from_secs(2))
         .standalone(&server.url())
         .await
         .expect("redis store");
@@ -371,6 +376,7 @@ async fn other_algorithms_are_refused_when_registered() {
         assert!(err.is_config());
     }
     let redis = RedisStore::builder()
+        .deadline(Duration::from_secs(2))
         .standalone(&server.url())
         .await
         .expect("redis store");
@@ -434,7 +440,9 @@ async fn distributed_example_with_lease_shares_one_budget_across_two_instances()
     let lease = Some(nz(5));
     let mut instances = Vec::new();
     for _ in 0..2 {
-        let app = distributed::app_with_lease(&server.url(), lease)
+        // A 2 s deadline instead of the example's 50 ms: on a loaded test machine a timeout
+        // would fail open (200 without headers) and blur the count.
+        let app = distributed::app_with(&server.url(), lease, Duration::from_secs(2))
             .await
             .expect("app");
         instances.push(Arc::new(TestServer::start(app).await));
@@ -473,4 +481,151 @@ fn the_lease_setting_takes_a_whole_number_of_units() {
     assert_eq!(distributed::parse_lease(""), Ok(None));
     assert!(distributed::parse_lease("five").is_err());
     assert!(distributed::parse_lease("-1").is_err());
+}
+
+/// Partial grants that shrink near the limit: with 10 units and no refill in sight, a lease
+/// never takes more than half of what is left, so two instances alternating on one key both
+/// get units, and together they admit exactly the 10.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_shrink_near_the_limit_and_two_instances_admit_exactly_the_budget() {
+    let server = RedisServer::start();
+    let policy = Policy::new("api", quota(10, 10_000_000, 10)); // T = 1 000 s
+    let mut stores = Vec::new();
+    for _ in 0..2 {
+        let redis = RedisStore::builder()
+            .deadline(Duration::from_secs(2))
+            .standalone(&server.url())
+            .await
+            .expect("redis store");
+        let mut store = TieredStore::builder()
+            .max_lease(nz(100))
+            .build(redis)
+            .expect("tiered");
+        let id = store.register(&policy).expect("register");
+        stores.push((store, id));
+    }
+    let key = Key::from("k");
+    let mut allowed = [0; 2];
+    let mut most_held = [0; 2];
+    for i in 0..40 {
+        let (store, id) = &stores[i % 2];
+        if check(store, *id, &key, 1).await.is_allowed() {
+            allowed[i % 2] += 1;
+        }
+        most_held[i % 2] = most_held[i % 2].max(store.held(*id, &key));
+    }
+    assert_eq!(allowed[0] + allowed[1], 10, "{allowed:?}");
+    assert!(
+        allowed[0] > 0 && allowed[1] > 0,
+        "both instances got units: {allowed:?}"
+    );
+    // The first lease could take at most ceil(10 / 2) = 5, one of them spent at once.
+    assert!(most_held[0] <= 4 && most_held[1] <= 4, "{most_held:?}");
+    assert!(
+        stores.iter().any(|(s, _)| s.stats().local > 0),
+        "some requests were answered from leased units"
+    );
+}
+
+/// Single-flight renewal: 200 checks on one hot key at the same time queue behind one
+/// renewal at a time instead of each making a round trip.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_requests_on_an_empty_lease_share_one_renewal_at_a_time() {
+    let server = RedisServer::start();
+    let redis = RedisStore::builder()
+        .deadline(Duration::from_secs(2))
+        .standalone(&server.url())
+        .await
+        .expect("redis store");
+    let mut store = TieredStore::builder()
+        .max_lease(nz(100))
+        .build(redis)
+        .expect("tiered");
+    let id = store
+        .register(&Policy::new("api", quota(100_000, 1_000, 100_000)))
+        .expect("register");
+    let store = Arc::new(store);
+    let mut tasks = Vec::new();
+    for _ in 0..200 {
+        let store = Arc::clone(&store);
+        tasks.push(tokio::spawn(async move {
+            check(&*store, id, &Key::from("hot"), 1).await.is_allowed()
+        }));
+    }
+    for t in tasks {
+        assert!(t.await.expect("task"));
+    }
+    let stats = store.stats();
+    assert_eq!(stats.decisions, 200);
+    assert!(
+        stats.round_trips + stats.prefetches <= 20,
+        "200 concurrent checks made {} round trips: {stats:?}",
+        stats.round_trips + stats.prefetches
+    );
+}
+
+/// The lease script on Redis Cluster: 3 instances (cluster connections) on one hot key stay
+/// within `quota ± 3 × N` per full window, and every key the lease script wrote has a TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_instances_on_redis_cluster_stay_within_the_bound() {
+    let cluster = ratekeeper_tests::redis::RedisCluster::start();
+    let urls = cluster.urls();
+    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let policy = Policy::new("fw", quota(200, 1_000, 200)).with_algorithm(Algorithm::FixedWindow);
+    let mut stores = Vec::new();
+    for _ in 0..3 {
+        let redis = RedisStore::builder()
+            .deadline(Duration::from_secs(2))
+            .cluster(&nodes)
+            .await
+            .expect("cluster store");
+        let mut store = TieredStore::builder()
+            .max_lease(nz(u32::try_from(N).expect("small")))
+            .lease_period(Duration::from_millis(50))
+            .build(redis)
+            .expect("tiered");
+        let id = store.register(&policy).expect("register");
+        stores.push((Arc::new(store), id));
+    }
+    let end = Instant::now() + Duration::from_millis(3_300);
+    let mut tasks = Vec::new();
+    for (store, id) in &stores {
+        let store = Arc::clone(store);
+        let id = *id;
+        tasks.push(tokio::spawn(async move {
+            let key = Key::from("hot");
+            let mut admitted = Vec::new();
+            while Instant::now() < end {
+                if check(&*store, id, &key, 1).await.is_allowed() {
+                    admitted.push(u64::try_from(store.unix_now().as_micros()).expect("µs"));
+                } else {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            }
+            admitted
+        }));
+    }
+    let mut times = Vec::new();
+    for t in tasks {
+        times.extend(t.await.expect("task"));
+    }
+    times.sort_unstable();
+    let slack = 3 * N as usize;
+    let windows = full_windows(&times);
+    eprintln!("cluster, fixed window, 3 instances: full windows {windows:?}");
+    assert!(windows.len() >= 2, "{windows:?}");
+    for (w, count) in &windows {
+        assert!(
+            (200 - slack..=200 + slack).contains(count),
+            "window {w}: {count} admitted, bounds 200 ± {slack}"
+        );
+    }
+    for (store, _) in &stores {
+        store.shutdown().await.expect("shutdown");
+    }
+    for node in &cluster.nodes {
+        if node.cli(&["ROLE"]).is_some_and(|r| r.starts_with("master")) {
+            assert_every_key_has_ttl(node);
+        }
+    }
 }
