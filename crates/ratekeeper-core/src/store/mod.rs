@@ -30,6 +30,8 @@ mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;
 pub mod slots;
+#[cfg(feature = "redis")]
+pub mod tiered;
 
 pub use memory::MemoryStore;
 

@@ -217,6 +217,7 @@ mod builder;
 mod failure;
 mod guard;
 mod keys;
+mod lease;
 mod negative;
 mod script;
 mod slots;

@@ -245,12 +245,12 @@ pub(super) struct BadReply(pub(super) &'static str);
 /// Runs `limiter.lua`: the connection, the script, the TTL floor, the decision clock (when
 /// injected) and the stale-call guard.
 pub(super) struct ScriptRunner {
-    conn: Conn,
+    pub(super) conn: Conn,
     script: redis::Script,
     /// Least PX of a write, ms (`ARGV[4]`).
-    min_ttl_ms: u64,
+    pub(super) min_ttl_ms: u64,
     /// Injected decision time (`ARGV[1]`); `None`: the script reads Redis `TIME`.
-    now: Option<Arc<dyn Clock>>,
+    pub(super) now: Option<Arc<dyn Clock>>,
     /// The app's monotonic clock, for the guard's "sent" times.
     app: Arc<dyn Clock>,
     pub(super) guard: Guard,

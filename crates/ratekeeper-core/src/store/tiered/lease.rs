@@ -1,0 +1,214 @@
+//! One lease: the units an instance holds for one (policy, client key), its local rate and
+//! its cached denial. Times are ns on the Redis store's decision clock.
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use crate::store::Receipt;
+use crate::{Decision, Outcome};
+
+/// Receipts of units spent from a lease carry this bit (Redis stamps stay below 2^53), with
+/// the lease's generation in the other bits.
+pub(super) const LEASE_BIT: u64 = 1 << 63;
+
+/// What a policy needs for local decisions.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct TierPolicy {
+    /// The reported limit (the Redis store's, so headers agree).
+    pub(super) limit: u32,
+    /// The most `remaining` can be.
+    pub(super) capacity: u32,
+    /// Fixed window (else GCRA): leased units expire when their window ends.
+    pub(super) fixed_window: bool,
+}
+
+/// A lease and the single-flight lock of its renewals.
+#[derive(Debug, Default)]
+pub(super) struct Lease {
+    state: Mutex<LeaseState>,
+    /// Held by the one renewal in flight; requests that find no units wait on it.
+    pub(super) renew: tokio::sync::Mutex<()>,
+}
+
+impl Lease {
+    pub(super) fn lock(&self) -> MutexGuard<'_, LeaseState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Units to give back to Redis: how many, and the receipt of the grant they came from.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Unused {
+    pub(super) units: u64,
+    pub(super) receipt: Receipt,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct LeaseState {
+    /// Units held (charged in Redis, not spent yet).
+    units: u64,
+    /// 0: no lease; otherwise the generation stamped into local receipts.
+    generation: u64,
+    /// The Redis receipt of the latest grant (a refund of the unused units uses it).
+    receipt: Receipt,
+    /// When the held units go back to Redis.
+    expires_at: u64,
+    /// Redis `remaining` right after the latest grant.
+    remaining: u32,
+    /// When the Redis state resets (as of the latest grant).
+    reset_at: u64,
+    /// A denial from Redis, reused for costs at least `deny_cost` until `deny_until`.
+    deny: Option<(Decision, u64)>,
+    deny_until: u64,
+    deny_cost: u64,
+    /// Units asked in the current rate period, and in the one before.
+    period_start: u64,
+    period_units: u64,
+    last_units: u64,
+    /// A background renewal was started and has not finished.
+    pub(super) prefetching: bool,
+    /// The last time a request asked for this key.
+    pub(super) last_used: u64,
+}
+
+impl LeaseState {
+    /// Counts `cost` units asked at `now` towards the local rate.
+    pub(super) fn observe(&mut self, now: u64, cost: u64, period: u64) {
+        if now.saturating_sub(self.period_start) >= period {
+            self.last_units = if now.saturating_sub(self.period_start) < 2 * period {
+                self.period_units
+            } else {
+                0
+            };
+            self.period_start = now;
+            self.period_units = 0;
+        }
+        self.period_units = self.period_units.saturating_add(cost);
+        self.last_used = now;
+    }
+
+    /// The lease size for the key's local rate: the units asked in one rate period (the
+    /// busier of the current and the previous one), between 1 and `max`.
+    pub(super) fn target(&self, max: u64) -> u64 {
+        self.last_units.max(self.period_units).clamp(1, max)
+    }
+
+    /// The units held right now (0 once the lease has expired).
+    pub(super) fn held(&self, now: u64) -> u64 {
+        if self.generation != 0 && now < self.expires_at {
+            self.units
+        } else {
+            0
+        }
+    }
+
+    /// Ends an expired lease: the units to give back (if any).
+    pub(super) fn expire(&mut self, now: u64) -> Option<Unused> {
+        if self.generation == 0 || now < self.expires_at {
+            return None;
+        }
+        self.take()
+    }
+
+    /// Ends the lease now (shutdown, sweep): the units to give back (if any).
+    pub(super) fn take(&mut self) -> Option<Unused> {
+        let units = std::mem::take(&mut self.units);
+        let receipt = std::mem::take(&mut self.receipt);
+        self.generation = 0;
+        (units > 0 && receipt.is_some()).then_some(Unused { units, receipt })
+    }
+
+    fn local(&self, policy: TierPolicy, now: u64) -> Decision {
+        let remaining = u64::from(self.remaining)
+            .saturating_add(self.units)
+            .min(u64::from(policy.capacity));
+        Decision::new(
+            Outcome::Allowed,
+            policy.limit,
+            u32::try_from(remaining).unwrap_or(u32::MAX),
+            Duration::from_nanos(self.reset_at.saturating_sub(now)),
+        )
+    }
+
+    /// Spends `cost` held units: the decision and its receipt, or `None` when too few are
+    /// held.
+    pub(super) fn spend(
+        &mut self,
+        now: u64,
+        cost: u64,
+        policy: TierPolicy,
+    ) -> Option<(Decision, Receipt)> {
+        if self.held(now) < cost {
+            return None;
+        }
+        self.units -= cost;
+        Some((
+            self.local(policy, now),
+            Receipt::new(LEASE_BIT | self.generation),
+        ))
+    }
+
+    /// The cached Redis denial for `cost` at `now`, with `retry_after` counted down.
+    pub(super) fn denied(&self, now: u64, cost: u64) -> Option<Decision> {
+        let (d, at) = self.deny?;
+        if now >= self.deny_until || cost < self.deny_cost || self.held(now) >= cost {
+            return None;
+        }
+        let elapsed = Duration::from_nanos(now.saturating_sub(at));
+        let outcome = match d.outcome() {
+            Outcome::Denied { retry_after } => Outcome::Denied {
+                retry_after: retry_after.saturating_sub(elapsed),
+            },
+            other => other,
+        };
+        Some(Decision::new(
+            outcome,
+            d.limit(),
+            d.remaining(),
+            d.reset_after().saturating_sub(elapsed),
+        ))
+    }
+
+    /// Remembers a Redis denial of `cost` at `now`.
+    pub(super) fn remember_denial(&mut self, now: u64, cost: u64, decision: Decision) {
+        if let Some(retry) = decision.retry_after() {
+            self.deny = Some((decision, now));
+            self.deny_until = now.saturating_add(super::nanos(retry));
+            self.deny_cost = cost;
+        }
+    }
+
+    /// Adds a grant of `granted` units taken at `now`; the lease lives until `expires_at`.
+    /// Starts a new generation when no lease was live.
+    pub(super) fn add(
+        &mut self,
+        now: u64,
+        granted: u64,
+        decision: Decision,
+        receipt: Receipt,
+        expires_at: u64,
+        generation: impl FnOnce() -> u64,
+    ) {
+        if self.held(now) == 0 {
+            self.units = 0;
+            self.generation = generation();
+        }
+        self.units = self.units.saturating_add(granted);
+        self.receipt = receipt;
+        self.expires_at = expires_at;
+        self.remaining = decision.remaining();
+        self.reset_at = now.saturating_add(super::nanos(decision.reset_after()));
+        self.deny = None;
+    }
+
+    /// Gives `cost` units spent from generation `generation` back to the lease, when it is
+    /// still live. Whether they were taken back.
+    pub(super) fn give_back(&mut self, now: u64, generation: u64, cost: u64) -> bool {
+        if generation == 0 || self.generation != generation || now >= self.expires_at {
+            return false;
+        }
+        self.units = self.units.saturating_add(cost);
+        self.deny = None;
+        true
+    }
+}

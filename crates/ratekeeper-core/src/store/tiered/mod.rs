@@ -1,0 +1,704 @@
+//! The tiered store (feature `redis`): leases of units from Redis, spent locally.
+//!
+//! [`TieredStore`] wraps a [`RedisStore`] and implements the same [`Store<Key>`] trait, so the
+//! HTTP layer uses it unchanged. For each (policy, client key) an instance **leases** N units
+//! from Redis in one script call, spends them locally with no I/O, renews before they run
+//! out, and gives back what it did not use when the lease ends. This is the two-tier scheme
+//! for very high throughput: take tokens from Redis in batches, keep the rest in local memory.
+//!
+//! # How it decides
+//!
+//! - **The lease script** charges between `need` (the request's cost) and `want` (N minus the
+//!   units still held) units on the key's Redis state (the same key and state format as the
+//!   [`RedisStore`]: GCRA `"<TAT>:<T>:<tau>"` or fixed window `"<window>:<count>:<W>"`, µs) in one
+//!   atomic call and returns how many it granted. Partial grants are allowed, but never below
+//!   `need` (fewer available is a denial, which writes nothing). A grant never takes more than
+//!   half of the units left in Redis, `grant = min(want, max(need, ceil(room / 2)))`, so
+//!   batches **shrink near the limit** and the last units stay shared between instances. Every
+//!   write sets a TTL (`PX`: until the TAT, or until the window ends).
+//! - **N adapts to the key's local rate**: N is the number of units this instance was asked
+//!   for in one lease period ([`TieredStoreBuilder::lease_period`], default 100 ms; the busier
+//!   of the current and the previous period), between 1 and
+//!   [`TieredStoreBuilder::max_lease`] (default 100). A **cold key** (N no larger than the
+//!   request's cost) is checked by the Redis store itself, one round trip per request, so its
+//!   decisions, headers and receipts are exactly the Redis store's. So are checks of several
+//!   policies at once and free probes (cost 0).
+//! - **Local spending**: a request whose cost the held units cover is allowed at once
+//!   ([`Checked::Ready`], no I/O). Its `remaining` is Redis's `remaining` after the latest
+//!   grant plus the units still held (so it lags what other instances did since); its
+//!   `reset_after` counts down from the latest grant's.
+//! - **Single-flight renewal**: when a spend leaves at most a quarter of N held, one
+//!   background renewal tops the lease up to N while requests go on spending the remainder.
+//!   A request that finds too few units waits for the renewal in flight (one per (policy,
+//!   key), behind an async mutex), then spends from it or makes the next one.
+//! - **Denials** from the lease script are remembered until their `retry_after` (for the same
+//!   or a larger cost), like the Redis store's negative cache.
+//! - **The end of a lease**: units not spent within [`TieredStoreBuilder::lease_ttl`] (default
+//!   1 s; for the fixed window also at the end of the window the units were charged in) go
+//!   back to Redis through the Redis store's refund (its script's `refund` mode, with the
+//!   grant's receipt, so a refund gives back only what the grant still holds there), as do
+//!   the units held when the store is dropped or [`TieredStore::shutdown`] is awaited.
+//!   Idle keys' leases are swept once per lease TTL.
+//! - **Refunds** of locally spent units go back into the lease they came from (while it
+//!   lives); refunds of charges the Redis store made go to Redis.
+//! - **Failures**: a lease call that fails, times out or is skipped by the Redis store's
+//!   circuit breaker is answered by the Redis store's [`FailurePolicy`](super::FailurePolicy)
+//!   (allow, deny, local or degrade), exactly as a failed check; units already held keep
+//!   being spent until they run out or expire.
+//!
+//! # Supported algorithms
+//!
+//! [`Algorithm::Gcra`] and
+//! [`Algorithm::FixedWindow`]. Registering any other
+//! algorithm is a [`StoreError::UnsupportedAlgorithm`] when the limiter is built (the leaky
+//! bucket smooths traffic, which batches would defeat; the sliding algorithms and the
+//! concurrency counter have no batch to lease).
+//!
+//! # The over-admission bound
+//!
+//! Units are charged in Redis when they are leased, before they are spent. With `I` instances
+//! each holding at most `N_max` units (the [`max_lease`](TieredStoreBuilder::max_lease)) of a
+//! (policy, key), the admissions of any time window `[t, t + W)` satisfy
+//!
+//! ```text
+//! redis(W) - I * N_max  <=  admitted(W)  <=  redis(W) + I * N_max
+//! ```
+//!
+//! where `redis(W)` is what the Redis store alone would admit in that window: for GCRA
+//! `burst + W / T` (`T` the emission interval, ns), for the fixed window the limit per window.
+//! The upper bound: units spent in the window were charged in it, or held at its start (at
+//! most `I * N_max`). The lower bound (under steady load, every instance asking): at most
+//! `I * N_max` units charged in the window are still held, unspent, at its end. For the fixed
+//! window the upper bound is tighter in window-aligned terms (units expire when their window
+//! ends, so a window admits at most its limit; the bound covers clock differences between the
+//! app and Redis at the boundary). Across instances, over any prefix of time, admissions never
+//! exceed what Redis charged.
+//!
+//! # Example
+//!
+//! ```
+//! use std::num::NonZeroU32;
+//! use std::time::Duration;
+//! use ratekeeper_core::store::redis::RedisStore;
+//! use ratekeeper_core::store::tiered::TieredStore;
+//! use ratekeeper_core::store::{Charge, Checked, Store};
+//! use ratekeeper_core::{Key, Policy, Quota};
+//!
+//! # struct Server(std::process::Child);
+//! # impl Drop for Server {
+//! #     fn drop(&mut self) { let _ = self.0.kill(); let _ = self.0.wait(); }
+//! # }
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+//! # let _server = Server(std::process::Command::new("redis-server")
+//! #     .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", ""])
+//! #     .stdout(std::process::Stdio::null())
+//! #     .spawn()?);
+//! # for _ in 0..500 {
+//! #     if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() { break; }
+//! #     std::thread::sleep(Duration::from_millis(10));
+//! # }
+//! # let url = format!("redis://127.0.0.1:{port}/");
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(async {
+//! let redis = RedisStore::builder().standalone(&url).await?;
+//! let mut store = TieredStore::builder()
+//!     .max_lease(NonZeroU32::new(50).unwrap())
+//!     .lease_period(Duration::from_millis(100))
+//!     .build(redis)?;
+//! let api = store.register(&Policy::new("api", Quota::per_second(NonZeroU32::new(1000).unwrap())))?;
+//! let hot = Key::from("hot");
+//! let mut allowed = 0;
+//! for _ in 0..500 {
+//!     let decisions = match store.check(&[Charge::new(api, &hot, 1)]) {
+//!         Checked::Ready(result) => result?,
+//!         Checked::Pending(future) => future.await?,
+//!     };
+//!     allowed += usize::from(decisions.is_allowed());
+//! }
+//! assert_eq!(allowed, 500);
+//! // Most of those were answered from leased units, without a round trip.
+//! let stats = store.stats();
+//! assert!(stats.round_trips < 100, "{stats:?}");
+//! store.shutdown().await; // gives the unused units back to Redis
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # })
+//! # }
+//! ```
+
+mod lease;
+
+use std::fmt;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use dashmap::DashMap;
+
+use self::lease::{LEASE_BIT, Lease, TierPolicy, Unused};
+use super::redis::{OwnedCharge, RedisCheck, RedisStore};
+use super::{Charge, Checked, Decisions, PolicyId, Receipt, Refund, Store, StoreError};
+use crate::clock::Clock;
+use crate::{Algorithm, Key, Policy};
+
+pub(super) fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// A [`TieredStoreBuilder`] setting that cannot work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TieredConfigError {
+    /// The lease period is zero.
+    #[error("the lease period must be longer than zero")]
+    ZeroPeriod,
+    /// The lease TTL is shorter than the lease period (leases would expire before the rate
+    /// that sized them is measured again).
+    #[error("the lease TTL ({ttl:?}) must be at least the lease period ({period:?})")]
+    TtlBelowPeriod {
+        /// The TTL given.
+        ttl: Duration,
+        /// The period given.
+        period: Duration,
+    },
+}
+
+/// Builds a [`TieredStore`] over a [`RedisStore`]: lease size, lease period, lease TTL.
+#[derive(Debug, Clone)]
+pub struct TieredStoreBuilder {
+    max_lease: NonZeroU32,
+    period: Duration,
+    ttl: Duration,
+}
+
+impl Default for TieredStoreBuilder {
+    fn default() -> Self {
+        Self {
+            max_lease: NonZeroU32::new(100).unwrap_or(NonZeroU32::MIN),
+            period: Duration::from_millis(100),
+            ttl: Duration::from_secs(1),
+        }
+    }
+}
+
+impl TieredStoreBuilder {
+    /// The most units an instance holds for one (policy, client key): `N_max` in the
+    /// over-admission bound `I * N_max` (default 100).
+    pub fn max_lease(mut self, max_lease: NonZeroU32) -> Self {
+        self.max_lease = max_lease;
+        self
+    }
+
+    /// The period over which the local rate is measured (default 100 ms): a lease holds the
+    /// units asked for in one period (at most [`max_lease`](Self::max_lease)), so a hot key
+    /// goes to Redis about once per period per instance.
+    pub fn lease_period(mut self, period: Duration) -> Self {
+        self.period = period;
+        self
+    }
+
+    /// How long leased units may stay unspent before they go back to Redis (default 1 s).
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// The tiered store over `redis` (whose deadline, failure policy, breaker and clock it
+    /// uses). Register policies on the tiered store, not on `redis` before.
+    ///
+    /// # Errors
+    ///
+    /// [`TieredConfigError`] for a zero lease period or a TTL shorter than the period.
+    pub fn build(self, redis: RedisStore) -> Result<TieredStore, TieredConfigError> {
+        if self.period.is_zero() {
+            return Err(TieredConfigError::ZeroPeriod);
+        }
+        if self.ttl < self.period {
+            return Err(TieredConfigError::TtlBelowPeriod {
+                ttl: self.ttl,
+                period: self.period,
+            });
+        }
+        let clock = redis.decision_clock();
+        Ok(TieredStore {
+            redis: Arc::new(redis),
+            policies: Vec::new(),
+            inner: Arc::new(Inner {
+                leases: DashMap::default(),
+                max_lease: u64::from(self.max_lease.get()),
+                period: nanos(self.period),
+                ttl: nanos(self.ttl),
+                clock,
+                generation: AtomicU64::new(1),
+                epoch: AtomicU64::new(0),
+                last_sweep: AtomicU64::new(0),
+                decisions: AtomicU64::new(0),
+                local: AtomicU64::new(0),
+                round_trips: AtomicU64::new(0),
+                prefetches: AtomicU64::new(0),
+                returned: AtomicU64::new(0),
+            }),
+        })
+    }
+}
+
+/// Counters of one [`TieredStore`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct TieredStats {
+    /// Checks made.
+    pub decisions: u64,
+    /// Checks answered from leased units or a remembered denial, with no I/O.
+    pub local: u64,
+    /// Checks that made a Redis round trip on their own path (a lease, or a check delegated
+    /// to the Redis store). `round_trips / decisions` is the share of decisions that needed
+    /// one.
+    pub round_trips: u64,
+    /// Background renewals (round trips no request waited for).
+    pub prefetches: u64,
+    /// Units given back to Redis when leases ended.
+    pub returned_units: u64,
+}
+
+type LeaseMap = DashMap<(PolicyId, Key), Arc<Lease>, foldhash::fast::RandomState>;
+
+struct Inner {
+    leases: LeaseMap,
+    max_lease: u64,
+    /// Lease period and TTL, ns.
+    period: u64,
+    ttl: u64,
+    /// The Redis store's decision clock (ns).
+    clock: Arc<dyn Clock>,
+    generation: AtomicU64,
+    /// Bumped by [`TieredStore::shutdown`]: background renewals started before give up.
+    epoch: AtomicU64,
+    last_sweep: AtomicU64,
+    decisions: AtomicU64,
+    local: AtomicU64,
+    round_trips: AtomicU64,
+    prefetches: AtomicU64,
+    returned: AtomicU64,
+}
+
+impl Inner {
+    fn next_generation(&self) -> u64 {
+        self.generation.fetch_add(1, Ordering::Relaxed) & !LEASE_BIT
+    }
+
+    fn lease_of(&self, policy: PolicyId, key: &Key) -> Arc<Lease> {
+        let id = (policy, key.clone());
+        if let Some(lease) = self.leases.get(&id) {
+            return Arc::clone(&lease);
+        }
+        Arc::clone(&self.leases.entry(id).or_default())
+    }
+
+    /// When the units of a grant taken at `now` expire: after the TTL, and for the fixed
+    /// window at the end of the window they were charged in.
+    fn expiry(&self, now: u64, fixed_window: bool, reset_after: Duration) -> u64 {
+        let ttl = now.saturating_add(self.ttl);
+        if fixed_window {
+            ttl.min(now.saturating_add(nanos(reset_after)))
+        } else {
+            ttl
+        }
+    }
+}
+
+/// Gives `unused` units of (policy, key) back to Redis (spawned by the Redis store).
+fn give_back(redis: &RedisStore, inner: &Inner, returns: &[(PolicyId, Key, Unused)]) {
+    if returns.is_empty() {
+        return;
+    }
+    let refunds: Vec<Refund<'_, Key>> = returns
+        .iter()
+        .map(|(p, k, u)| {
+            inner.returned.fetch_add(u.units, Ordering::Relaxed);
+            Refund::new(Charge::new(*p, k, u.units), u.receipt)
+        })
+        .collect();
+    redis.refund(&refunds);
+}
+
+/// Leases from Redis, spent locally: a [`Store<Key>`] for very hot keys shared by many
+/// instances. See the [module docs](self) for the lease script, the adaptive lease size, the
+/// single-flight renewal and the over-admission bound `I * N_max`.
+///
+/// # Runtime
+///
+/// Like the [`RedisStore`]: checks that go to Redis run on the tokio runtime that polls them
+/// (with its I/O and time drivers); background renewals and the return of unused units are
+/// spawned on the current runtime (skipped outside one: units then go back when they expire).
+pub struct TieredStore {
+    redis: Arc<RedisStore>,
+    /// Per registered policy: `Some` when it is leased.
+    policies: Vec<TierPolicy>,
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for TieredStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TieredStore")
+            .field("redis", &self.redis)
+            .field("max_lease", &self.inner.max_lease)
+            .field("lease_period_ns", &self.inner.period)
+            .field("lease_ttl_ns", &self.inner.ttl)
+            .field("leases", &self.inner.leases.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl TieredStore {
+    /// A builder with the defaults: at most 100 units per lease, lease period 100 ms, lease
+    /// TTL 1 s.
+    pub fn builder() -> TieredStoreBuilder {
+        TieredStoreBuilder::default()
+    }
+
+    /// Counters since the store was built.
+    pub fn stats(&self) -> TieredStats {
+        let i = &self.inner;
+        TieredStats {
+            decisions: i.decisions.load(Ordering::Relaxed),
+            local: i.local.load(Ordering::Relaxed),
+            round_trips: i.round_trips.load(Ordering::Relaxed),
+            prefetches: i.prefetches.load(Ordering::Relaxed),
+            returned_units: i.returned.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The Redis store underneath (its key names, counters and breaker).
+    pub fn redis(&self) -> &RedisStore {
+        &self.redis
+    }
+
+    /// Units this instance holds for `policy` and `key` right now (0 without a live lease).
+    pub fn held(&self, policy: PolicyId, key: &Key) -> u64 {
+        let now = self.inner.clock.now();
+        self.inner
+            .leases
+            .get(&(policy, key.clone()))
+            .map_or(0, |lease| lease.lock().held(now))
+    }
+
+    /// Ends every lease (after the renewal in flight, if any) and waits until the unused units
+    /// are back in Redis (within the Redis store's deadline per call). Checks made afterwards lease again.
+    ///
+    /// # Errors
+    ///
+    /// The first Redis error (the other refunds are still sent; units not returned stay
+    /// charged in Redis until their state expires).
+    pub async fn shutdown(&self) -> Result<(), StoreError> {
+        let leases: Vec<((PolicyId, Key), Arc<Lease>)> = self
+            .inner
+            .leases
+            .iter()
+            .map(|e| (e.key().clone(), Arc::clone(e.value())))
+            .collect();
+        let mut returns: Vec<(OwnedCharge, Receipt)> = Vec::new();
+        // Background renewals started before this point give up.
+        self.inner.epoch.fetch_add(1, Ordering::AcqRel);
+        for ((policy, key), lease) in leases {
+            // Wait for a renewal in flight, so its grant is returned too.
+            let _renewal = lease.renew.lock().await;
+            if let Some(unused) = lease.lock().take() {
+                returns.push(((policy, key, unused.units), unused.receipt));
+            }
+        }
+        for ((_, _, units), _) in &returns {
+            self.inner.returned.fetch_add(*units, Ordering::Relaxed);
+        }
+        if returns.is_empty() {
+            return Ok(());
+        }
+        self.redis.refund_async(&returns).await
+    }
+
+    /// Sweeps expired and idle leases once per lease TTL: expired units go back to Redis, and
+    /// entries idle for a TTL (no units, no request, no renewal) are removed.
+    fn maybe_sweep(&self, now: u64) {
+        let inner = &self.inner;
+        let last = inner.last_sweep.load(Ordering::Relaxed);
+        if now.saturating_sub(last) < inner.ttl
+            || inner
+                .last_sweep
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        let sweep = {
+            let redis = Arc::clone(&self.redis);
+            let inner = Arc::clone(&self.inner);
+            move || {
+                let mut returns = Vec::new();
+                inner.leases.retain(|(policy, key), lease| {
+                    let mut s = lease.lock();
+                    if let Some(unused) = s.expire(now) {
+                        returns.push((*policy, key.clone(), unused));
+                    }
+                    let idle = now.saturating_sub(s.last_used) >= inner.ttl
+                        && s.held(now) == 0
+                        && !s.prefetching;
+                    drop(s);
+                    !(idle && Arc::strong_count(lease) == 1)
+                });
+                give_back(&redis, &inner, &returns);
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move { sweep() });
+            }
+            Err(_) => sweep(),
+        }
+    }
+
+    /// Starts one background renewal of `lease` (topping it up to `target`), unless one is
+    /// running or there is no runtime.
+    fn prefetch(&self, policy: PolicyId, key: &Key, lease: &Arc<Lease>, target: u64) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let redis = Arc::clone(&self.redis);
+        let inner = Arc::clone(&self.inner);
+        let lease = Arc::clone(lease);
+        let key = key.clone();
+        let fixed_window = self.is_fixed_window(policy);
+        let epoch = inner.epoch.load(Ordering::Acquire);
+        runtime.spawn(async move {
+            let guard = lease.renew.lock().await;
+            let now = inner.clock.now();
+            let held = lease.lock().held(now);
+            if held.saturating_mul(4) <= target && inner.epoch.load(Ordering::Acquire) == epoch {
+                inner.prefetches.fetch_add(1, Ordering::Relaxed);
+                let want = target.saturating_sub(held).max(1);
+                if let Ok(grant) = redis.lease(policy, &key, 1, want).await {
+                    let now = inner.clock.now();
+                    let mut s = lease.lock();
+                    if grant.granted > 0 {
+                        let expires = inner.expiry(now, fixed_window, grant.decision.reset_after());
+                        s.add(
+                            now,
+                            grant.granted,
+                            grant.decision,
+                            grant.receipt,
+                            expires,
+                            || inner.next_generation(),
+                        );
+                    } else {
+                        s.remember_denial(now, 1, grant.decision);
+                    }
+                }
+            }
+            lease.lock().prefetching = false;
+            drop(guard);
+        });
+    }
+
+    fn is_fixed_window(&self, policy: PolicyId) -> bool {
+        self.policies
+            .get(policy.index())
+            .is_some_and(|p| p.fixed_window)
+    }
+
+    fn delegate(&self, charges: &[Charge<'_, Key>]) -> Checked<RedisCheck> {
+        self.inner.round_trips.fetch_add(1, Ordering::Relaxed);
+        self.redis.check(charges)
+    }
+}
+
+/// The blocking renewal: waits for the renewal in flight, spends from it, or leases itself.
+async fn renew(
+    redis: Arc<RedisStore>,
+    inner: Arc<Inner>,
+    lease: Arc<Lease>,
+    policy: (PolicyId, TierPolicy, bool),
+    key: Key,
+    cost: u64,
+    target: u64,
+) -> Result<Decisions, StoreError> {
+    let (id, tier, fixed_window) = policy;
+    let _guard = lease.renew.lock().await;
+    let (need, want, returns) = {
+        let now = inner.clock.now();
+        let mut s = lease.lock();
+        if let Some((decision, receipt)) = s.spend(now, cost, tier) {
+            inner.local.fetch_add(1, Ordering::Relaxed);
+            return Ok(Decisions::one_with_receipt(decision, receipt));
+        }
+        if let Some(decision) = s.denied(now, cost) {
+            inner.local.fetch_add(1, Ordering::Relaxed);
+            return Ok(Decisions::one(decision));
+        }
+        let returns = s.expire(now);
+        let held = s.held(now);
+        let need = cost - held.min(cost);
+        (need, target.saturating_sub(held).max(need), returns)
+    };
+    if let Some(unused) = returns {
+        give_back(&redis, &inner, &[(id, key.clone(), unused)]);
+    }
+    inner.round_trips.fetch_add(1, Ordering::Relaxed);
+    let grant = match redis.lease(id, &key, need, want).await {
+        Ok(grant) => grant,
+        Err(err) if err.is_config() => return Err(err),
+        Err(err) => return redis.fail_over(&[(id, key, cost)], err),
+    };
+    let now = inner.clock.now();
+    let mut s = lease.lock();
+    if grant.decision.is_allowed() {
+        let expires = inner.expiry(now, fixed_window, grant.decision.reset_after());
+        s.add(
+            now,
+            grant.granted,
+            grant.decision,
+            grant.receipt,
+            expires,
+            || inner.next_generation(),
+        );
+        if let Some((decision, receipt)) = s.spend(now, cost, tier) {
+            return Ok(Decisions::one_with_receipt(decision, receipt));
+        }
+        // The grant expired at once (a window that ended as it was granted): Redis counted
+        // the request in that window, so it is allowed.
+        return Ok(Decisions::one(grant.decision));
+    }
+    s.remember_denial(now, cost, grant.decision);
+    Ok(Decisions::one(grant.decision))
+}
+
+impl Store<Key> for TieredStore {
+    type Future = RedisCheck;
+
+    /// Registers `policy` with the Redis store.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::UnsupportedAlgorithm`] for algorithms other than GCRA and the fixed
+    /// window; the Redis store's registration errors; [`StoreError::UnsupportedQuota`] once
+    /// the store has been used.
+    fn register(&mut self, policy: &Policy) -> Result<PolicyId, StoreError> {
+        match policy.algorithm() {
+            Algorithm::Gcra | Algorithm::FixedWindow => {}
+            other => return Err(StoreError::UnsupportedAlgorithm(other)),
+        }
+        let redis = Arc::get_mut(&mut self.redis).ok_or_else(|| {
+            StoreError::UnsupportedQuota(
+                "policies must be registered before the store is used".to_owned(),
+            )
+        })?;
+        let id = redis.register(policy)?;
+        let (limit, _) = policy.advertised();
+        self.policies.push(TierPolicy {
+            limit,
+            capacity: policy.capacity(),
+            fixed_window: policy.algorithm() == Algorithm::FixedWindow,
+        });
+        Ok(id)
+    }
+
+    fn check(&self, charges: &[Charge<'_, Key>]) -> Checked<Self::Future> {
+        let inner = &self.inner;
+        inner.decisions.fetch_add(1, Ordering::Relaxed);
+        let [charge] = charges else {
+            return self.delegate(charges);
+        };
+        let (Some(&tier), true) = (self.policies.get(charge.policy.index()), charge.cost > 0)
+        else {
+            return self.delegate(charges);
+        };
+        let now = inner.clock.now();
+        self.maybe_sweep(now);
+        let lease = inner.lease_of(charge.policy, charge.key);
+        let cost = charge.cost;
+        let (target, returns) = {
+            let mut s = lease.lock();
+            s.observe(now, cost, inner.period);
+            let target = s.target(inner.max_lease);
+            if let Some((decision, receipt)) = s.spend(now, cost, tier) {
+                inner.local.fetch_add(1, Ordering::Relaxed);
+                let low = s.held(now).saturating_mul(4) <= target && !s.prefetching;
+                if low {
+                    s.prefetching = true;
+                }
+                drop(s);
+                if low {
+                    self.prefetch(charge.policy, charge.key, &lease, target);
+                }
+                return Checked::Ready(Ok(Decisions::one_with_receipt(decision, receipt)));
+            }
+            if let Some(decision) = s.denied(now, cost) {
+                inner.local.fetch_add(1, Ordering::Relaxed);
+                return Checked::Ready(Ok(Decisions::one(decision)));
+            }
+            (target, s.expire(now))
+        };
+        if let Some(unused) = returns {
+            give_back(
+                &self.redis,
+                inner,
+                &[(charge.policy, charge.key.clone(), unused)],
+            );
+        }
+        if target <= cost {
+            // A cold key: exactly the Redis store's decision.
+            return self.delegate(charges);
+        }
+        let fixed_window = self.is_fixed_window(charge.policy);
+        Checked::Pending(Box::pin(renew(
+            Arc::clone(&self.redis),
+            Arc::clone(&self.inner),
+            lease,
+            (charge.policy, tier, fixed_window),
+            charge.key.clone(),
+            cost,
+            target,
+        )))
+    }
+
+    /// Units spent from a lease go back into it while it lives (otherwise nothing: the
+    /// lease's unused units already went back to Redis); charges the Redis store made are
+    /// refunded there (see [`Store::refund`] of [`RedisStore`]).
+    fn refund(&self, refunds: &[Refund<'_, Key>]) {
+        let now = self.inner.clock.now();
+        let mut to_redis = Vec::new();
+        for refund in refunds {
+            match refund.receipt.stamp() {
+                Some(stamp) if stamp & LEASE_BIT != 0 => {
+                    let id = (refund.charge.policy, refund.charge.key.clone());
+                    if let Some(lease) = self.inner.leases.get(&id) {
+                        lease
+                            .lock()
+                            .give_back(now, stamp & !LEASE_BIT, refund.charge.cost);
+                    }
+                }
+                Some(_) => to_redis.push(*refund),
+                None => {}
+            }
+        }
+        if !to_redis.is_empty() {
+            self.redis.refund(&to_redis);
+        }
+    }
+
+    fn unix_now(&self) -> Duration {
+        self.redis.unix_now()
+    }
+}
+
+impl Drop for TieredStore {
+    /// Gives the units still held back to Redis (spawned on the current runtime; outside one
+    /// they stay charged until their Redis state expires).
+    fn drop(&mut self) {
+        let mut returns = Vec::new();
+        for entry in &self.inner.leases {
+            if let Some(unused) = entry.value().lock().take() {
+                let (policy, key) = entry.key();
+                returns.push((*policy, key.clone(), unused));
+            }
+        }
+        give_back(&self.redis, &self.inner, &returns);
+    }
+}

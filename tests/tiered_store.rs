@@ -1,0 +1,631 @@
+//! The tiered (lease) store against real `redis-server` processes: 2, 4 and 8 instances on
+//! one hot key stay within `quota ± instances × N` per window, cold keys decide exactly like
+//! the Redis store, every key the lease script writes has a TTL, unused units go back to
+//! Redis, unsupported algorithms are refused, and a dead Redis falls back by the failure
+//! policy.
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ratekeeper_axum::core::clock::ManualClock;
+use ratekeeper_axum::core::store::redis::RedisStore;
+use ratekeeper_axum::core::store::tiered::{TieredConfigError, TieredStore};
+use ratekeeper_axum::core::store::{
+    Charge, Checked, Decisions, FailurePolicy, PolicyId, Refund, Store, StoreError,
+};
+use ratekeeper_axum::{Algorithm, Key, Policy, Quota};
+use ratekeeper_tests::TestServer;
+use ratekeeper_tests::redis::RedisServer;
+
+// The example app itself, not a copy; its `main` and the items this file does not use
+// are dead code here.
+#[allow(dead_code, unreachable_pub)]
+#[path = "../examples/distributed.rs"]
+mod distributed;
+
+fn quota(limit: u32, period_ms: u64, burst: u32) -> Quota {
+    Quota::new(limit, Duration::from_millis(period_ms))
+        .and_then(|q| q.with_burst(burst))
+        .expect("valid quota")
+}
+
+fn nz(n: u32) -> NonZeroU32 {
+    NonZeroU32::new(n).expect("non-zero")
+}
+
+async fn check<S: Store<Key>>(store: &S, policy: PolicyId, key: &Key, cost: u64) -> Decisions {
+    match store.check(&[Charge::new(policy, key, cost)]) {
+        Checked::Ready(r) => r,
+        Checked::Pending(f) => f.await,
+    }
+    .expect("decides")
+}
+
+/// The lease size of the hammer tests.
+const N: u64 = 10;
+/// Window length of the hammer tests, µs.
+const W_US: u64 = 1_000_000;
+
+/// `instances` tiered stores (each with its own Redis connection) hammer one key with two
+/// callers each for `run`; returns every admission's time in Redis `TIME` µs (as each store
+/// learned it from its replies).
+async fn hammer(
+    server: &RedisServer,
+    instances: usize,
+    policy: &Policy,
+    run: Duration,
+) -> Vec<u64> {
+    let mut stores = Vec::new();
+    for _ in 0..instances {
+        let redis = RedisStore::builder()
+            .deadline(Duration::from_secs(2))
+            .standalone(&server.url())
+            .await
+            .expect("redis store");
+        let mut store = TieredStore::builder()
+            .max_lease(nz(u32::try_from(N).expect("small")))
+            .lease_period(Duration::from_millis(50))
+            .lease_ttl(Duration::from_secs(1))
+            .build(redis)
+            .expect("tiered store");
+        let id = store.register(policy).expect("register");
+        stores.push((Arc::new(store), id));
+    }
+    let end = Instant::now() + run;
+    let mut tasks = Vec::new();
+    for (store, id) in &stores {
+        for _ in 0..2 {
+            let store = Arc::clone(store);
+            let id = *id;
+            tasks.push(tokio::spawn(async move {
+                let key = Key::from("hot");
+                let mut admitted = Vec::new();
+                while Instant::now() < end {
+                    let d = check(&*store, id, &key, 1).await;
+                    if d.is_allowed() {
+                        let at = store.unix_now();
+                        admitted.push(u64::try_from(at.as_micros()).expect("µs"));
+                    } else {
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                }
+                admitted
+            }));
+        }
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.expect("task"));
+    }
+    all.sort_unstable();
+    for (store, _) in &stores {
+        store.shutdown().await.expect("shutdown");
+    }
+    all
+}
+
+/// Admissions per aligned window `floor(t / W)`, for the full windows only (the first and the
+/// last, partial, are left out).
+fn full_windows(times: &[u64]) -> Vec<(u64, usize)> {
+    let (Some(first), Some(last)) = (times.first(), times.last()) else {
+        return Vec::new();
+    };
+    let (first, last) = (first / W_US, last / W_US);
+    ((first + 1)..last)
+        .map(|w| (w, times.iter().filter(|t| **t / W_US == w).count()))
+        .collect()
+}
+
+/// The most admissions in any window `[t, t + W)` starting at an admission.
+fn busiest_sliding_window(times: &[u64]) -> usize {
+    let mut best = 0;
+    let mut j = 0;
+    for i in 0..times.len() {
+        while j < times.len() && times[j] < times[i] + W_US {
+            j += 1;
+        }
+        best = best.max(j - i);
+    }
+    best
+}
+
+/// GCRA 200/s, burst 20: the Redis store alone admits at most `burst + W / T` = 220 in any
+/// 1 s window, and 200 per window at steady saturation.
+async fn gcra_bound(instances: usize) {
+    let server = RedisServer::start();
+    let policy = Policy::new("gcra", quota(200, 1_000, 20));
+    let times = hammer(&server, instances, &policy, Duration::from_millis(3_300)).await;
+    let slack = instances * N as usize;
+    let busiest = busiest_sliding_window(&times);
+    assert!(
+        busiest <= 221 + slack,
+        "{instances} instances: {busiest} admitted in one 1 s window, bound 221 + {slack}"
+    );
+    let windows = full_windows(&times);
+    eprintln!(
+        "GCRA, {instances} instances: busiest 1 s window {busiest}, full windows {windows:?}"
+    );
+    assert!(windows.len() >= 2, "{windows:?}");
+    for (w, count) in &windows {
+        assert!(
+            *count + slack >= 200,
+            "{instances} instances, window {w}: {count} admitted under steady load, bound 200 - {slack}"
+        );
+        assert!(*count <= 221 + slack, "window {w}: {count}");
+    }
+    assert_every_key_has_ttl(&server);
+}
+
+/// Fixed window 200 per 1 s: each aligned window admits between 200 - I × N and 200 + I × N.
+async fn fixed_window_bound(instances: usize) {
+    let server = RedisServer::start();
+    let policy = Policy::new("fw", quota(200, 1_000, 200)).with_algorithm(Algorithm::FixedWindow);
+    let times = hammer(&server, instances, &policy, Duration::from_millis(3_300)).await;
+    let slack = instances * N as usize;
+    let windows = full_windows(&times);
+    eprintln!("fixed window, {instances} instances: full windows {windows:?}");
+    assert!(windows.len() >= 2, "{windows:?}");
+    for (w, count) in &windows {
+        assert!(
+            (200 - slack..=200 + slack).contains(count),
+            "{instances} instances, window {w}: {count} admitted, bounds 200 ± {slack}"
+        );
+    }
+    assert_every_key_has_ttl(&server);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_on_one_hot_gcra_key_stay_within_quota_plus_minus_instances_times_n() {
+    gcra_bound(2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_instances_on_one_hot_gcra_key_stay_within_quota_plus_minus_instances_times_n() {
+    gcra_bound(4).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_instances_on_one_hot_gcra_key_stay_within_quota_plus_minus_instances_times_n() {
+    gcra_bound(8).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_on_one_hot_fixed_window_key_stay_within_the_bounds() {
+    fixed_window_bound(2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_instances_on_one_hot_fixed_window_key_stay_within_the_bounds() {
+    fixed_window_bound(8).await;
+}
+
+/// Every `rl:*` key on `server` has a TTL (PTTL > 0; -1 would be a key that never expires;
+/// -2 is a key that expired between `KEYS` and `PTTL`, which is fine).
+fn assert_every_key_has_ttl(server: &RedisServer) {
+    let keys = server.cli(&["KEYS", "rl:*"]).expect("KEYS");
+    for k in keys.lines().filter(|l| !l.is_empty()) {
+        let ttl = pttl(server, k);
+        assert!(ttl > 0 || ttl == -2, "key {k} has PTTL {ttl}");
+    }
+}
+
+fn pttl(server: &RedisServer, key: &str) -> i64 {
+    server
+        .cli(&["PTTL", key])
+        .and_then(|s| s.trim().parse().ok())
+        .expect("PTTL")
+}
+
+/// Cold keys (one request per second, so N = 1) are decided by the Redis store itself: the
+/// same decisions, remaining, reset and retry as a plain Redis store on the same timeline,
+/// for GCRA and the fixed window, costs 1 to 3, denials included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cold_keys_decide_exactly_like_the_redis_store() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new();
+    let build = async || {
+        RedisStore::builder()
+            .clock(clock.clone())
+            .min_ttl(Duration::from_secs(120))
+            .deadline(Duration::from_secs(2))
+            .standalone(&server.url())
+            .await
+            .expect("redis store")
+    };
+    let policies = [
+        Policy::new("gcra", quota(3, 10_000, 3)),
+        Policy::new("fw", quota(4, 5_000, 4)).with_algorithm(Algorithm::FixedWindow),
+    ];
+    let mut plain = build().await;
+    let mut tiered = TieredStore::builder().build(build().await).expect("tiered");
+    let mut ids = Vec::new();
+    for p in &policies {
+        let a = plain.register(p).expect("register");
+        let b = tiered.register(p).expect("register");
+        assert_eq!(a, b);
+        ids.push(a);
+    }
+    let costs = [1, 1, 2, 1, 3, 1, 1, 2, 1, 1, 1, 3, 1, 2, 1, 1];
+    let (a, b) = (Key::from("plain"), Key::from("tiered"));
+    let mut denied = 0;
+    for (i, cost) in costs.iter().enumerate() {
+        for id in &ids {
+            let expected = check(&plain, *id, &a, *cost).await;
+            let got = check(&tiered, *id, &b, *cost).await;
+            assert_eq!(got, expected, "step {i}, cost {cost}, policy {id:?}");
+            denied += usize::from(!expected.is_allowed());
+        }
+        clock.advance(Duration::from_millis(1_000));
+    }
+    assert!(
+        denied >= 4,
+        "the trace must reach the limits ({denied} denials)"
+    );
+    let stats = tiered.stats();
+    assert_eq!(stats.round_trips, stats.decisions, "{stats:?}");
+    assert_eq!(stats.local, 0, "{stats:?}");
+}
+
+/// The keys a lease writes carry a TTL: GCRA until the TAT, the fixed window until the window
+/// ends (PTTL checked on each).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_key_the_lease_script_writes_has_a_ttl() {
+    let server = RedisServer::start();
+    let redis = RedisStore::builder()
+        .deadline(Duration::from_secs(2))
+        .standalone(&server.url())
+        .await
+        .expect("redis store");
+    let mut store = TieredStore::builder().build(redis).expect("tiered");
+    // T = 1 s: 50 units leased put the TAT about 50 s ahead.
+    let gcra = store
+        .register(&Policy::new("gcra", quota(1_000, 1_000_000, 1_000)))
+        .expect("register");
+    let fw = store
+        .register(
+            &Policy::new("fw", quota(1_000, 60_000, 1_000)).with_algorithm(Algorithm::FixedWindow),
+        )
+        .expect("register");
+    let key = Key::from("ttl");
+    for _ in 0..50 {
+        assert!(check(&store, gcra, &key, 1).await.is_allowed());
+        assert!(check(&store, fw, &key, 1).await.is_allowed());
+    }
+    assert!(store.held(gcra, &key) > 0, "a lease is live");
+    let stats = store.stats();
+    assert!(stats.local > 50, "{stats:?}");
+    let gcra_key = store.redis().redis_key(gcra, &key).expect("key");
+    let fw_key = store.redis().redis_key(fw, &key).expect("key");
+    let ttl = pttl(&server, &gcra_key);
+    assert!(ttl > 40_000 && ttl <= 1_000_000, "GCRA PTTL {ttl}");
+    let ttl = pttl(&server, &fw_key);
+    assert!(ttl > 0 && ttl <= 60_000, "fixed window PTTL {ttl}");
+    assert_every_key_has_ttl(&server);
+}
+
+/// Unused units go back to Redis on shutdown, and a refund of a locally spent unit goes back
+/// into the lease: a plain Redis store then sees exactly the units that were spent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unused_units_go_back_to_redis_and_refunds_go_back_into_the_lease() {
+    let server = RedisServer::start();
+    let policy = Policy::new("api", quota(100, 1_000_000, 100)); // T = 10 s
+    let mut plain = RedisStore::builder()
+        .deadline(Duration::from_secs(2))
+        .standalone(&server.url())
+        .await
+        .expect("redis store");
+    let plain_id = plain.register(&policy).expect("register");
+    let redis = RedisStore::builder()
+        .deadline(Duration::from_secs(2))
+        .standalone(&server.url())
+        .await
+        .expect("redis store");
+    let mut store = TieredStore::builder().build(redis).expect("tiered");
+    let id = store.register(&policy).expect("register");
+    let key = Key::from("alice");
+    let mut last = None;
+    for _ in 0..8 {
+        let d = check(&store, id, &key, 1).await;
+        assert!(d.is_allowed());
+        last = Some(d);
+    }
+    let held = store.held(id, &key);
+    assert!(held > 0, "the hot key holds a lease");
+    let last = last.expect("decided");
+    let receipt = last.receipt(0);
+    store.refund(&[Refund::new(Charge::new(id, &key, 1), receipt)]);
+    assert_eq!(
+        store.held(id, &key),
+        held + 1,
+        "the refund went back into the lease"
+    );
+    store.shutdown().await.expect("shutdown");
+    assert_eq!(store.held(id, &key), 0);
+    assert!(store.stats().returned_units > held);
+    // 8 spent, 1 refunded: 7 units charged in Redis; this check takes the 8th.
+    let d = plain
+        .check_async(&[(plain_id, key.clone(), 1)])
+        .await
+        .expect("decides");
+    assert_eq!(d.as_slice()[0].remaining(), 100 - 8, "{d:?}");
+}
+
+/// Only GCRA and the fixed window can be leased; other algorithms are a build-time error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_algorithms_are_refused_when_registered() {
+    let server = RedisServer::start();
+    let redis = RedisStore::builder()
+        .deadline(Duration::from_secs(2))
+        .standalone(&server.url())
+        .await
+        .expect("redis store");
+    let mut store = TieredStore::builder().build(redis).expect("tiered");
+    for algorithm in [
+        Algorithm::LeakyBucket,
+        Algorithm::SlidingWindow,
+        Algorithm::SlidingLog,
+    ] {
+        let err = store
+            .register(&Policy::new("p", quota(10, 1_000, 10)).with_algorithm(algorithm))
+            .expect_err("refused");
+        assert!(
+            matches!(err, StoreError::UnsupportedAlgorithm(a) if a == algorithm),
+            "{err:?}"
+        );
+        assert!(err.is_config());
+    }
+    let redis = RedisStore::builder()
+        .deadline(Duration::from_secs(2))
+        .standalone(&server.url())
+        .await
+        .expect("redis store");
+    let err = TieredStore::builder()
+        .lease_period(Duration::from_millis(500))
+        .lease_ttl(Duration::from_millis(100))
+        .build(redis)
+        .expect_err("a TTL below the period is refused");
+    assert!(
+        matches!(err, TieredConfigError::TtlBelowPeriod { .. }),
+        "{err:?}"
+    );
+}
+
+/// With Redis gone, cold checks and lease calls alike are answered by the failure policy
+/// (here fail-closed), then the breaker opens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_redis_falls_back_by_the_failure_policy() {
+    let mut server = RedisServer::start();
+    let redis = RedisStore::builder()
+        .deadline(Duration::from_millis(100))
+        .on_failure(FailurePolicy::Deny)
+        .standalone(&server.url())
+        .await
+        .expect("redis store");
+    let mut store = TieredStore::builder().build(redis).expect("tiered");
+    let id = store
+        .register(&Policy::new("api", quota(1_000, 1_000, 1_000)))
+        .expect("register");
+    server.kill();
+    let key = Key::from("k");
+    for i in 0..5 {
+        let result = match store.check(&[Charge::new(id, &key, 1)]) {
+            Checked::Ready(r) => r,
+            Checked::Pending(f) => f.await,
+        };
+        let err = result.expect_err("no decision without Redis");
+        assert_eq!(
+            err.failure_policy(),
+            FailurePolicy::Deny,
+            "request {i}: {err}"
+        );
+        assert!(err.is_unavailable());
+    }
+    let stats = store.stats();
+    assert!(
+        stats.round_trips >= 2,
+        "cold and lease paths were both tried: {stats:?}"
+    );
+    assert_eq!(store.redis().stats().degraded, 5);
+    assert!(store.redis().is_breaker_open());
+}
+
+/// The `distributed` example with `LEASE=5`: two instances on two ports share one budget
+/// through leases. 40 requests from one client, alternating between the instances and
+/// several in flight at once: exactly the quota (10 per minute) passes across both, every
+/// answer carries the rate-limit headers, and the 429s carry `Retry-After`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn distributed_example_with_lease_shares_one_budget_across_two_instances() {
+    let server = RedisServer::start();
+    let lease = Some(nz(5));
+    let mut instances = Vec::new();
+    for _ in 0..2 {
+        // A 2 s deadline instead of the example's 50 ms: on a loaded test machine a timeout
+        // would fail open (200 without headers) and blur the count.
+        let app = distributed::app_with(&server.url(), lease, Duration::from_secs(2))
+            .await
+            .expect("app");
+        instances.push(Arc::new(TestServer::start(app).await));
+    }
+    let mut tasks = Vec::new();
+    for i in 0..40 {
+        let instance = Arc::clone(&instances[i % 2]);
+        tasks.push(tokio::spawn(async move {
+            let res = instance.get("/").send().await.expect("request");
+            let remaining = res.headers().get("x-ratelimit-remaining").is_some();
+            let retry = res.headers().get("retry-after").is_some();
+            (res.status().as_u16(), remaining, retry)
+        }));
+    }
+    let mut ok = 0;
+    for t in tasks {
+        let (status, remaining, retry) = t.await.expect("task");
+        assert!(remaining, "status {status} without x-ratelimit-remaining");
+        match status {
+            200 => ok += 1,
+            429 => assert!(retry, "429 without Retry-After"),
+            other => panic!("unexpected status {other}"),
+        }
+    }
+    assert_eq!(
+        ok, 10,
+        "the two instances share one budget of 10 per minute"
+    );
+}
+
+#[test]
+fn the_lease_setting_takes_a_whole_number_of_units() {
+    assert_eq!(distributed::parse_lease("5"), Ok(Some(nz(5))));
+    assert_eq!(distributed::parse_lease(" 100 "), Ok(Some(nz(100))));
+    assert_eq!(distributed::parse_lease("0"), Ok(None));
+    assert_eq!(distributed::parse_lease(""), Ok(None));
+    assert!(distributed::parse_lease("five").is_err());
+    assert!(distributed::parse_lease("-1").is_err());
+}
+
+/// Partial grants that shrink near the limit: with 10 units and no refill in sight, a lease
+/// never takes more than half of what is left, so two instances alternating on one key both
+/// get units, and together they admit exactly the 10.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_shrink_near_the_limit_and_two_instances_admit_exactly_the_budget() {
+    let server = RedisServer::start();
+    let policy = Policy::new("api", quota(10, 10_000_000, 10)); // T = 1 000 s
+    let mut stores = Vec::new();
+    for _ in 0..2 {
+        let redis = RedisStore::builder()
+            .deadline(Duration::from_secs(2))
+            .standalone(&server.url())
+            .await
+            .expect("redis store");
+        let mut store = TieredStore::builder()
+            .max_lease(nz(100))
+            .build(redis)
+            .expect("tiered");
+        let id = store.register(&policy).expect("register");
+        stores.push((store, id));
+    }
+    let key = Key::from("k");
+    let mut allowed = [0; 2];
+    let mut most_held = [0; 2];
+    for i in 0..40 {
+        let (store, id) = &stores[i % 2];
+        if check(store, *id, &key, 1).await.is_allowed() {
+            allowed[i % 2] += 1;
+        }
+        most_held[i % 2] = most_held[i % 2].max(store.held(*id, &key));
+    }
+    assert_eq!(allowed[0] + allowed[1], 10, "{allowed:?}");
+    assert!(
+        allowed[0] > 0 && allowed[1] > 0,
+        "both instances got units: {allowed:?}"
+    );
+    // The first lease could take at most ceil(10 / 2) = 5, one of them spent at once.
+    assert!(most_held[0] <= 4 && most_held[1] <= 4, "{most_held:?}");
+    assert!(
+        stores.iter().any(|(s, _)| s.stats().local > 0),
+        "some requests were answered from leased units"
+    );
+}
+
+/// Single-flight renewal: 200 checks on one hot key at the same time queue behind one
+/// renewal at a time instead of each making a round trip.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_requests_on_an_empty_lease_share_one_renewal_at_a_time() {
+    let server = RedisServer::start();
+    let redis = RedisStore::builder()
+        .deadline(Duration::from_secs(2))
+        .standalone(&server.url())
+        .await
+        .expect("redis store");
+    let mut store = TieredStore::builder()
+        .max_lease(nz(100))
+        .build(redis)
+        .expect("tiered");
+    let id = store
+        .register(&Policy::new("api", quota(100_000, 1_000, 100_000)))
+        .expect("register");
+    let store = Arc::new(store);
+    let mut tasks = Vec::new();
+    for _ in 0..200 {
+        let store = Arc::clone(&store);
+        tasks.push(tokio::spawn(async move {
+            check(&*store, id, &Key::from("hot"), 1).await.is_allowed()
+        }));
+    }
+    for t in tasks {
+        assert!(t.await.expect("task"));
+    }
+    let stats = store.stats();
+    assert_eq!(stats.decisions, 200);
+    assert!(
+        stats.round_trips + stats.prefetches <= 20,
+        "200 concurrent checks made {} round trips: {stats:?}",
+        stats.round_trips + stats.prefetches
+    );
+}
+
+/// The lease script on Redis Cluster: 3 instances (cluster connections) on one hot key stay
+/// within `quota ± 3 × N` per full window, and every key the lease script wrote has a TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_instances_on_redis_cluster_stay_within_the_bound() {
+    let cluster = ratekeeper_tests::redis::RedisCluster::start();
+    let urls = cluster.urls();
+    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let policy = Policy::new("fw", quota(200, 1_000, 200)).with_algorithm(Algorithm::FixedWindow);
+    let mut stores = Vec::new();
+    for _ in 0..3 {
+        let redis = RedisStore::builder()
+            .deadline(Duration::from_secs(2))
+            .cluster(&nodes)
+            .await
+            .expect("cluster store");
+        let mut store = TieredStore::builder()
+            .max_lease(nz(u32::try_from(N).expect("small")))
+            .lease_period(Duration::from_millis(50))
+            .build(redis)
+            .expect("tiered");
+        let id = store.register(&policy).expect("register");
+        stores.push((Arc::new(store), id));
+    }
+    let end = Instant::now() + Duration::from_millis(3_300);
+    let mut tasks = Vec::new();
+    for (store, id) in &stores {
+        let store = Arc::clone(store);
+        let id = *id;
+        tasks.push(tokio::spawn(async move {
+            let key = Key::from("hot");
+            let mut admitted = Vec::new();
+            while Instant::now() < end {
+                if check(&*store, id, &key, 1).await.is_allowed() {
+                    admitted.push(u64::try_from(store.unix_now().as_micros()).expect("µs"));
+                } else {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            }
+            admitted
+        }));
+    }
+    let mut times = Vec::new();
+    for t in tasks {
+        times.extend(t.await.expect("task"));
+    }
+    times.sort_unstable();
+    let slack = 3 * N as usize;
+    let windows = full_windows(&times);
+    eprintln!("cluster, fixed window, 3 instances: full windows {windows:?}");
+    assert!(windows.len() >= 2, "{windows:?}");
+    for (w, count) in &windows {
+        assert!(
+            (200 - slack..=200 + slack).contains(count),
+            "window {w}: {count} admitted, bounds 200 ± {slack}"
+        );
+    }
+    for (store, _) in &stores {
+        store.shutdown().await.expect("shutdown");
+    }
+    for node in &cluster.nodes {
+        if node.cli(&["ROLE"]).is_some_and(|r| r.starts_with("master")) {
+            assert_every_key_has_ttl(node);
+        }
+    }
+}
