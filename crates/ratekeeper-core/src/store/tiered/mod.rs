@@ -125,121 +125,25 @@
 //! # }
 //! ```
 
+mod builder;
+mod inner;
 mod lease;
 
+pub use self::builder::{TieredConfigError, TieredStoreBuilder};
+
 use std::fmt;
-use std::num::NonZeroU32;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use dashmap::DashMap;
-
-use self::lease::{LEASE_BIT, Lease, TierPolicy, Unused};
+use self::inner::{Inner, give_back};
+use self::lease::{LEASE_BIT, Lease, TierPolicy};
 use super::redis::{OwnedCharge, RedisCheck, RedisStore};
 use super::{Charge, Checked, Decisions, PolicyId, Receipt, Refund, Store, StoreError};
-use crate::clock::Clock;
 use crate::{Algorithm, Key, Policy};
 
 pub(super) fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
-/// A [`TieredStoreBuilder`] setting that cannot work.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum TieredConfigError {
-    /// The lease period is zero.
-    #[error("the lease period must be longer than zero")]
-    ZeroPeriod,
-    /// The lease TTL is shorter than the lease period (leases would expire before the rate
-    /// that sized them is measured again).
-    #[error("the lease TTL ({ttl:?}) must be at least the lease period ({period:?})")]
-    TtlBelowPeriod {
-        /// The TTL given.
-        ttl: Duration,
-        /// The period given.
-        period: Duration,
-    },
-}
-
-/// Builds a [`TieredStore`] over a [`RedisStore`]: lease size, lease period, lease TTL.
-#[derive(Debug, Clone)]
-pub struct TieredStoreBuilder {
-    max_lease: NonZeroU32,
-    period: Duration,
-    ttl: Duration,
-}
-
-impl Default for TieredStoreBuilder {
-    fn default() -> Self {
-        Self {
-            max_lease: NonZeroU32::new(100).unwrap_or(NonZeroU32::MIN),
-            period: Duration::from_millis(100),
-            ttl: Duration::from_secs(1),
-        }
-    }
-}
-
-impl TieredStoreBuilder {
-    /// The most units an instance holds for one (policy, client key): `N_max` in the
-    /// over-admission bound `I * N_max` (default 100).
-    pub fn max_lease(mut self, max_lease: NonZeroU32) -> Self {
-        self.max_lease = max_lease;
-        self
-    }
-
-    /// The period over which the local rate is measured (default 100 ms): a lease holds the
-    /// units asked for in one period (at most [`max_lease`](Self::max_lease)), so a hot key
-    /// goes to Redis about once per period per instance.
-    pub fn lease_period(mut self, period: Duration) -> Self {
-        self.period = period;
-        self
-    }
-
-    /// How long leased units may stay unspent before they go back to Redis (default 1 s).
-    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
-        self
-    }
-
-    /// The tiered store over `redis` (whose deadline, failure policy, breaker and clock it
-    /// uses). Register policies on the tiered store, not on `redis` before.
-    ///
-    /// # Errors
-    ///
-    /// [`TieredConfigError`] for a zero lease period or a TTL shorter than the period.
-    pub fn build(self, redis: RedisStore) -> Result<TieredStore, TieredConfigError> {
-        if self.period.is_zero() {
-            return Err(TieredConfigError::ZeroPeriod);
-        }
-        if self.ttl < self.period {
-            return Err(TieredConfigError::TtlBelowPeriod {
-                ttl: self.ttl,
-                period: self.period,
-            });
-        }
-        let clock = redis.decision_clock();
-        Ok(TieredStore {
-            redis: Arc::new(redis),
-            policies: Vec::new(),
-            inner: Arc::new(Inner {
-                leases: DashMap::default(),
-                max_lease: u64::from(self.max_lease.get()),
-                period: nanos(self.period),
-                ttl: nanos(self.ttl),
-                clock,
-                generation: AtomicU64::new(1),
-                epoch: AtomicU64::new(0),
-                last_sweep: AtomicU64::new(0),
-                decisions: AtomicU64::new(0),
-                local: AtomicU64::new(0),
-                round_trips: AtomicU64::new(0),
-                prefetches: AtomicU64::new(0),
-                returned: AtomicU64::new(0),
-            }),
-        })
-    }
 }
 
 /// Counters of one [`TieredStore`].
@@ -258,67 +162,6 @@ pub struct TieredStats {
     pub prefetches: u64,
     /// Units given back to Redis when leases ended.
     pub returned_units: u64,
-}
-
-type LeaseMap = DashMap<(PolicyId, Key), Arc<Lease>, foldhash::fast::RandomState>;
-
-struct Inner {
-    leases: LeaseMap,
-    max_lease: u64,
-    /// Lease period and TTL, ns.
-    period: u64,
-    ttl: u64,
-    /// The Redis store's decision clock (ns).
-    clock: Arc<dyn Clock>,
-    generation: AtomicU64,
-    /// Bumped by [`TieredStore::shutdown`]: background renewals started before give up.
-    epoch: AtomicU64,
-    last_sweep: AtomicU64,
-    decisions: AtomicU64,
-    local: AtomicU64,
-    round_trips: AtomicU64,
-    prefetches: AtomicU64,
-    returned: AtomicU64,
-}
-
-impl Inner {
-    fn next_generation(&self) -> u64 {
-        self.generation.fetch_add(1, Ordering::Relaxed) & !LEASE_BIT
-    }
-
-    fn lease_of(&self, policy: PolicyId, key: &Key) -> Arc<Lease> {
-        let id = (policy, key.clone());
-        if let Some(lease) = self.leases.get(&id) {
-            return Arc::clone(&lease);
-        }
-        Arc::clone(&self.leases.entry(id).or_default())
-    }
-
-    /// When the units of a grant taken at `now` expire: after the TTL, and for the fixed
-    /// window at the end of the window they were charged in.
-    fn expiry(&self, now: u64, fixed_window: bool, reset_after: Duration) -> u64 {
-        let ttl = now.saturating_add(self.ttl);
-        if fixed_window {
-            ttl.min(now.saturating_add(nanos(reset_after)))
-        } else {
-            ttl
-        }
-    }
-}
-
-/// Gives `unused` units of (policy, key) back to Redis (spawned by the Redis store).
-fn give_back(redis: &RedisStore, inner: &Inner, returns: &[(PolicyId, Key, Unused)]) {
-    if returns.is_empty() {
-        return;
-    }
-    let refunds: Vec<Refund<'_, Key>> = returns
-        .iter()
-        .map(|(p, k, u)| {
-            inner.returned.fetch_add(u.units, Ordering::Relaxed);
-            Refund::new(Charge::new(*p, k, u.units), u.receipt)
-        })
-        .collect();
-    redis.refund(&refunds);
 }
 
 /// Leases from Redis, spent locally: a [`Store<Key>`] for very hot keys shared by many

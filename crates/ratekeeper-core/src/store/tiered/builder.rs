@@ -1,0 +1,109 @@
+//! [`TieredStoreBuilder`]: the lease size, period and TTL, checked when the store is built.
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use dashmap::DashMap;
+
+use super::inner::Inner;
+use super::{TieredStore, nanos};
+use crate::store::redis::RedisStore;
+
+/// A [`TieredStoreBuilder`] setting that cannot work.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TieredConfigError {
+    /// The lease period is zero.
+    #[error("the lease period must be longer than zero")]
+    ZeroPeriod,
+    /// The lease TTL is shorter than the lease period (leases would expire before the rate
+    /// that sized them is measured again).
+    #[error("the lease TTL ({ttl:?}) must be at least the lease period ({period:?})")]
+    TtlBelowPeriod {
+        /// The TTL given.
+        ttl: Duration,
+        /// The period given.
+        period: Duration,
+    },
+}
+
+/// Builds a [`TieredStore`] over a [`RedisStore`]: lease size, lease period, lease TTL.
+#[derive(Debug, Clone)]
+pub struct TieredStoreBuilder {
+    max_lease: NonZeroU32,
+    period: Duration,
+    ttl: Duration,
+}
+
+impl Default for TieredStoreBuilder {
+    fn default() -> Self {
+        Self {
+            max_lease: NonZeroU32::new(100).unwrap_or(NonZeroU32::MIN),
+            period: Duration::from_millis(100),
+            ttl: Duration::from_secs(1),
+        }
+    }
+}
+
+impl TieredStoreBuilder {
+    /// The most units an instance holds for one (policy, client key): `N_max` in the
+    /// over-admission bound `I * N_max` (default 100).
+    pub fn max_lease(mut self, max_lease: NonZeroU32) -> Self {
+        self.max_lease = max_lease;
+        self
+    }
+
+    /// The period over which the local rate is measured (default 100 ms): a lease holds the
+    /// units asked for in one period (at most [`max_lease`](Self::max_lease)), so a hot key
+    /// goes to Redis about once per period per instance.
+    pub fn lease_period(mut self, period: Duration) -> Self {
+        self.period = period;
+        self
+    }
+
+    /// How long leased units may stay unspent before they go back to Redis (default 1 s).
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// The tiered store over `redis` (whose deadline, failure policy, breaker and clock it
+    /// uses). Register policies on the tiered store, not on `redis` before.
+    ///
+    /// # Errors
+    ///
+    /// [`TieredConfigError`] for a zero lease period or a TTL shorter than the period.
+    pub fn build(self, redis: RedisStore) -> Result<TieredStore, TieredConfigError> {
+        if self.period.is_zero() {
+            return Err(TieredConfigError::ZeroPeriod);
+        }
+        if self.ttl < self.period {
+            return Err(TieredConfigError::TtlBelowPeriod {
+                ttl: self.ttl,
+                period: self.period,
+            });
+        }
+        let clock = redis.decision_clock();
+        Ok(TieredStore {
+            redis: Arc::new(redis),
+            policies: Vec::new(),
+            inner: Arc::new(Inner {
+                leases: DashMap::default(),
+                max_lease: u64::from(self.max_lease.get()),
+                period: nanos(self.period),
+                ttl: nanos(self.ttl),
+                clock,
+                generation: AtomicU64::new(1),
+                epoch: AtomicU64::new(0),
+                last_sweep: AtomicU64::new(0),
+                decisions: AtomicU64::new(0),
+                local: AtomicU64::new(0),
+                round_trips: AtomicU64::new(0),
+                prefetches: AtomicU64::new(0),
+                returned: AtomicU64::new(0),
+            }),
+        })
+    }
+}
