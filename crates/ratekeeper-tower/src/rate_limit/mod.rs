@@ -77,6 +77,7 @@
 //! and `limiter` uses `policy`, `report`, `key`, `cost` and `degraded`, none of which
 //! imports `rate_limit`.
 
+mod diag;
 mod future;
 mod layer;
 mod limiter;
@@ -90,7 +91,7 @@ pub use crate::error::BuildError;
 pub use crate::fallback::{Fallback, FallbackFuture, FallbackLayer};
 pub use future::ResponseFuture;
 pub use layer::{RateLimitBuilder, RateLimitLayer};
-pub use meter::DECISIONS_TOTAL;
+pub use meter::{DECISIONS_TOTAL, SHADOW_CHECKED_TOTAL, SHADOW_WOULD_REFUSE_TOTAL, USAGE_RATIO};
 pub use mode::Mode;
 /// Re-exported from `ratekeeper_core::throttle`: a clock on tokio's time, so a store follows
 /// tokio's paused time in tests and [`Mode::Delay`] waits agree with store decisions.

@@ -81,7 +81,7 @@ impl Failover {
     }
 
     /// Applies the failure policy to `charges` that Redis could not decide because of `err`:
-    /// counts it in `degraded` and the metrics, logs it, and answers.
+    /// counts it in `degraded` and the metrics, logs it (`DEBUG`, `Local` only), and answers.
     ///
     /// # Errors
     ///
@@ -98,7 +98,11 @@ impl Failover {
         degraded.fetch_add(1, Ordering::Relaxed);
         metrics::counter!("ratekeeper_store_degraded_total", "action" => self.policy.as_str())
             .increment(1);
-        tracing::warn!(error = %err, action = self.policy.as_str(), "redis store could not decide; failure policy applied");
+        // The breaker logs the outage's transitions; here one DEBUG event per decision, and
+        // only for `Local`, which this store answers itself (the HTTP layer logs the others).
+        if self.policy == FailurePolicy::Local {
+            tracing::debug!(error = %err, "redis store could not decide; the local store answered");
+        }
         let policy = match (self.policy, &self.local) {
             (FailurePolicy::Local, Some(local)) => {
                 let borrowed: Vec<Charge<'_, Key>> = charges

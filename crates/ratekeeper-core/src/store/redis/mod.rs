@@ -457,7 +457,9 @@ impl RedisStore {
                     Ok(decisions)
                 }
                 Err(err) => {
-                    shared.breaker.failure(shared.app.now());
+                    shared
+                        .breaker
+                        .failure(shared.app.now(), &err, failover.policy.as_str());
                     shared.count_error();
                     failover.apply(&charges, err, &shared.degraded)
                 }
@@ -478,7 +480,7 @@ async fn refund_groups(shared: &Shared, groups: &[Group]) -> Result<(), StoreErr
             Err(_) => StoreError::Timeout,
         };
         shared.count_error();
-        tracing::warn!(error = %result, "redis store refund failed");
+        tracing::debug!(error = %result, "redis store refund failed");
         first.get_or_insert(result);
     }
     first.map_or(Ok(()), Err)
