@@ -46,9 +46,16 @@ pub async fn app(redis_url: &str) -> Result<Router, Box<dyn std::error::Error>> 
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> std::process::ExitCode {
     ratekeeper_examples::init_tracing();
-    let app = app(&redis_url()).await?;
-    ratekeeper_examples::serve(app, &ratekeeper_examples::listen_addr()).await?;
-    Ok(())
+    // A bad `REDIS_URL` prints one sentence ("error: configuration error: the Redis URL is
+    // not valid; ..."), not the error's `Debug` form.
+    let app = match app(&redis_url()).await {
+        Ok(app) => app,
+        Err(err) => return ratekeeper_examples::fail(&*err),
+    };
+    match ratekeeper_examples::serve(app, &ratekeeper_examples::listen_addr()).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => ratekeeper_examples::fail(&err),
+    }
 }

@@ -166,10 +166,10 @@ fn a_built_layer_logs_its_limits_once_at_info() {
         "burst = 60/m",
         "daily = 10000/d",
         "gcra",
-        "key PeerIp",
-        "store MemoryStore",
-        "headers XRateLimit",
-        "mode reject",
+        "key=\"PeerIp\"",
+        "store=\"MemoryStore<Key>\"",
+        "headers=XRateLimit",
+        "mode=reject",
     ] {
         assert!(line.contains(part), "{part:?} missing from {line}");
     }

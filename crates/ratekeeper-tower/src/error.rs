@@ -43,6 +43,15 @@ pub enum BuildError {
          use a concurrency limit layer"
     )]
     ConcurrencyPolicy(String),
+    /// Settings from a configuration file that do not fit together (see
+    /// [`config`](crate::config), feature `serde`).
+    #[error("configuration error in `{field}`: {message}")]
+    Config {
+        /// The field's path (`key.header`).
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
     /// A route template can never match a route (see
     /// [`route::check_template`](crate::route::check_template)): no leading `/`, or axum 0.7's
     /// `:param` / `*rest` syntax, which axum 0.8 treats as literal text.

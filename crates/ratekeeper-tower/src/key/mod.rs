@@ -156,6 +156,12 @@ pub trait KeyExtractor: Send + Sync + 'static {
     fn keys_by_peer(&self) -> bool {
         false
     }
+
+    /// How the startup log names this extractor (default: its type without module paths,
+    /// `Or<HeaderKey<Raw>, PeerIp>`).
+    fn describe(&self) -> String {
+        crate::rate_limit::short_type_name::<Self>()
+    }
 }
 
 impl<F> KeyExtractor for F

@@ -200,8 +200,7 @@ pub(crate) fn built(policies: &[Policy], key: &str, store: &str, style: HeaderSt
         store,
         headers = ?style,
         mode = %ModeName(mode),
-        "rate limit built: {list}; key {key}; store {store}; headers {style:?}; mode {}",
-        ModeName(mode)
+        "rate limit built"
     );
 }
 

@@ -448,7 +448,7 @@ impl<K, Co, St, R> RateLimitBuilder<K, Co, St, R> {
         reporter.partition_key = settings.partition_key;
         diag::built(
             policies,
-            &short_type_name::<K>(),
+            &key.describe(),
             &short_type_name::<St>(),
             settings.style,
             settings.mode,

@@ -89,6 +89,7 @@ mod tests;
 
 pub use crate::error::BuildError;
 pub use crate::fallback::{Fallback, FallbackFuture, FallbackLayer};
+pub(crate) use diag::short_type_name;
 pub use future::ResponseFuture;
 pub use layer::{RateLimitBuilder, RateLimitLayer};
 pub use meter::{DECISIONS_TOTAL, SHADOW_CHECKED_TOTAL, SHADOW_WOULD_REFUSE_TOTAL, USAGE_RATIO};
