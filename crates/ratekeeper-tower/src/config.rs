@@ -1,6 +1,6 @@
 //! A layer from a configuration file (feature `serde`; `toml` to read TOML).
 //!
-//! [`LayerConfig`] holds what a [`RateLimitBuilder`](crate::RateLimitBuilder) is told in code:
+//! [`LayerConfig`] holds what a [`RateLimitBuilder`] is told in code:
 //! policies (name, quota, algorithm), the key, the cost, a route table with costs and
 //! route-scoped policies, tiers, exemptions, the header style and the mode. It deserialises
 //! with any `serde` format; with the `toml` feature, [`LayerConfig::from_toml`] reads a TOML
@@ -410,7 +410,7 @@ impl LayerConfig {
 
     /// A builder holding these settings, for what a file does not say: another store (Redis,
     /// a memory store on a test clock), a fallback, a rejection body. Finish it with
-    /// [`build`](crate::RateLimitBuilder::build).
+    /// [`build`](RateLimitBuilder::build).
     ///
     /// # Errors
     ///

@@ -45,11 +45,17 @@ impl Diagnostics {
     }
 
     /// Warns once when a request keyed by its peer address came through a proxy on a private
-    /// or loopback address: every client behind it then shares the proxy's budget. Costs one
-    /// relaxed load per request until it warned (or when it is off), nothing more.
+    /// or loopback address: every client behind it then shares the proxy's budget. Until it
+    /// warned: a relaxed load and, for a key that is a public IPv4/IPv6 address, one range
+    /// check; only a private peer (or a key that is not an address) looks at the headers.
     #[inline]
-    pub(crate) fn watch<B>(&self, req: &Request<B>) {
+    pub(crate) fn watch<B>(&self, req: &Request<B>, key: &Key) {
         if self.watch_forwarded && !self.warned.load(Ordering::Relaxed) {
+            if let Key::Ip(ip) = key {
+                if !is_private(*ip) {
+                    return;
+                }
+            }
             self.check_forwarded(req);
         }
     }

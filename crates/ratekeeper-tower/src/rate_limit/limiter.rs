@@ -193,7 +193,7 @@ impl<K, Co, St, R> Limiter<K, Co, St, R> {
             // does not, the key error answers.
             Err(err) => (Key::Global, Some(err)),
         };
-        self.diag.watch(req);
+        self.diag.watch(req, &key);
         if key_error.is_none() && rules.exempt_keys.contains(&key) {
             return Prepared::Exempt;
         }
