@@ -1,8 +1,9 @@
 //! The `observability` example over real HTTP: a few requests, then a scrape of `/metrics`
 //! (Prometheus text format) finds the decision counter, the usage histogram, the store
 //! latency histogram (a `redis-server` this test starts), the memory store's key gauge and
-//! the shadow-mode counters, each with its labels; every metric the test finds is one the
-//! README's metrics table names.
+//! the shadow-mode counters, each with its labels; with Redis killed, the store's error and
+//! failure-policy counters. Every metric the test finds is one the README's metrics table
+//! names (the table's other three need a fallback, 4,096 keys or a Redis denial repeated).
 
 use ratekeeper_tests::TestServer;
 use ratekeeper_tests::redis::RedisServer;
@@ -50,7 +51,7 @@ fn readme_metrics() -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_are_scraped_with_their_labels() {
-    let redis = RedisServer::start();
+    let mut redis = RedisServer::start();
     let app = observability::app(&redis.url()).await.unwrap();
     let server = TestServer::start(app).await;
     let mut statuses = Vec::new();
@@ -155,6 +156,37 @@ async fn metrics_are_scraped_with_their_labels() {
             &[("policy", "candidate")]
         ),
         3.0
+    );
+
+    // Redis goes away: the store's error counter, its failure-policy counter and the error
+    // side of the latency histogram appear; requests still pass (fail open).
+    redis.kill();
+    for _ in 0..4 {
+        let res = server.get("/").send().await.unwrap();
+        assert_eq!(res.status(), 200);
+    }
+    let scrape = server
+        .get("/metrics")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let find = |name: &str, labels: &[(&str, &str)]| {
+        sample(&scrape, name, labels)
+            .unwrap_or_else(|| panic!("{name} {labels:?} not in the scrape:\n{scrape}"))
+    };
+    assert!(find("ratekeeper_store_errors_total", &[]) >= 1.0);
+    assert_eq!(
+        find("ratekeeper_store_degraded_total", &[("action", "allow")]),
+        4.0
+    );
+    assert!(
+        find(
+            "ratekeeper_store_latency_seconds_count",
+            &[("outcome", "error")]
+        ) >= 1.0
     );
 
     // Every ratekeeper metric in the scrape is documented in the README.
