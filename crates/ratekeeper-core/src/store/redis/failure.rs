@@ -4,7 +4,9 @@
 //! [`FailurePolicy::Local`] is answered here by an in-memory store with the same (or
 //! overridden) policies; every other policy is carried to the HTTP layer in
 //! [`StoreError::Failed`]. Each such decision is counted (`RedisStats::degraded` and the
-//! `ratekeeper_store_degraded_total` counter, label `action`) and logged.
+//! `ratekeeper_store_degraded_total` counter, label `action`); the outage is logged by the
+//! circuit breaker, once per transition, and each decision at DEBUG only (here for `Local`,
+//! by the HTTP layer for the others).
 
 use std::fmt;
 use std::sync::Arc;
