@@ -362,8 +362,11 @@ impl<K, Co, St, R> RateLimitBuilder<K, Co, St, R> {
     /// address ([`PeerIp`], see [`KeyExtractor::keys_by_peer`](crate::key::KeyExtractor::keys_by_peer))
     /// arrives from a private or loopback peer with an `X-Forwarded-For` or `Forwarded`
     /// header: a reverse proxy is in front, and every client behind it shares its budget. The
-    /// warning names the fix, [`ForwardedIp`](crate::key::ForwardedIp). Default `true`; turn
-    /// it off when one budget for the proxy is what you want.
+    /// warning names the fix, [`ForwardedIp`](crate::key::ForwardedIp). The layer looks at the
+    /// first 4,096 requests from private peers (a proxy adds the header to every request, so
+    /// it shows itself among them) and then stops looking, so the watch costs nothing in
+    /// the long run. Default `true`; turn it off when one budget for the proxy is what you
+    /// want.
     pub fn warn_forwarded(mut self, on: bool) -> Self {
         self.settings.quiet_forwarded = !on;
         self
