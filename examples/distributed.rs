@@ -123,9 +123,23 @@ pub async fn app_with(
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> std::process::ExitCode {
     ratekeeper_examples::init_tracing();
-    let app = app_with_lease(&redis_url(), lease_setting()?).await?;
-    ratekeeper_examples::serve(app, &ratekeeper_examples::listen_addr()).await?;
-    Ok(())
+    // A bad `REDIS_URL` or `LEASE` prints one sentence ("error: configuration error: the
+    // Redis URL is not valid; ..."), not the error's `Debug` form.
+    let lease = match lease_setting() {
+        Ok(lease) => lease,
+        Err(err) => {
+            eprintln!("error: {err}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let app = match app_with_lease(&redis_url(), lease).await {
+        Ok(app) => app,
+        Err(err) => return ratekeeper_examples::fail(&*err),
+    };
+    match ratekeeper_examples::serve(app, &ratekeeper_examples::listen_addr()).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => ratekeeper_examples::fail(&err),
+    }
 }

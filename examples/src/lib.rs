@@ -72,3 +72,15 @@ pub async fn serve(app: Router, addr: &str) -> std::io::Result<()> {
     })
     .await
 }
+
+/// Prints `error: <err>` (its `Display`, one sentence: never the `Debug` form that `main`
+/// returning `Err` would print) to stderr and returns the failure exit code.
+///
+/// ```
+/// let err = std::io::Error::other("the address is already in use");
+/// assert_eq!(ratekeeper_examples::fail(&err), std::process::ExitCode::FAILURE);
+/// ```
+pub fn fail(err: &dyn std::error::Error) -> std::process::ExitCode {
+    eprintln!("error: {err}");
+    std::process::ExitCode::FAILURE
+}

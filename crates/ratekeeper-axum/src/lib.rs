@@ -160,6 +160,8 @@
 //! | clients behind a load balancer or proxy | [`key::ForwardedIp`], which trusts `X-Forwarded-For` / `Forwarded` only from proxies you list | |
 //! | an API key | [`key::HeaderKey`], validated to a principal so rotated or empty keys get no fresh budget | |
 //! | a cheaper answer (a stale cache) instead of a 429 on one route | [`RateLimitLayer::with_fallback`] on that route only: `.route("/prices", get(prices).route_layer(layer))`; under `Router::layer` the fallback would also answer a limited client's 404s and 405s | `degraded_fallback` |
+//! | limits from a configuration file | `config::LayerConfig::from_toml` (features `serde` and `toml`) | `from_config` |
+//! | metrics for Prometheus, usage analysis | the `metrics` crate's names in [`rate_limit`] (`ratekeeper_decisions_total`, `ratekeeper_usage_ratio`, ...) and an exporter | `observability` |
 //! | one budget shared by many app instances | the Redis store, feature `redis`: `core::store::redis::RedisStore` | `distributed` |
 //! | throttle calls *to* another rate-limited API | `core::throttle::Throttle` (core feature `tokio`) | `outbound_throttle` |
 //! | an HTTP client that waits when a server says nothing is left (`Retry-After`, `RateLimit`, `X-RateLimit-*`) | [`client::PoliteLayer`] around hyper's client or any tower HTTP service | `polite_client` |
@@ -174,6 +176,9 @@ pub use ratekeeper_core::{
     self as core, Algorithm, Decision, Key, Outcome, Policy, PolicyError, Quota, QuotaError,
     QuotaParseError,
 };
+/// A layer from a configuration file (feature `serde`; `toml` reads TOML).
+#[cfg(feature = "serde")]
+pub use ratekeeper_tower::config;
 pub use ratekeeper_tower::rate_limit::Mode;
 pub use ratekeeper_tower::report::HeaderStyle;
 pub use ratekeeper_tower::{

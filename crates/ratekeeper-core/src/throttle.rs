@@ -88,7 +88,7 @@ pub enum ThrottleError {
     CannotFit(Decisions),
     /// Capacity comes back only after `retry_after`, later than the deadline; returned at
     /// once, without sleeping.
-    #[error("capacity comes back in {retry_after:?}, after the deadline")]
+    #[error("capacity comes back in {}, after the deadline", seconds(*retry_after))]
     WouldExceedDeadline {
         /// Time from the failed attempt until the same cost would pass.
         retry_after: Duration,
@@ -96,6 +96,28 @@ pub enum ThrottleError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// A duration as error messages write it: seconds with up to 3 decimals (`"120 s"`,
+/// `"1.5 s"`, `"0.001 s"`), never `Duration`'s `Debug` form.
+///
+/// ```
+/// use std::time::Duration;
+/// use ratekeeper_core::throttle::seconds;
+///
+/// assert_eq!(seconds(Duration::from_secs(120)), "120 s");
+/// assert_eq!(seconds(Duration::from_millis(1500)), "1.5 s");
+/// assert_eq!(seconds(Duration::from_micros(250)), "0 s");
+/// ```
+pub fn seconds(d: Duration) -> String {
+    let ms = d.as_millis();
+    let (whole, frac) = (ms / 1000, ms % 1000);
+    if frac == 0 {
+        format!("{whole} s")
+    } else {
+        let frac = format!("{frac:03}");
+        format!("{whole}.{} s", frac.trim_end_matches('0'))
+    }
 }
 
 impl ThrottleError {

@@ -38,10 +38,14 @@
 //! | feature | adds |
 //! |---|---|
 //! | `axum` | [`PeerIp`] also reads axum's `ConnectInfo<SocketAddr>`; [`route`] reads axum's `MatchedPath` |
+//! | `serde` | `config`: a layer's settings (policies, key, routes and costs, tiers, exemptions, headers, mode) as `serde` types |
+//! | `toml` | `config::LayerConfig::from_toml`: those settings from a TOML document, errors with file, line, column and field |
 
 pub mod body;
 pub mod client;
 pub mod concurrency;
+#[cfg(feature = "serde")]
+pub mod config;
 pub mod cors;
 pub mod cost;
 pub mod degraded;

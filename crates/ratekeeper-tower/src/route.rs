@@ -224,6 +224,7 @@ impl Resolve for RouteTable {
 impl CheckPolicies for RouteTable {
     fn check(&self, policies: &[Policy]) -> Result<(), BuildError> {
         for route in &self.routes {
+            check_template(&route.template)?;
             for name in &route.policies {
                 if !policies.iter().any(|p| p.name() == &**name) {
                     return Err(BuildError::UnknownPolicy(name.to_string()));
@@ -248,6 +249,62 @@ impl CheckPolicies for RouteTable {
         }
         Ok(())
     }
+}
+
+/// Checks that `template` can match a route as axum 0.8 writes it: a leading `/`, parameters
+/// as `{name}` and a catch-all as `{*name}`. axum 0.7's `:name` and `*name` segments are
+/// literal text under axum 0.8 (and `MatchedPath` reports the template as written in the
+/// router), so such a route would never match and silently stay under the general limit only.
+///
+/// # Errors
+///
+/// [`BuildError::RouteTemplate`] naming the template, what is wrong and the fix.
+pub fn check_template(template: &str) -> Result<(), BuildError> {
+    let err = |problem: &'static str, fix: String| {
+        Err(BuildError::RouteTemplate {
+            template: template.to_owned(),
+            problem,
+            fix,
+        })
+    };
+    if !template.starts_with('/') {
+        return err(
+            "it does not start with `/`",
+            format!("write \"/{template}\""),
+        );
+    }
+    let mut fixed = String::with_capacity(template.len() + 4);
+    let mut legacy = None;
+    for (i, segment) in template.split('/').enumerate() {
+        if i > 0 {
+            fixed.push('/');
+        }
+        if let Some(name) = segment.strip_prefix(':') {
+            legacy.get_or_insert("it uses axum 0.7's `:param` syntax");
+            fixed.push_str(&format!("{{{name}}}"));
+        } else if let Some(name) = segment.strip_prefix('*') {
+            legacy.get_or_insert("it uses axum 0.7's `*rest` syntax");
+            fixed.push_str(&format!("{{*{name}}}"));
+        } else {
+            fixed.push_str(segment);
+        }
+    }
+    if let Some(problem) = legacy {
+        return err(
+            problem,
+            format!(
+                "write \"{fixed}\" (axum 0.8 writes parameters as `{{param}}` and `{{*rest}}`)"
+            ),
+        );
+    }
+    let (opens, closes) = (template.matches('{').count(), template.matches('}').count());
+    if opens != closes {
+        return err(
+            "its braces do not pair up",
+            "write each parameter as `{param}` (or `{*rest}` for the rest of the path)".to_owned(),
+        );
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -291,6 +348,37 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn templates_are_checked_when_the_layer_is_built() {
+        let p = policies();
+        let message = |template: &str| {
+            CheckPolicies::check(&RouteTable::new().cost(Method::GET, template, 1), &p)
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            message("search"),
+            "route template \"search\" can never match: it does not start with `/`; \
+             write \"/search\""
+        );
+        assert_eq!(
+            message("/items/:id"),
+            "route template \"/items/:id\" can never match: it uses axum 0.7's `:param` \
+             syntax; write \"/items/{id}\" (axum 0.8 writes parameters as `{param}` and \
+             `{*rest}`)"
+        );
+        assert!(message("/files/*rest").contains("write \"/files/{*rest}\""));
+        assert!(message("/a/{id").contains("braces"));
+        let limit = RouteTable::new().limit(Method::POST, "login", "login");
+        assert!(matches!(
+            CheckPolicies::check(&limit, &p),
+            Err(BuildError::RouteTemplate { template, .. }) if template == "login"
+        ));
+        for good in ["/", "/items/{id}", "/files/{*rest}", "/users/{id}/avatar"] {
+            assert!(check_template(good).is_ok(), "{good}");
+        }
     }
 
     #[test]

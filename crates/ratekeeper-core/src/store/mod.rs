@@ -364,26 +364,41 @@ pub enum Checked<F> {
 #[non_exhaustive]
 pub enum StoreError {
     /// A charge named a policy this store never registered.
-    #[error("unknown policy id {0:?}")]
+    #[error("the store has no policy with id {}", .0.index())]
     UnknownPolicy(PolicyId),
     /// A policy was refused when registered.
-    #[error("invalid policy: {0}")]
+    #[error("the store refused the policy: {0}")]
     Policy(#[from] PolicyError),
     /// The store cannot run this algorithm.
-    #[error("the store does not support algorithm {0:?}")]
+    #[error("the store does not support the {0} algorithm")]
     UnsupportedAlgorithm(crate::Algorithm),
     /// The store cannot hold this policy's quota (the message names the policy and the limit).
-    #[error("unsupported quota: {0}")]
+    #[error("the store cannot hold this quota: {0}")]
     UnsupportedQuota(String),
     /// The store did not answer within the decision deadline.
-    #[error("store did not answer within the decision deadline")]
+    #[error("the store did not answer within the decision deadline")]
     Timeout,
-    /// The store is unreachable or returned an error.
-    #[error("store unavailable: {0}")]
-    Unavailable(Box<dyn std::error::Error + Send + Sync>),
+    /// The store is unreachable or returned an error (the cause is the [`source`]).
+    ///
+    /// [`source`]: std::error::Error::source
+    #[error("the store is unavailable: {0}")]
+    Unavailable(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// The store's configuration is invalid (a Redis URL that does not parse, say): fix the
+    /// configuration, retrying cannot help. `message` says what is wrong in one sentence
+    /// without the cause's own text; the cause is the [`source`].
+    ///
+    /// [`source`]: std::error::Error::source
+    #[error("configuration error: {message}")]
+    Config {
+        /// What is wrong and how to fix it.
+        message: String,
+        /// The error that revealed it.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// A shared store could not decide (see [`StoreError::is_unavailable`]) and its
     /// [`FailurePolicy`] tells the HTTP layer what to do instead.
-    #[error("{source} (failure policy: {policy})")]
+    #[error("the store could not decide, so its failure policy ({policy}) applies: {source}")]
     Failed {
         /// What the layer does with the request.
         policy: FailurePolicy,
@@ -448,6 +463,7 @@ impl StoreError {
                 | Self::Policy(_)
                 | Self::UnsupportedAlgorithm(_)
                 | Self::UnsupportedQuota(_)
+                | Self::Config { .. }
         )
     }
 

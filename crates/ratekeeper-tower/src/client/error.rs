@@ -90,7 +90,9 @@ impl<E> Error<E> {
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "the server asked to wait {wait:?} before the next request, longer than the {max_wait:?} allowed"
+    "the server asked to wait {} before the next request, longer than the {} allowed",
+    ratekeeper_core::throttle::seconds(*wait),
+    ratekeeper_core::throttle::seconds(*max_wait)
 )]
 pub struct WaitTooLong {
     pub(super) wait: Duration,

@@ -142,7 +142,7 @@ async fn a_wait_beyond_max_wait_fails_without_sending() {
     assert_eq!((e.wait(), e.max_wait()), (secs(120), secs(60)));
     assert_eq!(
         e.to_string(),
-        "the server asked to wait 120s before the next request, longer than the 60s allowed"
+        "the server asked to wait 120 s before the next request, longer than the 60 s allowed"
     );
     assert_eq!(log.lock().unwrap().len(), 1);
     assert_eq!(start.elapsed(), Duration::ZERO);

@@ -48,6 +48,10 @@ where
             other => other,
         }
     }
+
+    fn keys_by_peer(&self) -> bool {
+        self.first.keys_by_peer() || self.second.keys_by_peer()
+    }
 }
 
 /// Tuples of extractors are extractors: the key is the tuple of their keys (for example
@@ -69,6 +73,10 @@ where
     fn extract<Body>(&self, req: &Request<Body>) -> Result<Key, KeyError> {
         Ok(Key::tuple([self.0.extract(req)?, self.1.extract(req)?]))
     }
+
+    fn keys_by_peer(&self) -> bool {
+        self.0.keys_by_peer() || self.1.keys_by_peer()
+    }
 }
 
 impl<A, B, C> KeyExtractor for (A, B, C)
@@ -83,6 +91,10 @@ where
             self.1.extract(req)?,
             self.2.extract(req)?,
         ]))
+    }
+
+    fn keys_by_peer(&self) -> bool {
+        self.0.keys_by_peer() || self.1.keys_by_peer() || self.2.keys_by_peer()
     }
 }
 

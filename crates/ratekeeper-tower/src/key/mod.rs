@@ -148,6 +148,20 @@ pub trait KeyExtractor: Send + Sync + 'static {
     /// [`KeyError::Missing`] when the request lacks the input, [`KeyError::Misconfigured`]
     /// when the server cannot provide it.
     fn extract<B>(&self, req: &Request<B>) -> Result<Key, KeyError>;
+
+    /// Whether this extractor keys some requests by the TCP peer address ([`PeerIp`], and
+    /// combinations holding it). The layer then warns once when such a request comes from a
+    /// private or loopback peer with `X-Forwarded-For` or `Forwarded` (a reverse proxy whose
+    /// clients would all share one budget). Default `false`.
+    fn keys_by_peer(&self) -> bool {
+        false
+    }
+
+    /// How the startup log names this extractor (default: its type without module paths,
+    /// `Or<HeaderKey<Raw>, PeerIp>`).
+    fn describe(&self) -> String {
+        crate::rate_limit::short_type_name::<Self>()
+    }
 }
 
 impl<F> KeyExtractor for F
@@ -247,6 +261,10 @@ impl KeyExtractor for PeerIp {
                 "no peer address in request extensions; serve the app with \
                  `into_make_service_with_connect_info::<SocketAddr>()` or insert `PeerAddr`",
             ))
+    }
+
+    fn keys_by_peer(&self) -> bool {
+        true
     }
 }
 

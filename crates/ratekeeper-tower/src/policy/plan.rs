@@ -88,6 +88,12 @@ impl<'a> Plan<'a> {
         self.names
     }
 
+    /// Keeps only the charges whose policy index passes `keep`.
+    #[cfg_attr(not(feature = "serde"), allow(dead_code))]
+    pub(crate) fn retain(&mut self, mut keep: impl FnMut(u32) -> bool) {
+        self.entries.retain(|e| keep(e.index));
+    }
+
     /// Charges the policy at `index` (already known to be valid).
     pub(crate) fn push(&mut self, index: u32, key: Option<Key>, cost: u64) {
         self.entries.push(Entry { index, key, cost });

@@ -6,6 +6,7 @@ use ratekeeper_core::{Algorithm, Key, Policy, Quota};
 use smallvec::SmallVec;
 use tower_layer::Layer;
 
+use super::diag::{self, Diagnostics, short_type_name};
 use super::limiter::Limiter;
 use super::meter::Meter;
 use super::mode::Mode;
@@ -26,17 +27,24 @@ pub struct RateLimitLayer<K = PeerIp, Co = u64, St = MemoryStore<Key>, R = AllPo
 impl RateLimitLayer {
     /// Limits each client IP (IPv6 by /64) to `quota`, with the GCRA algorithm, the
     /// in-memory store, cost 1 per request and `X-RateLimit-*` headers. The policy is named
-    /// `"default"`.
+    /// `"default"`. Logs the INFO event of a built layer (see [`RateLimitBuilder::build`]).
     pub fn new(quota: Quota) -> Self {
         let mut store = MemoryStore::new();
         let policy = Policy::new("default", quota);
         // "default" is a valid name and GCRA is always supported by the memory store.
         let id = store.register(&policy).unwrap_or(PolicyId::from_index(0));
+        diag::built(
+            std::slice::from_ref(&policy),
+            "PeerIp",
+            "MemoryStore",
+            HeaderStyle::default(),
+            Mode::default(),
+        );
         let reporter = Reporter::new(&[policy], HeaderStyle::default(), ResetFormat::default());
         Self::from_limiter(Limiter {
             store,
             ids: SmallVec::from_elem(id, 1),
-            meter: Meter::new(reporter.names.clone()),
+            meter: Meter::new(reporter.names.clone(), false),
             reporter,
             key: PeerIp::new(),
             cost: 1,
@@ -44,6 +52,7 @@ impl RateLimitLayer {
             rules: Rules::default(),
             mode: Mode::default(),
             request_info: false,
+            diag: Diagnostics::new(true, false),
         })
     }
 
@@ -122,6 +131,8 @@ struct Settings {
     request_info: bool,
     rules: Rules,
     settle: Vec<(String, Settle)>,
+    quiet_forwarded: bool,
+    raw_keys: bool,
 }
 
 /// Builds a [`RateLimitLayer`]: policies, key extractor, cost, store, headers.
@@ -347,14 +358,44 @@ impl<K, Co, St, R> RateLimitBuilder<K, Co, St, R> {
         self
     }
 
+    /// Whether to warn (once, at WARN, target `ratekeeper`) when a request keyed by its peer
+    /// address ([`PeerIp`], see [`KeyExtractor::keys_by_peer`](crate::key::KeyExtractor::keys_by_peer))
+    /// arrives from a private or loopback peer with an `X-Forwarded-For` or `Forwarded`
+    /// header: a reverse proxy is in front, and every client behind it shares its budget. The
+    /// warning names the fix, [`ForwardedIp`](crate::key::ForwardedIp). The layer looks at the
+    /// first 4,096 requests from private peers (a proxy adds the header to every request, so
+    /// it shows itself among them) and then stops looking, so the watch costs nothing in
+    /// the long run. Default `true`; turn it off when one budget for the proxy is what you
+    /// want.
+    pub fn warn_forwarded(mut self, on: bool) -> Self {
+        self.settings.quiet_forwarded = !on;
+        self
+    }
+
+    /// Whether the per-decision DEBUG events (target `ratekeeper::decision`) and the other
+    /// log lines that name a key write the raw key (an IP address, an API key) instead of its
+    /// hash (`h:` and 16 hex digits of SHA-256 of the key). Default `false`: keys are
+    /// pseudonymous in logs.
+    pub fn log_raw_keys(mut self, on: bool) -> Self {
+        self.settings.raw_keys = on;
+        self
+    }
+
     /// Registers the policies with the store and builds the layer.
+    ///
+    /// Logs one INFO event (target `ratekeeper`) naming the policies (name, quota,
+    /// algorithm), the key extractor, the store, the header style and the mode, so the
+    /// limits in force are in the startup log.
     ///
     /// # Errors
     ///
     /// [`BuildError`] when there is no policy, a name is reused or invalid, the store
-    /// refuses a policy, or a fixed cost is 0 or larger than a policy's burst.
+    /// refuses a policy, a fixed cost is 0 or larger than a policy's burst, or the resolver
+    /// refuses the policies (a [`RouteTable`](crate::route::RouteTable) route template that
+    /// can never match, an unknown policy name, a route cost above a burst).
     pub fn build(self) -> Result<RateLimitLayer<K, Co, St, R>, BuildError>
     where
+        K: crate::key::KeyExtractor,
         St: Store<Key>,
         R: CheckPolicies,
     {
@@ -408,10 +449,22 @@ impl<K, Co, St, R> RateLimitBuilder<K, Co, St, R> {
         let mut reporter = Reporter::new(policies, settings.style, settings.reset);
         reporter.rejection = settings.rejection;
         reporter.partition_key = settings.partition_key;
+        diag::built(
+            policies,
+            &key.describe(),
+            &short_type_name::<St>(),
+            settings.style,
+            settings.mode,
+        );
+        let diag = Diagnostics::new(
+            !settings.quiet_forwarded && key.keys_by_peer(),
+            settings.raw_keys,
+        );
         Ok(RateLimitLayer::from_limiter(Limiter {
             store,
             ids,
-            meter: Meter::new(reporter.names.clone()),
+            diag,
+            meter: Meter::new(reporter.names.clone(), settings.mode == Mode::Shadow),
             reporter,
             key,
             cost,

@@ -20,6 +20,7 @@ use ratekeeper_core::store::{
 use smallvec::SmallVec;
 use tokio::time::Instant;
 
+use super::diag::{DECISION_TARGET, Diagnostics};
 use super::meter::Meter;
 use super::mode::Mode;
 use crate::cost::Cost;
@@ -155,6 +156,8 @@ pub(crate) struct Limiter<K, Co, St, R = AllPolicies> {
     pub(crate) mode: Mode,
     /// Insert an [`Info`] extension into allowed requests.
     pub(crate) request_info: bool,
+    /// The proxy warning and the decision events.
+    pub(crate) diag: Diagnostics,
 }
 
 impl<K, Co, St, R> Limiter<K, Co, St, R> {
@@ -190,6 +193,7 @@ impl<K, Co, St, R> Limiter<K, Co, St, R> {
             // does not, the key error answers.
             Err(err) => (Key::Global, Some(err)),
         };
+        self.diag.watch(req, &key);
         if key_error.is_none() && rules.exempt_keys.contains(&key) {
             return Prepared::Exempt;
         }
@@ -213,6 +217,17 @@ impl<K, Co, St, R> Limiter<K, Co, St, R> {
             return Prepared::Exempt;
         }
         Prepared::Charge(Applied { key, entries })
+    }
+
+    /// Counts a final decision in the metrics and writes its DEBUG event (target
+    /// `ratekeeper::decision`; nothing but the level check when DEBUG is off).
+    #[inline]
+    fn record(&self, applied: &Applied, decisions: &Decisions) {
+        self.meter.record(applied, decisions);
+        if tracing::enabled!(target: DECISION_TARGET, tracing::Level::DEBUG) {
+            self.diag
+                .decision(self.names(), applied, decisions, self.mode);
+        }
     }
 
     /// The `pk` parameter of the IETF headers for this request's key.
@@ -263,8 +278,8 @@ where
     ///
     /// Counts the decision once in `ratekeeper_decisions_total` when the verdict is final
     /// (everything but [`Verdict::Retry`]: a Delay-mode request that re-checks after sleeping
-    /// is counted by its last answer only), logs denials (DEBUG; the "cost can never fit"
-    /// case at WARN; shadow-mode overruns at INFO, target `ratekeeper::shadow`), and marks
+    /// is counted by its last answer only), writes one DEBUG event per decision (target `ratekeeper::decision`; the "cost can never fit"
+    /// case also at WARN; shadow-mode overruns at INFO, target `ratekeeper::shadow`), and marks
     /// the request's `extensions` for what comes after it ([`Info`], the fallback marker,
     /// [`StoreDegraded`]). `deadline` is the request's Delay-mode deadline (set at its first
     /// denial); `degrade` says the inner service is a fallback.
@@ -284,7 +299,7 @@ where
         if !decisions.delay().is_zero() {
             return self.reserved(applied, pk, decisions, extensions);
         }
-        self.meter.record(applied, decisions);
+        self.record(applied, decisions);
         if self.request_info {
             self.insert_info(applied, decisions, extensions);
         }
@@ -308,7 +323,7 @@ where
         decisions: &Decisions,
         extensions: &mut Extensions,
     ) -> Verdict {
-        self.meter.record(applied, decisions);
+        self.record(applied, decisions);
         if tokio::runtime::Handle::try_current().is_err() {
             // Cannot wait outside a tokio runtime: give the reservation back and reject.
             self.release(applied, decisions);
@@ -348,7 +363,7 @@ where
                 }
             }
             Mode::Shadow => {
-                self.meter.record(applied, decisions);
+                self.record(applied, decisions);
                 self.log_denial(applied, decisions);
                 tracing::info!(
                     target: "ratekeeper::shadow",
@@ -360,7 +375,7 @@ where
             }
             Mode::Reject => {}
         }
-        self.meter.record(applied, decisions);
+        self.record(applied, decisions);
         self.log_denial(applied, decisions);
         if degrade {
             extensions.insert(Degrade::limited(self.deciding_name(applied, decisions)));
@@ -380,20 +395,17 @@ where
             .map_or("", |n| &**n)
     }
 
+    /// The "cost can never fit" warning (every other denial is the decision's DEBUG event).
     fn log_denial(&self, applied: &Applied, decisions: &Decisions) {
         if decisions.is_cannot_fit() {
             let (key, cost) = denied_charge(applied, decisions);
             let policy = self.deciding_name(applied, decisions);
-            tracing::warn!(%key, cost, policy, "request cost is larger than the policy's burst; it can never be allowed");
-        } else {
-            // The fields inside the macro: looked up only when the line is written (every
-            // 429 passes here, and DEBUG is usually off).
-            tracing::debug!(
-                key = %denied_charge(applied, decisions).0,
-                cost = denied_charge(applied, decisions).1,
-                policy = self.deciding_name(applied, decisions),
-                retry_after = ?decisions.retry_after(),
-                "rate limited"
+            let key = self.diag.key_text(key);
+            tracing::warn!(
+                key,
+                cost,
+                policy,
+                "request cost is larger than the policy's burst; it can never be allowed"
             );
         }
     }
@@ -442,7 +454,7 @@ where
         let applied = &reported.applied;
         let refunds = applied.refunds(&self.rules, &self.ids, &reported.decisions, status);
         if !refunds.is_empty() {
-            tracing::debug!(key = %applied.key, %status, "refunding rate-limit charge after the response");
+            tracing::debug!(key = self.diag.key_text(&applied.key), %status, "refunding rate-limit charge after the response");
             self.store.refund(&refunds);
         }
     }
@@ -450,7 +462,10 @@ where
     /// Gives back a Delay-mode reservation dropped before it proceeded, as far as the
     /// receipts in `decisions` say its charges still hold (never a later reservation's slot).
     pub(crate) fn release(&self, applied: &Applied, decisions: &Decisions) {
-        tracing::debug!(key = %applied.key, "refunding a dropped delay-mode reservation");
+        tracing::debug!(
+            key = self.diag.key_text(&applied.key),
+            "refunding a dropped delay-mode reservation"
+        );
         self.store
             .refund(&applied.all_refunds(&self.ids, decisions));
     }
@@ -476,7 +491,7 @@ pub(crate) fn store_failed(err: &StoreError, extensions: &mut Extensions) -> Opt
         other => other,
     };
     if action == FailurePolicy::Deny {
-        tracing::warn!(error = %err, "rate-limit store failed; answering 503 (fail closed)");
+        tracing::debug!(error = %err, "rate-limit store could not decide; answering 503 (fail closed)");
         let mut answer = Answer::text(
             StatusCode::SERVICE_UNAVAILABLE,
             Bytes::from_static(b"rate limiter unavailable\n"),
@@ -486,7 +501,7 @@ pub(crate) fn store_failed(err: &StoreError, extensions: &mut Extensions) -> Opt
             .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
         return Some(answer);
     }
-    tracing::warn!(error = %err, %action, "rate-limit store failed; the request goes on without rate-limit headers");
+    tracing::debug!(error = %err, %action, "rate-limit store could not decide; the request goes on without rate-limit headers");
     extensions.insert(StoreDegraded { action });
     None
 }

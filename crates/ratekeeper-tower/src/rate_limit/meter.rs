@@ -1,8 +1,9 @@
-//! `metrics` counters of a rate limit's decisions, by policy and outcome.
+//! `metrics` of a rate limit's decisions: counters by policy and outcome, the usage
+//! histogram by policy, and the shadow-mode counters.
 
 use std::sync::{Arc, OnceLock};
 
-use metrics::Counter;
+use metrics::{Counter, Histogram};
 use ratekeeper_core::Outcome;
 use ratekeeper_core::store::Decisions;
 
@@ -19,6 +20,25 @@ use crate::policy::Applied;
 /// request that re-checks after sleeping by its last answer only.
 pub const DECISIONS_TOTAL: &str = "ratekeeper_decisions_total";
 
+/// The usage histogram's name: for every charged policy of every decision, the share of the
+/// policy's capacity the key had used once it was checked, `(limit - remaining) / limit`
+/// (`limit` and `remaining` as in the rate-limit headers: the capacity
+/// ([`Policy::capacity`](ratekeeper_core::Policy::capacity)) and the units left after the
+/// decision), from `0.0` (untouched) to `1.0` (nothing left), label `policy`. Its p99 near
+/// 1.0 says the busiest clients live at the limit; near 0 says the limit is far above the
+/// traffic. Recorded in every mode.
+pub const USAGE_RATIO: &str = "ratekeeper_usage_ratio";
+
+/// In [`Mode::Shadow`](super::Mode::Shadow) only: every decision of a charged policy
+/// (label `policy`). With [`SHADOW_WOULD_REFUSE_TOTAL`], the share of requests the policy
+/// would refuse: `rate(ratekeeper_shadow_would_refuse_total[5m]) /
+/// rate(ratekeeper_shadow_checked_total[5m])`.
+pub const SHADOW_CHECKED_TOTAL: &str = "ratekeeper_shadow_checked_total";
+
+/// In [`Mode::Shadow`](super::Mode::Shadow) only: decisions the policy denied, which the
+/// layer let through (label `policy`; a cost that can never fit counts too).
+pub const SHADOW_WOULD_REFUSE_TOTAL: &str = "ratekeeper_shadow_would_refuse_total";
+
 /// Per policy, one counter handle per outcome, registered with the `metrics` recorder the
 /// first time that policy has that outcome (so a recorder installed after the layer was
 /// built, but before traffic, still gets every count). Counting costs a load and a branch
@@ -26,18 +46,54 @@ pub const DECISIONS_TOTAL: &str = "ratekeeper_decisions_total";
 pub(crate) struct Meter {
     names: Arc<[Box<str>]>,
     counters: Box<[[OnceLock<Counter>; 4]]>,
+    usage: Box<[OnceLock<Histogram>]>,
+    /// Shadow mode: `[checked, would refuse]` per policy (`None` in other modes).
+    shadow: Option<Box<[[OnceLock<Counter>; 2]]>>,
 }
 
 impl Meter {
-    pub(crate) fn new(names: Arc<[Box<str>]>) -> Self {
+    pub(crate) fn new(names: Arc<[Box<str>]>, shadow: bool) -> Self {
         let counters = names.iter().map(|_| Default::default()).collect();
-        Self { names, counters }
+        let usage = names.iter().map(|_| OnceLock::new()).collect();
+        let shadow = shadow.then(|| names.iter().map(|_| Default::default()).collect());
+        Self {
+            names,
+            counters,
+            usage,
+            shadow,
+        }
     }
 
-    /// Counts the decision of every policy `applied` charged.
+    /// Counts the decision of every policy `applied` charged, records its usage and, in
+    /// shadow mode, the shadow counters.
     #[inline]
     pub(crate) fn record(&self, applied: &Applied, decisions: &Decisions) {
         for (entry, decision) in applied.entries.iter().zip(decisions.as_slice()) {
+            let index = entry.index as usize;
+            if let (Some(slot), Some(name)) = (self.usage.get(index), self.names.get(index)) {
+                let limit = decision.limit();
+                if limit > 0 {
+                    let used = f64::from(limit.saturating_sub(decision.remaining()));
+                    slot.get_or_init(
+                        || metrics::histogram!(USAGE_RATIO, "policy" => name.to_string()),
+                    )
+                    .record(used / f64::from(limit));
+                }
+            }
+            if let (Some(shadow), Some(name)) = (&self.shadow, self.names.get(index)) {
+                if let Some([checked, refused]) = shadow.get(index) {
+                    let counter = |slot: &OnceLock<Counter>, metric: &'static str| {
+                        slot.get_or_init(
+                            || metrics::counter!(metric, "policy" => name.to_string()),
+                        )
+                        .increment(1);
+                    };
+                    counter(checked, SHADOW_CHECKED_TOTAL);
+                    if !decision.is_allowed() {
+                        counter(refused, SHADOW_WOULD_REFUSE_TOTAL);
+                    }
+                }
+            }
             let (outcome, label) = match decision.outcome() {
                 Outcome::Allowed => (0, "allowed"),
                 Outcome::Denied { .. } => (1, "denied"),

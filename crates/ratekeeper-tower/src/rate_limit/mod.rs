@@ -11,7 +11,22 @@
 //! With [`RateLimitBuilder::request_info`], requests that pass carry an [`Info`](crate::info::Info)
 //! extension with the decisions. Every decision is counted once in the `metrics` counter
 //! [`DECISIONS_TOTAL`] (`ratekeeper_decisions_total{policy, outcome}`), whatever the mode
-//! and whether the store answers at once or later. Over the limit, [`Mode`] decides: reject
+//! and whether the store answers at once or later, and recorded in the [`USAGE_RATIO`]
+//! histogram (`ratekeeper_usage_ratio{policy}`: the share of the capacity used, 0.0 to 1.0);
+//! in [`Mode::Shadow`], [`SHADOW_CHECKED_TOTAL`] and [`SHADOW_WOULD_REFUSE_TOTAL`] give the
+//! share of requests a trial limit would refuse.
+//!
+//! # Logs
+//!
+//! `tracing` events: one INFO event (target `ratekeeper`) when a layer is built, naming its
+//! policies (name, quota, algorithm), key, store, header style and mode; a one-time WARN
+//! (target `ratekeeper`) when a layer keyed by the peer address sees `X-Forwarded-For` or
+//! `Forwarded` from a private or loopback peer ([`RateLimitBuilder::warn_forwarded`]); one
+//! DEBUG event per decision (target `ratekeeper::decision`: policy, outcome, cost,
+//! remaining, limit, mode, and the key hashed unless [`RateLimitBuilder::log_raw_keys`]),
+//! checked with `tracing::enabled!` so it costs a level check when DEBUG is off; and one
+//! DEBUG event per request a failing store could not decide (the Redis store logs the outage
+//! itself, once per circuit-breaker transition). Over the limit, [`Mode`] decides: reject
 //! (default), wait within a bound ([`Mode::Delay`]) or only report ([`Mode::Shadow`]);
 //! [`RateLimitLayer::with_fallback`] answers rejected requests with another service instead
 //! of a 429 (see [`fallback`](crate::fallback)), and [`RateLimitBuilder::rejection`] replaces the
@@ -77,6 +92,7 @@
 //! and `limiter` uses `policy`, `report`, `key`, `cost` and `degraded`, none of which
 //! imports `rate_limit`.
 
+mod diag;
 mod future;
 mod layer;
 mod limiter;
@@ -88,9 +104,10 @@ mod tests;
 
 pub use crate::error::BuildError;
 pub use crate::fallback::{Fallback, FallbackFuture, FallbackLayer};
+pub(crate) use diag::short_type_name;
 pub use future::ResponseFuture;
 pub use layer::{RateLimitBuilder, RateLimitLayer};
-pub use meter::DECISIONS_TOTAL;
+pub use meter::{DECISIONS_TOTAL, SHADOW_CHECKED_TOTAL, SHADOW_WOULD_REFUSE_TOTAL, USAGE_RATIO};
 pub use mode::Mode;
 /// Re-exported from `ratekeeper_core::throttle`: a clock on tokio's time, so a store follows
 /// tokio's paused time in tests and [`Mode::Delay`] waits agree with store decisions.

@@ -162,18 +162,19 @@ impl RedisStoreBuilder {
     ///
     /// # Errors
     ///
-    /// [`StoreError::Unavailable`] when the URL is invalid.
+    /// [`StoreError::Config`] when the URL is invalid (the sentence never repeats the URL,
+    /// which may hold a password).
     #[allow(clippy::unused_async)]
     pub async fn standalone(self, url: &str) -> Result<RedisStore, StoreError> {
-        let client = redis::Client::open(url).map_err(unavailable)?;
+        let client = redis::Client::open(url).map_err(|e| bad_url(e, "Redis URL"))?;
         let config = redis::aio::ConnectionManagerConfig::new()
             .set_connection_timeout(Some(self.deadline.max(Duration::from_millis(100))))
             .set_response_timeout(None)
             .set_number_of_retries(2)
             .set_min_delay(Duration::from_millis(10))
             .set_max_delay(Duration::from_millis(200));
-        let manager =
-            ConnectionManager::new_lazy_with_config(client, config).map_err(unavailable)?;
+        let manager = ConnectionManager::new_lazy_with_config(client, config)
+            .map_err(|e| bad_url(e, "Redis URL"))?;
         Ok(self.finish(Conn::Single(manager)))
     }
 
@@ -181,7 +182,8 @@ impl RedisStoreBuilder {
     ///
     /// # Errors
     ///
-    /// [`StoreError::Unavailable`] when no node can be reached to read the slot map.
+    /// [`StoreError::Config`] when a node URL is invalid, [`StoreError::Unavailable`] when no
+    /// node can be reached to read the slot map.
     pub async fn cluster(self, nodes: &[&str]) -> Result<RedisStore, StoreError> {
         let client = redis::cluster::ClusterClientBuilder::new(nodes.iter().copied())
             .connection_timeout(self.deadline.max(Duration::from_millis(100)))
@@ -189,7 +191,7 @@ impl RedisStoreBuilder {
             .min_retry_wait(10)
             .max_retry_wait(200)
             .build()
-            .map_err(unavailable)?;
+            .map_err(|e| bad_url(e, "Redis Cluster node URL"))?;
         let conn = client.get_async_connection().await.map_err(unavailable)?;
         Ok(self.finish(Conn::Cluster(conn)))
     }
@@ -225,5 +227,17 @@ impl RedisStoreBuilder {
                 errors: Default::default(),
             }),
         }
+    }
+}
+
+/// The configuration error for a URL the `redis` crate refused: one sentence that names what
+/// to fix, with the `redis` error as its source (its text carries a debug-formatted kind).
+fn bad_url(err: redis::RedisError, what: &str) -> StoreError {
+    StoreError::Config {
+        message: format!(
+            "the {what} is not valid; expected redis://[user:password@]host:port/db \
+             (or rediss:// for TLS, redis+unix:///path for a socket)"
+        ),
+        source: Box::new(err),
     }
 }

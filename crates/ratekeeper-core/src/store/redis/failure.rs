@@ -4,7 +4,9 @@
 //! [`FailurePolicy::Local`] is answered here by an in-memory store with the same (or
 //! overridden) policies; every other policy is carried to the HTTP layer in
 //! [`StoreError::Failed`]. Each such decision is counted (`RedisStats::degraded` and the
-//! `ratekeeper_store_degraded_total` counter, label `action`) and logged.
+//! `ratekeeper_store_degraded_total` counter, label `action`); the outage is logged by the
+//! circuit breaker, once per transition, and each decision at DEBUG only (here for `Local`,
+//! by the HTTP layer for the others).
 
 use std::fmt;
 use std::sync::Arc;
@@ -81,7 +83,7 @@ impl Failover {
     }
 
     /// Applies the failure policy to `charges` that Redis could not decide because of `err`:
-    /// counts it in `degraded` and the metrics, logs it, and answers.
+    /// counts it in `degraded` and the metrics, logs it (`DEBUG`, `Local` only), and answers.
     ///
     /// # Errors
     ///
@@ -98,7 +100,11 @@ impl Failover {
         degraded.fetch_add(1, Ordering::Relaxed);
         metrics::counter!("ratekeeper_store_degraded_total", "action" => self.policy.as_str())
             .increment(1);
-        tracing::warn!(error = %err, action = self.policy.as_str(), "redis store could not decide; failure policy applied");
+        // The breaker logs the outage's transitions; here one DEBUG event per decision, and
+        // only for `Local`, which this store answers itself (the HTTP layer logs the others).
+        if self.policy == FailurePolicy::Local {
+            tracing::debug!(error = %err, "redis store could not decide; the local store answered");
+        }
         let policy = match (self.policy, &self.local) {
             (FailurePolicy::Local, Some(local)) => {
                 let borrowed: Vec<Charge<'_, Key>> = charges

@@ -145,7 +145,10 @@
 //! A **circuit breaker** opens after 3 failures in a row: for the next 500 ms (configurable)
 //! decisions go straight to the failure policy without waiting on Redis; then one request
 //! probes Redis and closes the breaker when it answers. So a dead Redis costs at most one
-//! deadline per open period, not one per request.
+//! deadline per open period, not one per request. The breaker's transitions are the outage's
+//! log: WARN when it opens (the failures in a row, the error, the failure policy in force),
+//! INFO when it closes (how many decisions the failure policy answered meanwhile), DEBUG for
+//! each probe; a single degraded decision is never logged above DEBUG.
 //!
 //! A **stale guard** makes a check that reaches Redis later than its deadline plus
 //! [`RedisStoreBuilder::stale_tolerance`] do nothing, so requests already answered by the
@@ -670,7 +673,9 @@ impl RedisStore {
                     Ok(decisions)
                 }
                 Err(err) => {
-                    shared.breaker.failure(shared.app.now());
+                    shared
+                        .breaker
+                        .failure(shared.app.now(), &err, failover.policy.as_str());
                     shared.count_error();
                     failover.apply(&charges, err, &shared.degraded)
                 }
@@ -691,7 +696,7 @@ async fn refund_groups(shared: &Shared, groups: &[Group]) -> Result<(), StoreErr
             Err(_) => StoreError::Timeout,
         };
         shared.count_error();
-        tracing::warn!(error = %result, "redis store refund failed");
+        tracing::debug!(error = %result, "redis store refund failed");
         first.get_or_insert(result);
     }
     first.map_or(Ok(()), Err)

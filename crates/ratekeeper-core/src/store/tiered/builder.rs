@@ -20,7 +20,11 @@ pub enum TieredConfigError {
     ZeroPeriod,
     /// The lease TTL is shorter than the lease period (leases would expire before the rate
     /// that sized them is measured again).
-    #[error("the lease TTL ({ttl:?}) must be at least the lease period ({period:?})")]
+    #[error(
+        "the lease TTL ({}) must be at least the lease period ({})",
+        crate::throttle::seconds(*ttl),
+        crate::throttle::seconds(*period)
+    )]
     TtlBelowPeriod {
         /// The TTL given.
         ttl: Duration,
