@@ -5,7 +5,6 @@
 //! with the grant's stamp as the receipt).
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::script::{ALGO_FIXED_WINDOW, ALGO_GCRA, BadReply, Conn, ScriptRunner, unavailable};
@@ -99,34 +98,15 @@ impl RedisStore {
         let name = keys::full(&shared.prefix, &keys::tag(key), &p.name);
         let [p1, p2, p3] = p.params;
         let args = [p.algo, p1, p2, p3, need, want.max(need)];
-        let started = std::time::Instant::now();
-        let result = match tokio::time::timeout(
-            shared.deadline,
-            shared.script.lease_call(&name, args),
-        )
-        .await
-        {
-            Ok(Ok(Some(row))) => Ok(row),
-            Ok(Ok(None)) | Err(_) => Err(StoreError::Timeout),
-            Ok(Err(err)) => Err(err),
+        // A stale call (it reached Redis after its deadline and did nothing) is a timeout.
+        let call = async {
+            shared
+                .script
+                .lease_call(&name, args)
+                .await?
+                .ok_or(StoreError::Timeout)
         };
-        metrics::histogram!(
-            "ratekeeper_store_latency_seconds",
-            "outcome" => if result.is_ok() { "ok" } else { "error" }
-        )
-        .record(started.elapsed().as_secs_f64());
-        let row = match result {
-            Ok(row) => {
-                shared.breaker.success();
-                shared.redis_decisions.fetch_add(1, Ordering::Relaxed);
-                row
-            }
-            Err(err) => {
-                shared.breaker.failure(shared.app.now());
-                shared.count_error();
-                return Err(err);
-            }
-        };
+        let row = shared.timed(call, self.failover.policy.as_str()).await?;
         let [granted, code, remaining, reset, retry, stamp] = row;
         let us = |v: i64| Duration::from_micros(u64::try_from(v).unwrap_or(0));
         let outcome = match code {

@@ -223,6 +223,7 @@ mod keys;
 mod lease;
 mod negative;
 mod script;
+mod shared;
 mod slots;
 
 pub use builder::RedisStoreBuilder;
@@ -232,19 +233,15 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use breaker::Breaker;
 use failure::Failover;
-use negative::NegativeCache;
-use script::{
-    ALGO_FIXED_WINDOW, ALGO_GCRA, BadReply, Group, Mode, RedisPolicy, ScriptRunner, unavailable,
-};
+use script::{ALGO_FIXED_WINDOW, ALGO_GCRA, Group, RedisPolicy};
+use shared::{Shared, refund_groups};
 
 use super::{Charge, Checked, Decisions, PolicyId, Receipt, Refund, Store, StoreError};
-use crate::clock::Clock;
-use crate::{Decision, Key, Policy};
+use crate::{Key, Policy};
 
 /// Largest state span the Redis store accepts (GCRA tolerance `burst * T`, fixed-window
 /// length `W`), in µs: 2^48 µs, about 8.9 years.
@@ -272,145 +269,6 @@ pub type OwnedCharge = (PolicyId, Key, u64);
 
 /// The future of a Redis check (boxed: the Redis path does I/O anyway).
 pub type RedisCheck = Pin<Box<dyn Future<Output = Result<Decisions, StoreError>> + Send>>;
-
-/// What every check future shares: the script call, the clocks, the breaker, the negative
-/// cache and the counters.
-struct Shared {
-    script: ScriptRunner,
-    prefix: String,
-    deadline: Duration,
-    /// Decision-side time in ns (injected, or the app clock): the negative cache and the
-    /// local fallback.
-    clock: Arc<dyn Clock>,
-    /// The app's monotonic clock: the breaker (never the injected clock: Redis fails in real
-    /// time).
-    app: Arc<dyn Clock>,
-    breaker: Breaker,
-    negative: Option<NegativeCache>,
-    redis_decisions: AtomicU64,
-    negative_hits: AtomicU64,
-    degraded: AtomicU64,
-    errors: AtomicU64,
-}
-
-impl Shared {
-    fn count_error(&self) {
-        self.errors.fetch_add(1, Ordering::Relaxed);
-        metrics::counter!("ratekeeper_store_errors_total").increment(1);
-    }
-
-    /// Runs every group; reserve-then-refund across groups: when a later group denies, the
-    /// groups already charged are refunded with the receipts they just took.
-    async fn run(&self, groups: &[Group], len: usize) -> Result<Decisions, StoreError> {
-        let mut results: Vec<Option<(Decision, Receipt)>> = vec![None; len];
-        let mut charged = 0;
-        let mut denied = false;
-        for group in groups {
-            let rows = self.script.call(group, Mode::Check).await?;
-            let allowed = rows.iter().all(|(d, _)| d.is_allowed());
-            place(&mut results, group, rows);
-            if !allowed {
-                denied = true;
-                break;
-            }
-            charged += 1;
-        }
-        if denied {
-            self.undo(groups, charged, &mut results).await?;
-        }
-        collect(results)
-    }
-
-    /// After a denial in group `charged`: refunds the groups charged before it with the
-    /// receipts they just took and peeks the groups not reached, so every charge reports its
-    /// state as it now is.
-    async fn undo(
-        &self,
-        groups: &[Group],
-        charged: usize,
-        results: &mut [Option<(Decision, Receipt)>],
-    ) -> Result<(), StoreError> {
-        for (g, group) in groups.iter().enumerate() {
-            let rows = if g < charged {
-                let receipts = group.slots.iter().map(|s| {
-                    results
-                        .get(*s)
-                        .copied()
-                        .flatten()
-                        .map_or(Receipt::NONE, |r| r.1)
-                });
-                self.script
-                    .call(&group.refund_of(receipts), Mode::Refund)
-                    .await?
-            } else if group
-                .slots
-                .iter()
-                .any(|s| results.get(*s).is_some_and(Option::is_none))
-            {
-                self.script.call(group, Mode::Peek).await?
-            } else {
-                continue;
-            };
-            place(results, group, rows);
-        }
-        Ok(())
-    }
-
-    /// Reserves every group (the Delay mode), all-or-nothing like [`Shared::run`]: the
-    /// delay is the longest of the groups'; a denial undoes the groups already reserved
-    /// (their reservations are the latest, so their refunds give back the whole slot) and
-    /// is final when the denying group says so.
-    async fn reserve(
-        &self,
-        groups: &[Group],
-        len: usize,
-        max_wait: Duration,
-    ) -> Result<Decisions, StoreError> {
-        let mut results: Vec<Option<(Decision, Receipt)>> = vec![None; len];
-        let mut charged = 0;
-        let mut delay = Duration::ZERO;
-        let mut denied = None;
-        for group in groups {
-            let answer = self.script.reserve(group, max_wait).await?;
-            let allowed = answer.rows.iter().all(|(d, _)| d.is_allowed());
-            place(&mut results, group, answer.rows);
-            if !allowed {
-                denied = Some(answer.is_final);
-                break;
-            }
-            delay = delay.max(answer.delay);
-            charged += 1;
-        }
-        match denied {
-            Some(is_final) => {
-                self.undo(groups, charged, &mut results).await?;
-                let all: Option<Vec<Decision>> =
-                    results.into_iter().map(|r| r.map(|r| r.0)).collect();
-                all.map(|d| Decisions::new(d).with_final(is_final))
-                    .ok_or_else(|| unavailable(BadReply("missing decision")))
-            }
-            None => collect(results).map(|d| d.with_delay(delay)),
-        }
-    }
-}
-
-fn collect(results: Vec<Option<(Decision, Receipt)>>) -> Result<Decisions, StoreError> {
-    let all: Option<Vec<(Decision, Receipt)>> = results.into_iter().collect();
-    all.map(Decisions::with_receipts)
-        .ok_or_else(|| unavailable(BadReply("missing decision")))
-}
-
-fn place(
-    results: &mut [Option<(Decision, Receipt)>],
-    group: &Group,
-    rows: Vec<(Decision, Receipt)>,
-) {
-    for (slot, row) in group.slots.iter().zip(rows) {
-        if let Some(r) = results.get_mut(*slot) {
-            *r = Some(row);
-        }
-    }
-}
 
 /// Per-key state in Redis, shared by every app instance that uses the same Redis and prefix.
 ///
@@ -602,27 +460,9 @@ impl RedisStore {
         let failover = self.failover.clone();
         Checked::Pending(Box::pin(async move {
             let run = shared.reserve(&groups, charges.len(), max_wait);
-            let started = std::time::Instant::now();
-            let result = match tokio::time::timeout(shared.deadline, run).await {
-                Ok(result) => result,
-                Err(_) => Err(StoreError::Timeout),
-            };
-            metrics::histogram!(
-                "ratekeeper_store_latency_seconds",
-                "outcome" => if result.is_ok() { "ok" } else { "error" }
-            )
-            .record(started.elapsed().as_secs_f64());
-            match result {
-                Ok(decisions) => {
-                    shared.breaker.success();
-                    shared.redis_decisions.fetch_add(1, Ordering::Relaxed);
-                    Ok(decisions)
-                }
-                Err(err) => {
-                    shared.breaker.failure(shared.app.now());
-                    shared.count_error();
-                    failover.apply(&charges, err, &shared.degraded)
-                }
+            match shared.timed(run, failover.policy.as_str()).await {
+                Ok(decisions) => Ok(decisions),
+                Err(err) => failover.apply(&charges, err, &shared.degraded),
             }
         }))
     }
@@ -653,53 +493,17 @@ impl RedisStore {
         let failover = self.failover.clone();
         Checked::Pending(Box::pin(async move {
             let run = shared.run(&groups, charges.len());
-            let started = std::time::Instant::now();
-            let result = match tokio::time::timeout(shared.deadline, run).await {
-                Ok(result) => result,
-                Err(_) => Err(StoreError::Timeout),
-            };
-            metrics::histogram!(
-                "ratekeeper_store_latency_seconds",
-                "outcome" => if result.is_ok() { "ok" } else { "error" }
-            )
-            .record(started.elapsed().as_secs_f64());
-            match result {
+            match shared.timed(run, failover.policy.as_str()).await {
                 Ok(decisions) => {
-                    shared.breaker.success();
-                    shared.redis_decisions.fetch_add(1, Ordering::Relaxed);
                     if let Some(cache) = &shared.negative {
                         cache.update(&charges, &decisions, cacheable, shared.clock.now());
                     }
                     Ok(decisions)
                 }
-                Err(err) => {
-                    shared
-                        .breaker
-                        .failure(shared.app.now(), &err, failover.policy.as_str());
-                    shared.count_error();
-                    failover.apply(&charges, err, &shared.degraded)
-                }
+                Err(err) => failover.apply(&charges, err, &shared.degraded),
             }
         }))
     }
-}
-
-/// Sends each refund group within the deadline; counts and logs failures and returns the
-/// first.
-async fn refund_groups(shared: &Shared, groups: &[Group]) -> Result<(), StoreError> {
-    let mut first = None;
-    for group in groups {
-        let call = shared.script.call(group, Mode::Refund);
-        let result = match tokio::time::timeout(shared.deadline, call).await {
-            Ok(Ok(_)) => continue,
-            Ok(Err(err)) => err,
-            Err(_) => StoreError::Timeout,
-        };
-        shared.count_error();
-        tracing::debug!(error = %result, "redis store refund failed");
-        first.get_or_insert(result);
-    }
-    first.map_or(Ok(()), Err)
 }
 
 #[derive(Debug, thiserror::Error)]

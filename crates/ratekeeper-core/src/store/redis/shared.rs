@@ -1,0 +1,205 @@
+//! What every check future of a [`RedisStore`](super::RedisStore) shares (the script call,
+//! the clocks, the breaker, the negative cache, the counters), and the calls made through it:
+//! a check or reservation across key groups (all-or-nothing, reserve-then-refund), refunds,
+//! and the deadline, latency histogram and breaker accounting around each call.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use super::breaker::Breaker;
+use super::negative::NegativeCache;
+use super::script::{BadReply, Group, Mode, ScriptRunner, unavailable};
+use crate::Decision;
+use crate::clock::Clock;
+use crate::store::{Decisions, Receipt, StoreError};
+
+/// What every check future shares: the script call, the clocks, the breaker, the negative
+/// cache and the counters.
+pub(super) struct Shared {
+    pub(super) script: ScriptRunner,
+    pub(super) prefix: String,
+    pub(super) deadline: Duration,
+    /// Decision-side time in ns (injected, or the app clock): the negative cache and the
+    /// local fallback.
+    pub(super) clock: Arc<dyn Clock>,
+    /// The app's monotonic clock: the breaker (never the injected clock: Redis fails in real
+    /// time).
+    pub(super) app: Arc<dyn Clock>,
+    pub(super) breaker: Breaker,
+    pub(super) negative: Option<NegativeCache>,
+    pub(super) redis_decisions: AtomicU64,
+    pub(super) negative_hits: AtomicU64,
+    pub(super) degraded: AtomicU64,
+    pub(super) errors: AtomicU64,
+}
+
+impl Shared {
+    /// Runs one Redis call within the deadline: times it in the
+    /// `ratekeeper_store_latency_seconds` histogram (label `outcome`), and tells the breaker
+    /// how it went (a failure is counted, and may open the breaker, logged with the failure
+    /// policy `action` that answers meanwhile).
+    pub(super) async fn timed<T>(
+        &self,
+        call: impl Future<Output = Result<T, StoreError>>,
+        action: &str,
+    ) -> Result<T, StoreError> {
+        let started = std::time::Instant::now();
+        let result = match tokio::time::timeout(self.deadline, call).await {
+            Ok(result) => result,
+            Err(_) => Err(StoreError::Timeout),
+        };
+        metrics::histogram!(
+            "ratekeeper_store_latency_seconds",
+            "outcome" => if result.is_ok() { "ok" } else { "error" }
+        )
+        .record(started.elapsed().as_secs_f64());
+        match &result {
+            Ok(_) => {
+                self.breaker.success();
+                self.redis_decisions.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(err) => {
+                self.breaker.failure(self.app.now(), err, action);
+                self.count_error();
+            }
+        }
+        result
+    }
+
+    pub(super) fn count_error(&self) {
+        self.errors.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!("ratekeeper_store_errors_total").increment(1);
+    }
+
+    /// Runs every group; reserve-then-refund across groups: when a later group denies, the
+    /// groups already charged are refunded with the receipts they just took.
+    pub(super) async fn run(&self, groups: &[Group], len: usize) -> Result<Decisions, StoreError> {
+        let mut results: Vec<Option<(Decision, Receipt)>> = vec![None; len];
+        let mut charged = 0;
+        let mut denied = false;
+        for group in groups {
+            let rows = self.script.call(group, Mode::Check).await?;
+            let allowed = rows.iter().all(|(d, _)| d.is_allowed());
+            place(&mut results, group, rows);
+            if !allowed {
+                denied = true;
+                break;
+            }
+            charged += 1;
+        }
+        if denied {
+            self.undo(groups, charged, &mut results).await?;
+        }
+        collect(results)
+    }
+
+    /// After a denial in group `charged`: refunds the groups charged before it with the
+    /// receipts they just took and peeks the groups not reached, so every charge reports its
+    /// state as it now is.
+    pub(super) async fn undo(
+        &self,
+        groups: &[Group],
+        charged: usize,
+        results: &mut [Option<(Decision, Receipt)>],
+    ) -> Result<(), StoreError> {
+        for (g, group) in groups.iter().enumerate() {
+            let rows = if g < charged {
+                let receipts = group.slots.iter().map(|s| {
+                    results
+                        .get(*s)
+                        .copied()
+                        .flatten()
+                        .map_or(Receipt::NONE, |r| r.1)
+                });
+                self.script
+                    .call(&group.refund_of(receipts), Mode::Refund)
+                    .await?
+            } else if group
+                .slots
+                .iter()
+                .any(|s| results.get(*s).is_some_and(Option::is_none))
+            {
+                self.script.call(group, Mode::Peek).await?
+            } else {
+                continue;
+            };
+            place(results, group, rows);
+        }
+        Ok(())
+    }
+
+    /// Reserves every group (the Delay mode), all-or-nothing like [`Shared::run`]: the
+    /// delay is the longest of the groups'; a denial undoes the groups already reserved
+    /// (their reservations are the latest, so their refunds give back the whole slot) and
+    /// is final when the denying group says so.
+    pub(super) async fn reserve(
+        &self,
+        groups: &[Group],
+        len: usize,
+        max_wait: Duration,
+    ) -> Result<Decisions, StoreError> {
+        let mut results: Vec<Option<(Decision, Receipt)>> = vec![None; len];
+        let mut charged = 0;
+        let mut delay = Duration::ZERO;
+        let mut denied = None;
+        for group in groups {
+            let answer = self.script.reserve(group, max_wait).await?;
+            let allowed = answer.rows.iter().all(|(d, _)| d.is_allowed());
+            place(&mut results, group, answer.rows);
+            if !allowed {
+                denied = Some(answer.is_final);
+                break;
+            }
+            delay = delay.max(answer.delay);
+            charged += 1;
+        }
+        match denied {
+            Some(is_final) => {
+                self.undo(groups, charged, &mut results).await?;
+                let all: Option<Vec<Decision>> =
+                    results.into_iter().map(|r| r.map(|r| r.0)).collect();
+                all.map(|d| Decisions::new(d).with_final(is_final))
+                    .ok_or_else(|| unavailable(BadReply("missing decision")))
+            }
+            None => collect(results).map(|d| d.with_delay(delay)),
+        }
+    }
+}
+
+pub(super) fn collect(results: Vec<Option<(Decision, Receipt)>>) -> Result<Decisions, StoreError> {
+    let all: Option<Vec<(Decision, Receipt)>> = results.into_iter().collect();
+    all.map(Decisions::with_receipts)
+        .ok_or_else(|| unavailable(BadReply("missing decision")))
+}
+
+pub(super) fn place(
+    results: &mut [Option<(Decision, Receipt)>],
+    group: &Group,
+    rows: Vec<(Decision, Receipt)>,
+) {
+    for (slot, row) in group.slots.iter().zip(rows) {
+        if let Some(r) = results.get_mut(*slot) {
+            *r = Some(row);
+        }
+    }
+}
+
+/// Sends each refund group within the deadline; counts and logs failures and returns the
+/// first.
+pub(super) async fn refund_groups(shared: &Shared, groups: &[Group]) -> Result<(), StoreError> {
+    let mut first = None;
+    for group in groups {
+        let call = shared.script.call(group, Mode::Refund);
+        let result = match tokio::time::timeout(shared.deadline, call).await {
+            Ok(Ok(_)) => continue,
+            Ok(Err(err)) => err,
+            Err(_) => StoreError::Timeout,
+        };
+        shared.count_error();
+        tracing::debug!(error = %result, "redis store refund failed");
+        first.get_or_insert(result);
+    }
+    first.map_or(Ok(()), Err)
+}
