@@ -210,6 +210,10 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm> Keyed<K, A> {
 
 impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> Keyed<K, A, H> {
     pub(super) fn with_hasher(algorithm: A, name: &str, max_keys: usize, hasher: &H) -> Self {
+        // Announce the policy's counters at 0 (a Prometheus series should exist before its
+        // first event, so `rate()` and alerts see it); a no-op without a recorder installed.
+        metrics::counter!(EVICTED_TOTAL, "policy" => name.to_owned()).increment(0);
+        metrics::counter!(OVERFLOWED_TOTAL, "policy" => name.to_owned()).increment(0);
         Self {
             algorithm,
             name: name.into(),

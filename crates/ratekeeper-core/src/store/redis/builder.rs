@@ -204,6 +204,14 @@ impl RedisStoreBuilder {
         let clock = self.clock.clone().unwrap_or_else(|| Arc::clone(&app));
         let allowance = self.deadline.saturating_add(self.stale_tolerance);
         let allowance_us = u64::try_from(allowance.as_micros()).unwrap_or(u64::MAX);
+        // Announce the store's counters at 0 (a Prometheus series should exist before its
+        // first event, so `rate()` and alerts see it); a no-op without a recorder installed.
+        metrics::counter!("ratekeeper_store_errors_total").increment(0);
+        metrics::counter!("ratekeeper_store_degraded_total", "action" => self.on_failure.as_str())
+            .increment(0);
+        if self.negative_cache {
+            metrics::counter!("ratekeeper_negative_cache_hits_total").increment(0);
+        }
         RedisStore {
             policies: Vec::new(),
             failover: Failover::new(self.on_failure, &clock),
