@@ -424,3 +424,126 @@ fn a_bad_redis_url_is_a_one_line_configuration_error() {
         assert_eq!(build.to_string(), text);
     }
 }
+
+/// The shared concurrency slots log a Redis outage like the store's breaker does: one WARN
+/// when it starts (not one per request, nor per failed renewal or release), one INFO when a
+/// call succeeds again.
+#[test]
+fn a_shared_slots_outage_logs_once_not_per_request() {
+    use ratekeeper_axum::GlobalKey;
+    use ratekeeper_axum::concurrency::ConcurrencyLimitLayer;
+
+    let rt = runtime();
+    let mut server = RedisServer::start();
+    let (logs, _guard) = capture("info");
+    let slots = rt.block_on(async {
+        RedisStore::builder()
+            .deadline(Duration::from_millis(250))
+            .on_failure(FailurePolicy::Allow)
+            .standalone(&server.url())
+            .await
+            .unwrap()
+            .slots()
+    });
+    let mut svc = ConcurrencyLimitLayer::new(NonZeroU32::new(10).unwrap())
+        .key(GlobalKey)
+        .shared(slots)
+        .layer(service_fn(ok));
+    rt.block_on(async {
+        // Redis answers (a slot, released at the end of the body).
+        let mut held = false;
+        for _ in 0..20 {
+            let res = svc
+                .ready()
+                .await
+                .unwrap()
+                .call(request("192.0.2.1:1", None))
+                .await
+                .unwrap();
+            if res.headers().contains_key("x-ratelimit-limit") {
+                held = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(held, "Redis never answered");
+        server.kill();
+        for _ in 0..200 {
+            let res = svc
+                .ready()
+                .await
+                .unwrap()
+                .call(request("192.0.2.1:1", None))
+                .await
+                .unwrap();
+            // Fail open: the request goes on without a slot.
+            assert_eq!(res.status(), StatusCode::OK);
+        }
+    });
+    let warn = logs.lines("WARN");
+    assert_eq!(warn.len(), 1, "{}", logs.text());
+    assert!(
+        warn[0].contains("concurrency slots unavailable"),
+        "{}",
+        warn[0]
+    );
+
+    server.restart();
+    rt.block_on(async {
+        for _ in 0..200 {
+            let res = svc
+                .ready()
+                .await
+                .unwrap()
+                .call(request("192.0.2.1:1", None))
+                .await
+                .unwrap();
+            if res.headers().contains_key("x-ratelimit-limit") {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("Redis never came back");
+    });
+    let recovered: Vec<String> = logs
+        .lines("INFO")
+        .into_iter()
+        .filter(|l| l.contains("concurrency slots recovered"))
+        .collect();
+    assert_eq!(recovered.len(), 1, "{}", logs.text());
+    assert!(recovered[0].contains("failures="), "{}", recovered[0]);
+    assert_eq!(logs.lines("WARN").len(), 1, "{}", logs.text());
+}
+
+/// A cost larger than the burst (a cost that may come from client input) is a WARN once per
+/// layer; the same denial again is a DEBUG event, so a client cannot flood the logs with it.
+#[test]
+fn a_cost_that_can_never_fit_warns_once_per_layer() {
+    let rt = runtime();
+    let (logs, _guard) = capture("info");
+    let mut svc = RateLimitLayer::builder()
+        .policy(Policy::new("api", per_minute(10)))
+        // A cost from the request (a fixed cost above the burst is refused at build).
+        .cost_fn(|req: &ratekeeper_axum::RequestParts<'_>| {
+            10 + u64::try_from(req.uri().path().len()).unwrap_or(u64::MAX)
+        })
+        .build()
+        .unwrap()
+        .layer(service_fn(ok));
+    rt.block_on(async {
+        for i in 0..100u32 {
+            let peer = format!("192.0.2.{}:1", i % 50);
+            let res = svc
+                .ready()
+                .await
+                .unwrap()
+                .call(request(&peer, None))
+                .await
+                .unwrap();
+            assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+        }
+    });
+    let warn = logs.lines("WARN");
+    assert_eq!(warn.len(), 1, "{}", logs.text());
+    assert!(warn[0].contains("can never be allowed"), "{}", warn[0]);
+}

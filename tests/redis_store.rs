@@ -829,12 +829,16 @@ async fn b19_cluster_crossslot_multi_key_scripts() {
 }
 
 /// The `distributed` example: two instances on two ports share one budget per client IP.
+/// A 2 s decision deadline (the example's is 50 ms) so that a loaded CI machine cannot turn a
+/// slow round trip into a fail-open answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn distributed_example_two_instances_share_one_budget() {
     let server = RedisServer::start();
     let mut instances = Vec::new();
     for _ in 0..2 {
-        let app = distributed::app(&server.url()).await.expect("app");
+        let app = distributed::app_with(&server.url(), None, Duration::from_secs(2))
+            .await
+            .expect("app");
         instances.push(TestServer::start(app).await);
     }
     let mut seen = Vec::new();

@@ -148,7 +148,8 @@ where
                     ResponseFuture::<S::Future>::answered(status, headers, body).await
                 }
                 Err(err) if err.failure_policy() == FailurePolicy::Deny => {
-                    tracing::warn!(error = %err, "shared concurrency slots unavailable; failing closed");
+                    // The store logs the outage once per transition; one DEBUG event per request.
+                    tracing::debug!(error = %err, "shared concurrency slots unavailable; failing closed");
                     let mut headers = HeaderMap::new();
                     headers.insert(
                         CONTENT_TYPE,
@@ -163,7 +164,7 @@ where
                     .await
                 }
                 Err(err) => {
-                    tracing::warn!(error = %err, "shared concurrency slots unavailable; failing open");
+                    tracing::debug!(error = %err, "shared concurrency slots unavailable; failing open");
                     ResponseFuture::passed(inner.call(req)).await
                 }
             }

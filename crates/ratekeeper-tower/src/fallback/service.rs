@@ -74,7 +74,7 @@ where
                     "reason" => reason,
                 )
                 .increment(1);
-                tracing::info!(policy = &*policy, reason, "answering with the fallback");
+                tracing::debug!(policy = &*policy, reason, "answering with the fallback");
                 FallbackFuture::degraded(self.fallback.clone(), req, policy)
             }
             None => FallbackFuture::inner(self.inner.call(req)),

@@ -45,6 +45,9 @@ pub(crate) struct Diagnostics {
     looked: AtomicU32,
     /// Write raw keys in decision events instead of their hash.
     raw_keys: bool,
+    /// The "cost can never fit" WARN was given (later ones are DEBUG events: a cost that
+    /// comes from client input must not flood the logs).
+    cannot_fit_warned: AtomicBool,
 }
 
 impl Diagnostics {
@@ -54,6 +57,7 @@ impl Diagnostics {
             warned: AtomicBool::new(!watch_forwarded),
             looked: AtomicU32::new(0),
             raw_keys,
+            cannot_fit_warned: AtomicBool::new(false),
         }
     }
 
@@ -106,6 +110,13 @@ impl Diagnostics {
              `ForwardedIp::trusting([<proxy network>])`, or turn this warning off with \
              `.warn_forwarded(false)` (logged once)"
         );
+    }
+
+    /// Whether this is the layer's first "cost can never fit" denial (logged at WARN; the
+    /// later ones at DEBUG).
+    pub(crate) fn first_cannot_fit(&self) -> bool {
+        !self.cannot_fit_warned.load(Ordering::Relaxed)
+            && !self.cannot_fit_warned.swap(true, Ordering::Relaxed)
     }
 
     /// A key as logs show it: hashed (see [`hashed`]) unless raw keys were asked for.

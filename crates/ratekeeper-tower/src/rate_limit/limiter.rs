@@ -278,8 +278,9 @@ where
     ///
     /// Counts the decision once in `ratekeeper_decisions_total` when the verdict is final
     /// (everything but [`Verdict::Retry`]: a Delay-mode request that re-checks after sleeping
-    /// is counted by its last answer only), writes one DEBUG event per decision (target `ratekeeper::decision`; the "cost can never fit"
-    /// case also at WARN; shadow-mode overruns at INFO, target `ratekeeper::shadow`), and marks
+    /// is counted by its last answer only), writes one DEBUG event per decision (target
+    /// `ratekeeper::decision`; the layer's first "cost can never fit" case also at WARN;
+    /// shadow-mode overruns also at DEBUG, target `ratekeeper::shadow`), and marks
     /// the request's `extensions` for what comes after it ([`Info`], the fallback marker,
     /// [`StoreDegraded`]). `deadline` is the request's Delay-mode deadline (set at its first
     /// denial); `degrade` says the inner service is a fallback.
@@ -365,7 +366,7 @@ where
             Mode::Shadow => {
                 self.record(applied, decisions);
                 self.log_denial(applied, decisions);
-                tracing::info!(
+                tracing::debug!(
                     target: "ratekeeper::shadow",
                     policy = self.deciding_name(applied, decisions),
                     "shadow mode: request over the limit let through"
@@ -395,18 +396,24 @@ where
             .map_or("", |n| &**n)
     }
 
-    /// The "cost can never fit" warning (every other denial is the decision's DEBUG event).
+    /// The "cost can never fit" warning, once per layer (every other denial, and the later
+    /// cannot-fit ones, are DEBUG events).
     fn log_denial(&self, applied: &Applied, decisions: &Decisions) {
         if decisions.is_cannot_fit() {
             let (key, cost) = denied_charge(applied, decisions);
             let policy = self.deciding_name(applied, decisions);
             let key = self.diag.key_text(key);
-            tracing::warn!(
-                key,
-                cost,
-                policy,
-                "request cost is larger than the policy's burst; it can never be allowed"
-            );
+            if self.diag.first_cannot_fit() {
+                tracing::warn!(
+                    key,
+                    cost,
+                    policy,
+                    "request cost is larger than the policy's burst; it can never be allowed \
+                     (logged once per layer; later ones at DEBUG)"
+                );
+            } else {
+                tracing::debug!(key, cost, policy, "request cost can never fit the burst");
+            }
         }
     }
 

@@ -82,8 +82,10 @@ pub enum Mode {
         /// The longest a request may wait, measured from its arrival (its reservation).
         max_wait: Duration,
     },
-    /// Decide and report (headers, `tracing` events at INFO with target
-    /// `ratekeeper::shadow`), but never block: requests over the limit reach the inner
-    /// service. Denied requests charge nothing, so the budget reflects the allowed ones.
+    /// Decide and report (headers; the `ratekeeper_shadow_checked_total` and
+    /// `ratekeeper_shadow_would_refuse_total` counters; a DEBUG event with target
+    /// `ratekeeper::shadow` per request over the limit), but never block: requests over the
+    /// limit reach the inner service. Denied requests charge nothing, so the budget reflects
+    /// the allowed ones.
     Shadow,
 }

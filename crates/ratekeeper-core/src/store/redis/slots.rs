@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::keys;
@@ -64,6 +64,45 @@ struct Config {
     /// instances.
     instance: String,
     next: Arc<AtomicU64>,
+    outage: Arc<OutageLog>,
+}
+
+/// Logs a Redis outage of the slots once per transition, as the store's circuit breaker does:
+/// WARN at the first failure after a success, INFO with the count of failures when a call
+/// succeeds again; every failure in between (acquire, renew, release) is a DEBUG event. So an
+/// outage under load logs two lines, not one per request.
+#[derive(Debug, Default)]
+struct OutageLog {
+    failing: AtomicBool,
+    failures: AtomicU64,
+}
+
+impl OutageLog {
+    fn failed(&self, err: &StoreError, op: &str, on_failure: FailurePolicy) {
+        let failures = self
+            .failures
+            .fetch_add(1, Ordering::Relaxed)
+            .saturating_add(1);
+        if self.failing.swap(true, Ordering::AcqRel) {
+            tracing::debug!(error = %err, op, failures, "redis concurrency slot call failed");
+        } else {
+            tracing::warn!(
+                target: "ratekeeper",
+                error = %err,
+                op,
+                failure_policy = on_failure.as_str(),
+                "redis concurrency slots unavailable; the failure policy answers until a call \
+                 succeeds (logged once per outage, each failure at DEBUG)"
+            );
+        }
+    }
+
+    fn succeeded(&self) {
+        if self.failing.load(Ordering::Relaxed) && self.failing.swap(false, Ordering::AcqRel) {
+            let failures = self.failures.swap(0, Ordering::Relaxed);
+            tracing::info!(target: "ratekeeper", failures, "redis concurrency slots recovered");
+        }
+    }
 }
 
 impl fmt::Debug for RedisSlots {
@@ -105,6 +144,7 @@ impl RedisSlots {
                 on_failure,
                 instance: format!("{:x}-{started:x}", std::process::id()),
                 next: Arc::new(AtomicU64::new(0)),
+                outage: Arc::default(),
             }),
         }
     }
@@ -182,10 +222,15 @@ impl Config {
         id: &str,
         max: u32,
     ) -> Result<(i64, i64), StoreError> {
-        match tokio::time::timeout(self.deadline, self.run(key, op, id, max)).await {
+        let result = match tokio::time::timeout(self.deadline, self.run(key, op, id, max)).await {
             Ok(result) => result,
             Err(_) => Err(StoreError::Timeout),
+        };
+        match &result {
+            Ok(_) => self.outage.succeeded(),
+            Err(err) => self.outage.failed(err, op, self.on_failure),
         }
+        result
     }
 
     /// Releases `id` in the background (on the current runtime, if any).
@@ -198,9 +243,8 @@ impl Config {
         };
         let cfg = Arc::clone(self);
         runtime.spawn(async move {
-            if let Err(err) = cfg.run_within_deadline(&key, "release", &id, 0).await {
-                tracing::warn!(error = %err, "redis concurrency slot release failed; it expires with its lease");
-            }
+            // A failure is in the outage log; the slot expires with its lease.
+            let _ = cfg.run_within_deadline(&key, "release", &id, 0).await;
         });
     }
 }
@@ -232,9 +276,8 @@ impl Lease {
                             );
                             return;
                         }
-                        Err(err) => {
-                            tracing::warn!(error = %err, "redis concurrency slot renewal failed; retrying next period");
-                        }
+                        // In the outage log; retried next period.
+                        Err(_) => {}
                     }
                 }
             })
