@@ -205,7 +205,7 @@ fn draw(path: &str, runs: &[Run], arrivals: &[u64]) -> Result<(), Box<dyn Error>
     Ok(())
 }
 
-fn main() -> Result<(), Box<dyn Error>> {
+fn chart() -> Result<(), Box<dyn Error>> {
     let default = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../crates/ratekeeper-core/docs/algorithms.svg"
@@ -238,4 +238,8 @@ fn main() -> Result<(), Box<dyn Error>> {
     std::fs::write(&path, svg)?;
     println!("wrote {path}");
     Ok(())
+}
+
+fn main() -> std::process::ExitCode {
+    ratekeeper_examples::exit(chart())
 }

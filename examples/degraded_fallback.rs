@@ -57,8 +57,12 @@ async fn stale_prices(State(cache): State<PriceCache>, info: Option<RateLimitInf
     format!("prices v{version} (cached; fresh data again within {retry} s)\n")
 }
 
-#[tokio::main]
-async fn main() -> std::io::Result<()> {
+async fn run() -> std::io::Result<()> {
     ratekeeper_examples::init_tracing();
     ratekeeper_examples::serve(app(), &ratekeeper_examples::listen_addr()).await
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    ratekeeper_examples::exit(run().await)
 }

@@ -121,8 +121,7 @@ pub fn app() -> Result<Router, BuildError> {
 }
 
 #[allow(dead_code)] // The end-to-end test includes this file for `app`, not for `main`.
-#[tokio::main]
-async fn main() -> std::io::Result<()> {
+async fn run() -> std::io::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
@@ -142,4 +141,10 @@ async fn main() -> std::io::Result<()> {
         let _ = tokio::signal::ctrl_c().await;
     })
     .await
+}
+
+#[allow(dead_code)] // The end-to-end test includes this file for `app`, not for `main`.
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    ratekeeper_examples::exit(run().await)
 }

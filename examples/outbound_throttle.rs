@@ -120,8 +120,7 @@ pub async fn run_client(
     })
 }
 
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let addr = ratekeeper_examples::listen_addr();
     let listener = tokio::net::TcpListener::bind(&addr).await?;
     let local = listener.local_addr()?;
@@ -147,4 +146,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         UPSTREAM_QUOTA,
     );
     Ok(())
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    ratekeeper_examples::exit(run().await)
 }

@@ -23,8 +23,7 @@ use tower::{Layer, ServiceExt};
 
 const CALLS: usize = 13;
 
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let addr = std::env::var("ADDR").unwrap_or_else(|_| "127.0.0.1:3000".to_owned());
     let url: http::Uri = format!("http://{addr}/").parse()?;
 
@@ -63,4 +62,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .into());
     }
     Ok(())
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    ratekeeper_examples::exit(run().await)
 }

@@ -183,8 +183,7 @@ async fn health() -> &'static str {
     "ok\n"
 }
 
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
@@ -193,4 +192,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let addr = ratekeeper_examples::listen_addr();
     ratekeeper_examples::serve(app()?, &addr).await?;
     Ok(())
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    ratekeeper_examples::exit(run().await)
 }

@@ -19,8 +19,12 @@ pub fn app() -> Router {
         .layer(RateLimitLayer::new(quota))
 }
 
-#[tokio::main]
-async fn main() -> std::io::Result<()> {
+async fn run() -> std::io::Result<()> {
     ratekeeper_examples::init_tracing();
     ratekeeper_examples::serve(app(), &ratekeeper_examples::listen_addr()).await
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    ratekeeper_examples::exit(run().await)
 }

@@ -84,3 +84,22 @@ pub fn fail(err: &dyn std::error::Error) -> std::process::ExitCode {
     eprintln!("error: {err}");
     std::process::ExitCode::FAILURE
 }
+
+/// `main`'s exit code for what the example's `run` returned: success, or `error: <err>` (its
+/// `Display`, as [`fail`] prints it) and the failure exit code.
+///
+/// ```
+/// use std::process::ExitCode;
+/// assert_eq!(ratekeeper_examples::exit(Ok::<(), std::io::Error>(())), ExitCode::SUCCESS);
+/// let err = std::io::Error::other("the address is already in use");
+/// assert_eq!(ratekeeper_examples::exit(Err::<(), _>(err)), ExitCode::FAILURE);
+/// ```
+pub fn exit<E: std::fmt::Display>(result: Result<(), E>) -> std::process::ExitCode {
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
