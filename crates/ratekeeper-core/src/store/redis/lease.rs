@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::script::{ALGO_FIXED_WINDOW, ALGO_GCRA, BadReply, Conn, ScriptRunner, unavailable};
+use super::script::{ALGO_FIXED_WINDOW, ALGO_GCRA, BadReply, ScriptRunner, unavailable};
 use super::{BreakerOpen, OwnedCharge, RedisStore, keys};
 use crate::store::{Decisions, PolicyId, Receipt, StoreError};
 use crate::{Decision, Key, Outcome};
@@ -51,16 +51,7 @@ impl ScriptRunner {
         for v in args {
             invocation.arg(v);
         }
-        let reply: Vec<i64> = match &self.conn {
-            Conn::Single(c) => invocation.invoke_async(&mut c.clone()).await,
-            Conn::Cluster(c) => invocation.invoke_async(&mut c.clone()).await,
-        }
-        .map_err(unavailable)?;
-        let (&server, rest) = reply
-            .split_first()
-            .ok_or_else(|| unavailable(BadReply("empty reply")))?;
-        self.guard.learn(sent, u64::try_from(server).unwrap_or(0));
-        match rest {
+        match self.invoke(&invocation, sent).await?.as_slice() {
             [1] => Ok(None),
             [0, a, b, c, d, e, f] => Ok(Some([*a, *b, *c, *d, *e, *f])),
             _ => Err(unavailable(BadReply("wrong lease reply"))),

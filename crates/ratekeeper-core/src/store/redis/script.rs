@@ -344,6 +344,27 @@ impl ScriptRunner {
         })
     }
 
+    /// Sends `invocation` (prepared at app time `sent`, µs) on the store's connection and
+    /// learns Redis's clock from the reply's first element, the server's `TIME` (the stale
+    /// guard's offset); returns the rest of the reply.
+    pub(super) async fn invoke(
+        &self,
+        invocation: &redis::ScriptInvocation<'_>,
+        sent: u64,
+    ) -> Result<Vec<i64>, StoreError> {
+        let mut reply: Vec<i64> = match &self.conn {
+            Conn::Single(c) => invocation.invoke_async(&mut c.clone()).await,
+            Conn::Cluster(c) => invocation.invoke_async(&mut c.clone()).await,
+        }
+        .map_err(unavailable)?;
+        if reply.is_empty() {
+            return Err(unavailable(BadReply("empty reply")));
+        }
+        let server = reply.remove(0);
+        self.guard.learn(sent, u64::try_from(server).unwrap_or(0));
+        Ok(reply)
+    }
+
     /// One round trip; the values after the server time and the status.
     async fn call_raw(&self, group: &Group, mode: Mode) -> Result<Vec<i64>, StoreError> {
         let now_arg = self
@@ -371,16 +392,8 @@ impl ScriptRunner {
             }
             invocation.arg(*stamp);
         }
-        let reply: Vec<i64> = match &self.conn {
-            Conn::Single(c) => invocation.invoke_async(&mut c.clone()).await,
-            Conn::Cluster(c) => invocation.invoke_async(&mut c.clone()).await,
-        }
-        .map_err(unavailable)?;
-        let (&server, rest) = reply
-            .split_first()
-            .ok_or_else(|| unavailable(BadReply("empty reply")))?;
-        self.guard.learn(sent, u64::try_from(server).unwrap_or(0));
-        let (&status, rows) = rest
+        let reply = self.invoke(&invocation, sent).await?;
+        let (&status, rows) = reply
             .split_first()
             .ok_or_else(|| unavailable(BadReply("no status")))?;
         match status {
