@@ -241,12 +241,60 @@ impl RedisStoreBuilder {
 
 /// The configuration error for a URL the `redis` crate refused: one sentence that names what
 /// to fix, with the `redis` error as its source (its text carries a debug-formatted kind).
+/// A `rediss://` URL without the `redis` crate's TLS support gets its own sentence: the URL
+/// is well formed, and the general one would tell the user to write what they wrote.
 fn bad_url(err: redis::RedisError, what: &str) -> StoreError {
-    StoreError::Config {
-        message: format!(
+    let message = if err
+        .to_string()
+        .contains("with TLS, the feature is not enabled")
+    {
+        format!(
+            "the {what} asks for TLS (rediss://), but the `redis` crate was built without TLS \
+             support (its `tls-rustls` or `tls-native-tls` feature); enable one, or use \
+             redis://"
+        )
+    } else {
+        format!(
             "the {what} is not valid; expected redis://[user:password@]host:port/db \
              (or rediss:// for TLS, redis+unix:///path for a socket)"
-        ),
+        )
+    };
+    StoreError::Config {
+        message,
         source: Box::new(err),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config_error(url: &str) -> String {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let err = rt
+            .block_on(RedisStore::builder().standalone(url))
+            .unwrap_err();
+        assert!(err.is_config(), "{err}");
+        err.to_string()
+    }
+
+    #[test]
+    fn a_tls_url_without_tls_support_says_so() {
+        let text = config_error("rediss://127.0.0.1:6379/");
+        assert_eq!(
+            text,
+            "configuration error: the Redis URL asks for TLS (rediss://), but the `redis` crate \
+             was built without TLS support (its `tls-rustls` or `tls-native-tls` feature); \
+             enable one, or use redis://"
+        );
+        // Other bad URLs keep the general sentence.
+        let text = config_error("http://127.0.0.1:6379/");
+        assert!(
+            text.starts_with("configuration error: the Redis URL is not valid; expected"),
+            "{text}"
+        );
     }
 }
