@@ -116,11 +116,16 @@ impl RedisStoreBuilder {
     /// 1 ms left on the injected clock vanishes after 1 ms of *real* time even when the
     /// injected clock has not moved. On a loaded machine the next call can come later than
     /// that and see the key absent where the timeline says it still counts. A floor longer
-    /// than the test keeps expiry off the injected timeline. Whole ms (sub-ms parts dropped).
+    /// than the test keeps expiry off the injected timeline. Whole ms (sub-ms parts dropped),
+    /// at most [`MAX_MIN_TTL`](Self::MAX_MIN_TTL) (longer floors are lowered to it: Redis
+    /// refuses an expiry beyond its range, and every decision would fail).
     pub fn min_ttl(mut self, ttl: Duration) -> Self {
-        self.min_ttl = ttl;
+        self.min_ttl = ttl.min(Self::MAX_MIN_TTL);
         self
     }
+
+    /// The longest [`min_ttl`](Self::min_ttl): 365 days.
+    pub const MAX_MIN_TTL: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 
     /// Whether denials are cached locally until `retry_after` (default on).
     pub fn negative_cache(mut self, enabled: bool) -> Self {
