@@ -157,7 +157,7 @@ pub struct KeyConfig {
     #[serde(default)]
     pub header: Option<HeaderField>,
     /// For `kind = "forwarded"`: the networks of the trusted reverse proxies.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "networks")]
     pub trusted: Vec<IpNet>,
 }
 
@@ -188,6 +188,37 @@ impl<'de> Deserialize<'de> for HeaderField {
             .map(HeaderField)
             .map_err(|_| serde::de::Error::custom(format!("\"{s}\" is not a valid header name")))
     }
+}
+
+/// A list of networks, each named in its error: `"192.0.2.1"` (no prefix length) or
+/// `"10.0.0.0/33"` say what they are and what is expected.
+fn networks<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<IpNet>, D::Error> {
+    struct Net(IpNet);
+    struct NetVisitor;
+    impl serde::de::Visitor<'_> for NetVisitor {
+        type Value = Net;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a network such as \"192.0.2.0/24\"")
+        }
+        // Parsed inside the format's deserializer, so the error carries the element's place.
+        fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Net, E> {
+            s.parse().map(Net).map_err(|_| {
+                E::custom(format!(
+                    "invalid network {s:?}: expected an address and a prefix length, such as \
+                     \"192.0.2.0/24\", \"2001:db8::/32\" or \"192.0.2.7/32\" for one address"
+                ))
+            })
+        }
+    }
+    impl<'de> Deserialize<'de> for Net {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            deserializer.deserialize_str(NetVisitor)
+        }
+    }
+    Ok(Vec::<Net>::deserialize(deserializer)?
+        .into_iter()
+        .map(|n| n.0)
+        .collect())
 }
 
 /// A route template, checked when it is read (see
@@ -252,7 +283,7 @@ pub struct TiersConfig {
 pub struct ExemptConfig {
     /// Peers in these networks are not limited (see
     /// [`exempt_networks`](crate::RateLimitBuilder::exempt_networks)).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "networks")]
     pub networks: Vec<IpNet>,
     /// CORS preflights are not limited (see
     /// [`exempt_preflight`](crate::RateLimitBuilder::exempt_preflight)).

@@ -156,3 +156,39 @@ fn settings_that_fit_still_build() {
     let config = LayerConfig::from_toml("x.toml", &doc).unwrap();
     assert_eq!(config.build().unwrap().policy_ids().len(), 2);
 }
+
+#[test]
+fn a_bad_network_is_named_with_what_is_expected() {
+    for (doc, line, column, field, value) in [
+        (
+            format!("{API}[exempt]\nnetworks = [\"192.0.2.0/24\", \"192.0.2.1\"]\n"),
+            5,
+            29,
+            "exempt.networks[1]",
+            "\"192.0.2.1\"",
+        ),
+        (
+            format!("key = {{ kind = \"forwarded\", trusted = [\"10.0.0.0/33\"] }}\n{API}"),
+            1,
+            40,
+            "key.trusted[0]",
+            "\"10.0.0.0/33\"",
+        ),
+    ] {
+        let err = LayerConfig::from_toml("x.toml", &doc).unwrap_err();
+        assert_eq!(
+            (err.line(), err.column(), err.field()),
+            (Some(line), Some(column), field),
+            "{err}"
+        );
+        assert!(
+            err.message().starts_with(&format!(
+                "invalid network {value}: expected an address and a prefix length"
+            )),
+            "{err}"
+        );
+    }
+    let doc = format!("{API}[exempt]\nnetworks = [\"192.0.2.0/24\", \"2001:db8::/32\"]\n");
+    let config = LayerConfig::from_toml("x.toml", &doc).unwrap();
+    assert_eq!(config.exempt.networks.len(), 2);
+}
