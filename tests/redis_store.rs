@@ -1358,3 +1358,30 @@ async fn a_huge_min_ttl_is_capped_and_decisions_still_come_from_redis() {
         assert!(ttl > 0 && ttl <= max, "{key}: PTTL {ttl}");
     }
 }
+
+/// A Redis error in a decision reads as a sentence: the server's message, without the
+/// `redis` crate's `Debug`-written kinds (`Server(ResponseError)`, `ResponseError:`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_errors_in_decisions_read_as_sentences() {
+    let server = RedisServer::start();
+    // Database 99 does not exist (16 by default): every call fails.
+    let url = format!("redis://127.0.0.1:{}/99", server.port());
+    let mut store = RedisStore::builder()
+        .deadline(Duration::from_secs(2))
+        .standalone(&url)
+        .await
+        .expect("store");
+    let id = store
+        .register(&Policy::new("api", quota(2, 60_000, 2)))
+        .expect("policy");
+    let err = store
+        .check_async(&[(id, Key::from("client-1"), 1)])
+        .await
+        .expect_err("no such database");
+    let text = err.to_string();
+    assert!(text.contains("DB index is out of range"), "{text}");
+    for debug_text in ["Server(", "ResponseError", "ExtensionError", " - "] {
+        assert!(!text.contains(debug_text), "{text}");
+    }
+    assert!(!text.contains('\n'), "{text}");
+}

@@ -11,7 +11,7 @@ use super::breaker::Breaker;
 use super::failure::Failover;
 use super::guard::Guard;
 use super::negative::NegativeCache;
-use super::script::{Conn, ScriptRunner, unavailable};
+use super::script::{Conn, ScriptRunner, redis_failure};
 use super::shared::Shared;
 use super::{RedisStore, nanos};
 use crate::Policy;
@@ -198,7 +198,7 @@ impl RedisStoreBuilder {
             .max_retry_wait(200)
             .build()
             .map_err(|e| bad_url(e, "Redis Cluster node URL"))?;
-        let conn = client.get_async_connection().await.map_err(unavailable)?;
+        let conn = client.get_async_connection().await.map_err(redis_failure)?;
         Ok(self.finish(Conn::Cluster(conn)))
     }
 

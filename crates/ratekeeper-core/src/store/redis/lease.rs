@@ -7,7 +7,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::script::{ALGO_FIXED_WINDOW, ALGO_GCRA, BadReply, Conn, ScriptRunner, unavailable};
+use super::script::{
+    ALGO_FIXED_WINDOW, ALGO_GCRA, BadReply, Conn, ScriptRunner, redis_failure, unavailable,
+};
 use super::{BreakerOpen, OwnedCharge, RedisStore, keys};
 use crate::store::{Decisions, PolicyId, Receipt, StoreError};
 use crate::{Decision, Key, Outcome};
@@ -55,7 +57,7 @@ impl ScriptRunner {
             Conn::Single(c) => invocation.invoke_async(&mut c.clone()).await,
             Conn::Cluster(c) => invocation.invoke_async(&mut c.clone()).await,
         }
-        .map_err(unavailable)?;
+        .map_err(redis_failure)?;
         let (&server, rest) = reply
             .split_first()
             .ok_or_else(|| unavailable(BadReply("empty reply")))?;

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::keys;
-use super::script::{BadReply, Conn, unavailable};
+use super::script::{BadReply, Conn, redis_failure, unavailable};
 use crate::Key;
 use crate::store::slots::{AcquireFuture, Acquired, SharedSlots, SlotLease};
 use crate::store::{FailurePolicy, StoreError};
@@ -174,7 +174,7 @@ impl Config {
             Conn::Single(c) => invocation.invoke_async(&mut c.clone()).await,
             Conn::Cluster(c) => invocation.invoke_async(&mut c.clone()).await,
         }
-        .map_err(unavailable)?;
+        .map_err(redis_failure)?;
         match reply.as_slice() {
             &[ok, held] => Ok((ok, held)),
             _ => Err(unavailable(BadReply("concurrency script: wrong reply"))),
