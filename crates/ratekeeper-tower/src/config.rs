@@ -435,7 +435,8 @@ impl LayerConfig {
     ///
     /// [`BuildError`] as [`RateLimitBuilder::build`](crate::RateLimitBuilder::build) gives
     /// it, and [`BuildError::Config`] naming the field for settings that do not fit together
-    /// (a `header` key without `header`, `max_wait_ms` without `mode = "delay"`).
+    /// (a `header` key without `header`, `header` or `trusted` with another kind of key,
+    /// `max_wait_ms` without `mode = "delay"`).
     pub fn build(&self) -> Result<ConfiguredLayer, BuildError> {
         self.builder()?.build()
     }
@@ -453,6 +454,20 @@ impl LayerConfig {
             field: field.to_owned(),
             message: message.to_owned(),
         };
+        // A setting of another kind of key is a mistake (say `trusted` without
+        // kind = "forwarded"): ignoring it would key by something the file does not say.
+        if self.key.header.is_some() && self.key.kind != KeyKind::Header {
+            return Err(config_err(
+                "key.header",
+                "`header` only applies with kind = \"header\"",
+            ));
+        }
+        if !self.key.trusted.is_empty() && self.key.kind != KeyKind::Forwarded {
+            return Err(config_err(
+                "key.trusted",
+                "`trusted` only applies with kind = \"forwarded\"",
+            ));
+        }
         let key = match self.key.kind {
             KeyKind::PeerIp => ConfigKey::PeerIp(PeerIp::new()),
             KeyKind::Global => ConfigKey::Global(GlobalKey),

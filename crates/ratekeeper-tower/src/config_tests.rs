@@ -46,6 +46,20 @@ fn mismatches() -> Vec<(String, usize, usize, &'static str, &'static str)> {
             "a `header` key needs the header's name",
         ),
         (
+            format!("key = {{ trusted = [\"10.0.0.0/8\"] }}\n{API}"),
+            1,
+            19,
+            "key.trusted",
+            "`trusted` only applies with kind = \"forwarded\"",
+        ),
+        (
+            format!("key = {{ kind = \"global\", header = \"x-api-key\" }}\n{API}"),
+            1,
+            35,
+            "key.header",
+            "`header` only applies with kind = \"header\"",
+        ),
+        (
             format!("max_wait_ms = 5\n{API}"),
             1,
             15,
