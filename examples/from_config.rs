@@ -11,7 +11,7 @@
 //! A mistake in the file stops the app with one line naming the file, line, column and field:
 //!
 //! ```text
-//! error: examples/ratekeeper.toml:15:9: policies[0].quota: invalid quota "60/mn": ...
+//! error: examples/ratekeeper.toml:15:9: policies[0].quota: invalid quota "60/mn burst 10": ...
 //! ```
 
 use std::path::{Path, PathBuf};

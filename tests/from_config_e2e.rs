@@ -212,12 +212,13 @@ fn a_typo_names_its_file_line_column_and_field() {
         "{err}"
     );
 
-    // Parts that do not fit together are build errors naming the policy or field.
+    // Parts that do not fit together name their line, column and field too.
     let err = LayerConfig::from_toml("x.toml", "[[policies]]\nname = \"a\"\nquota = \"1/s\"\n[[routes]]\nmethod = \"GET\"\npath = \"/\"\npolicies = [\"b\"]\n")
-        .unwrap()
-        .build()
         .unwrap_err();
-    assert_eq!(err.to_string(), "there is no policy named \"b\"");
+    assert_eq!(
+        err.to_string(),
+        "x.toml:7:13: routes[0].policies[0]: there is no policy named \"b\""
+    );
 }
 
 /// The TOML code blocks of a Markdown or Rust doc text (```toml fences; in Rust sources the

@@ -8,6 +8,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ratekeeper_axum::core::Key;
+use ratekeeper_axum::core::store::redis::{RedisSlots, RedisStore};
+use ratekeeper_axum::core::store::slots::{Acquired, SharedSlots};
 use ratekeeper_tests::redis::{RedisCluster, RedisServer};
 use ratekeeper_tests::slots::{Backend, InFlight, instance};
 use ratekeeper_tests::spawn;
@@ -232,4 +235,35 @@ async fn concurrency_across_three_instances_cluster() {
     let backend = Backend::Cluster(cluster.urls());
     three_instances_never_exceed_the_limit(backend.clone(), "c3").await;
     killed_instance_frees_its_slots_within_the_lease(backend, "k9").await;
+}
+
+/// A lease longer than Redis can expire is lowered to `RedisSlots::MAX_LEASE`: the slot is
+/// taken, and its set has a TTL. (Unbounded, the script added the slot, then PEXPIRE failed:
+/// the request failed and the slot stayed held, with no TTL, forever.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_lease_is_capped_and_the_slot_still_expires() {
+    let server = RedisServer::start();
+    let store = RedisStore::builder()
+        .deadline(Duration::from_secs(2))
+        .standalone(&server.url())
+        .await
+        .expect("store");
+    let slots = store.slots().lease(Duration::MAX);
+    let key = Key::from("merchant-1");
+    let held = slots.acquire(&key, 2).await;
+    assert!(
+        matches!(held, Ok(Acquired::Held { free: 1, .. })),
+        "{:?}",
+        held.as_ref().map(|_| ()).map_err(ToString::to_string)
+    );
+    let ttl: i64 = server
+        .cli(&["PTTL", &slots.redis_key(&key)])
+        .expect("redis-cli")
+        .trim()
+        .parse()
+        .expect("PTTL");
+    let max = i64::try_from(RedisSlots::MAX_LEASE.as_millis()).unwrap();
+    assert!(ttl > 0 && ttl <= max, "PTTL {ttl}");
+    assert_eq!(slots.lease_time(), RedisSlots::MAX_LEASE);
+    drop(held);
 }

@@ -1320,3 +1320,72 @@ async fn b37_redis_limit_is_the_burst() {
         }
     }
 }
+
+/// A `min_ttl` longer than Redis can expire is lowered to `RedisStoreBuilder::MAX_MIN_TTL`:
+/// decisions still come from Redis and every key has a TTL. (Unbounded, `PX`/`PEXPIRE`
+/// refused the value: every decision failed to the failure policy, and the sliding log's
+/// entry, added before its `PEXPIRE`, stayed without a TTL.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_min_ttl_is_capped_and_decisions_still_come_from_redis() {
+    let server = RedisServer::start();
+    let mut store = RedisStore::builder()
+        .deadline(Duration::from_secs(2))
+        .min_ttl(Duration::MAX)
+        .standalone(&server.url())
+        .await
+        .expect("store");
+    let log = store
+        .register(&Policy::new("log", quota(2, 60_000, 2)).with_algorithm(Algorithm::SlidingLog))
+        .expect("sliding log");
+    let gcra = store
+        .register(&Policy::new("gcra", quota(2, 60_000, 2)))
+        .expect("gcra");
+    for id in [log, gcra] {
+        let charge: OwnedCharge = (id, Key::from("client-1"), 1);
+        let first = store.check_async(std::slice::from_ref(&charge)).await;
+        let first = first.map_err(|e| e.to_string()).expect("Redis decides");
+        assert!(first.is_allowed());
+        assert_eq!(first.as_slice()[0].remaining(), 1);
+    }
+    let keys = server
+        .cli(&["--scan", "--pattern", "*"])
+        .expect("redis-cli");
+    let max = i64::try_from(RedisStoreBuilder::MAX_MIN_TTL.as_millis()).unwrap();
+    assert_eq!(keys.lines().count(), 2, "{keys}");
+    for key in keys.lines() {
+        let ttl: i64 = server
+            .cli(&["PTTL", key])
+            .expect("redis-cli")
+            .trim()
+            .parse()
+            .expect("PTTL");
+        assert!(ttl > 0 && ttl <= max, "{key}: PTTL {ttl}");
+    }
+}
+
+/// A Redis error in a decision reads as a sentence: the server's message, without the
+/// `redis` crate's `Debug`-written kinds (`Server(ResponseError)`, `ResponseError:`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_errors_in_decisions_read_as_sentences() {
+    let server = RedisServer::start();
+    // Database 99 does not exist (16 by default): every call fails.
+    let url = format!("redis://127.0.0.1:{}/99", server.port());
+    let mut store = RedisStore::builder()
+        .deadline(Duration::from_secs(2))
+        .standalone(&url)
+        .await
+        .expect("store");
+    let id = store
+        .register(&Policy::new("api", quota(2, 60_000, 2)))
+        .expect("policy");
+    let err = store
+        .check_async(&[(id, Key::from("client-1"), 1)])
+        .await
+        .expect_err("no such database");
+    let text = err.to_string();
+    assert!(text.contains("DB index is out of range"), "{text}");
+    for debug_text in ["Server(", "ResponseError", "ExtensionError", " - "] {
+        assert!(!text.contains(debug_text), "{text}");
+    }
+    assert!(!text.contains('\n'), "{text}");
+}

@@ -42,7 +42,7 @@ use crate::{Algorithm, Quota};
 pub enum PolicyError {
     /// Names appear in headers (`RateLimit-Policy`) and store keys, so they must be 1..=64
     /// characters from `[A-Za-z0-9_.-]`.
-    #[error("invalid policy name \"{0}\": use 1 to 64 characters from A-Z a-z 0-9 _ . -")]
+    #[error("invalid policy name {0:?}: use 1 to 64 characters from A-Z a-z 0-9 _ . -")]
     InvalidName(String),
 }
 

@@ -4,9 +4,10 @@
 //! policies (name, quota, algorithm), the key, the cost, a route table with costs and
 //! route-scoped policies, tiers, exemptions, the header style and the mode. It deserialises
 //! with any `serde` format; with the `toml` feature, [`LayerConfig::from_toml`] reads a TOML
-//! document and a mistake is a [`ConfigError`] naming the file, line, column and field.
-//! [`LayerConfig::build`] then builds the layer, with the same checks as the builder (a
-//! route template that can never match, an unknown policy, a cost above a burst).
+//! document and a mistake is a [`ConfigError`] naming the file, line, column and field, for
+//! settings that do not fit together (an unknown policy in a route, a cost above a burst, a
+//! duplicate policy name or route) as for a typo. [`LayerConfig::build`] then builds the
+//! layer, with the same checks as the builder.
 //!
 //! # The document
 //!
@@ -156,7 +157,7 @@ pub struct KeyConfig {
     #[serde(default)]
     pub header: Option<HeaderField>,
     /// For `kind = "forwarded"`: the networks of the trusted reverse proxies.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "networks")]
     pub trusted: Vec<IpNet>,
 }
 
@@ -187,6 +188,37 @@ impl<'de> Deserialize<'de> for HeaderField {
             .map(HeaderField)
             .map_err(|_| serde::de::Error::custom(format!("\"{s}\" is not a valid header name")))
     }
+}
+
+/// A list of networks, each named in its error: `"192.0.2.1"` (no prefix length) or
+/// `"10.0.0.0/33"` say what they are and what is expected.
+fn networks<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<IpNet>, D::Error> {
+    struct Net(IpNet);
+    struct NetVisitor;
+    impl serde::de::Visitor<'_> for NetVisitor {
+        type Value = Net;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a network such as \"192.0.2.0/24\"")
+        }
+        // Parsed inside the format's deserializer, so the error carries the element's place.
+        fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Net, E> {
+            s.parse().map(Net).map_err(|_| {
+                E::custom(format!(
+                    "invalid network {s:?}: expected an address and a prefix length, such as \
+                     \"192.0.2.0/24\", \"2001:db8::/32\" or \"192.0.2.7/32\" for one address"
+                ))
+            })
+        }
+    }
+    impl<'de> Deserialize<'de> for Net {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            deserializer.deserialize_str(NetVisitor)
+        }
+    }
+    Ok(Vec::<Net>::deserialize(deserializer)?
+        .into_iter()
+        .map(|n| n.0)
+        .collect())
 }
 
 /// A route template, checked when it is read (see
@@ -251,7 +283,7 @@ pub struct TiersConfig {
 pub struct ExemptConfig {
     /// Peers in these networks are not limited (see
     /// [`exempt_networks`](crate::RateLimitBuilder::exempt_networks)).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "networks")]
     pub networks: Vec<IpNet>,
     /// CORS preflights are not limited (see
     /// [`exempt_preflight`](crate::RateLimitBuilder::exempt_preflight)).
@@ -403,7 +435,8 @@ impl LayerConfig {
     ///
     /// [`BuildError`] as [`RateLimitBuilder::build`](crate::RateLimitBuilder::build) gives
     /// it, and [`BuildError::Config`] naming the field for settings that do not fit together
-    /// (a `header` key without `header`, `max_wait_ms` without `mode = "delay"`).
+    /// (a `header` key without `header`, `header` or `trusted` with another kind of key,
+    /// `max_wait_ms` without `mode = "delay"`).
     pub fn build(&self) -> Result<ConfiguredLayer, BuildError> {
         self.builder()?.build()
     }
@@ -421,6 +454,20 @@ impl LayerConfig {
             field: field.to_owned(),
             message: message.to_owned(),
         };
+        // A setting of another kind of key is a mistake (say `trusted` without
+        // kind = "forwarded"): ignoring it would key by something the file does not say.
+        if self.key.header.is_some() && self.key.kind != KeyKind::Header {
+            return Err(config_err(
+                "key.header",
+                "`header` only applies with kind = \"header\"",
+            ));
+        }
+        if !self.key.trusted.is_empty() && self.key.kind != KeyKind::Forwarded {
+            return Err(config_err(
+                "key.trusted",
+                "`trusted` only applies with kind = \"forwarded\"",
+            ));
+        }
         let key = match self.key.kind {
             KeyKind::PeerIp => ConfigKey::PeerIp(PeerIp::new()),
             KeyKind::Global => ConfigKey::Global(GlobalKey),
@@ -489,14 +536,136 @@ impl LayerConfig {
     /// [`ConfigError`] with the file, the line and column (1-based) and the field path
     /// (`policies[1].quota`) of the first mistake: TOML syntax, an unknown field, a value of
     /// the wrong type, a quota, algorithm, route template, method, header name or network
-    /// that does not parse.
+    /// that does not parse, or settings that do not fit together (a route or tier naming no
+    /// policy, a policy name that is invalid or used twice, a cost of 0 or above a burst, a
+    /// method and path listed twice, a `header` key without its header): the checks of
+    /// [`build`](Self::build), located in the document.
     pub fn from_toml(file: &str, text: &str) -> Result<Self, ConfigError> {
         let de =
             toml::Deserializer::parse(text).map_err(|e| ConfigError::toml(file, text, "", &e))?;
-        serde_path_to_error::deserialize(de).map_err(|e| {
+        let config: Self = serde_path_to_error::deserialize(de).map_err(|e| {
             let field = e.path().to_string();
             ConfigError::toml(file, text, &field, e.inner())
-        })
+        })?;
+        match config.mismatch() {
+            None => Ok(config),
+            Some((path, message)) => Err(ConfigError::located(file, text, &path, message)),
+        }
+    }
+
+    /// The first setting that does not fit the others (an unknown policy in a route, a cost
+    /// above a burst, a duplicate name), with the path of the field that holds it: the
+    /// checks [`build`](Self::build) makes too, found here so that the error names the line.
+    fn mismatch(&self) -> Option<(Vec<Step>, String)> {
+        use Step::{Field, Index};
+        let policies = &self.policies;
+        if policies.is_empty() {
+            return Some((
+                vec![Field("policies".into())],
+                BuildError::NoPolicy.to_string(),
+            ));
+        }
+        let policy_err = |i: usize, field: &str, err: BuildError| {
+            let path = vec![Field("policies".into()), Index(i), Field(field.into())];
+            Some((path, err.to_string()))
+        };
+        for (i, p) in policies.iter().enumerate() {
+            if let Err(e) = p.validate() {
+                return Some((
+                    vec![Field("policies".into()), Index(i), Field("name".into())],
+                    e.to_string(),
+                ));
+            }
+            if policies[..i].iter().any(|q| q.name() == p.name()) {
+                return policy_err(i, "name", BuildError::DuplicatePolicy(p.name().to_owned()));
+            }
+            if p.algorithm() == ratekeeper_core::Algorithm::Concurrency {
+                let err = BuildError::ConcurrencyPolicy(p.name().to_owned());
+                return policy_err(i, "algorithm", err);
+            }
+        }
+        if let Err(BuildError::Config { field, message }) = self.builder() {
+            return Some((field.split('.').map(|f| Field(f.into())).collect(), message));
+        }
+        let exceeds = |cost: u64, p: &Policy| BuildError::CostExceedsBurst {
+            policy: p.name().to_owned(),
+            cost,
+            burst: p.capacity(),
+        };
+        if self.cost == 0 {
+            return Some((vec![Field("cost".into())], BuildError::ZeroCost.to_string()));
+        }
+        if let Some(p) = policies
+            .iter()
+            .find(|p| self.cost > u64::from(p.capacity()))
+        {
+            return Some((
+                vec![Field("cost".into())],
+                exceeds(self.cost, p).to_string(),
+            ));
+        }
+        let unknown = |name: &str| !policies.iter().any(|p| p.name() == name);
+        let scoped = |name: &str| {
+            self.routes
+                .iter()
+                .any(|r| r.policies.iter().any(|n| n == name))
+        };
+        for (i, route) in self.routes.iter().enumerate() {
+            let at = |field: Option<&str>| {
+                let mut path = vec![Field("routes".into()), Index(i)];
+                path.extend(field.map(|f| Field(f.into())));
+                path
+            };
+            if let Some(k) = self.routes[..i]
+                .iter()
+                .position(|r| r.method == route.method && r.path == route.path)
+            {
+                let message = format!(
+                    "{} {} is also routes[{k}]: give each method and path one entry",
+                    route.method.0, route.path.0
+                );
+                return Some((at(None), message));
+            }
+            for (j, name) in route.policies.iter().enumerate() {
+                if unknown(name) {
+                    let mut path = at(Some("policies"));
+                    path.push(Index(j));
+                    return Some((path, BuildError::UnknownPolicy(name.clone()).to_string()));
+                }
+            }
+            let Some(cost) = route.cost else { continue };
+            if cost == 0 {
+                return Some((at(Some("cost")), BuildError::ZeroCost.to_string()));
+            }
+            let applies = policies
+                .iter()
+                .filter(|p| !scoped(p.name()) || route.policies.iter().any(|n| n == p.name()));
+            for p in applies {
+                if cost > u64::from(p.capacity()) {
+                    return Some((at(Some("cost")), exceeds(cost, p).to_string()));
+                }
+            }
+        }
+        if let Some(tiers) = &self.tiers {
+            if unknown(&tiers.default) {
+                let path = vec![Field("tiers".into()), Field("default".into())];
+                return Some((
+                    path,
+                    BuildError::UnknownPolicy(tiers.default.clone()).to_string(),
+                ));
+            }
+            for (value, name) in &tiers.values {
+                if unknown(name) {
+                    let path = vec![
+                        Field("tiers".into()),
+                        Field("values".into()),
+                        Field(value.clone()),
+                    ];
+                    return Some((path, BuildError::UnknownPolicy(name.clone()).to_string()));
+                }
+            }
+        }
+        None
     }
 
     /// Reads the TOML file at `path` (see [`from_toml`](Self::from_toml)).
@@ -516,6 +685,14 @@ impl LayerConfig {
         })?;
         Self::from_toml(&file, &text)
     }
+}
+
+/// One step of a field's path in a document: a table's field or an array's index.
+#[cfg(feature = "toml")]
+#[derive(Debug)]
+enum Step {
+    Field(String),
+    Index(usize),
 }
 
 /// A configuration document that could not be read: where, which field, and why.
@@ -560,9 +737,7 @@ impl ConfigError {
     fn toml(file: &str, text: &str, field: &str, err: &toml::de::Error) -> Self {
         let (line, column) = match err.span() {
             Some(span) => {
-                let before = text.get(..span.start).unwrap_or(text);
-                let line = before.matches('\n').count() + 1;
-                let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+                let (line, column) = line_column(text, span.start);
                 (Some(line), Some(column))
             }
             None => (None, None),
@@ -575,6 +750,69 @@ impl ConfigError {
             message: err.message().trim_end().to_owned(),
         }
     }
+}
+
+#[cfg(feature = "toml")]
+impl ConfigError {
+    /// An error at the field `path` of the (well-formed) document `text`: its line and
+    /// column are those of the field's value, or of the deepest table on the path that the
+    /// document writes (a field left out is reported at its table).
+    fn located(file: &str, text: &str, path: &[Step], message: String) -> Self {
+        use toml::de::{DeTable, DeValue};
+        let mut field = String::new();
+        for step in path {
+            match step {
+                Step::Field(name) if field.is_empty() => field.push_str(name),
+                Step::Field(name) => {
+                    field.push('.');
+                    field.push_str(name);
+                }
+                Step::Index(i) => field.push_str(&format!("[{i}]")),
+            }
+        }
+        let mut span = None;
+        if let Ok(doc) = DeTable::parse(text) {
+            let mut table: Option<&DeTable<'_>> = Some(doc.get_ref());
+            let mut array: Option<&[toml::Spanned<DeValue<'_>>]> = None;
+            for step in path {
+                let value = match (step, table, array) {
+                    (Step::Field(name), Some(t), _) => t
+                        .iter()
+                        .find(|(k, _)| k.get_ref().as_ref() == name.as_str())
+                        .map(|(_, v)| v),
+                    (Step::Index(i), _, Some(a)) => a.get(*i),
+                    _ => None,
+                };
+                let Some(value) = value else { break };
+                let range = value.span();
+                if range.start < range.end {
+                    span = Some(range.start);
+                }
+                (table, array) = match value.get_ref() {
+                    DeValue::Table(t) => (Some(t), None),
+                    DeValue::Array(a) => (None, Some(&a[..])),
+                    _ => (None, None),
+                };
+            }
+        }
+        let (line, column) = line_column(text, span.unwrap_or(0));
+        Self {
+            file: file.to_owned(),
+            line: Some(line),
+            column: Some(column),
+            field,
+            message,
+        }
+    }
+}
+
+/// The line and column (1-based, in characters) of the byte offset `start` of `text`.
+#[cfg(feature = "toml")]
+fn line_column(text: &str, start: usize) -> (usize, usize) {
+    let before = text.get(..start).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
 }
 
 impl fmt::Display for ConfigError {
@@ -594,3 +832,7 @@ impl fmt::Display for ConfigError {
 }
 
 impl std::error::Error for ConfigError {}
+
+#[cfg(all(test, feature = "toml"))]
+#[path = "config_tests.rs"]
+mod tests;

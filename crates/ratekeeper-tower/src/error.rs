@@ -13,7 +13,7 @@ pub enum BuildError {
     #[error("a rate limit needs at least one policy")]
     NoPolicy,
     /// Two policies share a name.
-    #[error("policy name \"{0}\" is used twice")]
+    #[error("policy name {0:?} is used twice")]
     DuplicatePolicy(String),
     /// The store refused a policy (invalid name, unsupported algorithm).
     #[error(transparent)]
@@ -23,7 +23,7 @@ pub enum BuildError {
     ZeroCost,
     /// A fixed cost larger than a policy's capacity ([`Policy::capacity`](ratekeeper_core::Policy::capacity): the burst for
     /// GCRA and the leaky bucket, the limit for window algorithms) would deny every request.
-    #[error("fixed request cost {cost} is larger than the burst {burst} of policy \"{policy}\"")]
+    #[error("fixed request cost {cost} is larger than the burst {burst} of policy {policy:?}")]
     CostExceedsBurst {
         /// The policy.
         policy: String,
@@ -33,13 +33,13 @@ pub enum BuildError {
         burst: u32,
     },
     /// A resolver or settle rule names a policy the layer does not have.
-    #[error("there is no policy named \"{0}\"")]
+    #[error("there is no policy named {0:?}")]
     UnknownPolicy(String),
     /// A [`Algorithm::Concurrency`](ratekeeper_core::Algorithm::Concurrency) policy holds
     /// permits until released; a rate limit never releases them, so it would end up denying
     /// everything. Use a concurrency limit layer for in-flight limits.
     #[error(
-        "policy \"{0}\" uses the concurrency algorithm, which a rate limit cannot release; \
+        "policy {0:?} uses the concurrency algorithm, which a rate limit cannot release; \
          use a concurrency limit layer"
     )]
     ConcurrencyPolicy(String),

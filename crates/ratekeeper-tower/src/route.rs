@@ -255,6 +255,8 @@ impl CheckPolicies for RouteTable {
 /// as `{name}` and a catch-all as `{*name}`. axum 0.7's `:name` and `*name` segments are
 /// literal text under axum 0.8 (and `MatchedPath` reports the template as written in the
 /// router), so such a route would never match and silently stay under the general limit only.
+/// So would a template with a query string (`/search?q=1`: a route matches the path only) or
+/// a nameless parameter (`{}`, `{*}`: refused by axum's router).
 ///
 /// # Errors
 ///
@@ -279,11 +281,14 @@ pub fn check_template(template: &str) -> Result<(), BuildError> {
         if i > 0 {
             fixed.push('/');
         }
+        // A parameter needs a name under axum 0.8 (`{}` and `{*}` are refused by the router).
         if let Some(name) = segment.strip_prefix(':') {
             legacy.get_or_insert("it uses axum 0.7's `:param` syntax");
+            let name = if name.is_empty() { "param" } else { name };
             fixed.push_str(&format!("{{{name}}}"));
         } else if let Some(name) = segment.strip_prefix('*') {
             legacy.get_or_insert("it uses axum 0.7's `*rest` syntax");
+            let name = if name.is_empty() { "rest" } else { name };
             fixed.push_str(&format!("{{*{name}}}"));
         } else {
             fixed.push_str(segment);
@@ -297,10 +302,22 @@ pub fn check_template(template: &str) -> Result<(), BuildError> {
             ),
         );
     }
+    if let Some((path, _)) = template.split_once('?') {
+        return err(
+            "it has a query string, and a route matches the path only",
+            format!("write \"{path}\" (the query is never part of the route)"),
+        );
+    }
     let (opens, closes) = (template.matches('{').count(), template.matches('}').count());
     if opens != closes {
         return err(
             "its braces do not pair up",
+            "write each parameter as `{param}` (or `{*rest}` for the rest of the path)".to_owned(),
+        );
+    }
+    if template.contains("{}") || template.contains("{*}") {
+        return err(
+            "a parameter has no name",
             "write each parameter as `{param}` (or `{*rest}` for the rest of the path)".to_owned(),
         );
     }
@@ -378,6 +395,35 @@ mod tests {
         ));
         for good in ["/", "/items/{id}", "/files/{*rest}", "/users/{id}/avatar"] {
             assert!(check_template(good).is_ok(), "{good}");
+        }
+    }
+
+    #[test]
+    fn templates_that_can_never_match_name_a_fix_that_can() {
+        let message = |template: &str| check_template(template).unwrap_err().to_string();
+        // A nameless legacy parameter: the fix names it (`{*}` and `{}` are refused by axum).
+        assert!(
+            message("/*").contains("write \"/{*rest}\""),
+            "{}",
+            message("/*")
+        );
+        assert!(
+            message("/:").contains("write \"/{param}\""),
+            "{}",
+            message("/:")
+        );
+        // A query string is never part of a matched route.
+        assert_eq!(
+            message("/search?q=1"),
+            "route template \"/search?q=1\" can never match: it has a query string, and a \
+             route matches the path only; write \"/search\" (the query is never part of the \
+             route)"
+        );
+        for nameless in ["/items/{}", "/files/{*}"] {
+            assert!(
+                message(nameless).contains("a parameter has no name"),
+                "{nameless}"
+            );
         }
     }
 

@@ -11,7 +11,7 @@ use super::breaker::Breaker;
 use super::failure::Failover;
 use super::guard::Guard;
 use super::negative::NegativeCache;
-use super::script::{Conn, ScriptRunner, unavailable};
+use super::script::{Conn, ScriptRunner, redis_failure};
 use super::shared::Shared;
 use super::{RedisStore, nanos};
 use crate::Policy;
@@ -116,11 +116,16 @@ impl RedisStoreBuilder {
     /// 1 ms left on the injected clock vanishes after 1 ms of *real* time even when the
     /// injected clock has not moved. On a loaded machine the next call can come later than
     /// that and see the key absent where the timeline says it still counts. A floor longer
-    /// than the test keeps expiry off the injected timeline. Whole ms (sub-ms parts dropped).
+    /// than the test keeps expiry off the injected timeline. Whole ms (sub-ms parts dropped),
+    /// at most [`MAX_MIN_TTL`](Self::MAX_MIN_TTL) (longer floors are lowered to it: Redis
+    /// refuses an expiry beyond its range, and every decision would fail).
     pub fn min_ttl(mut self, ttl: Duration) -> Self {
-        self.min_ttl = ttl;
+        self.min_ttl = ttl.min(Self::MAX_MIN_TTL);
         self
     }
+
+    /// The longest [`min_ttl`](Self::min_ttl): 365 days.
+    pub const MAX_MIN_TTL: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 
     /// Whether denials are cached locally until `retry_after` (default on).
     pub fn negative_cache(mut self, enabled: bool) -> Self {
@@ -193,7 +198,7 @@ impl RedisStoreBuilder {
             .max_retry_wait(200)
             .build()
             .map_err(|e| bad_url(e, "Redis Cluster node URL"))?;
-        let conn = client.get_async_connection().await.map_err(unavailable)?;
+        let conn = client.get_async_connection().await.map_err(redis_failure)?;
         Ok(self.finish(Conn::Cluster(conn)))
     }
 
@@ -241,12 +246,60 @@ impl RedisStoreBuilder {
 
 /// The configuration error for a URL the `redis` crate refused: one sentence that names what
 /// to fix, with the `redis` error as its source (its text carries a debug-formatted kind).
+/// A `rediss://` URL without the `redis` crate's TLS support gets its own sentence: the URL
+/// is well formed, and the general one would tell the user to write what they wrote.
 fn bad_url(err: redis::RedisError, what: &str) -> StoreError {
-    StoreError::Config {
-        message: format!(
+    let message = if err
+        .to_string()
+        .contains("with TLS, the feature is not enabled")
+    {
+        format!(
+            "the {what} asks for TLS (rediss://), but the `redis` crate was built without TLS \
+             support (its `tls-rustls` or `tls-native-tls` feature); enable one, or use \
+             redis://"
+        )
+    } else {
+        format!(
             "the {what} is not valid; expected redis://[user:password@]host:port/db \
              (or rediss:// for TLS, redis+unix:///path for a socket)"
-        ),
+        )
+    };
+    StoreError::Config {
+        message,
         source: Box::new(err),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config_error(url: &str) -> String {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let err = rt
+            .block_on(RedisStore::builder().standalone(url))
+            .unwrap_err();
+        assert!(err.is_config(), "{err}");
+        err.to_string()
+    }
+
+    #[test]
+    fn a_tls_url_without_tls_support_says_so() {
+        let text = config_error("rediss://127.0.0.1:6379/");
+        assert_eq!(
+            text,
+            "configuration error: the Redis URL asks for TLS (rediss://), but the `redis` crate \
+             was built without TLS support (its `tls-rustls` or `tls-native-tls` feature); \
+             enable one, or use redis://"
+        );
+        // Other bad URLs keep the general sentence.
+        let text = config_error("http://127.0.0.1:6379/");
+        assert!(
+            text.starts_with("configuration error: the Redis URL is not valid; expected"),
+            "{text}"
+        );
     }
 }

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::keys;
-use super::script::{BadReply, Conn, unavailable};
+use super::script::{BadReply, Conn, redis_failure, unavailable};
 use crate::Key;
 use crate::store::slots::{AcquireFuture, Acquired, SharedSlots, SlotLease};
 use crate::store::{FailurePolicy, StoreError};
@@ -120,6 +120,11 @@ impl RedisSlots {
     /// The default lease: 10 s (renewed every 3.33 s).
     pub const DEFAULT_LEASE: Duration = Duration::from_secs(10);
 
+    /// The longest lease, one day. Redis refuses an expiry beyond its range (a lease of
+    /// `Duration::MAX` ms), and the script has then already added the slot: it would stay
+    /// held with no TTL, forever, while the request failed.
+    pub const MAX_LEASE: Duration = Duration::from_secs(24 * 60 * 60);
+
     /// The default name of the slot sets: `concurrency` (the policy name the layer reports).
     pub const DEFAULT_NAME: &'static str = "concurrency";
 
@@ -157,12 +162,13 @@ impl RedisSlots {
         self
     }
 
-    /// Sets the lease (at least 3 ms; shorter values are raised to 3 ms): a dead instance's
-    /// slots are free at most this long after its death; a running request renews its lease
-    /// every `lease / 3`. Default [`RedisSlots::DEFAULT_LEASE`].
+    /// Sets the lease (at least 3 ms and at most [`RedisSlots::MAX_LEASE`]; values outside
+    /// are raised or lowered to these): a dead instance's slots are free at most this long
+    /// after its death; a running request renews its lease every `lease / 3`. Default
+    /// [`RedisSlots::DEFAULT_LEASE`].
     #[must_use]
     pub fn lease(mut self, lease: Duration) -> Self {
-        Arc::make_mut(&mut self.cfg).lease = lease.max(Duration::from_millis(3));
+        Arc::make_mut(&mut self.cfg).lease = lease.clamp(Duration::from_millis(3), Self::MAX_LEASE);
         self
     }
 
@@ -208,7 +214,7 @@ impl Config {
             Conn::Single(c) => invocation.invoke_async(&mut c.clone()).await,
             Conn::Cluster(c) => invocation.invoke_async(&mut c.clone()).await,
         }
-        .map_err(unavailable)?;
+        .map_err(redis_failure)?;
         match reply.as_slice() {
             &[ok, held] => Ok((ok, held)),
             _ => Err(unavailable(BadReply("concurrency script: wrong reply"))),

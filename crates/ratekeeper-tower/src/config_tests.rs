@@ -1,0 +1,208 @@
+//! `LayerConfig::from_toml`: settings that parse one by one but do not fit together are
+//! reported with their line, column and field.
+
+use super::*;
+
+const API: &str = "[[policies]]\nname = \"api\"\nquota = \"10/m\"\n";
+
+/// `(document, line, column, field, message)` of settings that parse one by one but do
+/// not fit together: `from_toml` names where, as for a typo.
+fn mismatches() -> Vec<(String, usize, usize, &'static str, &'static str)> {
+    let route = "[[routes]]\nmethod = \"GET\"\npath = \"/x\"\n";
+    vec![
+        (
+            "policies = []\n".to_owned(),
+            1,
+            12,
+            "policies",
+            "a rate limit needs at least one policy",
+        ),
+        (
+            "[[policies]]\nname = \"\"\nquota = \"1/s\"\n".to_owned(),
+            2,
+            8,
+            "policies[0].name",
+            "invalid policy name \"\"",
+        ),
+        (
+            format!("{API}{API}"),
+            5,
+            8,
+            "policies[1].name",
+            "policy name \"api\" is used twice",
+        ),
+        (
+            format!("{API}algorithm = \"concurrency\"\n"),
+            4,
+            13,
+            "policies[0].algorithm",
+            "policy \"api\" uses the concurrency algorithm",
+        ),
+        (
+            format!("key = {{ kind = \"header\" }}\n{API}"),
+            1,
+            7,
+            "key.header",
+            "a `header` key needs the header's name",
+        ),
+        (
+            format!("key = {{ trusted = [\"10.0.0.0/8\"] }}\n{API}"),
+            1,
+            19,
+            "key.trusted",
+            "`trusted` only applies with kind = \"forwarded\"",
+        ),
+        (
+            format!("key = {{ kind = \"global\", header = \"x-api-key\" }}\n{API}"),
+            1,
+            35,
+            "key.header",
+            "`header` only applies with kind = \"header\"",
+        ),
+        (
+            format!("max_wait_ms = 5\n{API}"),
+            1,
+            15,
+            "max_wait_ms",
+            "`max_wait_ms` only applies with mode = \"delay\"",
+        ),
+        (
+            format!("cost = 0\n{API}"),
+            1,
+            8,
+            "cost",
+            "a fixed request cost of 0 would never limit anything",
+        ),
+        (
+            format!("cost = 11\n{API}"),
+            1,
+            8,
+            "cost",
+            "fixed request cost 11 is larger than the burst 10 of policy \"api\"",
+        ),
+        (
+            format!("{API}{route}policies = [\"api\", \"nope\"]\n"),
+            7,
+            20,
+            "routes[0].policies[1]",
+            "there is no policy named \"nope\"",
+        ),
+        (
+            format!("{API}{route}cost = 11\n"),
+            7,
+            8,
+            "routes[0].cost",
+            "fixed request cost 11 is larger than the burst 10 of policy \"api\"",
+        ),
+        (
+            format!("{API}{route}cost = 0\n"),
+            7,
+            8,
+            "routes[0].cost",
+            "a fixed request cost of 0 would never limit anything",
+        ),
+        (
+            format!("{API}{route}cost = 1\n{route}cost = 3\n"),
+            8,
+            1,
+            "routes[1]",
+            "GET /x is also routes[0]",
+        ),
+        (
+            format!("{API}[tiers]\nheader = \"x-api-key\"\ndefault = \"nope\"\n"),
+            6,
+            11,
+            "tiers.default",
+            "there is no policy named \"nope\"",
+        ),
+        (
+            format!(
+                "{API}[tiers]\nheader = \"x-api-key\"\ndefault = \"api\"\n\
+                 values = {{ \"k-1\" = \"paid\" }}\n"
+            ),
+            7,
+            20,
+            "tiers.values.k-1",
+            "there is no policy named \"paid\"",
+        ),
+    ]
+}
+
+#[test]
+fn settings_that_do_not_fit_name_their_line_column_and_field() {
+    for (doc, line, column, field, message) in mismatches() {
+        let err = LayerConfig::from_toml("x.toml", &doc).unwrap_err();
+        assert_eq!(
+            (err.line(), err.column(), err.field()),
+            (Some(line), Some(column), field),
+            "{err}\n{doc}"
+        );
+        assert!(err.message().starts_with(message), "{err}");
+        let shown = err.to_string();
+        assert!(
+            shown.starts_with(&format!("x.toml:{line}:{column}: {field}: {message}")),
+            "{shown}"
+        );
+        assert!(!shown.contains('\n'), "{shown}");
+    }
+}
+
+#[test]
+fn a_policy_name_with_a_line_break_is_shown_on_one_line() {
+    let doc = "[[policies]]\nname = \"a\\nb\"\nquota = \"1/s\"\n";
+    let err = LayerConfig::from_toml("x.toml", doc).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "x.toml:2:8: policies[0].name: invalid policy name \"a\\nb\": use 1 to 64 \
+         characters from A-Z a-z 0-9 _ . -"
+    );
+    let err = BuildError::UnknownPolicy("a\nb".to_owned());
+    assert_eq!(err.to_string(), "there is no policy named \"a\\nb\"");
+}
+
+#[test]
+fn settings_that_fit_still_build() {
+    let doc = format!(
+        "{API}[[policies]]\nname = \"login\"\nquota = \"5/m\"\n\
+         [[routes]]\nmethod = \"POST\"\npath = \"/login\"\npolicies = [\"login\"]\ncost = 5\n\
+         [[routes]]\nmethod = \"GET\"\npath = \"/search\"\ncost = 10\n"
+    );
+    let config = LayerConfig::from_toml("x.toml", &doc).unwrap();
+    assert_eq!(config.build().unwrap().policy_ids().len(), 2);
+}
+
+#[test]
+fn a_bad_network_is_named_with_what_is_expected() {
+    for (doc, line, column, field, value) in [
+        (
+            format!("{API}[exempt]\nnetworks = [\"192.0.2.0/24\", \"192.0.2.1\"]\n"),
+            5,
+            29,
+            "exempt.networks[1]",
+            "\"192.0.2.1\"",
+        ),
+        (
+            format!("key = {{ kind = \"forwarded\", trusted = [\"10.0.0.0/33\"] }}\n{API}"),
+            1,
+            40,
+            "key.trusted[0]",
+            "\"10.0.0.0/33\"",
+        ),
+    ] {
+        let err = LayerConfig::from_toml("x.toml", &doc).unwrap_err();
+        assert_eq!(
+            (err.line(), err.column(), err.field()),
+            (Some(line), Some(column), field),
+            "{err}"
+        );
+        assert!(
+            err.message().starts_with(&format!(
+                "invalid network {value}: expected an address and a prefix length"
+            )),
+            "{err}"
+        );
+    }
+    let doc = format!("{API}[exempt]\nnetworks = [\"192.0.2.0/24\", \"2001:db8::/32\"]\n");
+    let config = LayerConfig::from_toml("x.toml", &doc).unwrap();
+    assert_eq!(config.exempt.networks.len(), 2);
+}
