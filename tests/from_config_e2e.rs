@@ -252,8 +252,12 @@ fn every_toml_sample_in_the_docs_parses_and_builds() {
     let sources = [
         ("README.md", include_str!("../README.md")),
         (
-            "config.rs",
-            include_str!("../crates/ratekeeper-tower/src/config.rs"),
+            "config/mod.rs",
+            include_str!("../crates/ratekeeper-tower/src/config/mod.rs"),
+        ),
+        (
+            "config/document.rs",
+            include_str!("../crates/ratekeeper-tower/src/config/document.rs"),
         ),
     ];
     let mut count = 0;
