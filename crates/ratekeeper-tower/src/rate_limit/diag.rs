@@ -105,7 +105,7 @@ impl Diagnostics {
             peer = %ip,
             header,
             "rate limit keyed by the peer address, but requests arrive from {ip} (a private or \
-             loopback address) with a {header} header: every client behind that proxy shares \
+             loopback address) carrying a forwarding header ({header}): every client behind that proxy shares \
              one budget. Key by the client address the proxy reports with \
              `ForwardedIp::trusting([<proxy network>])`, or turn this warning off with \
              `.warn_forwarded(false)` (logged once)"
