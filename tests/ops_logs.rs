@@ -100,6 +100,29 @@ fn request(peer: &str, xff: Option<&str>) -> Request<()> {
     req
 }
 
+/// Sends requests from one client until one carries rate-limit headers (Redis decided), at
+/// most `tries` of them `pause` apart; whether one did.
+async fn redis_answers<S, B>(svc: &mut S, tries: u32, pause: Duration) -> bool
+where
+    S: Service<Request<()>, Response = Response<B>>,
+    S::Error: std::fmt::Debug,
+{
+    for _ in 0..tries {
+        let res = svc
+            .ready()
+            .await
+            .unwrap()
+            .call(request("192.0.2.1:1", None))
+            .await
+            .unwrap();
+        if res.headers().contains_key("x-ratelimit-limit") {
+            return true;
+        }
+        tokio::time::sleep(pause).await;
+    }
+    false
+}
+
 #[test]
 fn templates_that_can_never_match_fail_at_build_with_the_fix() {
     let build = |template: &str| {
@@ -322,21 +345,7 @@ fn a_redis_outage_of_1000_requests_logs_a_handful_of_warnings() {
     rt.block_on(async {
         // Redis decides (the first call connects and loads the script: retried on a slow
         // machine until one lands within the deadline).
-        let mut decided = false;
-        for _ in 0..20 {
-            let res = svc
-                .ready()
-                .await
-                .unwrap()
-                .call(request("192.0.2.1:1", None))
-                .await
-                .unwrap();
-            if res.headers().contains_key("x-ratelimit-limit") {
-                decided = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let decided = redis_answers(&mut svc, 20, Duration::from_millis(100)).await;
         assert!(decided, "Redis never decided");
         server.kill();
         for i in 0..1_000u32 {
@@ -372,22 +381,8 @@ fn a_redis_outage_of_1000_requests_logs_a_handful_of_warnings() {
 
     // Redis comes back: the breaker closes and says so once, with the count.
     server.restart();
-    rt.block_on(async {
-        for _ in 0..200 {
-            let res = svc
-                .ready()
-                .await
-                .unwrap()
-                .call(request("192.0.2.1:1", None))
-                .await
-                .unwrap();
-            if res.headers().contains_key("x-ratelimit-limit") {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("Redis never came back");
-    });
+    let back = rt.block_on(redis_answers(&mut svc, 200, Duration::from_millis(50)));
+    assert!(back, "Redis never came back");
     let recovered: Vec<String> = logs
         .lines("INFO")
         .into_iter()
@@ -451,21 +446,7 @@ fn a_shared_slots_outage_logs_once_not_per_request() {
         .layer(service_fn(ok));
     rt.block_on(async {
         // Redis answers (a slot, released at the end of the body).
-        let mut held = false;
-        for _ in 0..20 {
-            let res = svc
-                .ready()
-                .await
-                .unwrap()
-                .call(request("192.0.2.1:1", None))
-                .await
-                .unwrap();
-            if res.headers().contains_key("x-ratelimit-limit") {
-                held = true;
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let held = redis_answers(&mut svc, 20, Duration::from_millis(100)).await;
         assert!(held, "Redis never answered");
         server.kill();
         for _ in 0..200 {
@@ -489,22 +470,8 @@ fn a_shared_slots_outage_logs_once_not_per_request() {
     );
 
     server.restart();
-    rt.block_on(async {
-        for _ in 0..200 {
-            let res = svc
-                .ready()
-                .await
-                .unwrap()
-                .call(request("192.0.2.1:1", None))
-                .await
-                .unwrap();
-            if res.headers().contains_key("x-ratelimit-limit") {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("Redis never came back");
-    });
+    let back = rt.block_on(redis_answers(&mut svc, 200, Duration::from_millis(50)));
+    assert!(back, "Redis never came back");
     let recovered: Vec<String> = logs
         .lines("INFO")
         .into_iter()
