@@ -107,6 +107,35 @@ impl Decision {
         d
     }
 
+    /// An allowed decision with `reset_after` in ns (the algorithms' fast paths).
+    #[inline(always)]
+    pub(crate) const fn allowed_ns(limit: u32, remaining: u32, reset_after_ns: u64) -> Self {
+        Self {
+            retry_after_ns: 0,
+            reset_after_ns,
+            limit,
+            remaining,
+            kind: Kind::Allowed,
+        }
+    }
+
+    /// A denial with `retry_after` and `reset_after` in ns (the algorithms' fast paths).
+    #[inline(always)]
+    pub(crate) const fn denied_ns(
+        retry_after_ns: u64,
+        limit: u32,
+        remaining: u32,
+        reset_after_ns: u64,
+    ) -> Self {
+        Self {
+            retry_after_ns,
+            reset_after_ns,
+            limit,
+            remaining,
+            kind: Kind::Denied,
+        }
+    }
+
     /// The outcome.
     pub const fn outcome(&self) -> Outcome {
         match self.kind {

@@ -335,16 +335,41 @@ impl Gcra {
 impl KeyedAlgorithm for Gcra {
     type State = AtomicU64;
 
+    /// The common case (`0 < cost <= burst`, every value within `u64` ns) is worked out in
+    /// ns here, with the decision's fields computed once, after the compare-and-swap; the
+    /// rest goes through [`Gcra::decide_from`] ([`Gcra::check_general`]). Both give the same
+    /// answer (a property test compares them).
     #[inline]
     fn check(&self, state: &AtomicU64, now: u64, cost: u64) -> (Decision, Receipt) {
+        let burst = u64::from(self.burst);
+        let (Some(step), Some(horizon), true) = (
+            cost.checked_mul(self.t),
+            now.checked_add(self.tau),
+            cost != 0 && cost <= burst,
+        ) else {
+            return self.check_general(state, now, cost);
+        };
         let mut current = state.load(Ordering::Acquire);
         loop {
-            let (decision, next) = self.decide_from(current.max(now), now, cost);
-            let Some(next) = next else {
-                return (decision, Receipt::NONE);
+            let tat = current.max(now);
+            let Some(new_tat) = tat.checked_add(step) else {
+                return self.check_general(state, now, cost);
             };
-            match state.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return (decision, Receipt::new(next)),
+            let allow_at = new_tat.saturating_sub(self.tau);
+            if allow_at > now {
+                // `remaining <= burst`, so the cast keeps it.
+                let remaining = (horizon.saturating_sub(tat) / self.t).min(burst) as u32;
+                let denied = Decision::denied_ns(allow_at - now, self.burst, remaining, tat - now);
+                return (denied, Receipt::NONE);
+            }
+            match state.compare_exchange_weak(current, new_tat, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    // Allowed: `new_tat <= now + tau = horizon`.
+                    let remaining = ((horizon - new_tat) / self.t).min(burst) as u32;
+                    let allowed = Decision::allowed_ns(self.burst, remaining, new_tat - now);
+                    return (allowed, Receipt::new(new_tat));
+                }
                 Err(actual) => current = actual,
             }
         }
@@ -369,6 +394,26 @@ impl KeyedAlgorithm for Gcra {
         shaped_cas(state, |tat| {
             Gcra::reserve(self, tat, now, cost, Duration::from_nanos(max_wait))
         })
+    }
+}
+
+impl Gcra {
+    /// [`KeyedAlgorithm::check`] for every input, through [`Gcra::decide_from`]: costs of 0 or
+    /// beyond the burst, values near `u64::MAX` ns.
+    #[cold]
+    #[inline(never)]
+    fn check_general(&self, state: &AtomicU64, now: u64, cost: u64) -> (Decision, Receipt) {
+        let mut current = state.load(Ordering::Acquire);
+        loop {
+            let (decision, next) = self.decide_from(current.max(now), now, cost);
+            let Some(next) = next else {
+                return (decision, Receipt::NONE);
+            };
+            match state.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return (decision, Receipt::new(next)),
+                Err(actual) => current = actual,
+            }
+        }
     }
 }
 

@@ -38,8 +38,6 @@ pub use memory::MemoryStore;
 use std::fmt;
 use std::future::Future;
 
-use smallvec::SmallVec;
-
 use crate::{Decision, policy::PolicyError};
 
 /// Identifies a policy registered with a store. Cheap to copy.
@@ -173,42 +171,61 @@ impl<'a, K: ?Sized> Refund<'a, K> {
 /// Each allowed decision comes with the [`Receipt`] of what its charge took
 /// ([`Decisions::receipts`]); equality compares the decisions, the delay and finality, not
 /// the receipts (whose stamps are in each store's own time unit).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Decisions {
-    items: SmallVec<[Decision; 2]>,
-    receipts: SmallVec<[Receipt; 2]>,
-    delay: std::time::Duration,
+    items: Items,
+    /// The reservation delay in ns (see [`Decisions::delay`]).
+    delay_ns: u64,
     is_final: bool,
+}
+
+/// The decisions and receipts of an answer. One policy (the usual layer) is kept inline, so
+/// the answer of a one-policy check is 56 bytes with no heap and no drop work; zero or
+/// several policies go on the heap (two boxed slices; an empty one does not allocate).
+#[derive(Debug, Clone)]
+enum Items {
+    One(Receipt, [Decision; 1]),
+    Many(Box<[Decision]>, Box<[Receipt]>),
+}
+
+impl Default for Decisions {
+    fn default() -> Self {
+        Self::from_items(Items::Many(Box::default(), Box::default()))
+    }
 }
 
 impl PartialEq for Decisions {
     fn eq(&self, other: &Self) -> bool {
-        self.items == other.items && self.delay == other.delay && self.is_final == other.is_final
+        self.as_slice() == other.as_slice()
+            && self.delay_ns == other.delay_ns
+            && self.is_final == other.is_final
     }
 }
 impl Eq for Decisions {}
 
 impl Decisions {
-    /// Wraps decisions given in charge order.
-    pub fn new(items: impl IntoIterator<Item = Decision>) -> Self {
+    #[inline]
+    const fn from_items(items: Items) -> Self {
         Self {
-            items: items.into_iter().collect(),
-            receipts: SmallVec::new(),
-            delay: std::time::Duration::ZERO,
+            items,
+            delay_ns: 0,
             is_final: false,
         }
+    }
+
+    /// Wraps decisions given in charge order.
+    pub fn new(items: impl IntoIterator<Item = Decision>) -> Self {
+        Self::with_receipts(items.into_iter().map(|d| (d, Receipt::NONE)))
     }
 
     /// Wraps decisions given in charge order, each with its charge's [`Receipt`]
     /// ([`Receipt::NONE`] for a denial).
     pub fn with_receipts(items: impl IntoIterator<Item = (Decision, Receipt)>) -> Self {
-        let (items, receipts) = items.into_iter().unzip();
-        Self {
-            items,
-            receipts,
-            delay: std::time::Duration::ZERO,
-            is_final: false,
+        let (items, receipts): (Vec<Decision>, Vec<Receipt>) = items.into_iter().unzip();
+        if let ([only], [receipt]) = (items.as_slice(), receipts.as_slice()) {
+            return Self::one_with_receipt(*only, *receipt);
         }
+        Self::from_items(Items::Many(items.into(), receipts.into()))
     }
 
     /// The decision of a single policy (cheaper than [`Decisions::new`] with one item).
@@ -220,21 +237,19 @@ impl Decisions {
     /// The decision of a single policy with its charge's [`Receipt`].
     #[inline]
     pub fn one_with_receipt(decision: Decision, receipt: Receipt) -> Self {
-        // Built from full inline buffers with a length of 1: no capacity checks of `push`.
-        Self {
-            items: SmallVec::from_buf_and_len([decision; 2], 1),
-            receipts: SmallVec::from_buf_and_len([receipt; 2], 1),
-            delay: std::time::Duration::ZERO,
-            is_final: false,
-        }
+        Self::from_items(Items::One(receipt, [decision]))
     }
 
     /// The receipt of the charge behind decision `i` ([`Receipt::NONE`] when it was denied,
     /// took nothing, or the store gave no receipt).
     #[inline]
     pub fn receipt(&self, i: usize) -> Receipt {
-        if self.items.get(i).is_some_and(Decision::is_allowed) {
-            self.receipts.get(i).copied().unwrap_or_default()
+        let receipt = match &self.items {
+            Items::One(receipt, _) => (i == 0).then_some(*receipt),
+            Items::Many(_, receipts) => receipts.get(i).copied(),
+        };
+        if self.as_slice().get(i).is_some_and(Decision::is_allowed) {
+            receipt.unwrap_or_default()
         } else {
             Receipt::NONE
         }
@@ -242,13 +257,19 @@ impl Decisions {
 
     /// The receipts, in charge order (see [`Decisions::receipt`]).
     pub fn receipts(&self) -> impl Iterator<Item = Receipt> + '_ {
-        (0..self.items.len()).map(|i| self.receipt(i))
+        (0..self.len()).map(|i| self.receipt(i))
     }
 
     /// Sets the reservation delay (see [`Decisions::delay`]).
     #[must_use]
     pub const fn with_delay(mut self, delay: std::time::Duration) -> Self {
-        self.delay = delay;
+        // Saturates at u64::MAX ns, about 584 years.
+        let ns = delay.as_nanos();
+        self.delay_ns = if ns > u64::MAX as u128 {
+            u64::MAX
+        } else {
+            ns as u64
+        };
         self
     }
 
@@ -266,7 +287,7 @@ impl Decisions {
     /// of [`Store::check`].
     #[inline]
     pub const fn delay(&self) -> std::time::Duration {
-        self.delay
+        std::time::Duration::from_nanos(self.delay_ns)
     }
 
     /// For a denied answer of [`Store::reserve`]: whether the store reserved exactly and no
@@ -281,31 +302,37 @@ impl Decisions {
     /// Whether every policy allowed (and so every policy was charged).
     #[inline]
     pub fn is_allowed(&self) -> bool {
-        self.items.iter().all(Decision::is_allowed)
+        match &self.items {
+            Items::One(_, [one]) => one.is_allowed(),
+            Items::Many(items, _) => items.iter().all(Decision::is_allowed),
+        }
     }
 
     /// Whether some policy said the cost can never fit.
     #[inline]
     pub fn is_cannot_fit(&self) -> bool {
-        self.items.iter().any(Decision::is_cannot_fit)
+        self.as_slice().iter().any(Decision::is_cannot_fit)
     }
 
     /// The decisions, in charge order.
     #[inline]
     pub fn as_slice(&self) -> &[Decision] {
-        &self.items
+        match &self.items {
+            Items::One(_, one) => one,
+            Items::Many(items, _) => items,
+        }
     }
 
     /// The number of decisions.
     #[inline]
     pub fn len(&self) -> usize {
-        self.items.len()
+        self.as_slice().len()
     }
 
     /// Whether there are no decisions (no policy applied).
     #[inline]
     pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
+        self.as_slice().is_empty()
     }
 
     /// Time until the whole request would pass: the longest `retry_after` among the denials.
@@ -315,7 +342,10 @@ impl Decisions {
         if self.is_cannot_fit() {
             return None;
         }
-        self.items.iter().filter_map(Decision::retry_after).max()
+        self.as_slice()
+            .iter()
+            .filter_map(Decision::retry_after)
+            .max()
     }
 
     /// The index of the decision that headers report: when denied, the denial that lasts
@@ -323,14 +353,15 @@ impl Decisions {
     /// (fewest remaining, then the longest reset).
     pub fn deciding(&self) -> Option<usize> {
         // One policy (the usual layer): its decision is the one, whatever it says.
-        if self.items.len() == 1 {
-            return Some(0);
-        }
-        if let Some(i) = self.items.iter().position(Decision::is_cannot_fit) {
+        let items = match &self.items {
+            Items::One(..) => return Some(0),
+            Items::Many(items, _) => items,
+        };
+        if let Some(i) = items.iter().position(Decision::is_cannot_fit) {
             return Some(i);
         }
         if self.is_allowed() {
-            self.items
+            items
                 .iter()
                 .enumerate()
                 .min_by(|(_, a), (_, b)| {
@@ -340,7 +371,7 @@ impl Decisions {
                 })
                 .map(|(i, _)| i)
         } else {
-            self.items
+            items
                 .iter()
                 .enumerate()
                 .filter(|(_, d)| d.is_denied())

@@ -29,7 +29,7 @@ use std::net::IpAddr;
 /// 128 bits kept inline as two words (8-byte alignment, so a 24-byte entry with a `u64`
 /// state; a `u128` would align the entry to 16 and make it 32 bytes).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
-pub(super) struct Wide(u64, u64);
+pub(super) struct Wide(pub(super) u64, pub(super) u64);
 
 /// Tag bits of the `v4` lane (bits 40..48; 32..40 hold a prefix length, 0..32 the address).
 const V4_NET: u64 = 1 << 40;

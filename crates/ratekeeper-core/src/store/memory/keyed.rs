@@ -19,6 +19,7 @@ use crate::store::Receipt;
 use crate::{Algorithm, Decision, Policy};
 
 use super::compact::{Lane, Wide, lane};
+use super::staggered::Staggered;
 
 /// The map hasher (a type parameter of [`Keyed`] so tests can force equal hashes).
 pub(super) type Hasher = foldhash::fast::RandomState;
@@ -86,13 +87,14 @@ impl<K: Hash + Eq + Clone + 'static> Slot<K> {
 }
 
 /// The key maps of one policy, one per lane (see `compact`): each holds its keys in the
-/// smallest form that keeps them whole.
+/// smallest form that keeps them whole. The fixed-size lanes are [`Staggered`], so their
+/// bytes per key do not swing with the key count.
 pub(super) struct Maps<K, S, H = Hasher> {
-    v4: DashMap<u64, S, H>,
-    p64: DashMap<u64, S, H>,
-    v6: DashMap<Wide, S, H>,
-    v6net: DashMap<Wide, S, H>,
-    short: DashMap<Wide, S, H>,
+    v4: Staggered<u64, S, H>,
+    p64: Staggered<u64, S, H>,
+    v6: Staggered<Wide, S, H>,
+    v6net: Staggered<Wide, S, H>,
+    short: Staggered<Wide, S, H>,
     long: DashMap<Box<str>, S, H>,
     full: DashMap<K, S, H>,
 }
@@ -100,25 +102,30 @@ pub(super) struct Maps<K, S, H = Hasher> {
 impl<K: Hash + Eq, S, H: BuildHasher + Clone> Maps<K, S, H> {
     fn with_hasher(hasher: &H) -> Self {
         Self {
-            v4: DashMap::with_hasher(hasher.clone()),
-            p64: DashMap::with_hasher(hasher.clone()),
-            v6: DashMap::with_hasher(hasher.clone()),
-            v6net: DashMap::with_hasher(hasher.clone()),
-            short: DashMap::with_hasher(hasher.clone()),
+            v4: Staggered::with_hasher(hasher),
+            p64: Staggered::with_hasher(hasher),
+            v6: Staggered::with_hasher(hasher),
+            v6net: Staggered::with_hasher(hasher),
+            short: Staggered::with_hasher(hasher),
             long: DashMap::with_hasher(hasher.clone()),
             full: DashMap::with_hasher(hasher.clone()),
         }
     }
 
+    /// Every dashmap, as one `Q`-keyed list per key type.
+    fn lanes(&self) -> ([&[DashMap<u64, S, H>]; 2], [&[DashMap<Wide, S, H>]; 3]) {
+        (
+            [self.v4.parts(), self.p64.parts()],
+            [self.v6.parts(), self.v6net.parts(), self.short.parts()],
+        )
+    }
+
     /// Keys held, over all lanes.
     pub(super) fn len(&self) -> usize {
-        self.v4.len()
-            + self.p64.len()
-            + self.v6.len()
-            + self.v6net.len()
-            + self.short.len()
-            + self.long.len()
-            + self.full.len()
+        let (words, wides) = self.lanes();
+        let words: usize = words.iter().flat_map(|m| m.iter()).map(DashMap::len).sum();
+        let wides: usize = wides.iter().flat_map(|m| m.iter()).map(DashMap::len).sum();
+        words + wides + self.long.len() + self.full.len()
     }
 
     /// Keeps the entries whose state passes `keep`; answers how many went.
@@ -135,13 +142,18 @@ impl<K: Hash + Eq, S, H: BuildHasher + Clone> Maps<K, S, H> {
             });
             removed
         }
-        go(&self.v4, &keep)
-            + go(&self.p64, &keep)
-            + go(&self.v6, &keep)
-            + go(&self.v6net, &keep)
-            + go(&self.short, &keep)
-            + go(&self.long, &keep)
-            + go(&self.full, &keep)
+        let (words, wides) = self.lanes();
+        let words: usize = words
+            .iter()
+            .flat_map(|m| m.iter())
+            .map(|m| go(m, &keep))
+            .sum();
+        let wides: usize = wides
+            .iter()
+            .flat_map(|m| m.iter())
+            .map(|m| go(m, &keep))
+            .sum();
+        words + wides + go(&self.long, &keep) + go(&self.full, &keep)
     }
 }
 
@@ -151,23 +163,23 @@ macro_rules! on_lane {
     ($maps:expr, $key:expr, |$map:ident, $q:ident, $own:ident| $body:expr) => {
         match lane($key) {
             Lane::V4(x) => {
-                let ($map, $q, $own) = (&$maps.v4, &x, || x);
+                let ($map, $q, $own) = ($maps.v4.part(&x), &x, || x);
                 $body
             }
             Lane::P64(x) => {
-                let ($map, $q, $own) = (&$maps.p64, &x, || x);
+                let ($map, $q, $own) = ($maps.p64.part(&x), &x, || x);
                 $body
             }
             Lane::V6(x) => {
-                let ($map, $q, $own) = (&$maps.v6, &x, || x);
+                let ($map, $q, $own) = ($maps.v6.part(&x), &x, || x);
                 $body
             }
             Lane::V6Net(x) => {
-                let ($map, $q, $own) = (&$maps.v6net, &x, || x);
+                let ($map, $q, $own) = ($maps.v6net.part(&x), &x, || x);
                 $body
             }
             Lane::Short(x) => {
-                let ($map, $q, $own) = (&$maps.short, &x, || x);
+                let ($map, $q, $own) = ($maps.short.part(&x), &x, || x);
                 $body
             }
             Lane::Long(s) => {
