@@ -1,3 +1,4 @@
+use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -52,7 +53,8 @@ enum Verdict {
 /// request waits 0.6 s, not an hour.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Gcra {
-    t: u64,
+    /// Never 0 (a quota's emission interval is at least 1 ns), so divisions by it need no check.
+    t: NonZeroU64,
     tau: u64,
     burst: u32,
 }
@@ -61,7 +63,10 @@ impl Gcra {
     /// GCRA parameters for a quota.
     pub const fn new(quota: &Quota) -> Self {
         Self {
-            t: quota.emission_interval_nanos(),
+            t: match NonZeroU64::new(quota.emission_interval_nanos()) {
+                Some(t) => t,
+                None => NonZeroU64::MIN,
+            },
             tau: quota.tolerance_nanos(),
             burst: quota.burst(),
         }
@@ -69,7 +74,7 @@ impl Gcra {
 
     /// Emission interval `T` in nanoseconds.
     pub const fn emission_interval_nanos(&self) -> u64 {
-        self.t
+        self.t.get()
     }
 
     /// Tolerance `tau = burst * T` in nanoseconds.
@@ -85,7 +90,7 @@ impl Gcra {
             Some(horizon) => horizon.saturating_sub(tat) / self.t,
             None => {
                 let room = (u128::from(now) + u128::from(self.tau)).saturating_sub(u128::from(tat));
-                u64::try_from(room / u128::from(self.t)).unwrap_or(u64::MAX)
+                u64::try_from(room / u128::from(self.t.get())).unwrap_or(u64::MAX)
             }
         };
         // Never more than the burst (saturation near u64::MAX could otherwise overstate it).
@@ -158,7 +163,7 @@ impl Gcra {
         // The common case: no intermediate value leaves u64, so u64 arithmetic is exact and
         // agrees with the u128 path below.
         if let Some(new_tat) = cost
-            .checked_mul(self.t)
+            .checked_mul(self.t.get())
             .and_then(|step| tat.checked_add(step))
         {
             let allow_at = new_tat.saturating_sub(self.tau);
@@ -170,7 +175,7 @@ impl Gcra {
                 Verdict::Charge(new_tat)
             };
         }
-        let new_tat = u128::from(tat) + u128::from(cost) * u128::from(self.t);
+        let new_tat = u128::from(tat) + u128::from(cost) * u128::from(self.t.get());
         let allow_at = new_tat.saturating_sub(u128::from(self.tau));
         if allow_at > u128::from(now) {
             let wait = u64::try_from(allow_at - u128::from(now)).unwrap_or(u64::MAX);
@@ -255,7 +260,7 @@ impl Gcra {
             );
         }
         let max_wait = u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX);
-        let step = u64::try_from(u128::from(cost) * u128::from(self.t)).unwrap_or(u64::MAX);
+        let step = u64::try_from(u128::from(cost) * u128::from(self.t.get())).unwrap_or(u64::MAX);
         let new_tat = tat.saturating_add(step);
         let wait = new_tat.saturating_sub(self.tau).saturating_sub(now);
         if wait <= max_wait {
@@ -320,7 +325,7 @@ impl Gcra {
         if stored_tat <= now {
             return stored_tat;
         }
-        let step = u64::try_from(u128::from(cost) * u128::from(self.t)).unwrap_or(u64::MAX);
+        let step = u64::try_from(u128::from(cost) * u128::from(self.t.get())).unwrap_or(u64::MAX);
         if stored_tat == stamp {
             return stamp.saturating_sub(step);
         }
@@ -343,7 +348,7 @@ impl KeyedAlgorithm for Gcra {
     fn check(&self, state: &AtomicU64, now: u64, cost: u64) -> (Decision, Receipt) {
         let burst = u64::from(self.burst);
         let (Some(step), Some(horizon), true) = (
-            cost.checked_mul(self.t),
+            cost.checked_mul(self.t.get()),
             now.checked_add(self.tau),
             cost != 0 && cost <= burst,
         ) else {
@@ -357,8 +362,15 @@ impl KeyedAlgorithm for Gcra {
             };
             let allow_at = new_tat.saturating_sub(self.tau);
             if allow_at > now {
-                // `remaining <= burst`, so the cast keeps it.
-                let remaining = (horizon.saturating_sub(tat) / self.t).min(burst) as u32;
+                // Denied, so `horizon - tat < cost * T`: fewer than `cost` whole intervals,
+                // none at all for a cost of 1 (the usual denial; a 64-bit division costs
+                // more than the rest of the decision). `remaining <= burst`: the cast keeps it.
+                let room = horizon.saturating_sub(tat);
+                let remaining = if room < self.t.get() {
+                    0
+                } else {
+                    (room / self.t).min(burst) as u32
+                };
                 let denied = Decision::denied_ns(allow_at - now, self.burst, remaining, tat - now);
                 return (denied, Receipt::NONE);
             }

@@ -155,7 +155,7 @@ fn huge_rate_admits_all_at_frozen_time() {
 
 /// The decision as first written, entirely in u128: the u64 fast paths must agree.
 fn reference(g: &Gcra, stored: u64, now: u64, cost: u64) -> (Decision, Option<u64>) {
-    let (t, tau) = (u128::from(g.t), u128::from(g.tau));
+    let (t, tau) = (u128::from(g.t.get()), u128::from(g.tau));
     let tat = stored.clamp(now, now.saturating_add(g.tau));
     let report = |outcome, tat: u64| {
         let room = (u128::from(now) + tau).saturating_sub(u128::from(tat));

@@ -162,7 +162,10 @@ impl<'a, K: ?Sized> Refund<'a, K> {
     }
 }
 
-/// The decisions for a list of charges, in the same order. Inline up to 2 policies.
+/// The decisions for a list of charges, in the same order.
+///
+/// One policy (the usual layer) is kept inline: the answer is 56 bytes, with no heap and
+/// nothing to drop. Zero or several policies are kept on the heap.
 ///
 /// An answer of [`Store::reserve`] also carries the reservation: [`Decisions::delay`] (how
 /// long an allowed, already charged request waits before it proceeds) and
@@ -221,10 +224,15 @@ impl Decisions {
     /// Wraps decisions given in charge order, each with its charge's [`Receipt`]
     /// ([`Receipt::NONE`] for a denial).
     pub fn with_receipts(items: impl IntoIterator<Item = (Decision, Receipt)>) -> Self {
-        let (items, receipts): (Vec<Decision>, Vec<Receipt>) = items.into_iter().unzip();
-        if let ([only], [receipt]) = (items.as_slice(), receipts.as_slice()) {
-            return Self::one_with_receipt(*only, *receipt);
-        }
+        let mut items = items.into_iter();
+        let Some(first) = items.next() else {
+            return Self::default();
+        };
+        let Some(second) = items.next() else {
+            return Self::one_with_receipt(first.0, first.1);
+        };
+        let (items, receipts): (Vec<Decision>, Vec<Receipt>) =
+            [first, second].into_iter().chain(items).unzip();
         Self::from_items(Items::Many(items.into(), receipts.into()))
     }
 
@@ -572,5 +580,62 @@ pub trait Store<K: ?Sized>: Send + Sync + 'static {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod decisions_tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn allowed(remaining: u32) -> Decision {
+        Decision::new(
+            crate::Outcome::Allowed,
+            10,
+            remaining,
+            Duration::from_secs(1),
+        )
+    }
+
+    fn denied(secs: u64) -> Decision {
+        let retry_after = Duration::from_secs(secs);
+        Decision::new(crate::Outcome::Denied { retry_after }, 10, 0, retry_after)
+    }
+
+    #[test]
+    fn one_policy_is_inline_in_56_bytes() {
+        assert_eq!(std::mem::size_of::<Decisions>(), 56);
+        let one = Decisions::one_with_receipt(allowed(3), Receipt::new(7));
+        assert_eq!(one.as_slice(), &[allowed(3)]);
+        assert_eq!(one.receipt(0), Receipt::new(7));
+        assert_eq!(one.receipt(1), Receipt::NONE);
+        assert!(one.is_allowed());
+        assert_eq!(one.deciding(), Some(0));
+        // Built from a list of one, it is the same answer.
+        assert_eq!(
+            Decisions::with_receipts([(allowed(3), Receipt::new(7))]),
+            one
+        );
+    }
+
+    #[test]
+    fn several_and_no_policies() {
+        let none = Decisions::default();
+        assert!(none.is_empty() && none.is_allowed());
+        assert_eq!(none.deciding(), None);
+        assert_eq!(none.receipts().count(), 0);
+
+        let two =
+            Decisions::with_receipts([(allowed(5), Receipt::new(1)), (denied(2), Receipt::new(2))]);
+        assert_eq!(two.len(), 2);
+        assert!(!two.is_allowed());
+        assert_eq!(two.deciding(), Some(1));
+        assert_eq!(two.retry_after(), Some(Duration::from_secs(2)));
+        // A denial holds no receipt, whatever the store gave.
+        let receipts: Vec<_> = two.receipts().collect();
+        assert_eq!(receipts, [Receipt::new(1), Receipt::NONE]);
+        let delayed = two.clone().with_delay(Duration::MAX);
+        assert_eq!(delayed.delay(), Duration::from_nanos(u64::MAX));
+        assert_ne!(delayed, two);
     }
 }

@@ -260,7 +260,7 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
     }
 
     /// Decides and charges `cost` to `key`; the receipt says what the charge took.
-    #[inline]
+    #[inline(always)]
     pub(super) fn check(&self, key: &K, now: u64, cost: u64) -> (Decision, Receipt) {
         on_lane!(self.map, key, |map, q, own| {
             if let Some(state) = map.get(q) {
