@@ -78,6 +78,39 @@ impl<K: std::hash::Hash + Eq + Clone + Send + Sync + 'static> Limiter<K> for Our
     }
 }
 
+/// Two policies on one key, charged all-or-nothing in one call (a layer with two policies,
+/// such as a per-second and a per-minute limit). Callgrind only (`ratekeeper-Key-2policies`).
+struct OursTwo<K> {
+    store: MemoryStore<K>,
+    ids: [PolicyId; 2],
+}
+
+impl<K: std::hash::Hash + Eq + Clone + Send + Sync + 'static> OursTwo<K> {
+    fn new(quota: Quota) -> Self {
+        let mut store = MemoryStore::new();
+        let mut register = |name: &str| match store.register(&Policy::new(name, quota)) {
+            Ok(id) => id,
+            Err(err) => panic!("bench policy refused: {err}"),
+        };
+        let ids = [register("first"), register("second")];
+        Self { store, ids }
+    }
+}
+
+impl<K: std::hash::Hash + Eq + Clone + Send + Sync + 'static> Limiter<K> for OursTwo<K> {
+    #[inline]
+    fn check(&self, key: &K) -> bool {
+        let charges = [
+            Charge::new(self.ids[0], key, 1),
+            Charge::new(self.ids[1], key, 1),
+        ];
+        match self.store.check(&charges) {
+            Checked::Ready(Ok(decisions)) => decisions.is_allowed(),
+            Checked::Ready(Err(_)) | Checked::Pending(_) => false,
+        }
+    }
+}
+
 impl<K: std::hash::Hash + Eq + Clone> Limiter<K> for DefaultKeyedRateLimiter<K> {
     #[inline]
     fn check(&self, key: &K) -> bool {
@@ -435,6 +468,10 @@ fn run_fixed(case: &str, iters: usize) {
         "ratekeeper-Key" => {
             let keys: Vec<Key> = ips(n).into_iter().map(Key::Ip).collect();
             go(&Ours::new(verdict.ours()), &keys, verdict, iters);
+        }
+        "ratekeeper-Key-2policies" => {
+            let keys: Vec<Key> = ips(n).into_iter().map(Key::Ip).collect();
+            go(&OursTwo::new(verdict.ours()), &keys, verdict, iters);
         }
         "governor-u64" => go(&governor_default(verdict), &u64_keys(n), verdict, iters),
         "governor-IpAddr" => go(&governor_default(verdict), &ips(n), verdict, iters),

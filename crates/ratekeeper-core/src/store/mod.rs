@@ -164,8 +164,8 @@ impl<'a, K: ?Sized> Refund<'a, K> {
 
 /// The decisions for a list of charges, in the same order.
 ///
-/// One policy (the usual layer) is kept inline: the answer is 56 bytes, with no heap and
-/// nothing to drop. Zero or several policies are kept on the heap.
+/// One or two policies (the usual layers) are kept inline, with no heap; zero or three and
+/// more policies are kept on the heap.
 ///
 /// An answer of [`Store::reserve`] also carries the reservation: [`Decisions::delay`] (how
 /// long an allowed, already charged request waits before it proceeds) and
@@ -182,12 +182,14 @@ pub struct Decisions {
     is_final: bool,
 }
 
-/// The decisions and receipts of an answer. One policy (the usual layer) is kept inline, so
-/// the answer of a one-policy check is 56 bytes with no heap and no drop work; zero or
-/// several policies go on the heap (two boxed slices; an empty one does not allocate).
+/// The decisions and receipts of an answer. One or two policies (the usual layers) are
+/// kept inline, so the answer of a one-policy check is 96 bytes with no heap and nothing to
+/// drop; zero or three and more policies go on the heap (two boxed slices; an empty one does
+/// not allocate).
 #[derive(Debug, Clone)]
 enum Items {
-    One(Receipt, [Decision; 1]),
+    One([Decision; 1], Receipt),
+    Two([Receipt; 2], [Decision; 2]),
     Many(Box<[Decision]>, Box<[Receipt]>),
 }
 
@@ -231,8 +233,11 @@ impl Decisions {
         let Some(second) = items.next() else {
             return Self::one_with_receipt(first.0, first.1);
         };
+        let Some(third) = items.next() else {
+            return Self::from_items(Items::Two([first.1, second.1], [first.0, second.0]));
+        };
         let (items, receipts): (Vec<Decision>, Vec<Receipt>) =
-            [first, second].into_iter().chain(items).unzip();
+            [first, second, third].into_iter().chain(items).unzip();
         Self::from_items(Items::Many(items.into(), receipts.into()))
     }
 
@@ -245,7 +250,7 @@ impl Decisions {
     /// The decision of a single policy with its charge's [`Receipt`].
     #[inline]
     pub fn one_with_receipt(decision: Decision, receipt: Receipt) -> Self {
-        Self::from_items(Items::One(receipt, [decision]))
+        Self::from_items(Items::One([decision], receipt))
     }
 
     /// The receipt of the charge behind decision `i` ([`Receipt::NONE`] when it was denied,
@@ -253,7 +258,8 @@ impl Decisions {
     #[inline]
     pub fn receipt(&self, i: usize) -> Receipt {
         let receipt = match &self.items {
-            Items::One(receipt, _) => (i == 0).then_some(*receipt),
+            Items::One(_, receipt) => (i == 0).then_some(*receipt),
+            Items::Two(receipts, _) => receipts.get(i).copied(),
             Items::Many(_, receipts) => receipts.get(i).copied(),
         };
         if self.as_slice().get(i).is_some_and(Decision::is_allowed) {
@@ -311,7 +317,8 @@ impl Decisions {
     #[inline]
     pub fn is_allowed(&self) -> bool {
         match &self.items {
-            Items::One(_, [one]) => one.is_allowed(),
+            Items::One([one], _) => one.is_allowed(),
+            Items::Two(_, [a, b]) => a.is_allowed() && b.is_allowed(),
             Items::Many(items, _) => items.iter().all(Decision::is_allowed),
         }
     }
@@ -326,7 +333,8 @@ impl Decisions {
     #[inline]
     pub fn as_slice(&self) -> &[Decision] {
         match &self.items {
-            Items::One(_, one) => one,
+            Items::One(one, _) => one,
+            Items::Two(_, two) => two,
             Items::Many(items, _) => items,
         }
     }
@@ -361,8 +369,9 @@ impl Decisions {
     /// (fewest remaining, then the longest reset).
     pub fn deciding(&self) -> Option<usize> {
         // One policy (the usual layer): its decision is the one, whatever it says.
-        let items = match &self.items {
+        let items: &[Decision] = match &self.items {
             Items::One(..) => return Some(0),
+            Items::Two(_, two) => two,
             Items::Many(items, _) => items,
         };
         if let Some(i) = items.iter().position(Decision::is_cannot_fit) {
@@ -603,8 +612,9 @@ mod decisions_tests {
     }
 
     #[test]
-    fn one_policy_is_inline_in_56_bytes() {
-        assert_eq!(std::mem::size_of::<Decisions>(), 56);
+    fn one_policy_is_inline() {
+        // One or two decisions with their receipts, the delay and the flag; no heap.
+        assert_eq!(std::mem::size_of::<Decisions>(), 96);
         let one = Decisions::one_with_receipt(allowed(3), Receipt::new(7));
         assert_eq!(one.as_slice(), &[allowed(3)]);
         assert_eq!(one.receipt(0), Receipt::new(7));
@@ -634,6 +644,26 @@ mod decisions_tests {
         // A denial holds no receipt, whatever the store gave.
         let receipts: Vec<_> = two.receipts().collect();
         assert_eq!(receipts, [Receipt::new(1), Receipt::NONE]);
+
+        // Three and more are kept on the heap, and read the same.
+        let three = Decisions::with_receipts([
+            (allowed(5), Receipt::new(1)),
+            (allowed(2), Receipt::new(2)),
+            (allowed(7), Receipt::new(3)),
+        ]);
+        assert_eq!(three.as_slice(), &[allowed(5), allowed(2), allowed(7)]);
+        assert!(three.is_allowed());
+        assert_eq!(three.deciding(), Some(1));
+        let receipts: Vec<_> = three.receipts().collect();
+        assert_eq!(
+            receipts,
+            [Receipt::new(1), Receipt::new(2), Receipt::new(3)]
+        );
+        assert_eq!(
+            Decisions::new([allowed(1), allowed(1)]).receipt(1),
+            Receipt::NONE
+        );
+
         let delayed = two.clone().with_delay(Duration::MAX);
         assert_eq!(delayed.delay(), Duration::from_nanos(u64::MAX));
         assert_ne!(delayed, two);
