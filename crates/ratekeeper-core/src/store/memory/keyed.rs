@@ -112,19 +112,21 @@ impl<K: Hash + Eq, S, H: BuildHasher + Clone> Maps<K, S, H> {
         }
     }
 
-    /// Every dashmap, as one `Q`-keyed list per key type.
-    fn lanes(&self) -> ([&[DashMap<u64, S, H>]; 2], [&[DashMap<Wide, S, H>]; 3]) {
-        (
-            [self.v4.parts(), self.p64.parts()],
-            [self.v6.parts(), self.v6net.parts(), self.short.parts()],
-        )
+    /// The dashmaps of the lanes keyed by one word.
+    fn word_parts(&self) -> impl Iterator<Item = &DashMap<u64, S, H>> {
+        self.v4.parts().iter().chain(self.p64.parts())
+    }
+
+    /// The dashmaps of the lanes keyed by two words.
+    fn wide_parts(&self) -> impl Iterator<Item = &DashMap<Wide, S, H>> {
+        let wide = [&self.v6, &self.v6net, &self.short];
+        wide.into_iter().flat_map(Staggered::parts)
     }
 
     /// Keys held, over all lanes.
     pub(super) fn len(&self) -> usize {
-        let (words, wides) = self.lanes();
-        let words: usize = words.iter().flat_map(|m| m.iter()).map(DashMap::len).sum();
-        let wides: usize = wides.iter().flat_map(|m| m.iter()).map(DashMap::len).sum();
+        let words: usize = self.word_parts().map(DashMap::len).sum();
+        let wides: usize = self.wide_parts().map(DashMap::len).sum();
         words + wides + self.long.len() + self.full.len()
     }
 
@@ -142,17 +144,8 @@ impl<K: Hash + Eq, S, H: BuildHasher + Clone> Maps<K, S, H> {
             });
             removed
         }
-        let (words, wides) = self.lanes();
-        let words: usize = words
-            .iter()
-            .flat_map(|m| m.iter())
-            .map(|m| go(m, &keep))
-            .sum();
-        let wides: usize = wides
-            .iter()
-            .flat_map(|m| m.iter())
-            .map(|m| go(m, &keep))
-            .sum();
+        let words: usize = self.word_parts().map(|m| go(m, &keep)).sum();
+        let wides: usize = self.wide_parts().map(|m| go(m, &keep)).sum();
         words + wides + go(&self.long, &keep) + go(&self.full, &keep)
     }
 }
