@@ -59,7 +59,11 @@ pub struct Decision {
     kind: Kind,
 }
 
+/// The outcome's kind, a full word wide: a `Decision` then has no padding, so it moves as
+/// four whole words (with a 1-byte tag and 7 bytes of padding, moves copied the padding in
+/// odd-sized pieces that stall store-to-load forwarding).
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u64)]
 enum Kind {
     Allowed,
     Denied,

@@ -164,8 +164,8 @@ impl<'a, K: ?Sized> Refund<'a, K> {
 
 /// The decisions for a list of charges, in the same order.
 ///
-/// One or two policies (the usual layers) are kept inline, with no heap; zero or three and
-/// more policies are kept on the heap.
+/// One policy (the usual layer) is kept inline: the answer is 56 bytes, with no heap and
+/// nothing to drop. Zero or several policies are kept on the heap.
 ///
 /// An answer of [`Store::reserve`] also carries the reservation: [`Decisions::delay`] (how
 /// long an allowed, already charged request waits before it proceeds) and
@@ -182,14 +182,12 @@ pub struct Decisions {
     is_final: bool,
 }
 
-/// The decisions and receipts of an answer. One or two policies (the usual layers) are
-/// kept inline, so the answer of a one-policy check is 96 bytes with no heap and nothing to
-/// drop; zero or three and more policies go on the heap (two boxed slices; an empty one does
-/// not allocate).
+/// The decisions and receipts of an answer. One policy (the usual layer) is kept inline, so
+/// the answer of a one-policy check is 56 bytes with no heap and no drop work; zero or
+/// several policies go on the heap (two boxed slices; an empty one does not allocate).
 #[derive(Debug, Clone)]
 enum Items {
-    One([Decision; 1], Receipt),
-    Two([Receipt; 2], [Decision; 2]),
+    One(Receipt, [Decision; 1]),
     Many(Box<[Decision]>, Box<[Receipt]>),
 }
 
@@ -233,12 +231,18 @@ impl Decisions {
         let Some(second) = items.next() else {
             return Self::one_with_receipt(first.0, first.1);
         };
-        let Some(third) = items.next() else {
-            return Self::from_items(Items::Two([first.1, second.1], [first.0, second.0]));
-        };
-        let (items, receipts): (Vec<Decision>, Vec<Receipt>) =
-            [first, second, third].into_iter().chain(items).unzip();
-        Self::from_items(Items::Many(items.into(), receipts.into()))
+        // Exact capacity (the memory store's lists know their length), so the boxed slices
+        // are the first and only allocations.
+        let n = items.size_hint().0 + 2;
+        let (mut decisions, mut receipts) = (Vec::with_capacity(n), Vec::with_capacity(n));
+        for (decision, receipt) in [first, second].into_iter().chain(items) {
+            decisions.push(decision);
+            receipts.push(receipt);
+        }
+        Self::from_items(Items::Many(
+            decisions.into_boxed_slice(),
+            receipts.into_boxed_slice(),
+        ))
     }
 
     /// The decision of a single policy (cheaper than [`Decisions::new`] with one item).
@@ -250,7 +254,7 @@ impl Decisions {
     /// The decision of a single policy with its charge's [`Receipt`].
     #[inline]
     pub fn one_with_receipt(decision: Decision, receipt: Receipt) -> Self {
-        Self::from_items(Items::One([decision], receipt))
+        Self::from_items(Items::One(receipt, [decision]))
     }
 
     /// The receipt of the charge behind decision `i` ([`Receipt::NONE`] when it was denied,
@@ -258,8 +262,7 @@ impl Decisions {
     #[inline]
     pub fn receipt(&self, i: usize) -> Receipt {
         let receipt = match &self.items {
-            Items::One(_, receipt) => (i == 0).then_some(*receipt),
-            Items::Two(receipts, _) => receipts.get(i).copied(),
+            Items::One(receipt, _) => (i == 0).then_some(*receipt),
             Items::Many(_, receipts) => receipts.get(i).copied(),
         };
         if self.as_slice().get(i).is_some_and(Decision::is_allowed) {
@@ -317,8 +320,7 @@ impl Decisions {
     #[inline]
     pub fn is_allowed(&self) -> bool {
         match &self.items {
-            Items::One([one], _) => one.is_allowed(),
-            Items::Two(_, [a, b]) => a.is_allowed() && b.is_allowed(),
+            Items::One(_, [one]) => one.is_allowed(),
             Items::Many(items, _) => items.iter().all(Decision::is_allowed),
         }
     }
@@ -333,8 +335,7 @@ impl Decisions {
     #[inline]
     pub fn as_slice(&self) -> &[Decision] {
         match &self.items {
-            Items::One(one, _) => one,
-            Items::Two(_, two) => two,
+            Items::One(_, one) => one,
             Items::Many(items, _) => items,
         }
     }
@@ -369,9 +370,8 @@ impl Decisions {
     /// (fewest remaining, then the longest reset).
     pub fn deciding(&self) -> Option<usize> {
         // One policy (the usual layer): its decision is the one, whatever it says.
-        let items: &[Decision] = match &self.items {
+        let items = match &self.items {
             Items::One(..) => return Some(0),
-            Items::Two(_, two) => two,
             Items::Many(items, _) => items,
         };
         if let Some(i) = items.iter().position(Decision::is_cannot_fit) {
@@ -612,9 +612,8 @@ mod decisions_tests {
     }
 
     #[test]
-    fn one_policy_is_inline() {
-        // One or two decisions with their receipts, the delay and the flag; no heap.
-        assert_eq!(std::mem::size_of::<Decisions>(), 96);
+    fn one_policy_is_inline_in_56_bytes() {
+        assert_eq!(std::mem::size_of::<Decisions>(), 56);
         let one = Decisions::one_with_receipt(allowed(3), Receipt::new(7));
         assert_eq!(one.as_slice(), &[allowed(3)]);
         assert_eq!(one.receipt(0), Receipt::new(7));
@@ -645,7 +644,6 @@ mod decisions_tests {
         let receipts: Vec<_> = two.receipts().collect();
         assert_eq!(receipts, [Receipt::new(1), Receipt::NONE]);
 
-        // Three and more are kept on the heap, and read the same.
         let three = Decisions::with_receipts([
             (allowed(5), Receipt::new(1)),
             (allowed(2), Receipt::new(2)),
