@@ -38,6 +38,8 @@ pub use memory::MemoryStore;
 use std::fmt;
 use std::future::Future;
 
+use smallvec::SmallVec;
+
 use crate::{Decision, policy::PolicyError};
 
 /// Identifies a policy registered with a store. Cheap to copy.
@@ -165,7 +167,7 @@ impl<'a, K: ?Sized> Refund<'a, K> {
 /// The decisions for a list of charges, in the same order.
 ///
 /// One policy (the usual layer) is kept inline: the answer is 56 bytes, with no heap and
-/// nothing to drop. Zero or several policies are kept on the heap.
+/// nothing to drop. Two policies take one heap block, three and more two.
 ///
 /// An answer of [`Store::reserve`] also carries the reservation: [`Decisions::delay`] (how
 /// long an allowed, already charged request waits before it proceeds) and
@@ -183,11 +185,16 @@ pub struct Decisions {
 }
 
 /// The decisions and receipts of an answer. One policy (the usual layer) is kept inline, so
-/// the answer of a one-policy check is 56 bytes with no heap and no drop work; zero or
-/// several policies go on the heap (two boxed slices; an empty one does not allocate).
+/// the answer of a one-policy check is 56 bytes with no heap and no drop work; two take one
+/// heap block; zero or three and more two boxed slices (an empty one does not allocate, so
+/// no policy, or decisions without receipts, take less). Keeping two inline too would make
+/// every answer 96 bytes, and its copies cost the one-policy check more than the block
+/// costs two policies (measured: 1 to 2 ns per check against about 150 instructions).
 #[derive(Debug, Clone)]
 enum Items {
     One(Receipt, [Decision; 1]),
+    /// Two policies (a per-second and a per-minute limit, say): one heap block.
+    Two(Box<([Decision; 2], [Receipt; 2])>),
     Many(Box<[Decision]>, Box<[Receipt]>),
 }
 
@@ -218,31 +225,34 @@ impl Decisions {
 
     /// Wraps decisions given in charge order.
     pub fn new(items: impl IntoIterator<Item = Decision>) -> Self {
-        Self::with_receipts(items.into_iter().map(|d| (d, Receipt::NONE)))
+        let items: SmallVec<[Decision; 4]> = items.into_iter().collect();
+        match items.as_slice() {
+            [] => Self::default(),
+            [one] => Self::one(*one),
+            [a, b] => Self::from_items(Items::Two(Box::new(([*a, *b], [Receipt::NONE; 2])))),
+            // No receipts: an empty slice, which reads as `Receipt::NONE` and allocates nothing.
+            many => Self::from_items(Items::Many(many.into(), Box::default())),
+        }
     }
 
     /// Wraps decisions given in charge order, each with its charge's [`Receipt`]
     /// ([`Receipt::NONE`] for a denial).
     pub fn with_receipts(items: impl IntoIterator<Item = (Decision, Receipt)>) -> Self {
-        let mut items = items.into_iter();
-        let Some(first) = items.next() else {
-            return Self::default();
-        };
-        let Some(second) = items.next() else {
-            return Self::one_with_receipt(first.0, first.1);
-        };
-        // Exact capacity (the memory store's lists know their length), so the boxed slices
-        // are the first and only allocations.
-        let n = items.size_hint().0 + 2;
-        let (mut decisions, mut receipts) = (Vec::with_capacity(n), Vec::with_capacity(n));
-        for (decision, receipt) in [first, second].into_iter().chain(items) {
-            decisions.push(decision);
-            receipts.push(receipt);
+        let items: SmallVec<[(Decision, Receipt); 4]> = items.into_iter().collect();
+        match items.as_slice() {
+            [] => Self::default(),
+            [(one, receipt)] => Self::one_with_receipt(*one, *receipt),
+            [(a, ra), (b, rb)] => Self::from_items(Items::Two(Box::new(([*a, *b], [*ra, *rb])))),
+            many => {
+                let receipts = if many.iter().all(|(_, r)| *r == Receipt::NONE) {
+                    Box::default()
+                } else {
+                    many.iter().map(|(_, r)| *r).collect()
+                };
+                let decisions = many.iter().map(|(d, _)| *d).collect();
+                Self::from_items(Items::Many(decisions, receipts))
+            }
         }
-        Self::from_items(Items::Many(
-            decisions.into_boxed_slice(),
-            receipts.into_boxed_slice(),
-        ))
     }
 
     /// The decision of a single policy (cheaper than [`Decisions::new`] with one item).
@@ -263,6 +273,7 @@ impl Decisions {
     pub fn receipt(&self, i: usize) -> Receipt {
         let receipt = match &self.items {
             Items::One(receipt, _) => (i == 0).then_some(*receipt),
+            Items::Two(two) => two.1.get(i).copied(),
             Items::Many(_, receipts) => receipts.get(i).copied(),
         };
         if self.as_slice().get(i).is_some_and(Decision::is_allowed) {
@@ -321,6 +332,7 @@ impl Decisions {
     pub fn is_allowed(&self) -> bool {
         match &self.items {
             Items::One(_, [one]) => one.is_allowed(),
+            Items::Two(two) => two.0.iter().all(Decision::is_allowed),
             Items::Many(items, _) => items.iter().all(Decision::is_allowed),
         }
     }
@@ -336,6 +348,7 @@ impl Decisions {
     pub fn as_slice(&self) -> &[Decision] {
         match &self.items {
             Items::One(_, one) => one,
+            Items::Two(two) => &two.0,
             Items::Many(items, _) => items,
         }
     }
@@ -370,8 +383,9 @@ impl Decisions {
     /// (fewest remaining, then the longest reset).
     pub fn deciding(&self) -> Option<usize> {
         // One policy (the usual layer): its decision is the one, whatever it says.
-        let items = match &self.items {
+        let items: &[Decision] = match &self.items {
             Items::One(..) => return Some(0),
+            Items::Two(two) => &two.0,
             Items::Many(items, _) => items,
         };
         if let Some(i) = items.iter().position(Decision::is_cannot_fit) {
