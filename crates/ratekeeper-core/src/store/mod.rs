@@ -675,6 +675,12 @@ mod decisions_tests {
             Decisions::new([allowed(1), allowed(1)]).receipt(1),
             Receipt::NONE
         );
+        // Without receipts (no heap slice for them), three read as with `Receipt::NONE`.
+        let bare = Decisions::new([allowed(1), denied(1), allowed(2)]);
+        assert!(bare.receipts().all(|r| r == Receipt::NONE));
+        assert_eq!(bare.deciding(), Some(1));
+        let none = [allowed(1), denied(1), allowed(2)].map(|d| (d, Receipt::NONE));
+        assert_eq!(bare, Decisions::with_receipts(none));
 
         let delayed = two.clone().with_delay(Duration::MAX);
         assert_eq!(delayed.delay(), Duration::from_nanos(u64::MAX));
