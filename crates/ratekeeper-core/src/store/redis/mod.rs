@@ -221,6 +221,7 @@ mod failure;
 mod guard;
 mod keys;
 mod lease;
+pub(crate) use lease::LeaseGrant;
 mod negative;
 mod script;
 mod shared;

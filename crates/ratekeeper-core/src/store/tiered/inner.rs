@@ -8,11 +8,11 @@ use dashmap::DashMap;
 
 use std::time::Duration;
 
-use super::lease::{LEASE_BIT, Lease, Unused};
+use super::lease::{LEASE_BIT, Lease, LeaseState, Unused};
 use super::nanos;
 use crate::Key;
 use crate::clock::Clock;
-use crate::store::redis::RedisStore;
+use crate::store::redis::{LeaseGrant, RedisStore};
 use crate::store::{Charge, PolicyId, Refund, Store};
 
 type LeaseMap = DashMap<(PolicyId, Key), Arc<Lease>, foldhash::fast::RandomState>;
@@ -58,6 +58,25 @@ impl Inner {
         } else {
             ttl
         }
+    }
+
+    /// Adds the units of `grant`, taken at `now`, to the lease `state`, with their expiry.
+    pub(super) fn add_grant(
+        &self,
+        state: &mut LeaseState,
+        now: u64,
+        fixed_window: bool,
+        grant: &LeaseGrant,
+    ) {
+        let expires = self.expiry(now, fixed_window, grant.decision.reset_after());
+        state.add(
+            now,
+            grant.granted,
+            grant.decision,
+            grant.receipt,
+            expires,
+            || self.next_generation(),
+        );
     }
 }
 

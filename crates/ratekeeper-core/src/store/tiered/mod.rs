@@ -321,15 +321,7 @@ impl TieredStore {
                     let now = inner.clock.now();
                     let mut s = lease.lock();
                     if grant.granted > 0 {
-                        let expires = inner.expiry(now, fixed_window, grant.decision.reset_after());
-                        s.add(
-                            now,
-                            grant.granted,
-                            grant.decision,
-                            grant.receipt,
-                            expires,
-                            || inner.next_generation(),
-                        );
+                        inner.add_grant(&mut s, now, fixed_window, &grant);
                     } else {
                         s.remember_denial(now, 1, grant.decision);
                     }
@@ -392,15 +384,7 @@ async fn renew(
     let now = inner.clock.now();
     let mut s = lease.lock();
     if grant.decision.is_allowed() {
-        let expires = inner.expiry(now, fixed_window, grant.decision.reset_after());
-        s.add(
-            now,
-            grant.granted,
-            grant.decision,
-            grant.receipt,
-            expires,
-            || inner.next_generation(),
-        );
+        inner.add_grant(&mut s, now, fixed_window, &grant);
         if let Some((decision, receipt)) = s.spend(now, cost, tier) {
             return Ok(Decisions::one_with_receipt(decision, receipt));
         }
