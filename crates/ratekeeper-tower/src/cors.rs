@@ -17,7 +17,7 @@
 //!
 //! ```
 //! use axum::http::{Method, Request};
-//! use ratekeeper_axum::cors::{EXPOSED_HEADERS, is_preflight};
+//! use ratekeeper_tower::cors::{EXPOSED_HEADERS, is_preflight};
 //!
 //! let preflight = Request::builder()
 //!     .method(Method::OPTIONS)

@@ -14,7 +14,7 @@
 //!
 //! ```
 //! use axum::http::{Method, Request};
-//! use ratekeeper_axum::cost::{Cost, RequestParts};
+//! use ratekeeper_tower::cost::{Cost, RequestParts};
 //!
 //! let expensive_posts = |req: &RequestParts<'_>| if req.method() == Method::POST { 5 } else { 1 };
 //! assert_eq!(expensive_posts.cost(&Request::post("/search").body(()).unwrap()), 5);
@@ -29,8 +29,8 @@
 //! ```
 //! use std::num::NonZeroU32;
 //! use axum::http::Method;
-//! use ratekeeper_axum::{Policy, Quota};
-//! use ratekeeper_axum::{GlobalKey, RateLimitLayer, RequestParts};
+//! use ratekeeper_core::{Policy, Quota};
+//! use ratekeeper_tower::{GlobalKey, RateLimitLayer, RequestParts};
 //!
 //! let layer = RateLimitLayer::builder()
 //!     .policy(Policy::new("api", Quota::per_minute(NonZeroU32::new(100).unwrap())))
@@ -69,8 +69,9 @@ pub trait Cost: Send + Sync + 'static {
     /// ```
     /// use std::num::NonZeroU32;
     /// use axum::http::Request;
-    /// use ratekeeper_axum::cost::Cost;
-    /// use ratekeeper_axum::{BuildError, GlobalKey, Policy, Quota, RateLimitLayer};
+    /// use ratekeeper_tower::cost::Cost;
+    /// use ratekeeper_core::{Policy, Quota};
+    /// use ratekeeper_tower::{BuildError, GlobalKey, RateLimitLayer};
     ///
     /// /// Every upload costs 20 units.
     /// struct Upload;

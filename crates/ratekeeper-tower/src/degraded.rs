@@ -7,8 +7,8 @@
 //!
 //! ```
 //! use axum::http::Request;
-//! use ratekeeper_axum::StoreDegraded;
-//! use ratekeeper_axum::core::store::FailurePolicy;
+//! use ratekeeper_tower::StoreDegraded;
+//! use ratekeeper_core::store::FailurePolicy;
 //!
 //! let mut req = Request::new(());
 //! req.extensions_mut().insert(StoreDegraded { action: FailurePolicy::Degrade });

@@ -15,9 +15,9 @@
 //! use std::convert::Infallible;
 //! use std::num::NonZeroU32;
 //! use axum::http::{Request, Response};
-//! use ratekeeper_axum::Quota;
-//! use ratekeeper_axum::info::Info;
-//! use ratekeeper_axum::{GlobalKey, RateLimitLayer};
+//! use ratekeeper_core::Quota;
+//! use ratekeeper_tower::info::Info;
+//! use ratekeeper_tower::{GlobalKey, RateLimitLayer};
 //! use tower::{ServiceBuilder, ServiceExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")]

@@ -23,11 +23,11 @@
 //! [`concurrency`] for the keyed concurrency limit. For the other side, [`client`] makes an HTTP
 //! client wait when a server says nothing is left.
 //!
-//! The examples in the module docs are written for axum users, who depend on
-//! `ratekeeper-axum` and `axum` only: every item of this crate is at the same path there
-//! (`ratekeeper_tower::key::UserKey` is `ratekeeper_axum::key::UserKey`, the core types are
-//! at the root or under `ratekeeper_axum::core`), and `axum::http` is the `http` crate. With
-//! hyper or tonic, import from `ratekeeper_tower`, `ratekeeper_core` and `http` instead.
+//! The examples import from this crate, `ratekeeper_core` (quotas, policies, keys, stores,
+//! clocks; also at [`core`]) and `http`; some build an axum `Router` to show the layer in an
+//! app. An axum app can depend on `ratekeeper-axum` alone, which re-exports this crate's
+//! modules at the same paths (`ratekeeper_tower::key::UserKey` is also reachable there as
+//! `key::UserKey`) and adds an extractor for handlers.
 //!
 //! Design note: headers and problem+json bodies are rendered here rather than in
 //! `ratekeeper-axum`, because they are plain `http` and hyper and tonic users need them too;

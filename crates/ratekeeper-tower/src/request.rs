@@ -9,7 +9,7 @@
 //!
 //! ```
 //! use axum::http::{Method, Request};
-//! use ratekeeper_axum::RequestParts;
+//! use ratekeeper_tower::RequestParts;
 //!
 //! let req = Request::post("/search?q=x").header("x-tenant", "acme").body(()).unwrap();
 //! let parts = RequestParts::new(&req);

@@ -19,9 +19,9 @@
 //! ```
 //! use std::num::NonZeroU32;
 //! use axum::http::Method;
-//! use ratekeeper_axum::{Policy, Quota};
-//! use ratekeeper_axum::RateLimitLayer;
-//! use ratekeeper_axum::route::RouteTable;
+//! use ratekeeper_core::{Policy, Quota};
+//! use ratekeeper_tower::RateLimitLayer;
+//! use ratekeeper_tower::route::RouteTable;
 //!
 //! let per_minute = |n| Quota::per_minute(NonZeroU32::new(n).unwrap());
 //! let layer = RateLimitLayer::builder()
@@ -86,8 +86,8 @@ fn route_key(method: &Method, template: &str) -> Key {
 ///
 /// ```
 /// use axum::http::Request;
-/// use ratekeeper_axum::key::KeyExtractor;
-/// use ratekeeper_axum::route::{MatchedRoute, RouteTemplate};
+/// use ratekeeper_tower::key::KeyExtractor;
+/// use ratekeeper_tower::route::{MatchedRoute, RouteTemplate};
 ///
 /// let mut req = Request::post("/users/7/avatar").body(()).unwrap();
 /// req.extensions_mut().insert(RouteTemplate("/users/{id}/avatar".into()));

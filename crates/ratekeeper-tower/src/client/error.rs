@@ -5,7 +5,7 @@ use std::time::Duration;
 ///
 /// ```
 /// use std::time::Duration;
-/// use ratekeeper_axum::client::Error;
+/// use ratekeeper_tower::client::Error;
 ///
 /// let e: Error<std::io::Error> = Error::Service(std::io::Error::other("refused"));
 /// assert!(e.is_service());
@@ -29,7 +29,7 @@ impl<E> Error<E> {
     /// Whether the inner service failed.
     ///
     /// ```
-    /// use ratekeeper_axum::client::Error;
+    /// use ratekeeper_tower::client::Error;
     ///
     /// assert!(Error::Service("boom").is_service());
     /// ```
@@ -40,7 +40,7 @@ impl<E> Error<E> {
     /// Whether the request was not sent because the announced wait was too long.
     ///
     /// ```
-    /// use ratekeeper_axum::client::Error;
+    /// use ratekeeper_tower::client::Error;
     ///
     /// assert!(!Error::Service("boom").is_wait_too_long());
     /// ```
@@ -51,7 +51,7 @@ impl<E> Error<E> {
     /// The inner service's error, if that is what this is.
     ///
     /// ```
-    /// use ratekeeper_axum::client::Error;
+    /// use ratekeeper_tower::client::Error;
     ///
     /// assert_eq!(Error::Service("boom").into_service(), Some("boom"));
     /// ```
@@ -69,7 +69,7 @@ impl<E> Error<E> {
 /// use std::convert::Infallible;
 /// use std::time::Duration;
 /// use axum::http::{Request, Response, StatusCode};
-/// use ratekeeper_axum::client::{Error, PoliteLayer};
+/// use ratekeeper_tower::client::{Error, PoliteLayer};
 /// use tower::{Layer, ServiceExt, service_fn};
 ///
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -103,7 +103,7 @@ impl WaitTooLong {
     /// How long the request would have had to wait, from the time it was called.
     ///
     /// ```
-    /// # use ratekeeper_axum::client::WaitTooLong;
+    /// # use ratekeeper_tower::client::WaitTooLong;
     /// fn wait_secs(e: &WaitTooLong) -> u64 { e.wait().as_secs() }
     /// # let _ = wait_secs;
     /// ```
@@ -114,7 +114,7 @@ impl WaitTooLong {
     /// The configured [`PoliteLayer::max_wait`](super::PoliteLayer::max_wait).
     ///
     /// ```
-    /// # use ratekeeper_axum::client::WaitTooLong;
+    /// # use ratekeeper_tower::client::WaitTooLong;
     /// fn limit_secs(e: &WaitTooLong) -> u64 { e.max_wait().as_secs() }
     /// # let _ = limit_secs;
     /// ```

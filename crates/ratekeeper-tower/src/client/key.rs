@@ -11,7 +11,7 @@ use http::request::Parts;
 ///
 /// ```
 /// use axum::http::Request;
-/// use ratekeeper_axum::client::{ClientKey, Origin};
+/// use ratekeeper_tower::client::{ClientKey, Origin};
 ///
 /// let (parts, ()) = Request::get("https://api.example.com/v1/items").body(()).unwrap().into_parts();
 /// assert_eq!(Origin.key(&parts), "https://api.example.com:443");
@@ -45,7 +45,7 @@ where
 ///
 /// ```
 /// use axum::http::Request;
-/// use ratekeeper_axum::client::{ClientKey, Origin};
+/// use ratekeeper_tower::client::{ClientKey, Origin};
 ///
 /// let key = |req: Request<()>| Origin.key(&req.into_parts().0);
 /// assert_eq!(key(Request::get("http://127.0.0.1:3000/a?b").body(()).unwrap()), "http://127.0.0.1:3000");

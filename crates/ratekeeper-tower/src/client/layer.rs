@@ -32,7 +32,7 @@ pub enum OverDeadline {
 ///
 /// ```
 /// use std::time::Duration;
-/// use ratekeeper_axum::client::{OverDeadline, PoliteLayer};
+/// use ratekeeper_tower::client::{OverDeadline, PoliteLayer};
 ///
 /// let layer = PoliteLayer::new()
 ///     .max_wait(Duration::from_secs(30))
@@ -71,7 +71,7 @@ impl<K> PoliteLayer<K> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use ratekeeper_axum::client::PoliteLayer;
+    /// use ratekeeper_tower::client::PoliteLayer;
     ///
     /// let patient = PoliteLayer::new().max_wait(Duration::from_secs(300));
     /// # let _ = patient;
@@ -86,7 +86,7 @@ impl<K> PoliteLayer<K> {
     /// [`max_wait`](Self::max_wait) (default [`OverDeadline::Fail`]).
     ///
     /// ```
-    /// use ratekeeper_axum::client::{OverDeadline, PoliteLayer};
+    /// use ratekeeper_tower::client::{OverDeadline, PoliteLayer};
     ///
     /// let layer = PoliteLayer::new().over_deadline(OverDeadline::SendAnyway);
     /// # let _ = layer;
@@ -101,7 +101,7 @@ impl<K> PoliteLayer<K> {
     /// the request head. The new layer starts with an empty memory.
     ///
     /// ```
-    /// use ratekeeper_axum::client::PoliteLayer;
+    /// use ratekeeper_tower::client::PoliteLayer;
     ///
     /// // One budget per API token, as many APIs count.
     /// let layer = PoliteLayer::new().key(|p: &axum::http::request::Parts| {
@@ -123,7 +123,7 @@ impl<K> PoliteLayer<K> {
     /// once.
     ///
     /// ```
-    /// use ratekeeper_axum::client::PoliteLayer;
+    /// use ratekeeper_tower::client::PoliteLayer;
     ///
     /// assert_eq!(PoliteLayer::new().wait_for("https://api.example.com:443"), None);
     /// ```
@@ -135,7 +135,7 @@ impl<K> PoliteLayer<K> {
     /// Forgets every announcement, so that the next requests go at once.
     ///
     /// ```
-    /// use ratekeeper_axum::client::PoliteLayer;
+    /// use ratekeeper_tower::client::PoliteLayer;
     ///
     /// let layer = PoliteLayer::new();
     /// layer.clear();

@@ -44,7 +44,7 @@
 //! use std::sync::{Arc, Mutex};
 //! use std::time::Duration;
 //! use axum::http::{Request, Response, StatusCode};
-//! use ratekeeper_axum::client::PoliteLayer;
+//! use ratekeeper_tower::client::PoliteLayer;
 //! use tokio::time::Instant;
 //! use tower::{Layer, ServiceExt, service_fn};
 //!
@@ -82,7 +82,7 @@
 //! use hyper::body::Bytes;
 //! use hyper_util::client::legacy::Client;
 //! use hyper_util::rt::TokioExecutor;
-//! use ratekeeper_axum::client::PoliteLayer;
+//! use ratekeeper_tower::client::PoliteLayer;
 //! use tower::Layer;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -123,7 +123,7 @@ pub use service::Polite;
 /// ```
 /// use std::time::Duration;
 /// use axum::http::{HeaderMap, HeaderValue, StatusCode};
-/// use ratekeeper_axum::client::announced_wait;
+/// use ratekeeper_tower::client::announced_wait;
 ///
 /// let mut headers = HeaderMap::new();
 /// headers.insert("ratelimit", HeaderValue::from_static("\"default\";r=0;t=6"));

@@ -21,7 +21,7 @@ use super::layer::{OverDeadline, PoliteLayer};
 /// ```
 /// use std::convert::Infallible;
 /// use axum::http::{Request, Response};
-/// use ratekeeper_axum::client::Polite;
+/// use ratekeeper_tower::client::Polite;
 /// use tower::{Layer, ServiceExt, service_fn};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
@@ -43,7 +43,7 @@ impl Polite<(), Origin> {
     /// A [`PoliteLayer`] with the defaults (keyed by origin, at most 60 s of wait).
     ///
     /// ```
-    /// use ratekeeper_axum::client::Polite;
+    /// use ratekeeper_tower::client::Polite;
     ///
     /// let layer = Polite::layer();
     /// # let _ = layer;
@@ -61,7 +61,7 @@ impl<S, K> Polite<S, K> {
     /// The inner service.
     ///
     /// ```
-    /// use ratekeeper_axum::client::Polite;
+    /// use ratekeeper_tower::client::Polite;
     /// use tower::Layer;
     ///
     /// let client = Polite::layer().layer(7);
@@ -74,7 +74,7 @@ impl<S, K> Polite<S, K> {
     /// The inner service, mutably.
     ///
     /// ```
-    /// use ratekeeper_axum::client::Polite;
+    /// use ratekeeper_tower::client::Polite;
     /// use tower::Layer;
     ///
     /// let mut client = Polite::layer().layer(7);
@@ -88,7 +88,7 @@ impl<S, K> Polite<S, K> {
     /// The inner service, consuming this one.
     ///
     /// ```
-    /// use ratekeeper_axum::client::Polite;
+    /// use ratekeeper_tower::client::Polite;
     /// use tower::Layer;
     ///
     /// assert_eq!(Polite::layer().layer("inner").into_inner(), "inner");
@@ -101,7 +101,7 @@ impl<S, K> Polite<S, K> {
     /// [`PoliteLayer::wait_for`] and [`PoliteLayer::clear`] act on it.
     ///
     /// ```
-    /// use ratekeeper_axum::client::Polite;
+    /// use ratekeeper_tower::client::Polite;
     /// use tower::Layer;
     ///
     /// let client = Polite::layer().layer(());

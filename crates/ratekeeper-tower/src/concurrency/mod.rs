@@ -31,7 +31,7 @@
 //!
 //! ```
 //! use axum::http::{Request, Response, StatusCode};
-//! use ratekeeper_axum::concurrency::UpgradeSlot;
+//! use ratekeeper_tower::concurrency::UpgradeSlot;
 //!
 //! fn accept_upgrade(req: &Request<()>) -> Response<()> {
 //!     let permit = req.extensions().get::<UpgradeSlot>().and_then(UpgradeSlot::keep);
@@ -54,8 +54,8 @@
 //! use std::convert::Infallible;
 //! use std::num::NonZeroU32;
 //! use axum::http::{Request, Response, StatusCode};
-//! use ratekeeper_axum::concurrency::ConcurrencyLimitLayer;
-//! use ratekeeper_axum::GlobalKey;
+//! use ratekeeper_tower::concurrency::ConcurrencyLimitLayer;
+//! use ratekeeper_tower::GlobalKey;
 //! use tower::{ServiceBuilder, ServiceExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -93,9 +93,10 @@
 //! use std::num::NonZeroU32;
 //! use std::sync::{Arc, Mutex};
 //! use axum::http::{Request, Response, StatusCode};
-//! use ratekeeper_axum::concurrency::ConcurrencyLimitLayer;
-//! use ratekeeper_axum::core::store::slots::{AcquireFuture, Acquired, SharedSlots, SlotLease};
-//! use ratekeeper_axum::{GlobalKey, Key};
+//! use ratekeeper_tower::concurrency::ConcurrencyLimitLayer;
+//! use ratekeeper_core::store::slots::{AcquireFuture, Acquired, SharedSlots, SlotLease};
+//! use ratekeeper_core::Key;
+//! use ratekeeper_tower::GlobalKey;
 //! use tower::{ServiceBuilder, ServiceExt};
 //!
 //! /// Slots in this process (a stand-in for `RedisStore::slots()`).

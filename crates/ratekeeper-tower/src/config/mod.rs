@@ -71,7 +71,7 @@
 //!
 //! ```
 //! # #[cfg(feature = "toml")] {
-//! use ratekeeper_axum::config::LayerConfig;
+//! use ratekeeper_tower::config::LayerConfig;
 //!
 //! let text = r#"
 //! [[policies]]

@@ -26,8 +26,8 @@
 //! use std::convert::Infallible;
 //! use std::num::NonZeroU32;
 //! use axum::http::{Request, Response, StatusCode};
-//! use ratekeeper_axum::Quota;
-//! use ratekeeper_axum::{GlobalKey, RateLimitLayer};
+//! use ratekeeper_core::Quota;
+//! use ratekeeper_tower::{GlobalKey, RateLimitLayer};
 //! use tower::{ServiceBuilder, ServiceExt, service_fn};
 //!
 //! # #[tokio::main(flavor = "current_thread")]

@@ -13,8 +13,8 @@ use super::{KeyError, KeyExtractor};
 ///
 /// ```
 /// use axum::http::Request;
-/// use ratekeeper_axum::Key;
-/// use ratekeeper_axum::key::{GlobalKey, HeaderKey, KeyExtractor, Or};
+/// use ratekeeper_core::Key;
+/// use ratekeeper_tower::key::{GlobalKey, HeaderKey, KeyExtractor, Or};
 ///
 /// let key = Or::new(HeaderKey::raw("x-api-key"), GlobalKey);
 /// assert_eq!(key.extract(&Request::new(())).unwrap(), Key::Global);
@@ -60,7 +60,7 @@ where
 ///
 /// ```
 /// use axum::http::Request;
-/// use ratekeeper_axum::key::{GlobalKey, KeyExtractor};
+/// use ratekeeper_tower::key::{GlobalKey, KeyExtractor};
 ///
 /// let key = (GlobalKey, GlobalKey).extract(&Request::new(())).unwrap();
 /// assert_eq!(key.to_string(), "(global,global)");

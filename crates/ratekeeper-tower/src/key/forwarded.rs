@@ -23,7 +23,7 @@ static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 /// an entry beyond them) does the extractor key on the TCP peer instead.
 ///
 /// ```
-/// use ratekeeper_axum::key::MAX_HOPS;
+/// use ratekeeper_tower::key::MAX_HOPS;
 ///
 /// assert_eq!(MAX_HOPS, 32);
 /// ```
@@ -77,7 +77,7 @@ pub enum Source {
 ///
 /// ```
 /// use axum::http::Request;
-/// use ratekeeper_axum::key::{ForwardedIp, KeyExtractor, PeerAddr};
+/// use ratekeeper_tower::key::{ForwardedIp, KeyExtractor, PeerAddr};
 ///
 /// let ip = ForwardedIp::trusting(["10.0.0.0/8".parse().unwrap()]);
 /// let req = |peer: &str, xff: &str| {

@@ -26,8 +26,8 @@ pub const MAX_RAW_LEN: usize = 256;
 ///
 /// ```
 /// use axum::http::Request;
-/// use ratekeeper_axum::Key;
-/// use ratekeeper_axum::key::{HeaderKey, KeyExtractor};
+/// use ratekeeper_core::Key;
+/// use ratekeeper_tower::key::{HeaderKey, KeyExtractor};
 ///
 /// let api_key = HeaderKey::validated("x-api-key", |raw: &str| match raw {
 ///     "key-alice" => Some(Key::from("user:alice")),

@@ -26,8 +26,8 @@
 //! ```
 //! use std::net::SocketAddr;
 //! use axum::http::Request;
-//! use ratekeeper_axum::key::{KeyExtractor, PeerAddr, PeerIp};
-//! use ratekeeper_axum::Key;
+//! use ratekeeper_tower::key::{KeyExtractor, PeerAddr, PeerIp};
+//! use ratekeeper_core::Key;
 //!
 //! let mut req = Request::new(());
 //! req.extensions_mut().insert(PeerAddr("[2001:db8:aa:1::9]:4711".parse::<SocketAddr>().unwrap()));
@@ -43,9 +43,9 @@
 //!
 //! ```
 //! use std::num::NonZeroU32;
-//! use ratekeeper_axum::{Key, Policy, Quota};
-//! use ratekeeper_axum::key::KeyError;
-//! use ratekeeper_axum::{RateLimitLayer, RequestParts};
+//! use ratekeeper_core::{Key, Policy, Quota};
+//! use ratekeeper_tower::key::KeyError;
+//! use ratekeeper_tower::{RateLimitLayer, RequestParts};
 //!
 //! let layer = RateLimitLayer::builder()
 //!     .policy(Policy::new("tenant", Quota::per_minute(NonZeroU32::new(600).unwrap())))
@@ -119,9 +119,9 @@ impl KeyError {
 ///
 /// ```
 /// use axum::http::Request;
-/// use ratekeeper_axum::Key;
-/// use ratekeeper_axum::key::{KeyError, KeyExtractor};
-/// use ratekeeper_axum::RequestParts;
+/// use ratekeeper_core::Key;
+/// use ratekeeper_tower::key::{KeyError, KeyExtractor};
+/// use ratekeeper_tower::RequestParts;
 ///
 /// let tenant = |req: &RequestParts<'_>| {
 ///     req.headers()

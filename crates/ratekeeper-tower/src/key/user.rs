@@ -18,8 +18,8 @@ use super::{KeyError, KeyExtractor};
 ///
 /// ```
 /// use axum::http::Request;
-/// use ratekeeper_axum::Key;
-/// use ratekeeper_axum::key::{KeyExtractor, UserKey};
+/// use ratekeeper_core::Key;
+/// use ratekeeper_tower::key::{KeyExtractor, UserKey};
 ///
 /// #[derive(Clone)]
 /// struct User { id: u64 }

@@ -35,10 +35,10 @@
 //! ```
 //! use std::num::NonZeroU32;
 //! use axum::http::{Request, StatusCode};
-//! use ratekeeper_axum::{Policy, Quota};
-//! use ratekeeper_axum::key::PeerAddr;
-//! use ratekeeper_axum::policy::resolve_fn;
-//! use ratekeeper_axum::RateLimitLayer;
+//! use ratekeeper_core::{Policy, Quota};
+//! use ratekeeper_tower::key::PeerAddr;
+//! use ratekeeper_tower::policy::resolve_fn;
+//! use ratekeeper_tower::RateLimitLayer;
 //! use tower::{ServiceBuilder, ServiceExt};
 //!
 //! #[derive(Clone, Copy, PartialEq)]

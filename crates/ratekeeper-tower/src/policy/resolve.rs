@@ -19,10 +19,10 @@ use crate::error::BuildError;
 ///
 /// ```
 /// use std::num::NonZeroU32;
-/// use ratekeeper_axum::{Policy, Quota};
-/// use ratekeeper_axum::RequestParts;
-/// use ratekeeper_axum::policy::{Plan, resolve_fn};
-/// use ratekeeper_axum::{GlobalKey, RateLimitLayer};
+/// use ratekeeper_core::{Policy, Quota};
+/// use ratekeeper_tower::RequestParts;
+/// use ratekeeper_tower::policy::{Plan, resolve_fn};
+/// use ratekeeper_tower::{GlobalKey, RateLimitLayer};
 ///
 /// let per_minute = |n| Quota::per_minute(NonZeroU32::new(n).unwrap());
 /// // A bare closure.
@@ -44,7 +44,7 @@ use crate::error::BuildError;
 ///     }))
 ///     .build()?;
 /// # let _ = layer;
-/// # Ok::<(), ratekeeper_axum::BuildError>(())
+/// # Ok::<(), ratekeeper_tower::BuildError>(())
 /// ```
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a rate-limit policy resolver",
@@ -160,8 +160,8 @@ impl AllPolicies {
 /// with `inner`.
 ///
 /// ```
-/// use ratekeeper_axum::RequestParts;
-/// use ratekeeper_axum::policy::AllPolicies;
+/// use ratekeeper_tower::RequestParts;
+/// use ratekeeper_tower::policy::AllPolicies;
 ///
 /// let health_is_free = AllPolicies.except(|req: &RequestParts<'_>| req.uri().path() == "/health");
 /// # let _ = health_is_free;

@@ -139,8 +139,8 @@ struct Settings {
 ///
 /// ```
 /// use std::num::NonZeroU32;
-/// use ratekeeper_axum::{Policy, Quota};
-/// use ratekeeper_axum::{GlobalKey, RateLimitLayer};
+/// use ratekeeper_core::{Policy, Quota};
+/// use ratekeeper_tower::{GlobalKey, RateLimitLayer};
 ///
 /// let layer = RateLimitLayer::builder()
 ///     .policy(Policy::new("burst", Quota::per_second(NonZeroU32::new(50).unwrap())))
@@ -148,7 +148,7 @@ struct Settings {
 ///     .key(GlobalKey)
 ///     .build()?;
 /// assert_eq!(layer.policy_ids().len(), 2);
-/// # Ok::<(), ratekeeper_axum::BuildError>(())
+/// # Ok::<(), ratekeeper_tower::BuildError>(())
 /// ```
 pub struct RateLimitBuilder<K = PeerIp, Co = u64, St = MemoryStore<Key>, R = AllPolicies> {
     settings: Settings,

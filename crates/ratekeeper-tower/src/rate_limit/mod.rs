@@ -46,9 +46,9 @@
 //! use std::convert::Infallible;
 //! use std::num::NonZeroU32;
 //! use axum::http::{Request, Response, StatusCode};
-//! use ratekeeper_axum::Quota;
-//! use ratekeeper_axum::key::PeerAddr;
-//! use ratekeeper_axum::RateLimitLayer;
+//! use ratekeeper_core::Quota;
+//! use ratekeeper_tower::key::PeerAddr;
+//! use ratekeeper_tower::RateLimitLayer;
 //! use tower::{ServiceBuilder, ServiceExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")]

@@ -12,9 +12,9 @@ use ratekeeper_core::store::Store;
 /// use std::convert::Infallible;
 /// use std::num::NonZeroU32;
 /// use axum::http::{Request, Response, StatusCode};
-/// use ratekeeper_axum::Quota;
-/// use ratekeeper_axum::rate_limit::Mode;
-/// use ratekeeper_axum::{GlobalKey, RateLimitLayer};
+/// use ratekeeper_core::Quota;
+/// use ratekeeper_tower::rate_limit::Mode;
+/// use ratekeeper_tower::{GlobalKey, RateLimitLayer};
 /// use tower::{ServiceBuilder, ServiceExt};
 ///
 /// # #[tokio::main(flavor = "current_thread")]

@@ -47,9 +47,9 @@
 //! use std::num::NonZeroU32;
 //! use axum::body::Bytes;
 //! use axum::http::{Request, Response, StatusCode};
-//! use ratekeeper_axum::{Policy, Quota};
-//! use ratekeeper_axum::report::{HeaderStyle, Limited, PartitionKey};
-//! use ratekeeper_axum::{GlobalKey, RateLimitLayer};
+//! use ratekeeper_core::{Policy, Quota};
+//! use ratekeeper_tower::report::{HeaderStyle, Limited, PartitionKey};
+//! use ratekeeper_tower::{GlobalKey, RateLimitLayer};
 //! use tower::{ServiceBuilder, ServiceExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -122,8 +122,8 @@
 //! use std::convert::Infallible;
 //! use std::num::NonZeroU32;
 //! use axum::http::{Request, Response, StatusCode};
-//! use ratekeeper_axum::{Policy, Quota};
-//! use ratekeeper_axum::{GlobalKey, RateLimitLayer};
+//! use ratekeeper_core::{Policy, Quota};
+//! use ratekeeper_tower::{GlobalKey, RateLimitLayer};
 //! use tower::{ServiceBuilder, ServiceExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")]

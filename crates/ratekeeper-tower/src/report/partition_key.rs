@@ -16,8 +16,8 @@ use sha2::{Digest, Sha256};
 /// that share a budget should share the salt so clients see one `pk`.
 ///
 /// ```
-/// use ratekeeper_axum::Key;
-/// use ratekeeper_axum::report::PartitionKey;
+/// use ratekeeper_core::Key;
+/// use ratekeeper_tower::report::PartitionKey;
 ///
 /// let pk = PartitionKey::salted("s3cret");
 /// let value = pk.param(&Key::from("198.51.100.7"));
