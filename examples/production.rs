@@ -184,11 +184,7 @@ async fn health() -> &'static str {
 }
 
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
+    ratekeeper_examples::init_tracing();
     let addr = ratekeeper_examples::listen_addr();
     ratekeeper_examples::serve(app()?, &addr).await?;
     Ok(())

@@ -1,4 +1,4 @@
-//! The `from_config` example: its checked-in `examples/ratekeeper.toml` builds a layer that
+//! The `from_config` example: its checked-in `examples/config/ratekeeper.toml` builds a layer that
 //! behaves like the same layer built in code on one request trace (real HTTP on loopback);
 //! a typo's error names its file, line, column and field; every TOML sample in the docs
 //! (README and the `config` module) parses and builds.
@@ -14,14 +14,14 @@ use ratekeeper_axum::{Algorithm, Key, Policy, Quota, RateLimitLayer, RequestPart
 use ratekeeper_tests::TestServer;
 
 #[allow(dead_code, unreachable_pub)]
-#[path = "../examples/from_config.rs"]
+#[path = "../examples/config/from_config.rs"]
 mod from_config;
 
 fn quota(s: &str) -> Quota {
     s.parse().unwrap()
 }
 
-/// `examples/ratekeeper.toml`, written with the builder.
+/// `examples/config/ratekeeper.toml`, written with the builder.
 fn in_code() -> axum::Router {
     let layer = RateLimitLayer::builder()
         .policy(Policy::new("api", quota("60/m burst 10")))

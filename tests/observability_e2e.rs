@@ -4,13 +4,14 @@
 //! the shadow-mode counters, each with its labels; with Redis killed, the store's error and
 //! failure-policy counters. Every metric of the README's metrics table is in the scrape
 //! (counters of events that did not happen at 0; all but the fallback's, which this app does
-//! not use), and every metric the test finds is one the README's table names.
+//! not use), and every metric the test finds is one the README's table names. Every query of
+//! the Grafana dashboard (`dashboards/ratekeeper.json`) names metrics of that scrape.
 
 use ratekeeper_tests::TestServer;
 use ratekeeper_tests::redis::RedisServer;
 
 #[allow(dead_code, unreachable_pub)]
-#[path = "../examples/observability.rs"]
+#[path = "../examples/redis/observability.rs"]
 mod observability;
 
 /// The value of the sample `line_start` (a metric name with its labels, as rendered), if
@@ -47,6 +48,49 @@ fn readme_metrics() -> Vec<String> {
         .filter_map(|l| l.strip_prefix("| `"))
         .filter_map(|l| l.split('`').next())
         .map(str::to_owned)
+        .collect()
+}
+
+/// Every query of the Grafana dashboard (`dashboards/ratekeeper.json`): the `expr` of each
+/// panel target and the `query`/`definition` of each template variable, each with the
+/// `ratekeeper_*` metric names it reads (as rendered: a histogram's `_bucket` series).
+fn dashboard_queries() -> Vec<(String, Vec<String>)> {
+    fn walk(value: &serde_json::Value, out: &mut Vec<String>) {
+        match value {
+            serde_json::Value::Object(map) => {
+                for (key, v) in map {
+                    match (key.as_str(), v) {
+                        ("expr" | "definition", serde_json::Value::String(q)) => {
+                            out.push(q.clone())
+                        }
+                        _ => walk(v, out),
+                    }
+                }
+            }
+            serde_json::Value::Array(items) => items.iter().for_each(|v| walk(v, out)),
+            _ => {}
+        }
+    }
+    let dashboard: serde_json::Value =
+        serde_json::from_str(include_str!("../dashboards/ratekeeper.json"))
+            .expect("the dashboard is JSON");
+    let mut queries = Vec::new();
+    walk(&dashboard, &mut queries);
+    queries
+        .into_iter()
+        .map(|q| {
+            let names = q
+                .match_indices("ratekeeper_")
+                .map(|(at, _)| {
+                    let rest = &q[at..];
+                    let end = rest
+                        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                        .unwrap_or(rest.len());
+                    rest[..end].to_owned()
+                })
+                .collect();
+            (q, names)
+        })
         .collect()
 }
 
@@ -221,6 +265,23 @@ async fn metrics_are_scraped_with_their_labels() {
         0.0
     );
     assert_eq!(find("ratekeeper_negative_cache_hits_total", &[]), 0.0);
+    // The Grafana dashboard reads only metrics this app exports.
+    let queries = dashboard_queries();
+    assert!(queries.len() >= 10, "{queries:?}");
+    for (query, names) in &queries {
+        assert!(
+            !names.is_empty(),
+            "dashboard query reads no ratekeeper metric: {query}"
+        );
+        for name in names {
+            assert!(
+                scrape.lines().any(|l| l
+                    .strip_prefix(name.as_str())
+                    .is_some_and(|rest| rest.starts_with(['{', ' ']))),
+                "dashboard query `{query}` reads {name}, which the observability example does not export:\n{scrape}"
+            );
+        }
+    }
     for line in scrape.lines().filter(|l| l.starts_with("ratekeeper_")) {
         let name = line.split(['{', ' ']).next().unwrap_or("");
         let base = ["_bucket", "_count", "_sum"]

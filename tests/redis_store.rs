@@ -20,7 +20,7 @@ use ratekeeper_tests::{TestServer, ok_app, spawn};
 // The example app itself, not a copy; its `main` and the items this file does not use
 // are dead code here.
 #[allow(dead_code, unreachable_pub)]
-#[path = "../examples/distributed.rs"]
+#[path = "../examples/redis/distributed.rs"]
 mod distributed;
 
 const MS: u64 = 1_000_000;

@@ -21,7 +21,7 @@ use ratekeeper_tests::redis::RedisServer;
 // The example app itself, not a copy; its `main` and the items this file does not use
 // are dead code here.
 #[allow(dead_code, unreachable_pub)]
-#[path = "../examples/distributed.rs"]
+#[path = "../examples/redis/distributed.rs"]
 mod distributed;
 
 fn quota(limit: u32, period_ms: u64, burst: u32) -> Quota {

@@ -32,16 +32,27 @@ pub fn listen_addr() -> String {
 
 /// Installs a `tracing` subscriber that prints to stdout, filtered by `RUST_LOG` (default
 /// `info`), so the layer's log lines (a missing peer address, a store error) are visible.
-/// Does nothing when a subscriber is already installed.
+/// `RUST_LOG` is a list of `target=level` directives and at most one bare default level, such
+/// as `info,ratekeeper::decision=debug` (`tracing_subscriber::filter::Targets`); a value that
+/// does not parse falls back to `info`. Does nothing when a subscriber is already installed.
 ///
 /// ```
 /// ratekeeper_examples::init_tracing();
 /// ratekeeper_examples::init_tracing(); // a second call is harmless
 /// ```
 pub fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).try_init();
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+
+    let filter = std::env::var("RUST_LOG")
+        .ok()
+        .and_then(|directives| directives.parse::<Targets>().ok())
+        .unwrap_or_else(|| Targets::new().with_default(LevelFilter::INFO));
+    let _ = tracing_subscriber::registry()
+        .with(tracing_subscriber::fmt::layer())
+        .with(filter)
+        .try_init();
 }
 
 /// Binds `addr`, prints `listening on <addr>` once connections are accepted, and serves

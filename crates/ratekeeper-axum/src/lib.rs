@@ -116,12 +116,11 @@
 //! # One limit for the whole app, at the lowest cost
 //!
 //! `Router::layer` wraps every route in the layer and boxes it again, and axum boxes the
-//! layer's response body once more: about 1 000 instructions per allowed request on top of
-//! the layer's own work, and a rejected request is routed before it is refused (measured
-//! with callgrind on axum 0.8 and hyper 1). A limit that applies to every request alike (a peer-IP or API-key
-//! budget, no per-route costs) can wrap the whole router instead, tower style: a 429 then
-//! costs about what a bare 200 does, and `Body::from` unwraps the layer's body without
-//! boxing it:
+//! layer's response body once more, on top of the layer's own work; a rejected request is
+//! routed before it is refused. A limit that applies to every request alike (a peer-IP or
+//! API-key budget, no per-route costs) can wrap the whole router instead, tower style: a 429
+//! then never reaches the router, and `Body::from` unwraps the layer's body without boxing
+//! it:
 //!
 //! ```
 //! use std::net::SocketAddr;
@@ -168,6 +167,15 @@
 //! | a tonic (gRPC) service | the same [`RateLimitLayer`] on tonic's axum router: limited calls get `RESOURCE_EXHAUSTED` with the retry time, not an HTTP 429 ([`report`](crate::report#grpc)) | `grpc` |
 //!
 //! Run an example with `ADDR=127.0.0.1:3000 cargo run --example <name>`.
+
+// docs.rs (`--cfg docsrs`, nightly rustdoc): "available on crate feature ..." badges on
+// feature-gated items.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+// The README's examples compile and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
 
 pub mod extract;
 

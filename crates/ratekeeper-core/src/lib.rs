@@ -66,6 +66,14 @@
     not(feature = "redis"),
     doc = "| `redis` | `store::redis::RedisStore`: the store shared by every app instance, on Redis standalone or Cluster (tokio, the `redis` crate) |"
 )]
+// docs.rs (`--cfg docsrs`, nightly rustdoc): "available on crate feature ..." badges on
+// feature-gated items.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+// The README's examples compile and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
 
 pub mod algorithm;
 pub mod clock;

@@ -41,6 +41,15 @@
 //! | `serde` | `config`: a layer's settings (policies, key, routes and costs, tiers, exemptions, headers, mode) as `serde` types |
 //! | `toml` | `config::LayerConfig::from_toml`: those settings from a TOML document, errors with file, line, column and field |
 
+// docs.rs (`--cfg docsrs`, nightly rustdoc): "available on crate feature ..." badges on
+// feature-gated items.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+// The README's examples compile and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 pub mod body;
 pub mod client;
 pub mod concurrency;

@@ -41,7 +41,7 @@
 //! GCRA and the leaky bucket (as a meter) coincide and refill steadily; only the fixed window
 //! admits a second batch of 10 right after the boundary (17 within 1 s), and then nothing
 //! until its next window; the sliding log admits the fewest (23 of 49).
-//! The chart is drawn by `cargo run -p ratekeeper-examples --example algorithms_chart` in
+//! The chart is drawn by `cargo run -p ratekeeper-examples-chart --example algorithms_chart` in
 //! the ratekeeper repository.
 //!
 #![doc = include_str!("../../docs/algorithms.svg")]

@@ -302,8 +302,16 @@ impl StoreError {
 
 /// Per-key state for registered policies.
 ///
-/// Implementations: [`MemoryStore`] (answers synchronously; the default). A networked store
-/// implements the same trait with an async future, so the HTTP layer's API does not change.
+/// Implementations in this crate:
+///
+/// | store | where the state lives | answers | feature |
+/// |---|---|---|---|
+/// | [`MemoryStore`] (the default) | this process | at once ([`Checked::Ready`]) | |
+/// | `redis::RedisStore` | Redis standalone or Cluster, shared by every app instance | one script call ([`Checked::Pending`]), with a deadline and a failure policy | `redis` |
+/// | `tiered::TieredStore` | Redis, with units leased to each instance and spent locally | at once while leased units last, else after a Redis call | `redis` |
+///
+/// A networked store implements the same trait with an async future, so the HTTP layer's API
+/// does not change; a store of your own can implement it too.
 pub trait Store<K: ?Sized>: Send + Sync + 'static {
     /// The future of a check that needs I/O. A store that always answers at once uses
     /// [`std::future::Ready`].

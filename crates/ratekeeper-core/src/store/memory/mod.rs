@@ -52,25 +52,18 @@ use crate::{Decision, Policy};
 /// is in the IPv4 lane, the other in the IPv6 one). The lane of a key depends only on
 /// the key; which lane a key type uses is decided at compile time.
 ///
-/// **Bytes per key.** Each lane is made of hashbrown tables (one control byte per bucket,
-/// at most 7/8 of the buckets full, the bucket count a power of two), so a lane of 16-byte
-/// entries costs 17 bytes per bucket. A single table would cost between 19.4 bytes per key
-/// (7/8 full) and 38.9 (just after it doubled), by the key count. The fixed-size lanes are
-/// therefore split into 8 dashmaps that take unequal shares of the keys (from 23/256 to
-/// 42/256, a geometric series over one doubling), so their doublings are spread out: from
-/// 100,000 keys up, an IPv4 or IPv6 /64 key costs between 25.5 and 30.1 bytes of table at
-/// any key count. Measured as resident-set growth over keys (the `memory_scale` bench):
-/// 29.5 bytes per IPv4 key at 1M keys and 26.8 at 10M, against 69.6 and 55.4 for governor
-/// with `IpAddr` keys. A 32-byte API key costs 90 to 100 bytes (a 24-byte entry and a
-/// 48-byte heap block).
+/// **Bytes per key.** Each lane is made of hashbrown tables (one control byte per bucket, at
+/// most 7/8 of the buckets full, a power-of-two bucket count), so a lane of 16-byte entries
+/// costs 17 bytes per bucket. The fixed-size lanes are split into 8 maps that take unequal
+/// shares of the keys (23/256 to 42/256, a geometric series over one doubling), so their
+/// doublings are spread out: from 100,000 keys up, an IPv4 or IPv6 /64 key costs between 25.5
+/// and 30.1 bytes of table at any key count (one table alone: 19.4 to 38.9, by the count).
+/// A 32-byte API key adds a 48-byte heap block to its 24-byte entry.
 ///
 /// With [`MemoryStore::with_max_keys`], a policy holds at most `max_keys` keys: its resident
-/// set stays within the per-key cost above times `max_keys`, times two, plus a constant.
-/// The factor two is hashbrown's: a table whose room is used up by removed entries (keys
-/// swept while new ones arrive) is rehashed in place when at most half of its capacity is
-/// live, and into twice the buckets otherwise, so under a long flood each table doubles at
-/// most once (measured for IP keys: 31 to 34 bytes x `max_keys` after 10M keys, 54 to 58
-/// after 100M, against the budget's 60.2).
+/// set stays within the per-key cost above times `max_keys`, times two, plus a constant (a
+/// table filled by swept keys is rehashed in place or into twice the buckets, so under a long
+/// flood each table doubles at most once).
 ///
 /// Per-key state: one `AtomicU64` for GCRA, the leaky bucket and the concurrency counter
 /// (lock-free CAS); a small `Mutex`-guarded value for the fixed window, the sliding window

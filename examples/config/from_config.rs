@@ -1,17 +1,17 @@
-//! An axum app whose limits come from a TOML file: `examples/ratekeeper.toml` (policies with
+//! An axum app whose limits come from a TOML file: `examples/config/ratekeeper.toml` (policies with
 //! their algorithms, per-route costs, a route-scoped login limit, tiers by API key, an exempt
 //! network, the header style and the mode), or the file named on the command line.
 //!
 //! ```text
-//! ADDR=127.0.0.1:3000 cargo run --example from_config
-//! ADDR=127.0.0.1:3000 cargo run --example from_config -- path/to/ratekeeper.toml
+//! ADDR=127.0.0.1:3000 cargo run -p ratekeeper-examples-config --example from_config
+//! ADDR=127.0.0.1:3000 cargo run -p ratekeeper-examples-config --example from_config -- path/to/ratekeeper.toml
 //! curl -si http://127.0.0.1:3000/search | grep -i x-ratelimit-remaining    # 5 (api: 10 - 5)
 //! ```
 //!
 //! A mistake in the file stops the app with one line naming the file, line, column and field:
 //!
 //! ```text
-//! error: examples/ratekeeper.toml:15:9: policies[0].quota: invalid quota "60/mn burst 10": ...
+//! error: examples/config/ratekeeper.toml:15:9: policies[0].quota: invalid quota "60/mn burst 10": ...
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -23,11 +23,16 @@ use ratekeeper_axum::key::KeyExtractor;
 use ratekeeper_axum::policy::Resolve;
 use ratekeeper_axum::{Key, RateLimitLayer};
 
-/// The checked-in configuration: `ratekeeper.toml` beside this file (`examples/`), found
-/// from the workspace root (this package's parent) and this file's path in it, so the tests
-/// that include this file find it too.
+/// The checked-in configuration: `ratekeeper.toml` beside this file (`examples/config/`).
+/// `file!()` is this file's path from the workspace root, which is an ancestor of the
+/// directory of whichever package compiles the file (this example's, or the tests' that
+/// include it), so the first ancestor holding the file is the root.
 pub fn default_path() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = manifest_dir
+        .ancestors()
+        .find(|dir| dir.join(file!()).is_file())
+        .unwrap_or(manifest_dir);
     root.join(file!()).with_file_name("ratekeeper.toml")
 }
 

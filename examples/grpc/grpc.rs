@@ -3,7 +3,7 @@
 //! retry time, instead of an HTTP 429 (which gRPC clients read as `UNAVAILABLE`).
 //!
 //! ```text
-//! ADDR=127.0.0.1:50051 cargo run --example grpc
+//! ADDR=127.0.0.1:50051 cargo run -p ratekeeper-examples-grpc --example grpc
 //! ```
 //!
 //! A limited call's trailers-only response carries:
@@ -122,11 +122,7 @@ pub fn app() -> Result<Router, BuildError> {
 
 #[allow(dead_code)] // The end-to-end test includes this file for `app`, not for `main`.
 async fn run() -> std::io::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .init();
+    ratekeeper_examples::init_tracing();
     let addr = std::env::var("ADDR").unwrap_or_else(|_| "127.0.0.1:50051".to_owned());
     let listener = tokio::net::TcpListener::bind(&addr).await?;
     println!("listening on {}", listener.local_addr()?);

@@ -2,7 +2,7 @@
 //! same bursty trace, in the memory store on a manual clock.
 //!
 //! ```text
-//! cargo run -p ratekeeper-examples --example algorithms_chart [-- <output.svg>]
+//! cargo run -p ratekeeper-examples-chart --example algorithms_chart [-- <output.svg>]
 //! ```
 //!
 //! The quota is 10 requests per minute (burst 10) for one client. The trace is 180 s long:
@@ -208,7 +208,7 @@ fn draw(path: &str, runs: &[Run], arrivals: &[u64]) -> Result<(), Box<dyn Error>
 fn chart() -> Result<(), Box<dyn Error>> {
     let default = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../crates/ratekeeper-core/docs/algorithms.svg"
+        "/../../crates/ratekeeper-core/docs/algorithms.svg"
     );
     let path = std::env::args()
         .nth(1)

@@ -2,8 +2,8 @@
 //! instance started with the same `REDIS_URL` shares one budget per client IP.
 //!
 //! ```text
-//! REDIS_URL=redis://127.0.0.1:6379/ ADDR=127.0.0.1:3000 cargo run --example distributed &
-//! REDIS_URL=redis://127.0.0.1:6379/ ADDR=127.0.0.1:3001 cargo run --example distributed &
+//! REDIS_URL=redis://127.0.0.1:6379/ ADDR=127.0.0.1:3000 cargo run -p ratekeeper-examples-redis --example distributed &
+//! REDIS_URL=redis://127.0.0.1:6379/ ADDR=127.0.0.1:3001 cargo run -p ratekeeper-examples-redis --example distributed &
 //! for i in $(seq 6); do
 //!   curl -s -o /dev/null -w '%{http_code} %header{x-ratelimit-remaining}\n' http://127.0.0.1:3000/
 //!   curl -s -o /dev/null -w '%{http_code} %header{x-ratelimit-remaining}\n' http://127.0.0.1:3001/
@@ -21,8 +21,8 @@
 //! `x-ratelimit-remaining` of a lease-holding instance counts its held units as remaining).
 //!
 //! ```text
-//! LEASE=5 REDIS_URL=redis://127.0.0.1:6379/ ADDR=127.0.0.1:3000 cargo run --example distributed &
-//! LEASE=5 REDIS_URL=redis://127.0.0.1:6379/ ADDR=127.0.0.1:3001 cargo run --example distributed &
+//! LEASE=5 REDIS_URL=redis://127.0.0.1:6379/ ADDR=127.0.0.1:3000 cargo run -p ratekeeper-examples-redis --example distributed &
+//! LEASE=5 REDIS_URL=redis://127.0.0.1:6379/ ADDR=127.0.0.1:3001 cargo run -p ratekeeper-examples-redis --example distributed &
 //! for i in $(seq 10); do
 //!   curl -s -o /dev/null -w '%{http_code}\n' http://127.0.0.1:3000/ &
 //!   curl -s -o /dev/null -w '%{http_code}\n' http://127.0.0.1:3001/ &

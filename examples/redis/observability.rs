@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! REDIS_URL=redis://127.0.0.1:6379/ RUST_LOG=info,ratekeeper::decision=debug \
-//!     ADDR=127.0.0.1:3000 cargo run --example observability
+//!     ADDR=127.0.0.1:3000 cargo run -p ratekeeper-examples-redis --example observability
 //! for i in $(seq 8); do curl -s -o /dev/null -w '%{http_code}\n' http://127.0.0.1:3000/; done
 //! curl -s http://127.0.0.1:3000/metrics | grep '^ratekeeper_'
 //! ```

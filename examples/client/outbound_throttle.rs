@@ -6,7 +6,7 @@
 //! tasks against it for `DURATION_SECS` seconds (default 5) and prints what they saw.
 //!
 //! ```text
-//! ADDR=127.0.0.1:3000 cargo run --example outbound_throttle
+//! ADDR=127.0.0.1:3000 cargo run -p ratekeeper-examples-client --example outbound_throttle
 //! ```
 
 use std::num::NonZeroU32;

@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! ADDR=127.0.0.1:3000 cargo run --example quickstart &
-//! ADDR=127.0.0.1:3000 cargo run --example polite_client
+//! ADDR=127.0.0.1:3000 cargo run -p ratekeeper-examples-client --example polite_client
 //! ```
 //!
 //! `ADDR` is the server's address (default `127.0.0.1:3000`). The process exits with an error
