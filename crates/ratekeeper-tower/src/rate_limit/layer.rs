@@ -345,15 +345,24 @@ impl<K, Co, St, R> RateLimitBuilder<K, Co, St, R> {
     }
 
     /// Peers inside these networks (for example monitoring or an internal network) are not
-    /// limited. Matched against the TCP peer (IPv4-mapped IPv6 as IPv4), never a forwarded
-    /// header.
+    /// limited. Matched against the TCP peer, never a forwarded header. Peer and networks are
+    /// compared in the normal form of [`normalize_ip`](crate::key::normalize_ip): IPv4-mapped
+    /// and well-known NAT64 (`64:ff9b::/96`) spellings are IPv4, so `::ffff:192.0.2.0/120`
+    /// and `192.0.2.0/24` are the same network and match `192.0.2.7` in either spelling.
     pub fn exempt_networks(mut self, networks: impl IntoIterator<Item = ipnet::IpNet>) -> Self {
+        let networks = crate::key::normalize_nets(networks, &[]);
         self.settings.rules.exempt_networks.extend(networks);
         self
     }
 
     /// Requests whose key (from the layer's key extractor) is one of `keys` are not limited.
+    /// An address key is compared in the normal form of the IP extractors
+    /// ([`normalize_ip`](crate::key::normalize_ip)), as they write it.
     pub fn exempt_keys(mut self, keys: impl IntoIterator<Item = Key>) -> Self {
+        let keys = keys.into_iter().map(|key| match key {
+            Key::Ip(ip) => Key::Ip(crate::key::normalize_ip(ip, &[])),
+            key => key,
+        });
         self.settings.rules.exempt_keys.extend(keys);
         self
     }
