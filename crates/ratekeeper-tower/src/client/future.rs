@@ -44,7 +44,12 @@ pin_project! {
             max_wait: Duration,
             over_deadline: OverDeadline,
         },
-        Calling { #[pin] future: S::Future },
+        Calling {
+            #[pin]
+            future: S::Future,
+            // When the request was handed to the inner service.
+            sent: Instant,
+        },
         Refused { error: Option<WaitTooLong> },
     }
 }
@@ -52,7 +57,10 @@ pin_project! {
 impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
     pub(super) fn call(future: S::Future, shared: Arc<Shared>, key: String) -> Self {
         Self {
-            state: State::Calling { future },
+            state: State::Calling {
+                future,
+                sent: Instant::now(),
+            },
             memory: Some((shared, key)),
         }
     }
@@ -134,18 +142,18 @@ where
                         return Poll::Pending;
                     };
                     let future = service.call(req);
-                    this.state.set(State::Calling { future });
+                    this.state.set(State::Calling { future, sent: now });
                 }
-                StateProj::Calling { future } => {
+                StateProj::Calling { future, sent } => {
                     let res = ready!(future.poll(cx)).map_err(Error::Service)?;
                     if let Some((shared, key)) = this.memory.take() {
                         let wait =
                             announced_wait_at(res.status(), res.headers(), SystemTime::now());
-                        if let Some(wait) = wait.filter(|w| !w.is_zero()) {
+                        if let Some(wait) = wait {
                             let now = Instant::now();
-                            // `checked_add`: the wait is capped at a year, but be safe anyway.
+                            // `checked_add`: the wait is at most a year, but be safe anyway.
                             if let Some(until) = now.checked_add(wait) {
-                                shared.block(&key, until, now);
+                                shared.record(&key, until, *sent, now);
                             }
                         }
                     }

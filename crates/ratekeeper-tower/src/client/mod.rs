@@ -11,15 +11,33 @@
 //!
 //! | field | asks to wait when | for |
 //! |---|---|---|
-//! | `Retry-After` (on a 429 or 503) | always | delay-seconds, or until the HTTP-date |
-//! | `RateLimit` (draft-ietf-httpapi-ratelimit-headers-11) | an item has `r=0` | its `t` seconds (the longest among such items) |
-//! | `X-RateLimit-Remaining` + `X-RateLimit-Reset` | remaining is `0` | the reset: delta seconds, or a Unix time in seconds when it is at least 1 000 000 000 |
-//! | `RateLimit-Remaining` + `RateLimit-Reset` (drafts -00 to -03) | remaining is `0` | the reset, in delta seconds |
+//! | `Retry-After` (on a 429 or 503) | always | its number, or until the HTTP-date |
+//! | `RateLimit` (draft-ietf-httpapi-ratelimit-headers-11) | an item has `r=0` | its `t` (the longest among such items) |
+//! | `X-RateLimit-Remaining` + `X-RateLimit-Reset` | remaining is `0` | the reset |
+//! | `RateLimit-Remaining` + `RateLimit-Reset` (drafts -00 to -03) | remaining is `0` | the reset |
 //!
-//! When several apply the longest wait wins, and a wait already recorded is only ever
-//! lengthened by a later response. Malformed fields are ignored, as the IETF draft asks of
-//! clients: a value that is not exactly the syntax above, a field sent twice (except
-//! `RateLimit`, a list), a value longer than 4096 bytes. Waits are capped at one year.
+//! Servers write these numbers in different units whatever the field's definition says, so
+//! every number (the reset, `t`, a numeric `Retry-After`) is read by plausibility, the same
+//! way in every field:
+//!
+//! | value | read as |
+//! |---|---|
+//! | below 10⁹ | delay seconds |
+//! | 10⁹ to 10¹² − 1 | a Unix time in seconds (2001-09-09 onwards) |
+//! | 10¹² to 10¹⁵ − 1 | a Unix time in milliseconds (2001-09-09 onwards) |
+//! | 10¹⁵ and above | implausible: ignored |
+//!
+//! A Unix time or HTTP-date in the past means no wait; a wait longer than one year, in any
+//! unit, is implausible and ignored (one odd answer never locks an origin away for a year).
+//!
+//! When several fields apply the longest wait wins. The latest word wins between answers:
+//! the answer to a request sent after a wait was recorded replaces it, shorter or longer,
+//! and a remaining count above 0 (or `Retry-After: 0`, or a reset already past) clears it;
+//! the answer to a request sent before the wait was announced can only lengthen it. A
+//! request already waiting keeps its wake-up time (at most `max_wait`), unless a longer wait
+//! is announced meanwhile. Malformed fields are ignored, as the IETF draft asks of clients:
+//! a value that is not exactly the syntax above, a field sent twice (except `RateLimit`, a
+//! list), a value longer than 4096 bytes.
 //!
 //! # Which requests wait, and how long at most
 //!
