@@ -133,6 +133,7 @@ struct Settings {
     settle: Vec<(String, Settle)>,
     quiet_forwarded: bool,
     raw_keys: bool,
+    grpc: bool,
 }
 
 /// Builds a [`RateLimitLayer`]: policies, key extractor, cost, store, headers.
@@ -390,6 +391,22 @@ impl<K, Co, St, R> RateLimitBuilder<K, Co, St, R> {
         self
     }
 
+    /// Whether this layer serves gRPC (tonic, gRPC-Web): a refused gRPC call then gets a
+    /// gRPC answer, a trailers-only response with HTTP `200 OK` and `grpc-status: 8`
+    /// (`RESOURCE_EXHAUSTED`), which gRPC clients read (see [`report`](crate::report#grpc)).
+    ///
+    /// A gRPC call is recognised by its protocol's grammar: `content-type: application/grpc`
+    /// (or `application/grpc+<format>`) on an HTTP/2 request, or a gRPC-Web content type
+    /// (`application/grpc-web`, `application/grpc-web-text`, with an optional
+    /// `+<format>`) on any HTTP version. Default `false`: every refusal is an HTTP status
+    /// (429, 503, 400, 500) whatever the request's `content-type` says, so a client of a
+    /// plain HTTP service cannot turn its own 429 into a 200 that access logs and proxies do
+    /// not count as a refusal.
+    pub fn grpc(mut self, on: bool) -> Self {
+        self.settings.grpc = on;
+        self
+    }
+
     /// Registers the policies with the store and builds the layer.
     ///
     /// Logs one INFO event (target `ratekeeper`) naming the policies (name, quota,
@@ -458,6 +475,7 @@ impl<K, Co, St, R> RateLimitBuilder<K, Co, St, R> {
         let mut reporter = Reporter::new(policies, settings.style, settings.reset);
         reporter.rejection = settings.rejection;
         reporter.partition_key = settings.partition_key;
+        reporter.grpc = settings.grpc;
         diag::built(
             policies,
             &key.describe(),
