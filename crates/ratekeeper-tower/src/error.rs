@@ -52,6 +52,13 @@ pub enum BuildError {
         /// What is wrong.
         message: String,
     },
+    /// A [`HeaderKey`](crate::key::HeaderKey) was given a header name that is not a valid
+    /// HTTP field name (RFC 9110 §5.1: a token, letters, digits and ``!#$%&'*+-.^_`|~``).
+    #[error(
+        "header name {0:?} is not a valid HTTP field name: use letters, digits and `-`, \
+         such as \"x-api-key\" or \"Authorization\""
+    )]
+    InvalidHeaderName(String),
     /// A route template can never match a route (see
     /// [`route::check_template`](crate::route::check_template)): no leading `/`, or axum 0.7's
     /// `:param` / `*rest` syntax, which axum 0.8 treats as literal text.

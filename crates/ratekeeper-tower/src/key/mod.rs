@@ -165,6 +165,16 @@ pub trait KeyExtractor: Send + Sync + 'static {
     fn describe(&self) -> String {
         crate::rate_limit::short_type_name::<Self>()
     }
+
+    /// Checks the extractor's own settings when a layer is built (for example
+    /// [`HeaderKey`]'s header name). Default `Ok(())`; combinations check every part.
+    ///
+    /// # Errors
+    ///
+    /// The [`BuildError`](crate::BuildError) that makes the layer's `build` fail.
+    fn check(&self) -> Result<(), crate::BuildError> {
+        Ok(())
+    }
 }
 
 impl<F> KeyExtractor for F

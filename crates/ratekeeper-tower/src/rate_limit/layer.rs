@@ -415,7 +415,9 @@ impl<K, Co, St, R> RateLimitBuilder<K, Co, St, R> {
     ///
     /// # Errors
     ///
-    /// [`BuildError`] when there is no policy, a name is reused or invalid, the store
+    /// [`BuildError`] when there is no policy, a name is reused or invalid, the key
+    /// extractor refuses its settings ([`KeyExtractor::check`](crate::key::KeyExtractor::check):
+    /// a header name that is not a valid field name), the store
     /// refuses a policy, a fixed cost is 0 or larger than a policy's burst, or the resolver
     /// refuses the policies (a [`RouteTable`](crate::route::RouteTable) route template that
     /// can never match, an unknown policy name, a route cost above a burst).
@@ -467,6 +469,7 @@ impl<K, Co, St, R> RateLimitBuilder<K, Co, St, R> {
                 .ok_or_else(|| BuildError::UnknownPolicy(name.clone()))?;
             settings.rules.settle.push((index, *settle));
         }
+        key.check()?;
         resolver.check(policies)?;
         let mut ids = SmallVec::new();
         for p in policies {
