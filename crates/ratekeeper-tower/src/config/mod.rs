@@ -468,6 +468,20 @@ impl LayerConfig {
                 "`trusted` only applies with kind = \"forwarded\"",
             ));
         }
+        // A tier value no header value can equal would silently never apply.
+        if let Some(tiers) = &self.tiers {
+            for value in tiers.values.keys() {
+                if http::HeaderValue::from_str(value).is_err() || value.trim() != value {
+                    return Err(config_err(
+                        &format!("tiers.values.{value}"),
+                        &format!(
+                            "tier value {value:?} can never match: a header value holds no line \
+                             break or control character, and no leading or trailing space"
+                        ),
+                    ));
+                }
+            }
+        }
         let key = match self.key.kind {
             KeyKind::PeerIp => ConfigKey::PeerIp(PeerIp::new()),
             KeyKind::Global => ConfigKey::Global(GlobalKey),

@@ -147,6 +147,27 @@ fn settings_that_do_not_fit_name_their_line_column_and_field() {
     }
 }
 
+/// A route template or a tier value holding a line break is refused (it can never match),
+/// and the error naming it stays on one line.
+#[test]
+fn templates_and_tier_values_with_line_breaks_are_refused_on_one_line() {
+    let policy = "[[policies]]\nname = \"a\"\nquota = \"1/s\"\n";
+    let route = format!("{policy}[[routes]]\nmethod = \"GET\"\npath = \"/a\\n/b\"\ncost = 1\n");
+    let tier = format!(
+        "{policy}[tiers]\nheader = \"x-plan\"\ndefault = \"a\"\nvalues = {{ \"gold\\nx\" = \"a\" }}\n"
+    );
+    for (doc, field, says) in [
+        (route, "routes[0].path", "it holds a line break"),
+        (tier, "tiers.values.gold\\nx", "can never match"),
+    ] {
+        let err = LayerConfig::from_toml("x.toml", &doc).unwrap_err();
+        let shown = err.to_string();
+        assert!(!shown.contains(['\n', '\r']), "{shown}");
+        assert!(shown.contains(says), "{shown}");
+        assert!(shown.contains(&format!(": {field}: ")), "{shown}");
+    }
+}
+
 #[test]
 fn a_policy_name_with_a_line_break_is_shown_on_one_line() {
     let doc = "[[policies]]\nname = \"a\\nb\"\nquota = \"1/s\"\n";
