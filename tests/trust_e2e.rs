@@ -122,7 +122,12 @@ async fn a_for_inside_a_quoted_forwarded_value_is_never_the_client() {
     ];
     for (i, (value, status, key)) in trace.into_iter().enumerate() {
         let got = send(&app, &log, proxy, fwd, value).await;
-        assert_eq!(got, (StatusCode::from_u16(status).unwrap(), key.to_owned()), "R{}: {value}", i + 1);
+        assert_eq!(
+            got,
+            (StatusCode::from_u16(status).unwrap(), key.to_owned()),
+            "R{}: {value}",
+            i + 1
+        );
     }
 }
 
@@ -139,9 +144,8 @@ async fn nat64_and_mapped_clients_behind_a_trusted_proxy_key_as_ipv4() {
         ("64:ff9b::a00:0/104", "::ffff:10.0.0.5"),
     ] {
         for source in [Source::XForwardedFor, Source::Forwarded] {
-            let (app, log) = limited_app(
-                ForwardedIp::trusting([net.parse().unwrap()]).source(source),
-            );
+            let (app, log) =
+                limited_app(ForwardedIp::trusting([net.parse().unwrap()]).source(source));
             let (name, entry): (&str, fn(&str) -> String) = match source {
                 Source::XForwardedFor => ("x-forwarded-for", |ip| ip.to_owned()),
                 _ => ("forwarded", |ip| {
@@ -168,7 +172,11 @@ async fn nat64_and_mapped_clients_behind_a_trusted_proxy_key_as_ipv4() {
                         StatusCode::TOO_MANY_REQUESTS
                     };
                     let got = send(&app, &log, proxy, name, &entry(spelling)).await;
-                    assert_eq!(got, (status, key.clone()), "{net} via {proxy}, {name}: {spelling}");
+                    assert_eq!(
+                        got,
+                        (status, key.clone()),
+                        "{net} via {proxy}, {name}: {spelling}"
+                    );
                 }
             }
         }

@@ -124,6 +124,9 @@ mod tests {
             r#"configuration error in `tiers.values.gold\nsilver`: there is no policy named "x\ny""#
         );
         assert_eq!(OneLine("a\\n").to_string(), r"a\n");
-        assert_eq!(OneLine("caf\u{e9} \u{2028}").to_string(), "caf\u{e9} \\u{2028}");
+        assert_eq!(
+            OneLine("caf\u{e9} \u{2028}").to_string(),
+            "caf\u{e9} \\u{2028}"
+        );
     }
 }

@@ -322,7 +322,10 @@ pub fn check_template(template: &str) -> Result<(), BuildError> {
             "write each parameter as `{param}` (or `{*rest}` for the rest of the path)".to_owned(),
         );
     }
-    if let Some(c) = template.chars().find(|c| c.is_control() || c.is_whitespace()) {
+    if let Some(c) = template
+        .chars()
+        .find(|c| c.is_control() || c.is_whitespace())
+    {
         let problem = if matches!(c, '\n' | '\r') {
             "it holds a line break, which no request path holds"
         } else {
@@ -332,7 +335,10 @@ pub fn check_template(template: &str) -> Result<(), BuildError> {
             .chars()
             .filter(|c| !c.is_control() && !c.is_whitespace())
             .collect();
-        return err(problem, format!("write \"{fixed}\" (percent-encode a space as %20)"));
+        return err(
+            problem,
+            format!("write \"{fixed}\" (percent-encode a space as %20)"),
+        );
     }
     Ok(())
 }

@@ -335,9 +335,17 @@ async fn a_reset_in_unix_milliseconds_waits_milliseconds() {
     let start = Instant::now();
     let (svc, log) = exhausted_then_ok(start, |unix| (unix.as_millis() + 1500).to_string());
     let client = PoliteLayer::new().layer(svc);
-    client.clone().oneshot(get("http://a.test/1")).await.unwrap();
+    client
+        .clone()
+        .oneshot(get("http://a.test/1"))
+        .await
+        .unwrap();
     let res = client.clone().oneshot(get("http://a.test/2")).await;
-    assert_eq!(res.unwrap().status(), 200, "the second request was not sent");
+    assert_eq!(
+        res.unwrap().status(),
+        200,
+        "the second request was not sent"
+    );
     let seen = log.lock().unwrap().clone();
     assert_eq!(seen.len(), 2);
     // The wall clock moved a little between the server's reading and the client's, so the
@@ -352,7 +360,11 @@ async fn a_reset_in_the_past_does_not_wait() {
     let start = Instant::now();
     let (svc, log) = exhausted_then_ok(start, |unix| (unix.as_secs() - 5).to_string());
     let client = PoliteLayer::new().layer(svc);
-    client.clone().oneshot(get("http://a.test/1")).await.unwrap();
+    client
+        .clone()
+        .oneshot(get("http://a.test/1"))
+        .await
+        .unwrap();
     let res = client.clone().oneshot(get("http://a.test/2")).await;
     assert_eq!(res.unwrap().status(), 200);
     let at: Vec<_> = log.lock().unwrap().iter().map(|(_, t)| *t).collect();

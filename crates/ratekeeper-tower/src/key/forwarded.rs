@@ -412,15 +412,20 @@ impl<'a> Scanner<'a> {
         if pairs == 0 && valid {
             return Ok(None);
         }
-        Ok(Some(if valid { node.unwrap_or(Err(())) } else { Err(()) }))
+        Ok(Some(if valid {
+            node.unwrap_or(Err(()))
+        } else {
+            Err(())
+        }))
     }
 
     /// `token = 1*tchar` (RFC 9110 §5.6.2).
     fn token(&mut self) -> Option<&'a [u8]> {
         let start = self.i;
-        while self.peek().is_some_and(|b| {
-            b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
-        }) {
+        while self
+            .peek()
+            .is_some_and(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+        {
             self.i += 1;
         }
         let s: &'a [u8] = self.s;

@@ -158,7 +158,11 @@ impl KeyExtractor for HeaderKey<Raw> {
         } else {
             Key::from(text)
         };
-        let name = self.name.as_ref().map(HeaderName::as_str).unwrap_or_default();
+        let name = self
+            .name
+            .as_ref()
+            .map(HeaderName::as_str)
+            .unwrap_or_default();
         Ok(Key::tuple([Key::from(name), value]))
     }
 

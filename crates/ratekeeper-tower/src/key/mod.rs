@@ -70,8 +70,8 @@ mod forwarded;
 mod header;
 mod user;
 
-pub use addr::{Nat64Prefix, Nat64PrefixError, normalize_ip};
 pub(crate) use addr::normalize_nets;
+pub use addr::{Nat64Prefix, Nat64PrefixError, normalize_ip};
 pub use combine::Or;
 pub use forwarded::{ForwardedIp, MAX_HOPS, Source, Trust};
 pub use header::{HeaderKey, MAX_RAW_LEN, Raw};

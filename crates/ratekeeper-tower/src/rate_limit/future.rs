@@ -208,7 +208,9 @@ where
                     }
                 }
                 Some(answer) => {
-                    let grpc = self.limiter.grpc_call(self.req.version(), self.req.headers());
+                    let grpc = self
+                        .limiter
+                        .grpc_call(self.req.version(), self.req.headers());
                     Kind::Answered {
                         answer: Some(answer.for_request(grpc)),
                     }
@@ -222,7 +224,9 @@ where
         match verdict {
             Verdict::Pass => self.pass(decisions),
             Verdict::Answer(answer) => {
-                let grpc = self.limiter.grpc_call(self.req.version(), self.req.headers());
+                let grpc = self
+                    .limiter
+                    .grpc_call(self.req.version(), self.req.headers());
                 Kind::Answered {
                     answer: Some(answer.for_request(grpc)),
                 }

@@ -366,7 +366,11 @@ async fn a_client_cannot_turn_a_refusal_into_a_200_with_its_content_type() {
         .unwrap();
     let svc = ServiceBuilder::new().layer(plain).service_fn(ok_string);
     assert_eq!(call_with(&svc, None).await.0, StatusCode::OK);
-    for ct in ["application/grpc", "application/grpc-web", "application/grpc+proto"] {
+    for ct in [
+        "application/grpc",
+        "application/grpc-web",
+        "application/grpc+proto",
+    ] {
         let (status, headers, _) = call_with(&svc, Some(ct)).await;
         assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{ct}");
         assert!(headers.get("grpc-status").is_none());

@@ -52,7 +52,12 @@ pub(crate) fn grpc_content_type(version: Version, headers: &HeaderMap) -> Option
         Some(plus) => (&subtype[..plus], Some(&subtype[plus + 1..])),
         None => (subtype, None),
     };
-    if format.is_some_and(|f| f.is_empty() || !f.iter().all(|b| b.is_ascii_alphanumeric() || b"-._".contains(b))) {
+    if format.is_some_and(|f| {
+        f.is_empty()
+            || !f
+                .iter()
+                .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(b))
+    }) {
         return None;
     }
     let ok = match base {
