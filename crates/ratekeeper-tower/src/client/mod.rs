@@ -133,7 +133,10 @@ pub use layer::{OverDeadline, PoliteLayer};
 pub use service::Polite;
 
 /// How long a response asks its client to wait before the next request, read as
-/// [`PoliteLayer`] reads it (see the [module docs](self)); `None` when it does not ask.
+/// [`PoliteLayer`] reads it (see the [module docs](self)): `Some(Duration::ZERO)` when its
+/// fields say the client may go on (some left, a reset already past, `Retry-After: 0`), so a
+/// wait recorded earlier can be dropped; `None` when it carries no field this reader
+/// understands (absent, malformed or implausible).
 ///
 /// For clients that are not tower services (such as `reqwest`, whose status and headers are
 /// `http` types), to apply the same rules by hand.
@@ -148,7 +151,9 @@ pub use service::Polite;
 /// assert_eq!(announced_wait(StatusCode::OK, &headers), Some(Duration::from_secs(6)));
 ///
 /// headers.insert("ratelimit", HeaderValue::from_static("\"default\";r=3;t=6"));
-/// assert_eq!(announced_wait(StatusCode::OK, &headers), None);
+/// assert_eq!(announced_wait(StatusCode::OK, &headers), Some(Duration::ZERO));
+///
+/// assert_eq!(announced_wait(StatusCode::OK, &HeaderMap::new()), None);
 /// ```
 pub fn announced_wait(status: StatusCode, headers: &HeaderMap) -> Option<Duration> {
     parse::announced_wait_at(status, headers, SystemTime::now())
