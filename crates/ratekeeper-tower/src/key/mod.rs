@@ -4,13 +4,20 @@
 //! ([`KeyError`]). Closures `Fn(&RequestParts<'_>) -> Result<Key, KeyError>` are extractors
 //! too ([`RequestParts`]: the request's head, borrowed, whatever the body type).
 //!
-//! - [`PeerIp`] (the default): the TCP peer address, IPv4-mapped IPv6 addresses normalised
-//!   to IPv4, IPv6 grouped by prefix (default /64) so one host cannot rotate through its
-//!   2^64 addresses. Reads axum's `ConnectInfo<SocketAddr>` (feature `axum`), a
-//!   [`SocketAddr`] extension, or a [`PeerAddr`] extension.
+//! - [`PeerIp`] (the default): the TCP peer address, IPv4 written as IPv6 (IPv4-mapped,
+//!   NAT64) normalised to IPv4, IPv6 grouped by prefix (default /64) so one host cannot
+//!   rotate through its 2^64 addresses. Reads axum's `ConnectInfo<SocketAddr>` (feature
+//!   `axum`), a [`SocketAddr`] extension, or a [`PeerAddr`] extension.
 //! - [`ForwardedIp`]: the client IP reported by trusted reverse proxies (CIDR list or hop
-//!   count), read only when the peer is trusted; the peer otherwise.
-//! - [`HeaderKey`]: an API key header, best validated into the principal it authenticates.
+//!   count), read only when the peer is trusted; the peer otherwise. `Forwarded` is read by
+//!   RFC 7239's grammar.
+//! - [`HeaderKey`]: an API key or bearer token header (any length, names in any case), best
+//!   validated into the principal it authenticates.
+//!
+//! Every address is compared and keyed in one normal form, [`normalize_ip`]: the peer, the
+//! forwarded entries, the trusted networks and the layer's exempt networks, so an IPv4
+//! client is one key whether it arrives as `192.0.2.77`, `::ffff:192.0.2.77` or
+//! `64:ff9b::192.0.2.77`.
 //! - [`UserKey`]: the authenticated user an auth layer put in the request extensions.
 //! - [`MatchedRoute`](crate::route::MatchedRoute): the route template (axum `MatchedPath`).
 //! - [`GlobalKey`]: one budget for everyone.
