@@ -237,7 +237,7 @@ async fn a_grpc_content_type_cannot_turn_a_429_into_a_200() {
 /// The README's recipe is this file's `recipe` module, word for word.
 #[test]
 fn the_readme_recipe_is_the_tested_code() {
-    let readme = include_str!("../README.md");
+    let readme = include_str!("../../README.md");
     let block = readme
         .split("<!-- recipe:bearer-token:begin -->")
         .nth(1)
@@ -251,7 +251,7 @@ fn the_readme_recipe_is_the_tested_code() {
     assert_eq!(
         code.trim(),
         include_str!("recipes/bearer_token.rs").trim(),
-        "README.md and tests/recipes/bearer_token.rs differ"
+        "README.md and tests/http/recipes/bearer_token.rs differ"
     );
 }
 
