@@ -351,8 +351,18 @@ impl<K, Co, St, R> RateLimitBuilder<K, Co, St, R> {
     /// and well-known NAT64 (`64:ff9b::/96`) spellings are IPv4, so `::ffff:192.0.2.0/120`
     /// and `192.0.2.0/24` are the same network and match `192.0.2.7` in either spelling.
     pub fn exempt_networks(mut self, networks: impl IntoIterator<Item = ipnet::IpNet>) -> Self {
-        let networks = crate::key::normalize_nets(networks, &[]);
+        // Normalised in `build`, with the NAT64 prefixes set by then.
         self.settings.rules.exempt_networks.extend(networks);
+        self
+    }
+
+    /// Also reads peer addresses inside `prefix`, your NAT64 translator's network-specific
+    /// prefix, as the IPv4 address they embed when matching
+    /// [`exempt_networks`](Self::exempt_networks) (the well-known `64:ff9b::/96` always is).
+    /// Set the same prefix on the key extractor ([`PeerIp::nat64`](crate::key::PeerIp::nat64),
+    /// [`ForwardedIp::nat64`](crate::key::ForwardedIp::nat64)) so that keys agree.
+    pub fn nat64(mut self, prefix: crate::key::Nat64Prefix) -> Self {
+        self.settings.rules.nat64.push(prefix);
         self
     }
 
@@ -469,6 +479,8 @@ impl<K, Co, St, R> RateLimitBuilder<K, Co, St, R> {
                 .ok_or_else(|| BuildError::UnknownPolicy(name.clone()))?;
             settings.rules.settle.push((index, *settle));
         }
+        let exempt = std::mem::take(&mut settings.rules.exempt_networks);
+        settings.rules.exempt_networks = crate::key::normalize_nets(exempt, &settings.rules.nat64);
         key.check()?;
         resolver.check(policies)?;
         let mut ids = SmallVec::new();

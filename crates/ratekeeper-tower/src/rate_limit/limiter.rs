@@ -180,7 +180,7 @@ impl<K, Co, St, R> Limiter<K, Co, St, R> {
         }
         if !rules.exempt_networks.is_empty() {
             if let Some(peer) = PeerIp::peer_addr(req) {
-                let ip = crate::key::normalize_ip(peer.ip(), &[]);
+                let ip = crate::key::normalize_ip(peer.ip(), &rules.nat64);
                 if rules.exempt_networks.iter().any(|n| n.contains(&ip)) {
                     return Prepared::Exempt;
                 }
