@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use http::Response;
 use pin_project_lite::pin_project;
+use tokio::sync::futures::OwnedNotified;
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
@@ -36,6 +37,9 @@ pin_project! {
         Waiting {
             #[pin]
             sleep: Sleep,
+            // Completes when a later answer shortened or cleared a recorded wait.
+            #[pin]
+            shortened: OwnedNotified,
             service: Option<S>,
             req: Option<Req>,
             // When the request was called: a wait lengthened (by a response that arrived
@@ -79,6 +83,7 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
         Self {
             state: State::Waiting {
                 sleep: tokio::time::sleep_until(until),
+                shortened: shared.shortened(),
                 service: Some(service),
                 req: Some(req),
                 called,
@@ -109,12 +114,26 @@ where
             match this.state.as_mut().project() {
                 StateProj::Waiting {
                     mut sleep,
+                    mut shortened,
                     service,
                     req,
                     called,
                     max_wait,
                     over_deadline,
                 } => {
+                    if let Some((shared, key)) = this.memory.as_ref() {
+                        if shortened.as_mut().poll(cx).is_ready() {
+                            // A later answer shortened or cleared a recorded wait: wake at
+                            // the new time (now, if none is left), never later than planned.
+                            let now = Instant::now();
+                            shortened.set(shared.shortened());
+                            let until = shared.blocked_until(key, now).unwrap_or(now);
+                            if until < sleep.deadline() {
+                                sleep.as_mut().reset(until);
+                            }
+                            continue;
+                        }
+                    }
                     ready!(sleep.as_mut().poll(cx));
                     // A response that arrived during the wait may have announced a longer one.
                     let now = Instant::now();

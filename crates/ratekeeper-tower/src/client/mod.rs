@@ -34,8 +34,8 @@
 //! the answer to a request sent after a wait was recorded replaces it, shorter or longer,
 //! and a remaining count above 0 (or `Retry-After: 0`, or a reset already past) clears it;
 //! the answer to a request sent before the wait was announced can only lengthen it. A
-//! request already waiting keeps its wake-up time (at most `max_wait`), unless a longer wait
-//! is announced meanwhile. Malformed fields are ignored, as the IETF draft asks of clients:
+//! request already waiting follows: it wakes early when the wait is shortened or cleared,
+//! and waits longer (never past `max_wait` from its call) when it is lengthened. Malformed fields are ignored, as the IETF draft asks of clients:
 //! a value that is not exactly the syntax above, a field sent twice (except `RateLimit`, a
 //! list), a value longer than 4096 bytes.
 //!

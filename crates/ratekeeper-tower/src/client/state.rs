@@ -1,8 +1,9 @@
 //! What the layer remembers: per key, the instant before which no request is sent.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// Most keys remembered at once. When full, expired entries are dropped; if every entry is
@@ -12,6 +13,9 @@ pub(crate) const MAX_KEYS: usize = 10_000;
 #[derive(Debug, Default)]
 pub(crate) struct Shared {
     blocked: Mutex<HashMap<String, Blocked>>,
+    /// Woken when a recorded wait is shortened or cleared, so that requests already
+    /// waiting look again.
+    shortened: Arc<Notify>,
 }
 
 /// A recorded wait: requests for the key wait until `until`; `announced` is when the answer
@@ -53,6 +57,7 @@ impl Shared {
         let mut map = self.map();
         if let Some(old) = map.get_mut(key) {
             if old.announced <= sent {
+                let shorter = until < old.until;
                 if until <= now {
                     map.remove(key);
                 } else {
@@ -60,6 +65,10 @@ impl Shared {
                         until,
                         announced: now,
                     };
+                }
+                drop(map);
+                if shorter {
+                    self.shortened.notify_waiters();
                 }
             } else if until > old.until {
                 *old = Blocked {
@@ -89,6 +98,13 @@ impl Shared {
 
     pub(crate) fn clear(&self) {
         self.map().clear();
+        self.shortened.notify_waiters();
+    }
+
+    /// A future that completes at the next shortened or cleared wait (created now, it sees
+    /// every one from now on, polled or not).
+    pub(crate) fn shortened(&self) -> tokio::sync::futures::OwnedNotified {
+        Arc::clone(&self.shortened).notified_owned()
     }
 }
 

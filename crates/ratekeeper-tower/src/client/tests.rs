@@ -395,3 +395,44 @@ async fn a_later_answer_shortens_a_recorded_wait() {
     let at: Vec<_> = log.lock().unwrap().iter().map(|(_, t)| *t).collect();
     assert_eq!(at, [secs(0), secs(0)]);
 }
+
+/// A request already waiting wakes when a later answer shortens the wait it waits for: here
+/// a request sent at t = 1 s (after the 30 s wait was announced) finds budget again, and the
+/// waiting request goes at t = 1 s instead of t = 30 s.
+#[tokio::test(start_paused = true)]
+async fn a_waiting_request_wakes_when_a_later_answer_shortens_its_wait() {
+    let start = Instant::now();
+    let (svc, log) = server(start, |i| match i {
+        0 => (429, vec![("retry-after", "30")]),
+        _ => (
+            200,
+            vec![("x-ratelimit-remaining", "5"), ("x-ratelimit-reset", "60")],
+        ),
+    });
+    let layer = PoliteLayer::new();
+    let eager = layer
+        .clone()
+        .max_wait(Duration::ZERO)
+        .over_deadline(OverDeadline::SendAnyway)
+        .layer(svc.clone());
+    let patient = layer.layer(svc);
+    let res = patient
+        .clone()
+        .oneshot(get("http://a.test/1"))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 429);
+    let waiting = tokio::spawn(patient.clone().oneshot(get("http://a.test/waits")));
+    tokio::time::sleep(secs(1)).await;
+    eager.oneshot(get("http://a.test/eager")).await.unwrap();
+    assert_eq!(waiting.await.unwrap().unwrap().status(), 200);
+    let seen = log.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        [
+            ("http://a.test/1".to_owned(), secs(0)),
+            ("http://a.test/eager".to_owned(), secs(1)),
+            ("http://a.test/waits".to_owned(), secs(1)),
+        ]
+    );
+}
