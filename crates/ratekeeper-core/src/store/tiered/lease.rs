@@ -67,8 +67,13 @@ pub(super) struct LeaseState {
     last_units: u64,
     /// A background renewal was started and has not finished.
     pub(super) prefetching: bool,
+    /// No background renewal before this time: the last one found nothing to take ahead
+    /// (the key is in the lower half of its bucket or window).
+    pub(super) prefetch_after: u64,
     /// The last time a request asked for this key.
     pub(super) last_used: u64,
+    /// When the sweeper visits this lease next (0: no visit owed).
+    pub(super) visit_at: u64,
 }
 
 impl LeaseState {
@@ -99,6 +104,21 @@ impl LeaseState {
             self.units
         } else {
             0
+        }
+    }
+
+    /// Nothing held, nothing in flight, no request for a TTL: the entry can go.
+    pub(super) fn is_idle(&self, now: u64, ttl: u64) -> bool {
+        now.saturating_sub(self.last_used) >= ttl && self.held(now) == 0 && !self.prefetching
+    }
+
+    /// When the sweeper should look at this lease again: when its units expire, or when it
+    /// has been idle for a TTL.
+    pub(super) fn next_visit(&self, ttl: u64) -> u64 {
+        if self.generation != 0 && self.units > 0 {
+            self.expires_at
+        } else {
+            self.last_used.saturating_add(ttl)
         }
     }
 
@@ -169,11 +189,13 @@ impl LeaseState {
         ))
     }
 
-    /// Remembers a Redis denial of `cost` at `now`.
-    pub(super) fn remember_denial(&mut self, now: u64, cost: u64, decision: Decision) {
+    /// Remembers a Redis denial of `cost` at `now`, until its `retry_after` or for at most
+    /// `bound` ns (the time in which units leased by other instances come back), whichever
+    /// is sooner.
+    pub(super) fn remember_denial(&mut self, now: u64, cost: u64, decision: Decision, bound: u64) {
         if let Some(retry) = decision.retry_after() {
             self.deny = Some((decision, now));
-            self.deny_until = now.saturating_add(super::nanos(retry));
+            self.deny_until = now.saturating_add(super::nanos(retry).min(bound));
             self.deny_cost = cost;
         }
     }
