@@ -147,7 +147,11 @@ impl Inner {
                 let idle = s.is_idle(now, self.ttl);
                 if !idle {
                     let next = s.next_visit(self.ttl);
-                    let next = if next > now { next } else { now.saturating_add(self.period) };
+                    let next = if next > now {
+                        next
+                    } else {
+                        now.saturating_add(self.period)
+                    };
                     self.schedule(&mut s, policy, &id.1, next);
                 }
                 idle

@@ -335,9 +335,8 @@ impl TieredStore {
     /// so it must not be remembered until its `retry_after` (a cold key asks at most about
     /// once per lease period, so it costs little).
     fn delegate_cold(&self, charge: &Charge<'_, Key>) -> Checked<RedisCheck> {
-        let denied = |result: &Result<Decisions, StoreError>| {
-            result.as_ref().is_ok_and(|d| !d.is_allowed())
-        };
+        let denied =
+            |result: &Result<Decisions, StoreError>| result.as_ref().is_ok_and(|d| !d.is_allowed());
         match self.delegate(std::slice::from_ref(charge)) {
             Checked::Ready(result) => {
                 if denied(&result) {
