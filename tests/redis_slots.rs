@@ -429,10 +429,6 @@ async fn a_killed_holder_of_100_slots_has_them_all_taken_by_another_instance_wit
             Ok(Acquired::Full) => tokio::time::sleep(Duration::from_millis(10)).await,
             Err(err) => panic!("acquire failed: {err}"),
         }
-        assert!(
-            slot_count(&server, prefix) <= MAX as usize,
-            "more than {MAX} held"
-        );
     }
     let all_taken = killed.elapsed();
     let full_at = redis_ms(&server);
