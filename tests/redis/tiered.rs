@@ -634,7 +634,8 @@ struct Moved {
     a: usize,
     /// Admitted on B when the client's first burst arrived there (all at once).
     b_at_once: usize,
-    /// Admitted on B 2.5 s later (past A's lease TTL and one sweeper period).
+    /// Admitted on B afterwards: its retries (if any) and its burst 2.5 s later (past A's
+    /// lease TTL and one sweeper period).
     b_later: usize,
     /// Units A held when the client moved (a background renewal may still be in flight).
     a_held_when_moved: u64,
@@ -648,9 +649,14 @@ struct Moved {
 /// The B39 timeline on two tiered stores with the default lease settings (TTL 1 s, period
 /// 100 ms, at most 100 units): GCRA `limit` per `limit × 1 000 s`, burst `limit` (T = 1 000
 /// s, nothing refills during the test). A takes `on_a` requests in a row; then the client
-/// sends `limit` requests at once to B; 2.5 s later `limit` more to B. A never sees the key
-/// again.
-async fn move_client(server: &RedisServer, limit: u32, on_a: usize) -> Moved {
+/// sends `limit` requests at once to B; then (with `retry_every`) one more to B at that pace;
+/// 2.5 s after the burst `limit` more to B. A never sees the key again.
+async fn move_client(
+    server: &RedisServer,
+    limit: u32,
+    on_a: usize,
+    retry_every: Option<Duration>,
+) -> Moved {
     let policy = Policy::new("api", quota(limit, u64::from(limit) * 1_000_000, limit));
     let mut stores = Vec::new();
     for _ in 0..2 {
@@ -689,13 +695,21 @@ async fn move_client(server: &RedisServer, limit: u32, on_a: usize) -> Moved {
         .iter()
         .find(|d| !d.is_allowed())
         .and_then(|d| d.as_slice()[0].retry_after());
-    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let later_at = tokio::time::Instant::now() + Duration::from_millis(2_500);
+    let mut retries_admitted = 0;
+    if let Some(every) = retry_every {
+        while tokio::time::Instant::now() + every < later_at {
+            tokio::time::sleep(every).await;
+            retries_admitted += usize::from(check(&**b, id, &key, 1).await.is_allowed());
+        }
+    }
+    tokio::time::sleep_until(later_at).await;
     let later = burst().await;
     let admitted = |ds: &[Decisions]| ds.iter().filter(|d| d.is_allowed()).count();
     Moved {
         a: on_a_admitted,
         b_at_once: admitted(&first),
-        b_later: admitted(&later),
+        b_later: retries_admitted + admitted(&later),
         a_held_when_moved,
         a_returned: a.stats().returned_units,
         a_held_at_end: a.held(id, &key),
@@ -710,7 +724,7 @@ async fn move_client(server: &RedisServer, limit: u32, on_a: usize) -> Moved {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_moved_to_another_instance_gets_its_whole_budget_within_the_lease() {
     let server = RedisServer::start();
-    let moved = move_client(&server, 10, 6).await;
+    let moved = move_client(&server, 10, 6, None).await;
     eprintln!("{moved:?}");
     assert_eq!(moved.a, 6, "{moved:?}");
     let owed = 10 - 6;
@@ -727,7 +741,7 @@ async fn a_client_moved_to_another_instance_gets_its_whole_budget_within_the_lea
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_moved_to_another_instance_gets_what_it_is_owed_at_once() {
     let server = RedisServer::start();
-    let moved = move_client(&server, 10, 6).await;
+    let moved = move_client(&server, 10, 6, None).await;
     eprintln!("{moved:?}");
     assert_eq!(moved.a, 6, "{moved:?}");
     assert_eq!(moved.a_held_when_moved, 0, "{moved:?}");
@@ -744,11 +758,12 @@ async fn a_client_moved_to_another_instance_gets_what_it_is_owed_at_once() {
 /// unspent when the client moves. Its background sweeper gives them back within the lease
 /// TTL and one period although A never sees the key again, and B's denial from the burst
 /// (a `retry_after` of hundreds of seconds, computed from a Redis state that counted A's
-/// units) is not remembered past that: 2.5 s later B admits exactly the units A returned.
+/// units) is not remembered past that although the client keeps retrying on B every 100 ms:
+/// B admits exactly the units A returned.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn units_an_instance_leased_come_home_although_it_never_sees_the_key_again() {
     let server = RedisServer::start();
-    let moved = move_client(&server, 100, 6).await;
+    let moved = move_client(&server, 100, 6, Some(Duration::from_millis(100))).await;
     eprintln!("{moved:?}");
     assert_eq!(moved.a, 6, "{moved:?}");
     assert!(
