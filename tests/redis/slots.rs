@@ -19,7 +19,7 @@ use ratekeeper_tests::spawn;
 
 const MAX: u32 = 100;
 /// The lease of these tests: a dead instance's slots are free at most this long after it
-/// dies (renewed every lease / 3 while a request runs).
+/// dies (renewed every lease / 5 while a request runs).
 const LEASE: Duration = Duration::from_millis(1_500);
 /// How long each admitted request stays in the handler.
 const HOLD: Duration = Duration::from_millis(1_000);
