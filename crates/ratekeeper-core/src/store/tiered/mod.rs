@@ -309,8 +309,9 @@ impl TieredStore {
                         inner.add_grant(&mut s, (policy, &key), now, fixed_window, &grant);
                     } else {
                         // Nothing to take ahead: no other background renewal for a period.
+                        // (A denial here was computed for no units, so it is not remembered
+                        // for the next request, which asks Redis itself.)
                         s.prefetch_after = now.saturating_add(inner.period);
-                        s.remember_denial(now, 1, grant.decision, inner.denial_bound());
                     }
                 }
             }
