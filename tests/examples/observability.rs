@@ -11,7 +11,7 @@ use ratekeeper_tests::TestServer;
 use ratekeeper_tests::redis::RedisServer;
 
 #[allow(dead_code, unreachable_pub)]
-#[path = "../examples/redis/observability.rs"]
+#[path = "../../examples/redis/observability.rs"]
 mod observability;
 
 /// The value of the sample `line_start` (a metric name with its labels, as rendered), if
@@ -36,7 +36,7 @@ fn sample(scrape: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
 
 /// The metric names of the README's table (between the `metrics:begin`/`end` markers).
 fn readme_metrics() -> Vec<String> {
-    let readme = include_str!("../README.md");
+    let readme = include_str!("../../README.md");
     let start = readme
         .find("<!-- metrics:begin -->")
         .expect("README metrics table");
@@ -72,7 +72,7 @@ fn dashboard_queries() -> Vec<(String, Vec<String>)> {
         }
     }
     let dashboard: serde_json::Value =
-        serde_json::from_str(include_str!("../dashboards/ratekeeper.json"))
+        serde_json::from_str(include_str!("../../dashboards/ratekeeper.json"))
             .expect("the dashboard is JSON");
     let mut queries = Vec::new();
     walk(&dashboard, &mut queries);
