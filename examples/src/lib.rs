@@ -1,7 +1,10 @@
 //! The boilerplate every runnable example shares: the listen address, the tracing
 //! subscriber and serving with connect info. Each app, with its rate-limit code, lives in
-//! its own file under `examples/` (`examples/quickstart.rs`, ...), and the end-to-end tests
-//! include those files, so they exercise exactly what `cargo run --example ...` serves.
+//! its own file: the in-memory axum apps in this package (`examples/quickstart.rs`, ...), the
+//! ones with heavier dependencies in packages beside it (`examples/redis/`, `examples/grpc/`,
+//! `examples/client/`, `examples/config/`, `examples/chart/`), which depend on this one. The
+//! end-to-end tests include those files, so they exercise exactly what `cargo run --example
+//! ...` serves.
 //!
 //! ```no_run
 //! use axum::{Router, routing::get};

@@ -166,7 +166,11 @@
 //! | an HTTP client that waits when a server says nothing is left (`Retry-After`, `RateLimit`, `X-RateLimit-*`) | [`client::PoliteLayer`] around hyper's client or any tower HTTP service | `polite_client` |
 //! | a tonic (gRPC) service | the same [`RateLimitLayer`] on tonic's axum router: limited calls get `RESOURCE_EXHAUSTED` with the retry time, not an HTTP 429 ([`report`](crate::report#grpc)) | `grpc` |
 //!
-//! Run an example with `ADDR=127.0.0.1:3000 cargo run --example <name>`.
+//! The examples are in the ratekeeper repository. Run the in-memory ones with
+//! `ADDR=127.0.0.1:3000 cargo run --example <name>`; those with heavier dependencies are
+//! packages of their own: `-p ratekeeper-examples-redis` (`distributed`, `observability`),
+//! `-p ratekeeper-examples-grpc` (`grpc`), `-p ratekeeper-examples-client` (`polite_client`,
+//! `outbound_throttle`) and `-p ratekeeper-examples-config` (`from_config`).
 
 // docs.rs (`--cfg docsrs`, nightly rustdoc): "available on crate feature ..." badges on
 // feature-gated items.
