@@ -92,8 +92,9 @@ where
             } => {
                 // An error drops the permit with this future, without a latency sample: a
                 // failure says nothing about how long a success takes.
-                let res = ready!(future.poll(cx))?;
+                let res = ready!(future.poll(cx));
                 let permit = permit.take();
+                let res = res?;
                 if let Some(p) = &permit {
                     p.sample(clock.now());
                 }

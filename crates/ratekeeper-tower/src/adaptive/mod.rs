@@ -106,6 +106,8 @@ mod future;
 mod layer;
 mod partition;
 mod service;
+#[cfg(test)]
+mod tests;
 
 pub use controller::{ControllerSettings, GradientController, LimitChange};
 pub use future::{AdaptiveBody, ResponseFuture};
