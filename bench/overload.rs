@@ -203,10 +203,10 @@ enum AdaptiveLayer {
 }
 
 impl AdaptiveLayer {
-    fn limit(&self) -> Option<u32> {
+    fn snapshot(&self) -> Option<ratekeeper_axum::adaptive::Snapshot> {
         match self {
-            Self::Plain(l) => l.snapshot(&Key::Global).map(|s| s.limit),
-            Self::Partitioned(l) => l.snapshot(&Key::Global).map(|s| s.limit),
+            Self::Plain(l) => l.snapshot(&Key::Global),
+            Self::Partitioned(l) => l.snapshot(&Key::Global),
         }
     }
 }
@@ -418,6 +418,8 @@ async fn main() -> std::process::ExitCode {
     let warmup = env_f64("WARMUP_S", 3.0);
     let phase = env_f64("PHASE_S", 8.0);
     let calibrate = env_f64("CALIBRATE_S", 3.0);
+    // TRACE=1: the adaptive limit, in flight per partition and latencies every 50 ms, on stderr.
+    let trace = std::env::var_os("TRACE").is_some();
     for m in &modes {
         if app(m, Pool::start(1)).is_none() {
             eprintln!("unknown mode {m:?}: none, tower, tower_acc, adaptive, adaptive_p");
@@ -488,8 +490,22 @@ async fn main() -> std::process::ExitCode {
                     let mut tick = tokio::time::interval(Duration::from_millis(50));
                     loop {
                         tick.tick().await;
-                        if let (Some(l), Ok(mut s)) = (layer.limit(), samples.lock()) {
-                            s.push((start.elapsed().as_secs_f64(), l));
+                        let Some(snap) = layer.snapshot() else {
+                            continue;
+                        };
+                        let t = start.elapsed().as_secs_f64();
+                        if trace {
+                            eprintln!(
+                                "{t:.2} s: limit {} in flight {:?} latency {:?} min {:?}{}",
+                                snap.limit,
+                                snap.in_flight_by_partition,
+                                snap.latency,
+                                snap.min_latency,
+                                if snap.measuring { " (measuring)" } else { "" }
+                            );
+                        }
+                        if let Ok(mut s) = samples.lock() {
+                            s.push((t, snap.limit));
                         }
                     }
                 })

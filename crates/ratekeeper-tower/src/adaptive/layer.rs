@@ -102,7 +102,7 @@ impl Limiter {
         let mut state = self.lock();
         let change = state.controller.tick(now);
         let limit = state.controller.limit();
-        let admitted = state.in_flight.try_admit(partition, limit, partitions);
+        let admitted = state.in_flight.try_admit(partition, limit, partitions, now);
         let in_flight = state.in_flight.total;
         drop(state);
         if let Some(change) = change {

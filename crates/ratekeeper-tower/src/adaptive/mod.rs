@@ -30,14 +30,18 @@
 //!
 //! [`partition`](AdaptiveConcurrencyBuilder::partition) declares partitions with a
 //! guaranteed share of the limit and [`classify`](AdaptiveConcurrencyBuilder::classify)
-//! puts each request into one (a closure over the request, see [`Classify`]). Below the
-//! limit anyone is admitted; at the limit only a partition below its share
-//! (`floor(share × limit)` requests in flight) is, so under overload a `critical 0.9 /
-//! sheddable 0.1` split sheds sheddable requests first and keeps 90 % of the limit for
-//! critical ones. This is the partitioned limiter of Netflix concurrency-limits; a
-//! partition that borrowed unused capacity gives it back as its requests complete, and in
-//! the meantime the requests in flight can exceed the limit by at most the reclaimed
-//! shares.
+//! puts each request into one (a closure over the request, see [`Classify`]). A partition
+//! below its share (`floor(share × limit)` requests in flight) is always admitted; one at or
+//! above it may borrow free slots below the limit, except those owed to partitions with
+//! recent demand (their share, or their peak in flight over the last 1 to 2 s if smaller).
+//! So under overload a `critical 0.9 / sheddable 0.1` split sheds sheddable requests first
+//! and keeps 90 % of the limit for critical ones, while a partition with no traffic lends
+//! its whole share. The guarantee is the partitioned limiter of Netflix concurrency-limits;
+//! the reservation for partitions with demand is ratekeeper's (without it a borrower whose
+//! requests arrive as often as the owner's takes half of every slot that frees up). A
+//! partition reclaiming its share from a borrower is admitted at once, so the requests in
+//! flight can exceed the limit by at most the shares being reclaimed until the borrowed
+//! requests complete.
 //!
 //! # Keys
 //!

@@ -94,11 +94,20 @@ impl Partitions {
     }
 }
 
-/// Requests in flight, in total and per partition.
+/// How long a partition's demand is remembered: its peak in flight over the current and
+/// the previous period of this length (ns), so 1 to 2 s.
+pub(crate) const DEMAND_PERIOD_NS: u64 = 1_000_000_000;
+
+/// Requests in flight, in total and per partition, and each partition's recent demand.
 #[derive(Debug, Clone)]
 pub(crate) struct InFlight {
     pub(crate) total: u32,
     pub(crate) by_partition: Box<[u32]>,
+    /// Per partition: the most in flight in the current demand period...
+    peak: Box<[u32]>,
+    /// ...and in the previous one.
+    previous_peak: Box<[u32]>,
+    period_start: u64,
 }
 
 impl InFlight {
@@ -106,27 +115,76 @@ impl InFlight {
         Self {
             total: 0,
             by_partition: vec![0; partitions].into_boxed_slice(),
+            peak: vec![0; partitions].into_boxed_slice(),
+            previous_peak: vec![0; partitions].into_boxed_slice(),
+            period_start: 0,
         }
     }
 
-    /// Admits a request of partition `p` at `limit`, counting it, or refuses it.
+    /// Admits a request of partition `p` at `limit` at `now` (ns), counting it, or refuses
+    /// it.
     ///
-    /// The rule of Netflix concurrency-limits' partitioned limiter: below the limit anyone
-    /// is admitted (a partition may borrow what others leave unused); at or above it, only
-    /// a partition below its guaranteed share. So under overload every partition keeps its
-    /// share, and what a partition borrowed is taken back as its requests complete. The
-    /// total can exceed the limit by at most the sum of the shares (what partitions reclaim
-    /// at once from a borrower), never by more than the limit.
-    pub(crate) fn try_admit(&mut self, p: usize, limit: u32, partitions: &Partitions) -> bool {
+    /// A partition below its guaranteed share is always admitted (the rule of Netflix
+    /// concurrency-limits' partitioned limiter), even at the limit: so under overload every
+    /// partition keeps its share, and what another partition borrowed is taken back as its
+    /// requests complete. The requests in flight can then exceed the limit by at most the
+    /// shares being reclaimed, never by more than the limit.
+    ///
+    /// A partition at or above its share may borrow free slots below the limit, except the
+    /// slots other partitions with recent demand are owed: for each other partition, its
+    /// share or its peak in flight over the last 1 to 2 s, whichever is smaller, minus what
+    /// it has in flight. Without that reservation (Netflix's rule) a borrower whose requests
+    /// arrive as often as the owner's takes half of every slot that frees up, and the owner
+    /// falls short of its share for as long as the overload lasts; with it, an idle
+    /// partition's share is still lent out in full.
+    pub(crate) fn try_admit(
+        &mut self,
+        p: usize,
+        limit: u32,
+        partitions: &Partitions,
+        now: u64,
+    ) -> bool {
+        self.roll(now);
         let Some(mine) = self.by_partition.get(p).copied() else {
             return false;
         };
-        let admit = self.total < limit || mine < partitions.guaranteed(p, limit);
+        let admit = if mine < partitions.guaranteed(p, limit) {
+            true
+        } else {
+            let owed: u32 = (0..self.by_partition.len())
+                .filter(|&q| q != p)
+                .map(|q| {
+                    let demand = self.peak[q].max(self.previous_peak[q]);
+                    partitions
+                        .guaranteed(q, limit)
+                        .min(demand)
+                        .saturating_sub(self.by_partition[q])
+                })
+                .fold(0u32, u32::saturating_add);
+            self.total.saturating_add(owed) < limit
+        };
         if admit {
             self.total += 1;
             self.by_partition[p] = mine + 1;
+            self.peak[p] = self.peak[p].max(mine + 1);
         }
         admit
+    }
+
+    /// Starts a new demand period when the current one is over.
+    fn roll(&mut self, now: u64) {
+        let elapsed = now.saturating_sub(self.period_start);
+        if elapsed < DEMAND_PERIOD_NS {
+            return;
+        }
+        if elapsed >= 2 * DEMAND_PERIOD_NS {
+            // A whole period without requests: no recent demand at all.
+            self.previous_peak.copy_from_slice(&self.by_partition);
+        } else {
+            self.previous_peak.copy_from_slice(&self.peak);
+        }
+        self.peak.copy_from_slice(&self.by_partition);
+        self.period_start = now;
     }
 
     /// One request of partition `p` has finished.
@@ -162,28 +220,56 @@ mod tests {
         let mut f = InFlight::new(2);
         // Sheddable traffic alone takes every slot of a limit of 20.
         for _ in 0..20 {
-            assert!(f.try_admit(1, 20, &p));
+            assert!(f.try_admit(1, 20, &p, 0));
         }
-        assert!(!f.try_admit(1, 20, &p));
+        assert!(!f.try_admit(1, 20, &p, 0));
         // Critical still gets its 18 at once.
         for _ in 0..18 {
-            assert!(f.try_admit(0, 20, &p));
+            assert!(f.try_admit(0, 20, &p, 0));
         }
-        assert!(!f.try_admit(0, 20, &p));
+        assert!(!f.try_admit(0, 20, &p, 0));
         assert_eq!(f.total, 38);
         // Sheddable requests that finish are not replaced until it is back under its share.
         for _ in 0..18 {
             f.release(1);
-            assert!(!f.try_admit(1, 20, &p));
+            assert!(!f.try_admit(1, 20, &p, 0));
         }
         f.release(1);
-        assert!(f.try_admit(1, 20, &p));
+        assert!(f.try_admit(1, 20, &p, 0));
+    }
+
+    #[test]
+    fn a_borrower_takes_no_slot_a_busy_partition_is_owed() {
+        let p = critical_sheddable();
+        let mut f = InFlight::new(2);
+        // Critical traffic at its share (18 of 20): its demand is known.
+        for _ in 0..18 {
+            assert!(f.try_admit(0, 20, &p, 0));
+        }
+        for _ in 0..2 {
+            assert!(f.try_admit(1, 20, &p, 0));
+        }
+        // A critical request completes: the free slot is critical's, not sheddable's.
+        f.release(0);
+        assert!(!f.try_admit(1, 20, &p, 1));
+        assert!(f.try_admit(0, 20, &p, 2));
+        // After two quiet seconds critical has no recent demand: its share is lent out.
+        for _ in 0..18 {
+            f.release(0);
+        }
+        assert!(f.try_admit(1, 20, &p, 3 * DEMAND_PERIOD_NS));
+        for _ in 0..17 {
+            assert!(f.try_admit(1, 20, &p, 3 * DEMAND_PERIOD_NS));
+        }
+        assert_eq!(f.by_partition[1], 20);
     }
 
     proptest! {
-        /// Under overload (every partition always has requests waiting, served in a random
-        /// order, completing in a random order), each partition ends with at least its
-        /// guaranteed share in flight, and the total never exceeds twice the limit.
+        /// Under overload (both partitions always have requests waiting, arriving in a
+        /// random order, completing in a random order), each partition keeps at least its
+        /// guaranteed share in flight, once the other's demand is known never takes a slot
+        /// the other is owed (at most `limit - guaranteed(other)` in flight), and the total
+        /// never exceeds twice the limit.
         #[test]
         fn partitions_keep_their_shares(
             limit in 1u32..200,
@@ -195,11 +281,21 @@ mod tests {
             let mut f = InFlight::new(2);
             // In flight, by partition, in admission order.
             let mut running: Vec<usize> = Vec::new();
-            for (p, pick) in steps {
-                // Arrivals of both partitions fill every slot they may take.
+            for (step, (p, pick)) in steps.into_iter().enumerate() {
+                let now = step as u64 * 1_000_000;
+                // Arrivals of both partitions take every slot they may, in a random order.
                 for q in [p, 1 - p] {
-                    while f.try_admit(q, limit, &parts) {
+                    while f.try_admit(q, limit, &parts, now) {
                         running.push(q);
+                        // From the second step on, both partitions' demand is known.
+                        let other = parts.guaranteed(1 - q, limit);
+                        prop_assert!(
+                            step == 0
+                                || f.by_partition[q]
+                                    <= (limit - other).max(parts.guaranteed(q, limit)),
+                            "partition {} took its slot {} of {}, the other is owed {}",
+                            q, f.by_partition[q], limit, other
+                        );
                     }
                 }
                 prop_assert!(f.total <= 2 * limit);
