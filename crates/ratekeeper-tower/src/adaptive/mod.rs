@@ -31,7 +31,9 @@
 //! [`partition`](AdaptiveConcurrencyBuilder::partition) declares partitions with a
 //! guaranteed share of the limit and [`classify`](AdaptiveConcurrencyBuilder::classify)
 //! puts each request into one (a closure over the request, see [`Classify`]). A partition
-//! below its share (`floor(share × limit)` requests in flight) is always admitted; one at or
+//! below its share (`share × limit` requests in flight, in whole requests by the largest
+//! remainder method, so the shares of 0.9 and 0.1 of a limit of 11 are 10 and 1) is always
+//! admitted; one at or
 //! above it may borrow free slots below the limit, except those owed to partitions with
 //! recent demand (their share, or their peak in flight over the last 1 to 2 s if smaller).
 //! So under overload a `critical 0.9 / sheddable 0.1` split sheds sheddable requests first

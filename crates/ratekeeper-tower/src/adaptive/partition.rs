@@ -86,11 +86,35 @@ impl Partitions {
             .unwrap_or(self.names.len() - 1)
     }
 
-    /// The in-flight requests partition `p` may always have at `limit`:
-    /// `floor(share × limit)`.
+    /// The in-flight requests partition `p` may always have at `limit`: `share × limit`
+    /// apportioned in whole requests by the largest remainder (Hamilton) method, so the
+    /// guarantees add up to `floor(Σ shares × limit)` (the whole limit when the shares add
+    /// up to 1) and each is `share × limit` rounded down or up: every partition gets its
+    /// floor, and the slots left go to the largest fractional parts (ties: the partition
+    /// declared first).
     pub(crate) fn guaranteed(&self, p: usize, limit: u32) -> u32 {
-        let share = self.shares.get(p).copied().unwrap_or(0.0);
-        (share * f64::from(limit)).floor() as u32
+        let Some(&share) = self.shares.get(p) else {
+            return 0;
+        };
+        let limit = f64::from(limit);
+        let exact = |s: f64| s * limit;
+        let sum: f64 = self.shares.iter().map(|&s| exact(s)).sum();
+        let floors: f64 = self.shares.iter().map(|&s| exact(s).floor()).sum();
+        // The shares add up to at most 1 (checked at build time); the epsilon absorbs
+        // rounding in the sum (0.9 + 0.1 of 10 is 9.999...).
+        let leftover = ((sum + 1e-9).floor() - floors).max(0.0) as usize;
+        let mine = exact(share);
+        let remainder = mine - mine.floor();
+        let rank = self
+            .shares
+            .iter()
+            .enumerate()
+            .filter(|&(q, &s)| {
+                let r = exact(s) - exact(s).floor();
+                r > remainder || (r == remainder && q < p)
+            })
+            .count();
+        mine.floor() as u32 + u32::from(rank < leftover)
     }
 }
 
@@ -212,6 +236,25 @@ mod tests {
         assert_eq!(p.index("sheddable"), 1);
         assert_eq!(p.index("batch"), 1);
         assert_eq!(Partitions::new(&[]).index(""), 0);
+    }
+
+    #[test]
+    fn shares_are_apportioned_by_largest_remainder() {
+        let p = critical_sheddable();
+        let at = |limit| (p.guaranteed(0, limit), p.guaranteed(1, limit));
+        assert_eq!(at(22), (20, 2));
+        assert_eq!(at(11), (10, 1));
+        assert_eq!(at(10), (9, 1));
+        assert_eq!(at(3), (3, 0));
+        let halves = Partitions::new(&[("a".into(), 0.5), ("b".into(), 0.5)]);
+        assert_eq!((halves.guaranteed(0, 3), halves.guaranteed(1, 3)), (2, 1));
+        let partial = Partitions::new(&[("a".into(), 0.45), ("b".into(), 0.45)]);
+        assert_eq!(
+            (partial.guaranteed(0, 10), partial.guaranteed(1, 10)),
+            (5, 4)
+        );
+        assert_eq!(Partitions::new(&[]).guaranteed(0, 7), 7);
+        assert_eq!(p.guaranteed(5, 7), 0);
     }
 
     #[test]
