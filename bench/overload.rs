@@ -390,6 +390,106 @@ fn settle(samples: &[(f64, u32)], from: f64, end: f64) -> Option<(f64, f64)> {
     Some((t, fin))
 }
 
+/// One line of the table.
+struct Row {
+    load: f64,
+    phase: &'static str,
+    mode: String,
+    stats: PhaseStats,
+    settle: Option<f64>,
+}
+
+/// Prints each target of the adaptive layer, met or not, from the rows. Steady state is the
+/// "before" phase and the second half of the "after" phase; the first half of "after" is
+/// the transition.
+fn targets(rows: &[Row], bound: f64) {
+    let ours = ["adaptive", "adaptive_p"];
+    let baselines = ["none", "tower", "tower_acc"];
+    let steady = |r: &&Row| r.phase == "before" || r.phase == "after, 2nd half";
+    let mark = |ok: bool| if ok { "met" } else { "NOT met" };
+    println!("Targets (adaptive and adaptive_p; steady phases: before, after 2nd half):");
+    for r in rows
+        .iter()
+        .filter(|r| ours.contains(&r.mode.as_str()))
+        .filter(steady)
+    {
+        if r.load == 4.0 {
+            let g = r.stats.goodput_share;
+            println!(
+                "- goodput >= 90 % of capacity at 4x, {} {}: {:.0} % {}",
+                r.mode,
+                r.phase,
+                g * 100.0,
+                mark(g >= 0.9)
+            );
+        }
+        if r.load >= 2.0 {
+            let p = r.stats.p99_ms.unwrap_or(f64::INFINITY);
+            println!(
+                "- p99 admitted <= 2x unloaded p99 ({bound:.1} ms) at {}x, {} {}: {p:.1} ms {}",
+                r.load,
+                r.mode,
+                r.phase,
+                mark(p <= bound)
+            );
+        }
+        if r.load == 4.0 && r.mode == "adaptive_p" {
+            let c = r.stats.critical_share;
+            println!(
+                "- critical goodput >= 95 % of its share at 4x, {}: {:.0} % {}",
+                r.phase,
+                c * 100.0,
+                mark(c >= 0.95)
+            );
+        }
+    }
+    for r in rows
+        .iter()
+        .filter(|r| ours.contains(&r.mode.as_str()) && r.phase == "after")
+    {
+        let t = r.settle.unwrap_or(f64::INFINITY);
+        println!(
+            "- limit settles within 5 s after the halving, {} at {}x: {t:.2} s {}",
+            r.mode,
+            r.load,
+            mark(t <= 5.0)
+        );
+    }
+    for r in rows
+        .iter()
+        .filter(|r| ours.contains(&r.mode.as_str()) && r.load >= 2.0)
+    {
+        let mut lost = Vec::new();
+        for b in rows.iter().filter(|b| {
+            baselines.contains(&b.mode.as_str()) && b.load == r.load && b.phase == r.phase
+        }) {
+            let p = r.stats.p99_ms.unwrap_or(f64::INFINITY);
+            let bp = b.stats.p99_ms.unwrap_or(f64::INFINITY);
+            // Goodput within 1 % counts as a tie (run-to-run noise is larger).
+            let goodput_ok = r.stats.goodput >= b.stats.goodput * 0.99;
+            let p99_ok = p <= bp;
+            if !(goodput_ok && p99_ok) {
+                lost.push(format!(
+                    "{} (goodput {:.0} vs {:.0}, p99 {p:.1} vs {bp:.1} ms)",
+                    b.mode, r.stats.goodput, b.stats.goodput
+                ));
+            }
+        }
+        println!(
+            "- better than every baseline on goodput and p99, {} at {}x {}: {}{}",
+            r.mode,
+            r.load,
+            r.phase,
+            mark(lost.is_empty()),
+            if lost.is_empty() {
+                String::new()
+            } else {
+                format!("; not better than {}", lost.join(", "))
+            }
+        );
+    }
+}
+
 fn env_f64(name: &str, default: f64) -> f64 {
     std::env::var(name)
         .ok()
@@ -469,6 +569,7 @@ async fn main() -> std::process::ExitCode {
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
 
+    let mut rows: Vec<Row> = Vec::new();
     for &x in &loads {
         for mode in &modes {
             let pool = Pool::start(WORKERS);
@@ -532,24 +633,32 @@ async fn main() -> std::process::ExitCode {
             for (name, from, to, cap) in [
                 ("before", warmup, halve_at, capacity(WORKERS)),
                 ("after", halve_at, end, capacity(WORKERS / 2)),
+                (
+                    "after, 2nd half",
+                    halve_at + phase / 2.0,
+                    end,
+                    capacity(WORKERS / 2),
+                ),
             ] {
                 let s = phase_stats(&recs, from, to, cap);
-                let (rec_s, settle_s) = if name == "after" {
-                    (
+                let (rec_s, settle_s) = match name {
+                    "after" => (
                         rec.map_or("never".into(), |r| format!("{r:.2}")),
                         settled.map_or("n/a".into(), |(t, f)| format!("{t:.2} ({f:.0})")),
-                    )
-                } else {
-                    let fin = samples
-                        .iter()
-                        .filter(|(t, _)| *t >= halve_at - 2.0 && *t < halve_at)
-                        .map(|&(_, l)| f64::from(l))
-                        .collect::<Vec<_>>();
-                    let mut fin = fin;
-                    (
-                        String::new(),
-                        percentile(&mut fin, 0.5).map_or(String::new(), |f| format!("({f:.0})")),
-                    )
+                    ),
+                    "before" => {
+                        let mut fin = samples
+                            .iter()
+                            .filter(|(t, _)| *t >= halve_at - 2.0 && *t < halve_at)
+                            .map(|&(_, l)| f64::from(l))
+                            .collect::<Vec<_>>();
+                        (
+                            String::new(),
+                            percentile(&mut fin, 0.5)
+                                .map_or(String::new(), |f| format!("({f:.0})")),
+                        )
+                    }
+                    _ => (String::new(), String::new()),
                 };
                 println!(
                     "| {x}x | {name} | {mode} | {:.0} | {:.0} | {:.0} % | {} | {:.1} % | {:.1} % | {:.0} % | {rec_s} | {settle_s} |",
@@ -561,11 +670,24 @@ async fn main() -> std::process::ExitCode {
                     s.timeouts * 100.0,
                     s.critical_share * 100.0,
                 );
+                rows.push(Row {
+                    load: x,
+                    phase: name,
+                    mode: mode.clone(),
+                    stats: s,
+                    settle: if name == "after" {
+                        settled.map(|(t, _)| t)
+                    } else {
+                        None
+                    },
+                });
             }
             // Let abandoned connections close before the next run.
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
+    println!();
+    targets(&rows, bound);
     println!();
     println!(
         "load average (1, 5, 15 min) at start: {load_start}; at end: {}; wall time {:.0} s",
