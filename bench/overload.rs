@@ -5,9 +5,11 @@
 //!
 //! # The service
 //!
-//! `GET /work` puts a job on a FIFO queue served by `WORKERS` worker tasks; a worker sleeps
-//! `SERVICE_MS` per job, so the capacity is exactly `WORKERS / SERVICE_MS` requests per
-//! second whatever the CPU does (the work is a timer, not computation). Halving retires half
+//! `GET /work` puts a job on a FIFO queue served by `WORKERS` worker tasks; a worker spends
+//! `SERVICE_MS` per job, timed from the end of its previous job when it works back to back
+//! (so a late timer wake-up delays one response, not the worker's next job), so the capacity
+//! is exactly `WORKERS / SERVICE_MS` requests per second whatever the CPU does (the work is
+//! a timer, not computation). Halving retires half
 //! the workers, each after its current job. A job whose client has gone (timed out) is
 //! skipped, as a server that notices the disconnect would: this favours the unprotected
 //! baseline, whose queue would otherwise hold every abandoned request.
@@ -103,11 +105,18 @@ impl Pool {
             let rx = Arc::clone(&rx);
             let active = Arc::clone(&active);
             tokio::spawn(async move {
+                let service = Duration::from_millis(SERVICE_MS);
+                // When this worker is free again. Back-to-back jobs are timed from the
+                // previous job's deadline, not from a (possibly late) wake-up, so a busy
+                // worker finishes exactly one job per service time.
+                let mut free_at = tokio::time::Instant::now();
                 loop {
                     let job = rx.lock().await.recv().await;
                     let Some(job) = job else { return };
                     if !job.is_closed() {
-                        tokio::time::sleep(Duration::from_millis(SERVICE_MS)).await;
+                        let now = tokio::time::Instant::now();
+                        free_at = free_at.max(now) + service;
+                        tokio::time::sleep_until(free_at).await;
                         let _ = job.send(());
                     }
                     if id >= active.load(Ordering::Relaxed) {
@@ -517,7 +526,7 @@ async fn main() -> std::process::ExitCode {
         .collect();
     let warmup = env_f64("WARMUP_S", 3.0);
     let phase = env_f64("PHASE_S", 8.0);
-    let calibrate = env_f64("CALIBRATE_S", 3.0);
+    let calibrate = env_f64("CALIBRATE_S", 5.0);
     // TRACE=1: the adaptive limit, in flight per partition and latencies every 50 ms, on stderr.
     let trace = std::env::var_os("TRACE").is_some();
     for m in &modes {

@@ -11,7 +11,7 @@
 #   MODES=adaptive,tower LOADS=4 PHASE_S=5 scripts/overload.sh
 #   OUT=overload.md scripts/overload.sh                  # also write the output to a file
 #
-# Settings (environment): MODES, LOADS, WARMUP_S (3), PHASE_S (8), CALIBRATE_S (3), TRACE=1
+# Settings (environment): MODES, LOADS, WARMUP_S (3), PHASE_S (8), CALIBRATE_S (5), TRACE=1
 # (the adaptive limit every 50 ms on stderr). Bounded in time: each run lasts
 # WARMUP_S + 2 * PHASE_S and every request times out after 2 s.
 set -euo pipefail
