@@ -92,13 +92,13 @@ fn capacity(workers: usize) -> f64 {
 /// A FIFO queue served by a pool of workers.
 #[derive(Clone)]
 struct Pool {
-    jobs: mpsc::UnboundedSender<oneshot::Sender<()>>,
+    jobs: mpsc::UnboundedSender<(tokio::time::Instant, oneshot::Sender<()>)>,
     active: Arc<AtomicUsize>,
 }
 
 impl Pool {
     fn start(workers: usize) -> Self {
-        let (jobs, rx) = mpsc::unbounded_channel::<oneshot::Sender<()>>();
+        let (jobs, rx) = mpsc::unbounded_channel::<(tokio::time::Instant, oneshot::Sender<()>)>();
         let rx = Arc::new(tokio::sync::Mutex::new(rx));
         let active = Arc::new(AtomicUsize::new(workers));
         for id in 0..workers {
@@ -112,10 +112,10 @@ impl Pool {
                 let mut free_at = tokio::time::Instant::now();
                 loop {
                     let job = rx.lock().await.recv().await;
-                    let Some(job) = job else { return };
+                    let Some((queued_at, job)) = job else { return };
                     if !job.is_closed() {
-                        let now = tokio::time::Instant::now();
-                        free_at = free_at.max(now) + service;
+                        // Starts when both the job and the worker were ready.
+                        free_at = free_at.max(queued_at) + service;
                         tokio::time::sleep_until(free_at).await;
                         let _ = job.send(());
                     }
@@ -136,7 +136,7 @@ impl Pool {
 
 async fn work(State(pool): State<Pool>) -> StatusCode {
     let (tx, rx) = oneshot::channel();
-    if pool.jobs.send(tx).is_err() {
+    if pool.jobs.send((tokio::time::Instant::now(), tx)).is_err() {
         return StatusCode::INTERNAL_SERVER_ERROR;
     }
     match rx.await {
