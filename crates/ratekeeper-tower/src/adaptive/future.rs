@@ -13,7 +13,7 @@ use ratekeeper_core::clock::Clock;
 use super::layer::Permit;
 use crate::body::ResponseBody;
 use crate::key::KeyError;
-use crate::report::{grpc_content_type, trailers_only};
+use crate::report::trailers_only;
 
 pin_project! {
     /// Response future of [`AdaptiveConcurrency`](super::AdaptiveConcurrency).
@@ -57,8 +57,9 @@ impl<F> ResponseFuture<F> {
         }
     }
 
-    /// The answer to a request without a key (a gRPC request gets a trailers-only response).
-    pub(crate) fn key_error(err: &KeyError, request: &HeaderMap) -> Self {
+    /// The answer to a request without a key (a gRPC call, `grpc` being its
+    /// `content-type`, gets a trailers-only response).
+    pub(crate) fn key_error(err: &KeyError, grpc: Option<HeaderValue>) -> Self {
         let status = err.status();
         if status.is_server_error() {
             tracing::error!(error = %err, "adaptive concurrency limiter cannot key the request");
@@ -69,7 +70,7 @@ impl<F> ResponseFuture<F> {
             HeaderValue::from_static("text/plain; charset=utf-8"),
         );
         let body = Bytes::from(format!("{err}\n"));
-        if let Some(content_type) = grpc_content_type(request) {
+        if let Some(content_type) = grpc {
             let (status, body) = trailers_only(status, &mut headers, &body, None, content_type);
             return Self::answered(status, headers, body);
         }

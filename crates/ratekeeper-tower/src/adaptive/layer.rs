@@ -282,6 +282,8 @@ pub(crate) struct Shared<K, C> {
     pub(crate) answer: Answer,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) name: Arc<str>,
+    /// Whether refused gRPC calls get a gRPC answer.
+    pub(crate) grpc: bool,
     settings: ControllerSettings,
     limiters: DashMap<Key, Arc<Limiter>, foldhash::fast::RandomState>,
     overflow: OnceLock<Arc<Limiter>>,
@@ -333,6 +335,15 @@ impl<K, C> Shared<K, C> {
             self.partitions.len(),
             gauges,
         ))
+    }
+
+    /// The `content-type` of a refused gRPC call's answer, when the layer serves gRPC and
+    /// `req` is a gRPC call; `None` for an HTTP answer.
+    pub(crate) fn grpc_call<B>(&self, req: &http::Request<B>) -> Option<HeaderValue> {
+        if !self.grpc {
+            return None;
+        }
+        crate::report::grpc_content_type(req.version(), req.headers())
     }
 
     fn partition_name(&self, partition: usize) -> &str {
@@ -419,6 +430,7 @@ impl<K, C> fmt::Debug for AdaptiveConcurrencyLayer<K, C> {
             .field("settings", &self.shared.settings)
             .field("partitions", &self.shared.partitions)
             .field("status", &self.shared.answer.status)
+            .field("grpc", &self.shared.grpc)
             .field("keys", &self.shared.limiters.len())
             .finish_non_exhaustive()
     }
@@ -443,6 +455,7 @@ pub struct AdaptiveConcurrencyBuilder<K = GlobalKey, C = Unclassified> {
     clock: Arc<dyn Clock>,
     name: Box<str>,
     max_keys: usize,
+    grpc: bool,
 }
 
 impl AdaptiveConcurrencyBuilder {
@@ -457,6 +470,7 @@ impl AdaptiveConcurrencyBuilder {
             clock: Arc::new(MonotonicClock::new()),
             name: "adaptive".into(),
             max_keys: 1024,
+            grpc: false,
         }
     }
 }
@@ -508,6 +522,7 @@ impl<K, C> AdaptiveConcurrencyBuilder<K, C> {
             clock: self.clock,
             name: self.name,
             max_keys: self.max_keys,
+            grpc: self.grpc,
         }
     }
 
@@ -525,6 +540,7 @@ impl<K, C> AdaptiveConcurrencyBuilder<K, C> {
             clock: self.clock,
             name: self.name,
             max_keys: self.max_keys,
+            grpc: self.grpc,
         }
     }
 
@@ -539,6 +555,18 @@ impl<K, C> AdaptiveConcurrencyBuilder<K, C> {
     /// `503 Service Unavailable` (gRPC `UNAVAILABLE`).
     pub fn too_many_requests(mut self) -> Self {
         self.status = StatusCode::TOO_MANY_REQUESTS;
+        self
+    }
+
+    /// Whether this layer serves gRPC (tonic, gRPC-Web): a refused gRPC call then gets a
+    /// trailers-only gRPC answer (HTTP `200 OK`, `grpc-status: 14` `UNAVAILABLE`, or `8`
+    /// `RESOURCE_EXHAUSTED` with [`too_many_requests`](Self::too_many_requests)) instead of
+    /// an HTTP status. A gRPC call is `content-type: application/grpc` (or
+    /// `application/grpc+<format>`) on an HTTP/2 request, or a gRPC-Web content type on any
+    /// HTTP version. Default `false`: every refusal is an HTTP status, whatever the
+    /// request's `content-type` says.
+    pub fn grpc(mut self, on: bool) -> Self {
+        self.grpc = on;
         self
     }
 
@@ -621,6 +649,7 @@ impl<K, C> AdaptiveConcurrencyBuilder<K, C> {
                 answer,
                 clock: self.clock,
                 name: Arc::from(&*self.name),
+                grpc: self.grpc,
                 settings: self.settings,
                 limiters: DashMap::default(),
                 overflow: OnceLock::new(),

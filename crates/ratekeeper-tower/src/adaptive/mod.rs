@@ -15,8 +15,9 @@
 //! `Cache-Control: no-store` and an RFC 9457 `application/problem+json` body of type
 //! [`TEMPORARY_REDUCED_CAPACITY_TYPE`]; with
 //! [`too_many_requests`](AdaptiveConcurrencyBuilder::too_many_requests), a `429` whose body
-//! has the `quota-exceeded` type and names the layer as the violated policy. A gRPC call
-//! (`content-type: application/grpc...`) gets a trailers-only `UNAVAILABLE` (14, message
+//! has the `quota-exceeded` type and names the layer as the violated policy. A layer that
+//! serves gRPC ([`grpc(true)`](AdaptiveConcurrencyBuilder::grpc)) answers a refused gRPC
+//! call with a trailers-only `UNAVAILABLE` (14, message
 //! `server overloaded; retry after <n> s`), or `RESOURCE_EXHAUSTED` (8) with `429`, with the
 //! `retry-after` metadata (see [`report`](crate::report#grpc)). The limit is not advertised
 //! in rate-limit headers: it is the server's own, moving figure, not a client's quota.

@@ -8,7 +8,7 @@ use super::future::ResponseFuture;
 use super::layer::AdaptiveConcurrencyLayer;
 use super::partition::{Classify, Unclassified};
 use crate::key::{GlobalKey, KeyExtractor};
-use crate::report::{grpc_content_type, trailers_only};
+use crate::report::trailers_only;
 
 /// The adaptive concurrency-limiting service (see the [module docs](super)). Decides in
 /// `call`; `poll_ready` only forwards.
@@ -80,7 +80,7 @@ where
         let shared = &self.layer.shared;
         let key = match shared.key.extract(&req) {
             Ok(key) => key,
-            Err(err) => return ResponseFuture::key_error(&err, req.headers()),
+            Err(err) => return ResponseFuture::key_error(&err, shared.grpc_call(&req)),
         };
         let partition = shared.partitions.index(shared.classify.classify(&req));
         let limiter = shared.limiter(&key);
@@ -92,7 +92,7 @@ where
                 let answer = &shared.answer;
                 let mut headers = answer.headers.clone();
                 let body = answer.bodies.get(partition).cloned().unwrap_or_default();
-                match grpc_content_type(req.headers()) {
+                match shared.grpc_call(&req) {
                     Some(content_type) => {
                         let (status, body) = trailers_only(
                             answer.status,

@@ -114,6 +114,7 @@ fn refusals_can_be_429_naming_the_layer() {
 fn grpc_calls_get_unavailable_or_resource_exhausted() {
     let grpc = || {
         Request::post("/pkg.Svc/Call")
+            .version(http::Version::HTTP_2)
             .header("content-type", "application/grpc")
             .body(())
             .unwrap()
@@ -128,6 +129,7 @@ fn grpc_calls_get_unavailable_or_resource_exhausted() {
     ] {
         let mut builder = AdaptiveConcurrencyLayer::builder()
             .min_limit(1)
+            .grpc(true)
             .clock(ManualClock::new());
         if too_many {
             builder = builder.too_many_requests();
@@ -143,6 +145,15 @@ fn grpc_calls_get_unavailable_or_resource_exhausted() {
         assert_eq!(h["retry-after"], "1");
         assert!(read(refused).is_empty());
     }
+    // A layer that does not serve gRPC answers every refusal with an HTTP status.
+    let mut svc = AdaptiveConcurrencyLayer::builder()
+        .min_limit(1)
+        .clock(ManualClock::new())
+        .build()
+        .unwrap()
+        .layer(inner());
+    let _held = call(&mut svc, grpc());
+    assert_eq!(call(&mut svc, grpc()).status(), 503);
 }
 
 #[test]

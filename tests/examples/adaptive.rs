@@ -6,7 +6,7 @@ use ratekeeper_tests::TestServer;
 // The example app itself, not a copy; its `main` and the items this file does not use
 // are dead code here.
 #[allow(dead_code, unreachable_pub)]
-#[path = "../examples/adaptive.rs"]
+#[path = "../../examples/adaptive.rs"]
 mod adaptive;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
