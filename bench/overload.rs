@@ -301,8 +301,11 @@ async fn load(
     for t in tasks {
         let _ = t.await;
     }
-    let out = records.lock().map(|r| r.clone()).unwrap_or_default();
-    out
+    // Every task has ended: this is the last reference.
+    Arc::try_unwrap(records)
+        .ok()
+        .and_then(|m| m.into_inner().ok())
+        .unwrap_or_default()
 }
 
 fn percentile(values: &mut [f64], p: f64) -> Option<f64> {
