@@ -42,14 +42,15 @@
 //!   or all critical requests when fewer are offered;
 //! - recovery: after the halving, the time until the p99 of admitted requests in 250 ms
 //!   windows stays within 2× the unloaded p99;
-//! - for `adaptive` and `adaptive_p`, settle: the time until the limit (sampled every 50 ms)
-//!   stays within ±25 % of its median over the last 2 s of the run.
+//! - for `adaptive` and `adaptive_p`, settle: the time until the limit (sampled every 50 ms,
+//!   median of each 0.5 s) stays within ±25 % of its median over the last 2 s of the run.
 //!
 //! The unloaded p99 comes from a calibration run first: no limiter, a quarter of the
 //! capacity, `CALIBRATE_S` seconds.
 //!
 //! Settings (environment): `MODES` (comma-separated), `LOADS` (e.g. `1,2,4`), `WARMUP_S`,
-//! `PHASE_S` (each phase), `CALIBRATE_S`. Prints a Markdown table.
+//! `PHASE_S` (each phase), `CALIBRATE_S`; `SMOOTHING` and `BUFFER` replace the controller's
+//! defaults (to compare settings). Prints a Markdown table.
 //!
 //! ```text
 //! cargo run --release -p ratekeeper-bench --bin overload
@@ -70,7 +71,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use ratekeeper_axum::adaptive::AdaptiveConcurrencyLayer;
+use ratekeeper_axum::adaptive::{AdaptiveConcurrencyLayer, ControllerSettings};
 use ratekeeper_axum::{Key, RequestParts};
 use tokio::sync::{mpsc, oneshot};
 use tower::{BoxError, ServiceBuilder};
@@ -182,7 +183,10 @@ fn app(mode: &str, pool: Pool) -> Option<(Router, Option<AdaptiveLayer>)> {
             None,
         ),
         "adaptive" => {
-            let layer = AdaptiveConcurrencyLayer::new();
+            let layer = AdaptiveConcurrencyLayer::builder()
+                .controller(controller_settings())
+                .build()
+                .ok()?;
             (
                 router.layer(layer.clone()),
                 Some(AdaptiveLayer::Plain(layer)),
@@ -190,6 +194,7 @@ fn app(mode: &str, pool: Pool) -> Option<(Router, Option<AdaptiveLayer>)> {
         }
         "adaptive_p" => {
             let layer = AdaptiveConcurrencyLayer::builder()
+                .controller(controller_settings())
                 .partition("critical", 0.9)
                 .partition("sheddable", 0.1)
                 .classify(priority as Classifier)
@@ -202,6 +207,17 @@ fn app(mode: &str, pool: Pool) -> Option<(Router, Option<AdaptiveLayer>)> {
         }
         _ => return None,
     })
+}
+
+/// The controller's defaults, or the `SMOOTHING` and `BUFFER` (min RTT buffer) of the
+/// environment, to compare settings.
+fn controller_settings() -> ControllerSettings {
+    let d = ControllerSettings::default();
+    ControllerSettings {
+        smoothing: env_f64("SMOOTHING", d.smoothing),
+        min_rtt_buffer: env_f64("BUFFER", d.min_rtt_buffer),
+        ..d
+    }
 }
 
 type Classifier = fn(&RequestParts<'_>) -> &'static str;
@@ -383,8 +399,10 @@ fn recovery(recs: &[Rec], from: f64, to: f64, bound_ms: f64) -> Option<f64> {
     }
 }
 
-/// Seconds after `from` until the sampled limit stays within ±25 % of its median over the
-/// last 2 s.
+/// Seconds after `from` until the limit settles: until the median of the samples in each
+/// 0.5 s window stays within ±25 % of the median over the last 2 s (the windows smooth the
+/// controller's own up-and-down around its operating point, about ±15 %). Returns the time
+/// and that final median.
 fn settle(samples: &[(f64, u32)], from: f64, end: f64) -> Option<(f64, f64)> {
     let mut tail: Vec<f64> = samples
         .iter()
@@ -392,13 +410,21 @@ fn settle(samples: &[(f64, u32)], from: f64, end: f64) -> Option<(f64, f64)> {
         .map(|&(_, l)| f64::from(l))
         .collect();
     let fin = percentile(&mut tail, 0.5)?;
-    let inside = |l: u32| (f64::from(l) - fin).abs() <= 0.25 * fin;
-    let after: Vec<&(f64, u32)> = samples.iter().filter(|(t, _)| *t >= from).collect();
-    let last_out = after.iter().rposition(|(_, l)| !inside(*l));
-    let t = match last_out {
-        None => 0.0,
-        Some(i) => after.get(i + 1).map_or(end - from, |(t, _)| t - from),
-    };
+    let width = 0.5;
+    let windows = ((end - from) / width).floor() as usize;
+    let mut last_out = None;
+    for w in 0..windows {
+        let lo = from + w as f64 * width;
+        let mut window: Vec<f64> = samples
+            .iter()
+            .filter(|(t, _)| *t >= lo && *t < lo + width)
+            .map(|&(_, l)| f64::from(l))
+            .collect();
+        if percentile(&mut window, 0.5).is_some_and(|m| (m - fin).abs() > 0.25 * fin) {
+            last_out = Some(w);
+        }
+    }
+    let t = last_out.map_or(0.0, |w| (w + 1) as f64 * width);
     Some((t, fin))
 }
 
