@@ -399,10 +399,10 @@ fn recovery(recs: &[Rec], from: f64, to: f64, bound_ms: f64) -> Option<f64> {
     }
 }
 
-/// Seconds after `from` until the limit settles: until the median of the samples in each
-/// 0.5 s window stays within ±25 % of the median over the last 2 s (the windows smooth the
-/// controller's own up-and-down around its operating point, about ±15 %). Returns the time
-/// and that final median.
+/// Seconds after `from` until the limit settles: until a sample is within ±25 % of the
+/// median over the last 2 s and the median of the samples in each 0.5 s window stays within
+/// it (the windows smooth the controller's own up-and-down around its operating point,
+/// about ±15 %). Returns the time and that final median.
 fn settle(samples: &[(f64, u32)], from: f64, end: f64) -> Option<(f64, f64)> {
     let mut tail: Vec<f64> = samples
         .iter()
@@ -424,8 +424,13 @@ fn settle(samples: &[(f64, u32)], from: f64, end: f64) -> Option<(f64, f64)> {
             last_out = Some(w);
         }
     }
+    // Not before the first sample inside the band.
+    let entered = samples
+        .iter()
+        .find(|&&(t, l)| t >= from && (f64::from(l) - fin).abs() <= 0.25 * fin)
+        .map_or(end - from, |&(t, _)| t - from);
     let t = last_out.map_or(0.0, |w| (w + 1) as f64 * width);
-    Some((t, fin))
+    Some((t.max(entered), fin))
 }
 
 /// One line of the table.
