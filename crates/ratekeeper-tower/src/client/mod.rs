@@ -116,7 +116,7 @@ mod error;
 mod future;
 mod key;
 mod layer;
-mod parse;
+pub(crate) mod parse;
 mod service;
 mod state;
 #[cfg(test)]
