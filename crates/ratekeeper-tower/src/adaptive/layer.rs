@@ -17,7 +17,7 @@ use super::AdaptiveConcurrency;
 use super::controller::{ControllerSettings, GradientController, LimitChange};
 use super::partition::{Classify, InFlight, Partitions, Unclassified};
 use crate::BuildError;
-use crate::key::GlobalKey;
+use crate::key::{GlobalKey, KeyExtractor};
 
 /// Gauge: the current in-flight limit, labels `name` (the layer's name) and `key`.
 pub const LIMIT: &str = "ratekeeper_adaptive_limit";
@@ -596,8 +596,12 @@ impl<K, C> AdaptiveConcurrencyBuilder<K, C> {
     /// [`BuildError::Config`] naming the field: a controller setting out of range (see
     /// [`ControllerSettings::validate`]), a partition share outside `(0, 1]`, shares adding
     /// up to more than 1, an empty or repeated partition name, `max_keys` of 0, or an empty
-    /// name.
-    pub fn build(self) -> Result<AdaptiveConcurrencyLayer<K, C>, BuildError> {
+    /// name; or the key extractor's own error ([`KeyExtractor::check`]).
+    pub fn build(self) -> Result<AdaptiveConcurrencyLayer<K, C>, BuildError>
+    where
+        K: KeyExtractor,
+    {
+        self.key.check()?;
         self.settings.validate()?;
         let err = |field: &str, message: String| BuildError::Config {
             field: format!("adaptive.{field}"),
