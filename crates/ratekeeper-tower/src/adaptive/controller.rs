@@ -49,8 +49,9 @@ use std::time::Duration;
 use crate::BuildError;
 
 /// The settings of a [`GradientController`]. The defaults are Envoy's where Envoy has one
-/// (100 ms update interval, p50, 25 % buffer, 60 s minRTT interval with 15 % jitter, 50
-/// requests at concurrency 3) and Gradient2's otherwise (initial limit 20, smoothing).
+/// (p50, 25 % buffer, 60 s minRTT interval with 15 % jitter, 50 requests at concurrency 3),
+/// the 100 ms update interval of Envoy's documented example (Envoy requires the field), and
+/// Gradient2's otherwise (initial limit 20, smoothing).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ControllerSettings {
     /// The lowest limit, also the limit while `minRTT` is measured (default 3, at least 1).
