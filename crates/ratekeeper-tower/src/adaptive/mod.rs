@@ -69,9 +69,9 @@
 //! use std::convert::Infallible;
 //! use std::time::Duration;
 //! use axum::http::{Request, Response, StatusCode};
-//! use ratekeeper_axum::RequestParts;
-//! use ratekeeper_axum::adaptive::AdaptiveConcurrencyLayer;
-//! use ratekeeper_axum::core::clock::ManualClock;
+//! use ratekeeper_tower::RequestParts;
+//! use ratekeeper_tower::adaptive::AdaptiveConcurrencyLayer;
+//! use ratekeeper_core::clock::ManualClock;
 //! use tower::{ServiceBuilder, ServiceExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -101,7 +101,7 @@
 //! assert_eq!(shed.headers()["retry-after"], "1");
 //! assert_eq!(shed.headers()["content-type"], "application/problem+json");
 //!
-//! let snapshot = layer.snapshot(&ratekeeper_axum::Key::Global).unwrap();
+//! let snapshot = layer.snapshot(&ratekeeper_core::Key::Global).unwrap();
 //! assert_eq!((snapshot.limit, snapshot.in_flight), (2, 2));
 //! assert!(snapshot.measuring);
 //! # Ok(())

@@ -14,8 +14,8 @@ use crate::RequestParts;
 /// Closures over a [`RequestParts`] returning a `&'static str` are classifiers:
 ///
 /// ```
-/// use ratekeeper_axum::RequestParts;
-/// use ratekeeper_axum::adaptive::Classify;
+/// use ratekeeper_tower::RequestParts;
+/// use ratekeeper_tower::adaptive::Classify;
 ///
 /// let by_header = |req: &RequestParts<'_>| match req.headers().get("x-priority") {
 ///     Some(v) if v == "critical" => "critical",
