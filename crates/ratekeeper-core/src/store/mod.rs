@@ -256,15 +256,20 @@ pub enum FailurePolicy {
     /// (rounded down, at least 1 unit each), same period and algorithm. `N` is configured
     /// (the Redis store builder's `instances`) or learned: every instance registers itself
     /// in Redis about once a second, and the store reads how many live instances there are.
-    /// The share store starts empty (full buckets) at the outage's first degraded decision
-    /// and is dropped when the shared store answers again.
+    /// The share store is made at the outage's first degraded decision and dropped when the
+    /// shared store answers again. Nothing is known then about how full each key's bucket
+    /// was in the shared store (a key at its limit has an empty bucket there), so each key's
+    /// share starts with **one unit** when the outage first sees it, and refills at the
+    /// share's rate (`limit / N` per period) up to the share's burst.
     ///
-    /// What it promises, during an outage of the shared store: the fleet admits at most
-    /// `burst + limit × elapsed / period` units per key (the quota from a full bucket), plus
-    /// rounding (up to `N` units per key when `limit` or `burst` is below `N`), provided
-    /// `N` is at least the number of instances taking traffic; traffic spread unevenly over
-    /// the instances is admitted less (an instance never lends its share to another). Until
-    /// `N` is known (no configuration and no reply from Redis yet), it answers as
+    /// What it promises, per key, while the shared store is unreachable: the fleet admits
+    /// at most `N + limit × elapsed / period` units (one unit per instance, then the
+    /// quota's rate), plus rounding, provided `N` is at least the number of instances
+    /// taking traffic; together with what the shared store admitted before the outage (its
+    /// bucket) that stays within the quota. Traffic spread unevenly over the instances is
+    /// admitted less (an instance never lends its share to another), and a key that had
+    /// unused burst when the outage began gets it back only at the share's rate. Until `N`
+    /// is known (no configuration and no reply from Redis yet) it answers as
     /// [`FailurePolicy::Deny`]. Its decisions carry normal headers (the share's limit and
     /// remaining). The store answers these itself, so an HTTP layer that ever sees
     /// `FailSoft` in a [`StoreError::Failed`] treats it as [`FailurePolicy::Allow`].

@@ -11,7 +11,7 @@ use super::failure::Failover;
 use super::guard::Guard;
 use super::link::{Link, Timing};
 use super::negative::NegativeCache;
-use super::script::{Conn, ScriptRunner};
+use super::script::{Conn, RedisFailure, ScriptRunner};
 use super::shared::Shared;
 use super::{RedisStore, nanos};
 use crate::Policy;
@@ -192,9 +192,11 @@ impl RedisStoreBuilder {
 
     /// The number of app instances that share this Redis, for
     /// [`FailurePolicy::FailSoft`]: while Redis is unreachable each instance enforces
-    /// `1 / instances` of every policy. Without it the store uses the number of live
-    /// instances registered in Redis (each instance registers itself when built and about
-    /// once a second; a registration lives 3 s).
+    /// `1 / instances` of every policy. Without it a fail-soft store uses the number of live
+    /// instances registered in Redis: each registers itself when built and about once a
+    /// second in the sorted set `<prefix>:v2:{fleet}:instances` (a registration lives 3 s;
+    /// the key has a TTL). Stores with another failure policy, or with `instances` set,
+    /// never register.
     pub fn instances(mut self, instances: NonZeroU32) -> Self {
         self.instances = Some(instances);
         self
@@ -272,13 +274,15 @@ impl RedisStoreBuilder {
                 Ok(()) => break None,
                 Err(err) => err,
             };
-            if started.elapsed() + READY_RETRY >= connect_timeout {
+            if !retryable(&err) || started.elapsed() + READY_RETRY >= connect_timeout {
                 break Some(err);
             }
             tokio::time::sleep(READY_RETRY).await;
         };
+        let learn_fleet = store.failover.learns_fleet();
         match last {
-            None => shared.register_instance().await,
+            None if learn_fleet => shared.register_instance().await,
+            None => {}
             Some(err) if require => return Err(err),
             Some(err) => {
                 tracing::warn!(
@@ -291,7 +295,9 @@ impl RedisStoreBuilder {
                 shared.start_prober();
             }
         }
-        shared.start_registration();
+        if learn_fleet {
+            shared.start_registration();
+        }
         Ok(store)
     }
 
@@ -335,6 +341,7 @@ impl RedisStoreBuilder {
                 breaker: Breaker::new(self.breaker_failures, nanos(self.breaker_open_for)),
                 outage: Arc::clone(&failover.outage),
                 instance_id: instance_id(),
+                learns_fleet: failover.learns_fleet(),
                 negative: self.negative_cache.then(NegativeCache::default),
                 redis_decisions: Default::default(),
                 negative_hits: Default::default(),
@@ -344,6 +351,29 @@ impl RedisStoreBuilder {
             failover,
         }
     }
+}
+
+/// Whether making the store ready may succeed if tried again: Redis unreachable, too slow,
+/// the connection dropped, or Redis answering that it is loading its data or a Cluster that
+/// is not serving yet. Other answers (a database that does not exist, a refused password, a
+/// script Redis cannot compile) fail the build at once.
+fn retryable(err: &StoreError) -> bool {
+    let StoreError::Unavailable(source) = err else {
+        return matches!(err, StoreError::Timeout);
+    };
+    let Some(failure) = source.downcast_ref::<RedisFailure>() else {
+        return true;
+    };
+    let e = &failure.0;
+    e.is_io_error()
+        || e.is_connection_refusal()
+        || e.is_connection_dropped()
+        || e.is_timeout()
+        || e.is_cluster_error()
+        || matches!(
+            e.code(),
+            None | Some("LOADING" | "CLUSTERDOWN" | "TRYAGAIN" | "MASTERDOWN" | "BUSY")
+        )
 }
 
 /// Pause between two attempts to make the store ready at build.

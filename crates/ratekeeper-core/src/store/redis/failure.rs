@@ -10,14 +10,16 @@
 //! [`WARN_EVERY`]); the circuit breaker logs its transitions; each other decision is a DEBUG
 //! event (here for `Local` and `FailSoft`, by the HTTP layer for the others).
 
+use std::collections::HashSet;
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::OwnedCharge;
 use crate::clock::Clock;
-use crate::store::{Charge, Decisions, FailurePolicy, MemoryStore, Store, StoreError};
+use crate::store::{Charge, Decisions, FailurePolicy, MemoryStore, PolicyId, Store, StoreError};
 use crate::{Key, Policy};
 
 /// A clock shared with the Redis store (so the local fallback sees injected time too).
@@ -54,7 +56,7 @@ pub(super) struct Outage {
     /// The fleet size learned from Redis (live instances registered there; 0: not known).
     pub(super) instances: AtomicU32,
     /// The current outage's fail-soft store, made at its first degraded decision.
-    share: Mutex<Option<Share>>,
+    share: Mutex<Option<Arc<Share>>>,
 }
 
 impl Outage {
@@ -86,9 +88,52 @@ impl Outage {
     }
 }
 
-/// The in-memory store of an outage under [`FailurePolicy::FailSoft`], and the fleet size
-/// its policies were divided by.
-type Share = (u32, Arc<MemoryStore<Key, ClockRef>>);
+/// Most (policy, key) pairs one outage's fail-soft store remembers having started; later
+/// new pairs start with a full share bucket.
+const MAX_STARTED: usize = 1 << 20;
+
+/// The in-memory store of an outage under [`FailurePolicy::FailSoft`].
+#[derive(Debug)]
+struct Share {
+    store: Arc<MemoryStore<Key, ClockRef>>,
+    /// Per policy: the units a key's share bucket is drained by when the key is first seen
+    /// in the outage (its burst minus one), so it starts with one unit, not a full burst.
+    prefill: Vec<u64>,
+    /// Hashes of the (policy, key) pairs started in this outage.
+    started: Mutex<HashSet<u64>>,
+}
+
+impl Share {
+    /// Drains the share bucket of each (policy, key) of `charges` not seen before in this
+    /// outage down to one unit, then checks `charges`.
+    fn check(&self, charges: &[Charge<'_, Key>]) -> Result<Decisions, StoreError> {
+        for c in charges {
+            let prefill = self.prefill.get(c.policy.index()).copied().unwrap_or(0);
+            if prefill > 0 && self.start(c.policy, c.key) {
+                // Always fits a fresh bucket (burst - 1 <= burst); a refusal only means the
+                // bucket was not fresh, which is the state wanted.
+                let _ = self
+                    .store
+                    .check_now(&[Charge::new(c.policy, c.key, prefill)]);
+            }
+        }
+        self.store.check_now(charges)
+    }
+
+    /// Whether `(policy, key)` is new in this outage (and now remembered).
+    fn start(&self, policy: PolicyId, key: &Key) -> bool {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        (policy, key).hash(&mut hasher);
+        let h = hasher.finish();
+        let Ok(mut started) = self.started.lock() else {
+            return false;
+        };
+        if started.len() >= MAX_STARTED {
+            return false;
+        }
+        started.insert(h)
+    }
+}
 
 /// The failure policy and, for [`FailurePolicy::Local`] and [`FailurePolicy::FailSoft`],
 /// their in-memory stores. Cheap to clone.
@@ -171,6 +216,12 @@ impl Failover {
         Ok(())
     }
 
+    /// Whether the store must learn the fleet size from Redis (fail-soft without a
+    /// configured size).
+    pub(super) fn learns_fleet(&self) -> bool {
+        self.policy == FailurePolicy::FailSoft && self.instances.is_none()
+    }
+
     /// The fleet size fail-soft divides by: the configured one, else the learned one.
     fn fleet(&self) -> Option<u32> {
         self.instances.or_else(|| {
@@ -181,25 +232,32 @@ impl Failover {
 
     /// The fail-soft store of this outage, made at its first decision with the policies
     /// divided by the fleet size then known; `None` while the fleet size is unknown.
-    fn share(&self) -> Option<Arc<MemoryStore<Key, ClockRef>>> {
+    fn share(&self) -> Option<Arc<Share>> {
         let mut slot = self.outage.share.lock().ok()?;
-        if let Some((_, store)) = &*slot {
-            return Some(Arc::clone(store));
+        if let Some(share) = &*slot {
+            return Some(Arc::clone(share));
         }
         let n = self.fleet()?;
         let mut store = MemoryStore::with_clock(self.clock.clone());
+        let mut prefill = Vec::with_capacity(self.policies.len());
         for policy in self.policies.iter() {
             // Registered at build with the same arguments' shapes; a failure here leaves the
             // decision to `Deny` (never more than the share).
-            store.register(&share_of(policy, n).ok()?).ok()?;
+            let share = share_of(policy, n).ok()?;
+            prefill.push(u64::from(share.capacity().saturating_sub(1)));
+            store.register(&share).ok()?;
         }
-        let store = Arc::new(store);
-        *slot = Some((n, Arc::clone(&store)));
+        let share = Arc::new(Share {
+            store: Arc::new(store),
+            prefill,
+            started: Mutex::new(HashSet::new()),
+        });
+        *slot = Some(Arc::clone(&share));
         tracing::debug!(
             instances = n,
             "redis store fail-soft: each policy divided by the fleet size"
         );
-        Some(store)
+        Some(share)
     }
 
     /// Applies the failure policy to `charges` that Redis could not decide because of `err`:
@@ -235,27 +293,25 @@ impl Failover {
         } else if first {
             tracing::debug!(error = %err, "redis store could not decide; an outage begins");
         }
-        let local = match self.policy {
-            FailurePolicy::Local => self.local.clone(),
-            FailurePolicy::FailSoft => self.share(),
+        let borrowed = || -> Vec<Charge<'_, Key>> {
+            charges
+                .iter()
+                .map(|(p, k, c)| Charge::new(*p, k, *c))
+                .collect()
+        };
+        let answered = match self.policy {
+            FailurePolicy::Local => self.local.as_ref().map(|l| l.check_now(&borrowed())),
+            FailurePolicy::FailSoft => self.share().map(|s| s.check(&borrowed())),
             _ => None,
         };
-        if matches!(self.policy, FailurePolicy::Local | FailurePolicy::FailSoft) {
+        if let Some(result) = answered {
             tracing::debug!(error = %err, action = self.policy.as_str(), "redis store could not decide; the local store answered");
+            return result.map(|d| Decisions::new(d.as_slice().iter().copied()));
         }
-        let policy = match (self.policy, local) {
-            (FailurePolicy::Local | FailurePolicy::FailSoft, Some(local)) => {
-                let borrowed: Vec<Charge<'_, Key>> = charges
-                    .iter()
-                    .map(|(p, k, c)| Charge::new(*p, k, *c))
-                    .collect();
-                return local
-                    .check_now(&borrowed)
-                    .map(|d| Decisions::new(d.as_slice().iter().copied()));
-            }
-            (FailurePolicy::Local, None) => FailurePolicy::Allow,
-            (FailurePolicy::FailSoft, None) => FailurePolicy::Deny,
-            (other, _) => other,
+        let policy = match self.policy {
+            FailurePolicy::Local => FailurePolicy::Allow,
+            FailurePolicy::FailSoft => FailurePolicy::Deny,
+            other => other,
         };
         Err(StoreError::Failed {
             policy,

@@ -373,10 +373,11 @@ impl RedisStore {
         link::script_hashes()
     }
 
-    /// The number of app instances sharing this Redis as this store last learned it (live
-    /// registrations in Redis, this one included; 0 before the first reply), the divisor of
-    /// [`FailurePolicy::FailSoft`](crate::store::FailurePolicy::FailSoft) unless
-    /// [`RedisStoreBuilder::instances`] configures one.
+    /// The number of app instances sharing this Redis as a fail-soft store last learned it
+    /// (live registrations in Redis, this one included), the divisor of
+    /// [`FailurePolicy::FailSoft`](crate::store::FailurePolicy::FailSoft); 0 for a store that
+    /// does not learn it (another failure policy, or [`RedisStoreBuilder::instances`] set)
+    /// and before the first reply.
     pub fn fleet_size(&self) -> u32 {
         self.shared.outage.instances.load(Ordering::Relaxed)
     }

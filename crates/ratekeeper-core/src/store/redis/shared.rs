@@ -39,6 +39,9 @@ pub(super) struct Shared {
     pub(super) outage: Arc<Outage>,
     /// This instance's id in the fleet registry.
     pub(super) instance_id: String,
+    /// Whether this instance registers in the fleet registry (fail-soft without a
+    /// configured fleet size).
+    pub(super) learns_fleet: bool,
     pub(super) negative: Option<NegativeCache>,
     pub(super) redis_decisions: AtomicU64,
     pub(super) negative_hits: AtomicU64,
@@ -112,6 +115,9 @@ impl Shared {
         self.learn_time(server, ago);
         self.breaker.success();
         self.outage.end();
+        if !self.learns_fleet {
+            return;
+        }
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let shared = Arc::clone(self);
             runtime.spawn(async move { shared.register_instance().await });
