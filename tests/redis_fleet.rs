@@ -1,0 +1,189 @@
+//! A fleet of app instances on one Redis, at the moments operators live through: the start
+//! (every store ready when built, so the first requests after a start are decided by Redis)
+//! and an outage (fail-soft keeps each instance to its share of the quota). A short, seeded
+//! subset of the fleet harness (`scripts/fleet.sh`, `ratekeeper_tests::fleet`).
+//!
+//! Load-proof: what is asserted is counted (admissions, 503s, scripts in Redis, connected
+//! clients), never a latency; the deadlines are long enough that a loaded machine does not
+//! turn a Redis decision into a failure-policy one, and where the failure policy does act,
+//! its bound is checked against the failure window the run measured.
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::get;
+use ratekeeper_axum::core::store::FailurePolicy;
+use ratekeeper_axum::core::store::redis::RedisStore;
+use ratekeeper_axum::{GlobalKey, Policy, Quota, RateLimitLayer};
+use ratekeeper_tests::fleet::{Fault, Outcome, Scenario, run};
+use ratekeeper_tests::redis::RedisServer;
+use ratekeeper_tests::spawn;
+
+/// The budget of the start test: 10 per minute, burst 10, one key for the whole fleet.
+const BUDGET: u32 = 10;
+
+type Layer = RateLimitLayer<GlobalKey, u64, RedisStore>;
+
+/// One app instance: its own store (own connection) on `url`, failing open; the layer (for
+/// its store) and the app.
+async fn instance(url: &str) -> (Layer, Router) {
+    let store = RedisStore::builder()
+        // Long enough that a loaded machine never turns a decision into a failure-policy
+        // one: what this test checks is that nothing is left for the first decisions to do.
+        .deadline(Duration::from_secs(2))
+        .on_failure(FailurePolicy::Allow)
+        .standalone(url)
+        .await
+        .expect("store ready");
+    let layer = RateLimitLayer::builder()
+        .policy(Policy::new(
+            "api",
+            Quota::per_minute(NonZeroU32::new(BUDGET).expect("budget")),
+        ))
+        .key(GlobalKey)
+        .store(store)
+        .build()
+        .expect("layer");
+    (
+        layer.clone(),
+        Router::new()
+            .route("/", get(|| async { "ok" }))
+            .layer(layer),
+    )
+}
+
+/// Case: start. Two app instances start on a fresh `redis-server` and 20 requests arrive at
+/// once, 10 at each; 20 times, each on a fresh server. Before the first request Redis
+/// already has both instances' connections and every script of the store
+/// (`SCRIPT EXISTS`): the stores were made ready when built, so no decision has to connect
+/// or load a script inside its deadline. Then exactly the budget is admitted (fail open
+/// would admit more), every decision by Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_on_a_fresh_redis_admit_exactly_the_budget_from_the_first_request() {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .expect("client");
+    let hashes = RedisStore::script_hashes();
+    for trial in 0..20 {
+        let server = RedisServer::start();
+        let (a, app_a) = instance(&server.url()).await;
+        let (b, app_b) = instance(&server.url()).await;
+
+        // Redis side, before any request: the scripts are loaded and both connections open.
+        let mut exists = vec!["SCRIPT", "EXISTS"];
+        exists.extend(hashes.iter().map(String::as_str));
+        let loaded = server.cli(&exists).expect("SCRIPT EXISTS");
+        assert_eq!(
+            loaded.lines().filter(|l| l.trim() == "1").count(),
+            hashes.len(),
+            "trial {trial}: scripts not loaded before the first request: {loaded}"
+        );
+        let clients = server.cli(&["CLIENT", "LIST"]).expect("CLIENT LIST");
+        // Both stores, plus this redis-cli.
+        assert!(
+            clients.lines().count() >= 3,
+            "trial {trial}: the stores are not connected before the first request: {clients}"
+        );
+
+        assert!(
+            a.store().is_ready() && b.store().is_ready(),
+            "trial {trial}: a store not ready"
+        );
+
+        let addrs = [spawn(app_a).await, spawn(app_b).await];
+        let mut requests = tokio::task::JoinSet::new();
+        for i in 0..20 {
+            let client = client.clone();
+            let addr = addrs[i % 2];
+            requests.spawn(async move {
+                let res = client
+                    .get(format!("http://{addr}/"))
+                    .send()
+                    .await
+                    .expect("answered");
+                (
+                    res.status().as_u16(),
+                    res.headers().contains_key("x-ratelimit-remaining"),
+                )
+            });
+        }
+        let mut admitted = 0;
+        let mut limited = 0;
+        while let Some(answer) = requests.join_next().await {
+            let (status, decided) = answer.expect("request task");
+            assert!(
+                decided,
+                "trial {trial}: a decision without headers (fail open)"
+            );
+            match status {
+                200 => admitted += 1,
+                429 => limited += 1,
+                other => panic!("trial {trial}: status {other}"),
+            }
+        }
+        assert_eq!(
+            (admitted, limited),
+            (BUDGET, 20 - BUDGET),
+            "trial {trial}: admitted {admitted} for a budget of {BUDGET}"
+        );
+        for store in [&a, &b] {
+            let stats = store.store().stats();
+            assert_eq!(stats.degraded, 0, "trial {trial}: {stats:?}");
+        }
+    }
+}
+
+/// Case: outage. Two instances share 200/s (burst 20) at twice that load; Redis is paused
+/// (`SIGSTOP`) for 600 ms. Under fail-soft no request gets a 503, and what the instances
+/// admit on their own is their share of the quota over the failure window the run measured
+/// (one unit each to start, then `limit` per second between them), not the offered load
+/// (fail open would admit twice that); afterwards Redis decides again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_soft_keeps_a_paused_redis_fleet_to_its_share_without_503() {
+    let report = run(Scenario {
+        instances: 2,
+        on_failure: FailurePolicy::FailSoft,
+        fault: Fault::Pause(Duration::from_millis(600)),
+        limit: 200,
+        burst: 20,
+        offered: 2.0,
+        deadline: Duration::from_millis(250),
+        duration: Duration::from_secs(3),
+        fault_at: Duration::from_secs(1),
+        seed: 7,
+        ..Scenario::default()
+    })
+    .await;
+    assert_eq!(report.unavailable, 0, "fail-soft never answers 503");
+    assert!(
+        report.degraded() > 0,
+        "the pause was never noticed: {}",
+        report.row()
+    );
+    let locally_admitted = report
+        .events
+        .iter()
+        .filter(|e| e.outcome == Outcome::DegradedAdmitted)
+        .count();
+    // The share's bound over the measured window: 1 unit per instance to start, then
+    // 200/s split between them (each rounded down), plus one unit of refill each at the
+    // window's edges.
+    let window = report.failure_window.as_secs_f64();
+    let bound = 2 + (200.0 * window).ceil() as usize + 2;
+    assert!(
+        locally_admitted <= bound,
+        "admitted {locally_admitted} on their own in {window:.3} s, share bound {bound}: {}",
+        report.row()
+    );
+    let after = report.scenario.fault_at + report.fault_len + Duration::from_millis(1_000);
+    assert!(
+        report
+            .events
+            .iter()
+            .any(|e| e.at > after && e.outcome == Outcome::Admitted),
+        "Redis never decided again: {}",
+        report.row()
+    );
+}
