@@ -162,14 +162,23 @@ async fn fail_soft_keeps_a_paused_redis_fleet_to_its_share_without_503() {
         "the pause was never noticed: {}",
         report.row()
     );
+    // What the instances admitted on their own during the pause's failure window (a
+    // decision elsewhere that missed its deadline on a loaded machine is another, tiny
+    // outage with its own share).
+    let first = report
+        .events
+        .iter()
+        .find(|e| e.at >= report.scenario.fault_at && e.outcome.is_degraded())
+        .map(|e| e.at)
+        .expect("a degraded decision");
+    let end = first + report.failure_window;
     let locally_admitted = report
         .events
         .iter()
-        .filter(|e| e.outcome == Outcome::DegradedAdmitted)
+        .filter(|e| e.at >= first && e.at <= end && e.outcome == Outcome::DegradedAdmitted)
         .count();
-    // The share's bound over the measured window: 1 unit per instance to start, then
-    // 200/s split between them (each rounded down), plus one unit of refill each at the
-    // window's edges.
+    // The share's bound over that window: 1 unit per instance to start, then 200/s split
+    // between them (each rounded down), plus one unit of refill each at the window's edges.
     let window = report.failure_window.as_secs_f64();
     let bound = 2 + (200.0 * window).ceil() as usize + 2;
     assert!(
