@@ -24,7 +24,7 @@
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use ratekeeper_core::store::redis::RedisStore;
@@ -262,11 +262,13 @@ impl Backend {
     }
 }
 
-/// One instance: its store, the policy id, and its last seen degraded count.
+/// One instance: its store, the policy id and the limit Redis reports for it.
 struct Instance {
     store: RedisStore,
     policy: PolicyId,
-    degraded_seen: AtomicU64,
+    /// The limit a decision made by Redis reports (the advertised burst); a fail-soft share
+    /// reports its own, smaller one.
+    redis_limit: u32,
 }
 
 impl Instance {
@@ -275,19 +277,24 @@ impl Instance {
             .store
             .check_async(&[(self.policy, Key::from(KEY), 1)])
             .await;
-        let degraded = self.store.stats().degraded;
-        let was = self.degraded_seen.fetch_max(degraded, Ordering::AcqRel);
-        let fresh = degraded > was;
         match result {
-            Ok(d) if fresh => {
-                if d.is_allowed() {
+            // Redis's admissions carry a receipt; the failure policy's (fail-soft, local)
+            // never do: the charge was not made in Redis.
+            Ok(d) if d.is_allowed() => {
+                if d.receipts().all(|r| r.is_some()) {
+                    Outcome::Admitted
+                } else {
                     Outcome::DegradedAdmitted
+                }
+            }
+            // A denial by a fail-soft share reports the share's limit.
+            Ok(d) => {
+                if d.as_slice().iter().all(|x| x.limit() == self.redis_limit) {
+                    Outcome::Denied
                 } else {
                     Outcome::DegradedDenied
                 }
             }
-            Ok(d) if d.is_allowed() => Outcome::Admitted,
-            Ok(_) => Outcome::Denied,
             Err(e) if e.failure_policy() == FailurePolicy::Deny => Outcome::Unavailable,
             // Fail open (and every other failure the layer lets through).
             Err(_) => Outcome::DegradedAdmitted,
@@ -332,7 +339,7 @@ pub async fn run(scenario: Scenario) -> Report {
         instances.push(Arc::new(Instance {
             store,
             policy,
-            degraded_seen: AtomicU64::new(0),
+            redis_limit: scenario.burst,
         }));
     }
     let events = Arc::new(std::sync::Mutex::new(Vec::<Event>::new()));

@@ -255,7 +255,8 @@ pub enum FailurePolicy {
     /// The share is each policy with its `limit` and `burst` divided by the fleet size `N`
     /// (rounded down, at least 1 unit each), same period and algorithm. `N` is configured
     /// (the Redis store builder's `instances`) or learned: every instance registers itself
-    /// in Redis about once a second, and the store reads how many live instances there are.
+    /// in Redis every 250 ms and reads how many live instances there are (an outage uses the
+    /// size last learned; an instance that joined less than 250 ms before it may be missing).
     /// The share store is made at the outage's first degraded decision and dropped when the
     /// shared store answers again. Nothing is known then about how full each key's bucket
     /// was in the shared store (a key at its limit has an empty bucket there), so each key's

@@ -193,10 +193,11 @@ impl RedisStoreBuilder {
     /// The number of app instances that share this Redis, for
     /// [`FailurePolicy::FailSoft`]: while Redis is unreachable each instance enforces
     /// `1 / instances` of every policy. Without it a fail-soft store uses the number of live
-    /// instances registered in Redis: each registers itself when built and about once a
-    /// second in the sorted set `<prefix>:v2:{fleet}:instances` (a registration lives 3 s;
-    /// the key has a TTL). Stores with another failure policy, or with `instances` set,
-    /// never register.
+    /// instances registered in Redis: each registers itself when built and every 250 ms in
+    /// the sorted set `<prefix>:v2:{fleet}:instances` (a registration lives 1 s; the key has
+    /// a TTL), so an instance learns of one that joined within 250 ms and forgets one that
+    /// died within 1 s. An outage uses the size last learned before it. Stores with another
+    /// failure policy, or with `instances` set, never register.
     pub fn instances(mut self, instances: NonZeroU32) -> Self {
         self.instances = Some(instances);
         self

@@ -1,5 +1,5 @@
--- The fleet registry: every instance of a Redis store registers itself here about once a
--- second, so each instance knows how many share the quota (the fail-soft failure policy
+-- The fleet registry: every instance of a Redis store registers itself here every
+-- 250 ms, so each instance knows how many share the quota (the fail-soft failure policy
 -- divides each policy by that number while Redis is unreachable).
 --
 -- KEYS[1]  the registry, a sorted set: member = instance id, score = expiry (Redis TIME, ms)

@@ -17,10 +17,11 @@ use crate::Decision;
 use crate::clock::Clock;
 use crate::store::{Decisions, Receipt, StoreError};
 
-/// How often an instance renews its fleet registration.
-pub(super) const FLEET_EVERY: Duration = Duration::from_secs(1);
-/// How long a registration lives without renewal (ms): three renewals.
-pub(super) const FLEET_TTL_MS: u64 = 3_000;
+/// How often an instance renews its fleet registration (and so how late it learns of an
+/// instance that joined).
+pub(super) const FLEET_EVERY: Duration = Duration::from_millis(250);
+/// How long a registration lives without renewal (ms): four renewals.
+pub(super) const FLEET_TTL_MS: u64 = 1_000;
 
 /// What every check future shares: the script call, the clocks, the breaker, the negative
 /// cache and the counters.
