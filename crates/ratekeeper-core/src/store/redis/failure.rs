@@ -305,7 +305,11 @@ impl Failover {
             _ => None,
         };
         if let Some(result) = answered {
-            tracing::debug!(error = %err, action = self.policy.as_str(), "redis store could not decide; the local store answered");
+            tracing::debug!(
+                error = %err,
+                action = self.policy.as_str(),
+                "redis store could not decide; the local store answered"
+            );
             return result.map(|d| Decisions::new(d.as_slice().iter().copied()));
         }
         let policy = match self.policy {

@@ -6,9 +6,11 @@
 //! or a Cluster connection with its slot map) behind a lock that is only taken to clone the
 //! handle or to swap in a new one. It implements [`redis::aio::ConnectionLike`], so every
 //! script call sends through whatever connection is current. It never reconnects by itself:
-//! a call that finds the connection broken fails at once and starts the store's prober (the
-//! [`Link::on_broken`] hook; a failed decision starts it too), which makes a new connection
-//! ready ([`Link::ready`]) and swaps it in when Redis answers. So recovery never waits for a request to fail first.
+//! a call that finds the connection broken fails at once and starts the prober
+//! ([`Link::start_prober`]; a failed decision starts it too), which makes a new connection
+//! ready ([`Link::ready`]), swaps it in when Redis answers and tells the store (the
+//! [`Link::on_ready`] hook, which closes the breaker). So recovery never waits for a
+//! request to probe a dead connection.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, RwLock, Weak};
@@ -217,7 +219,11 @@ impl Link {
                         return;
                     }
                     Err(err) => {
-                        tracing::debug!(attempts, error = %err, "redis store prober: Redis not back yet");
+                        tracing::debug!(
+                            attempts,
+                            error = %err,
+                            "redis store prober: Redis not back yet"
+                        );
                     }
                 }
                 let pause = link.0.timing.every;

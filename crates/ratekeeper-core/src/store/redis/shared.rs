@@ -85,8 +85,9 @@ impl Shared {
         result
     }
 
-    /// Makes a fresh connection ready and puts it in use ([`Link::reconnect`](super::link::Link::reconnect)); teaches the
-    /// stale guard Redis's time.
+    /// Makes a fresh connection ready and puts it in use
+    /// ([`Link::reconnect`](super::link::Link::reconnect)); teaches the stale guard Redis's
+    /// time.
     ///
     /// # Errors
     ///
@@ -104,8 +105,9 @@ impl Shared {
         self.script.guard.learn(sent, server);
     }
 
-    /// Starts the link's prober (see [`Link::start_prober`](super::link::Link::start_prober)); when it made a new connection
-    /// ready, the hook set at build closes the breaker.
+    /// Starts the link's prober (see
+    /// [`Link::start_prober`](super::link::Link::start_prober)); when it made a new
+    /// connection ready, the hook set at build closes the breaker.
     pub(super) fn start_prober(&self) {
         self.script.conn.link().start_prober();
     }
