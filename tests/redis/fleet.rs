@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::routing::get;
-use ratekeeper_axum::core::store::FailurePolicy;
 use ratekeeper_axum::core::store::redis::RedisStore;
+use ratekeeper_axum::core::store::{FailurePolicy, Store};
 use ratekeeper_axum::{GlobalKey, Policy, Quota, RateLimitLayer};
 use ratekeeper_tests::fleet::{Fault, Outcome, Scenario, run};
 use ratekeeper_tests::redis::RedisServer;
@@ -195,4 +195,69 @@ async fn fail_soft_keeps_a_paused_redis_fleet_to_its_share_without_503() {
         "Redis never decided again: {}",
         report.row()
     );
+}
+
+/// Case: outage, restart. Redis is killed and started again (empty, on the same port) while
+/// the breaker is open for a whole minute: the store's prober reconnects in the background,
+/// loads the scripts into the new server and closes the breaker as soon as Redis answers,
+/// so decisions come from Redis again long before the open period ends, and the first of
+/// them finds its script already there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_redis_decides_again_long_before_the_breaker_period_ends() {
+    let mut server = RedisServer::start();
+    let mut store = RedisStore::builder()
+        .deadline(Duration::from_millis(500))
+        .breaker(1, Duration::from_secs(60))
+        .standalone(&server.url())
+        .await
+        .expect("store ready");
+    let api = store
+        .register(&Policy::new(
+            "api",
+            Quota::per_second(NonZeroU32::new(1_000).expect("n")),
+        ))
+        .expect("policy");
+    let charge = [(api, ratekeeper_axum::Key::from("client"), 1)];
+    assert!(
+        store
+            .check_async(&charge)
+            .await
+            .expect("Redis decides")
+            .is_allowed()
+    );
+
+    server.kill();
+    // One failure opens the breaker (threshold 1), for a minute.
+    let failed = store.check_async(&charge).await.expect_err("Redis is down");
+    assert_eq!(failed.failure_policy(), FailurePolicy::Allow);
+    assert!(store.is_breaker_open());
+
+    tokio::task::block_in_place(|| server.restart());
+    let started = std::time::Instant::now();
+    while store.is_breaker_open() && started.elapsed() < Duration::from_secs(20) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        !store.is_breaker_open(),
+        "the breaker is still open {:?} after Redis came back",
+        started.elapsed()
+    );
+    // Made ready before it was put in use: every script is in the new server already.
+    let hashes = RedisStore::script_hashes();
+    let mut exists = vec!["SCRIPT", "EXISTS"];
+    exists.extend(hashes.iter().map(String::as_str));
+    let loaded = server.cli(&exists).expect("SCRIPT EXISTS");
+    assert_eq!(
+        loaded.lines().filter(|l| l.trim() == "1").count(),
+        hashes.len(),
+        "{loaded}"
+    );
+    let before = store.stats().redis_decisions;
+    let decided = store
+        .check_async(&charge)
+        .await
+        .expect("Redis decides again");
+    assert!(decided.is_allowed());
+    assert!(decided.receipts().all(|r| r.is_some()), "decided by Redis");
+    assert_eq!(store.stats().redis_decisions, before + 1);
 }
