@@ -1,7 +1,8 @@
 //! A fleet of app instances on one Redis, at the moments operators live through: the start
 //! (every store ready when built, so the first requests after a start are decided by Redis)
-//! and an outage (fail-soft keeps each instance to its share of the quota). A short, seeded
-//! subset of the fleet harness (`scripts/fleet.sh`, `ratekeeper_tests::fleet`).
+//! and an outage (fail-soft keeps each instance to its share of the quota; the breaker's
+//! prober ends the outage when Redis answers again). A short, seeded subset of the fleet
+//! harness (`scripts/fleet.sh`, `ratekeeper_tests::fleet`).
 //!
 //! Load-proof: what is asserted is counted (admissions, 503s, scripts in Redis, connected
 //! clients), never a latency; the deadlines are long enough that a loaded machine does not
