@@ -262,3 +262,83 @@ async fn a_restarted_redis_decides_again_long_before_the_breaker_period_ends() {
     assert!(decided.receipts().all(|r| r.is_some()), "decided by Redis");
     assert_eq!(store.stats().redis_decisions, before + 1);
 }
+
+/// Everything a `tracing` subscriber wrote (for [`the_first_degraded_decision_warns_at_once`]).
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Captured {
+    fn warnings(&self) -> Vec<String> {
+        let text = String::from_utf8_lossy(&self.0.lock().expect("log buffer")).into_owned();
+        text.lines()
+            .filter(|l| l.split_whitespace().next() == Some("WARN"))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log buffer").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Self;
+    fn make_writer(&'a self) -> Self {
+        self.clone()
+    }
+}
+
+/// Case: outage, its log. The first degraded decision of an outage logs a WARN at once (the
+/// error and the failure policy in force), before the circuit breaker opens (here after 5
+/// failures in a row), and the next degraded decisions do not log another.
+#[test]
+fn the_first_degraded_decision_warns_at_once() {
+    let logs = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("warn"))
+        .with_writer(logs.clone())
+        .with_ansi(false)
+        .without_time()
+        .finish();
+    // This thread only; a current-thread runtime polls everything on it.
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mut server = RedisServer::start();
+    let mut warned_after = Vec::new();
+    let breaker_open = rt.block_on(async {
+        let mut store = RedisStore::builder()
+            .deadline(Duration::from_millis(500))
+            .breaker(5, Duration::from_secs(60))
+            .standalone(&server.url())
+            .await
+            .expect("store ready");
+        let api = store
+            .register(&Policy::new(
+                "api",
+                Quota::per_second(NonZeroU32::new(1_000).expect("n")),
+            ))
+            .expect("policy");
+        let charge = [(api, ratekeeper_axum::Key::from("client"), 1)];
+        server.kill();
+        for _ in 0..3 {
+            let err = store.check_async(&charge).await.expect_err("Redis is down");
+            assert_eq!(err.failure_policy(), FailurePolicy::Allow);
+            warned_after.push(logs.warnings().len());
+        }
+        store.is_breaker_open()
+    });
+    let warnings = logs.warnings();
+    assert_eq!(warned_after, [1, 1, 1], "{warnings:?}");
+    assert!(!breaker_open, "3 failures of 5 open nothing");
+    assert!(warnings[0].contains("could not decide"), "{}", warnings[0]);
+    assert!(warnings[0].contains("allow"), "{}", warnings[0]);
+}
