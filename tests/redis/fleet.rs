@@ -328,6 +328,10 @@ fn the_first_degraded_decision_warns_at_once() {
             ))
             .expect("policy");
         let charge = [(api, ratekeeper_axum::Key::from("client"), 1)];
+        // Other tests' threads (no subscriber) may have registered the WARN's callsite while
+        // this thread's subscriber was being set up, leaving it cached as uninteresting:
+        // recompute every callsite's interest with this subscriber in place.
+        tracing::callsite::rebuild_interest_cache();
         server.kill();
         for _ in 0..3 {
             let err = store.check_async(&charge).await.expect_err("Redis is down");
