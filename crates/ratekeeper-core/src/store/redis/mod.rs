@@ -238,7 +238,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use failure::Failover;
-use script::{ALGO_FIXED_WINDOW, ALGO_GCRA, Group, RedisPolicy};
+use script::{Group, RedisPolicy};
 use shared::{Shared, refund_groups};
 
 use super::{Charge, Checked, Decisions, PolicyId, Receipt, Refund, Store, StoreError};
@@ -462,7 +462,16 @@ impl RedisStore {
         Checked::Pending(Box::pin(async move {
             let run = shared.reserve(&groups, charges.len(), max_wait);
             match shared.timed(run, failover.policy.as_str()).await {
-                Ok(decisions) => Ok(decisions),
+                Ok(decisions) => {
+                    // A reservation that books a turn changed its keys' state: a denial
+                    // remembered for them could now be too short (or wrong).
+                    if decisions.is_allowed() {
+                        if let Some(cache) = &shared.negative {
+                            cache.forget(charges.iter().map(|(p, k, _)| (*p, k)));
+                        }
+                    }
+                    Ok(decisions)
+                }
                 Err(err) => failover.apply(&charges, err, &shared.degraded),
             }
         }))
@@ -485,19 +494,14 @@ impl RedisStore {
             let err = StoreError::Unavailable(Box::new(BreakerOpen));
             return Checked::Ready(self.failover.apply(&charges, err, &shared.degraded));
         }
-        let cacheable = charges.iter().all(|(p, _, _)| {
-            self.policies
-                .get(p.index())
-                .is_some_and(|p| matches!(p.algo, ALGO_GCRA | ALGO_FIXED_WINDOW))
-        });
         let shared = Arc::clone(&self.shared);
         let failover = self.failover.clone();
         Checked::Pending(Box::pin(async move {
             let run = shared.run(&groups, charges.len());
             match shared.timed(run, failover.policy.as_str()).await {
-                Ok(decisions) => {
+                Ok((decisions, hold)) => {
                     if let Some(cache) = &shared.negative {
-                        cache.update(&charges, &decisions, cacheable, shared.clock.now());
+                        cache.update(&charges, &decisions, hold, shared.clock.now());
                     }
                     Ok(decisions)
                 }

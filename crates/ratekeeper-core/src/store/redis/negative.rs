@@ -1,11 +1,36 @@
-//! The negative cache: denials remembered locally until their `retry_after`.
+//! The negative cache: denials remembered locally, every algorithm, with a stated bound.
 //!
-//! Until `retry_after` has passed, the same request (same policies, keys and cost) is denied
-//! without a round trip. For GCRA and the fixed window this is exact, headers included:
-//! nothing the key's other requests do can make it pass sooner (refunds aside). Sliding
-//! window denials are not cached (their estimate, and so their headers, move with time).
-//! Times are ns on the store's decision clock, and only differences of them are used, so the
-//! cache never compares the app's clock with Redis's.
+//! After Redis denies a request, the same request (same policies, keys and costs) is denied
+//! locally, without a round trip, until the earliest instant at which Redis's answer could
+//! differ, and its answer is the one Redis would give then, field by field:
+//!
+//! ```text
+//! until = now + min(retry_after of every denied row, hold of every row)
+//! ```
+//!
+//! where a row's **hold** (computed by the script from the state it read) is how long its
+//! fields change only with elapsed time: `retry_after` and `reset_after` shrink one for one,
+//! and `remaining` is constant (GCRA and the leaky bucket: it follows from `reset_after`,
+//! `min(burst, floor((tau - reset_after) / T))`). Per algorithm:
+//!
+//! | algorithm | hold | so a remembered denial lasts |
+//! |---|---|---|
+//! | GCRA, leaky bucket | unbounded | until `retry_after` (exact) |
+//! | fixed window | until the window ends | until `retry_after` (= the window's end) |
+//! | sliding window counter | until the window ends or the estimate frees one more whole unit of `remaining` | at most until `retry_after` |
+//! | sliding log | until its oldest live entry expires | at most until `retry_after` |
+//!
+//! The bound holds because nothing but a write to the key can change these answers sooner,
+//! and every write that can make a denied request pass is either seen here or is a refund:
+//! a charge that this store sends and Redis allows forgets the entries of its keys (the
+//! state changed), so does every reservation that books a turn and every refund sent
+//! through this store; charges by other instances only make the key fuller, which keeps a
+//! denial a denial. A refund sent by **another** instance can free a key sooner: such a
+//! denial is repeated at most until the bound above, computed from the state before that
+//! refund, which never exceeds the time the key needs to free by itself (`retry_after`).
+//! Requests that charge one policy and key twice are never remembered (their rows share an
+//! entry). Times are ns on the store's decision clock, and only differences of them are used,
+//! so the cache never compares the app's clock with Redis's.
 
 use std::time::Duration;
 
@@ -44,7 +69,7 @@ impl NegativeCache {
         policies: &[RedisPolicy],
         now: u64,
     ) -> Option<Decisions> {
-        if self.map.is_empty() || charges.is_empty() {
+        if self.map.is_empty() || charges.is_empty() || has_duplicates(charges) {
             return None;
         }
         let mut out = Vec::with_capacity(charges.len());
@@ -67,7 +92,8 @@ impl NegativeCache {
             };
             // GCRA: the state (TAT) has not changed since the denial (an allowed charge of
             // this pair removes the entry), so `reset_after` shrinks with time and
-            // `remaining = min(burst, floor((tau - reset_after) / T))` follows exactly.
+            // `remaining = min(burst, floor((tau - reset_after) / T))` follows exactly. The
+            // other algorithms keep `remaining` for the row's hold (see the module docs).
             let reset = d.reset_after().saturating_sub(elapsed);
             let remaining = match policies.get(policy.index()) {
                 Some(p) if p.algo == ALGO_GCRA => {
@@ -76,7 +102,6 @@ impl NegativeCache {
                     let whole = room.saturating_sub(reset.as_nanos()) / t.max(1);
                     u32::try_from(whole.min(u128::from(p.capacity))).unwrap_or(p.capacity)
                 }
-                // Fixed window: the count stays until the window ends (the entry's `until`).
                 _ => d.remaining(),
             };
             out.push(Decision::new(outcome, d.limit(), remaining, reset));
@@ -85,30 +110,35 @@ impl NegativeCache {
     }
 
     /// After a Redis decision at `now` (ns): an allowed request changed the state of its
-    /// pairs, so their entries go; a denial is remembered until `retry_after` when
-    /// `cacheable` (no sliding window among the charges).
+    /// pairs, so their entries go; a denial is remembered until the first of its rows'
+    /// `retry_after` and `hold` (the shortest hold of its rows, `None`: unbounded).
     pub(super) fn update(
         &self,
         charges: &[OwnedCharge],
         decisions: &Decisions,
-        cacheable: bool,
+        hold: Option<Duration>,
         now: u64,
     ) {
         if decisions.is_allowed() {
-            if !self.map.is_empty() {
-                for (policy, key, _) in charges {
-                    self.map.remove(&(*policy, key.clone()));
-                }
-            }
+            self.forget(charges.iter().map(|(p, k, _)| (*p, k)));
             return;
         }
-        let Some(retry) = decisions.retry_after() else {
+        if decisions.is_cannot_fit() || has_duplicates(charges) {
+            return;
+        }
+        let Some(first_change) = decisions
+            .as_slice()
+            .iter()
+            .filter_map(Decision::retry_after)
+            .chain(hold)
+            .min()
+        else {
             return;
         };
-        if !cacheable || retry.is_zero() {
+        if first_change.is_zero() {
             return;
         }
-        let until = now.saturating_add(nanos(retry));
+        let until = now.saturating_add(nanos(first_change));
         if self.map.len() >= SWEEP_AT {
             self.map.retain(|_, e| e.until > now);
             if self.map.len() >= SWEEP_AT {
@@ -128,7 +158,8 @@ impl NegativeCache {
         }
     }
 
-    /// Forgets the pairs of `charges` (after a refund changed their state).
+    /// Forgets the pairs of `charges` (after a charge, a reservation or a refund changed
+    /// their state).
     pub(super) fn forget<'a>(&self, pairs: impl IntoIterator<Item = (PolicyId, &'a Key)>) {
         if self.map.is_empty() {
             return;
@@ -137,4 +168,14 @@ impl NegativeCache {
             self.map.remove(&(policy, key.clone()));
         }
     }
+}
+
+/// Whether two charges name the same policy and key (a duplicate charge: its rows would
+/// share one entry).
+fn has_duplicates(charges: &[OwnedCharge]) -> bool {
+    charges.iter().enumerate().any(|(i, (p, k, _))| {
+        charges[..i]
+            .iter()
+            .any(|(q, other, _)| q == p && other == k)
+    })
 }
