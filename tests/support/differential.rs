@@ -167,13 +167,14 @@ impl Pair {
         }
     }
 
-    /// Runs `steps` on both stores; `Err` describes the first step whose answers differ
-    /// (with the sequence up to it), or a Redis error.
+    /// Runs `steps` on both stores and returns how many answers were compared; `Err`
+    /// describes the first step whose answers differ (with the sequence up to it), or a
+    /// Redis error.
     ///
     /// # Errors
     ///
     /// The description of the first difference.
-    pub async fn run(&self, steps: &[Step]) -> Result<(), String> {
+    pub async fn run(&self, steps: &[Step]) -> Result<usize, String> {
         let keys: Vec<Key> = KEYS.iter().map(|k| Key::from(*k)).collect();
         let mut log = String::new();
         let mut answers: Vec<Option<(Decisions, Decisions)>> = Vec::with_capacity(steps.len());
@@ -246,7 +247,7 @@ impl Pair {
         if self.redis.stats().degraded != 0 {
             return Err(format!("{log}redis answered by its failure policy"));
         }
-        Ok(())
+        Ok(answers.iter().flatten().count())
     }
 }
 

@@ -446,9 +446,11 @@ where
         Checked::Ready(self.reserve_now(charges, max_wait))
     }
 
+    /// Gives back latest charge first (the reverse of `refunds`' order), so a request that
+    /// charged one policy and key twice gets both back: its later charge is the latest.
     fn refund(&self, refunds: &[Refund<'_, K>]) {
         let now = self.clock.now();
-        for r in refunds {
+        for r in refunds.iter().rev() {
             let c = r.charge;
             if let Ok(slot) = self.slot(c.policy) {
                 with_keyed!(slot, k => k.refund(c.key, now, c.cost, r.receipt));

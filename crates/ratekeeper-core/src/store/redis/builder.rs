@@ -218,7 +218,7 @@ impl RedisStoreBuilder {
             metrics::counter!("ratekeeper_negative_cache_hits_total").increment(0);
         }
         RedisStore {
-            policies: Vec::new(),
+            policies: Arc::default(),
             failover: Failover::new(self.on_failure, &clock),
             local_policies: self.local_policies,
             shared: Arc::new(Shared {
@@ -234,7 +234,9 @@ impl RedisStoreBuilder {
                 clock,
                 app,
                 breaker: Breaker::new(self.breaker_failures, nanos(self.breaker_open_for)),
-                negative: self.negative_cache.then(NegativeCache::default),
+                negative: self
+                    .negative_cache
+                    .then(|| NegativeCache::new(self.deadline)),
                 redis_decisions: Default::default(),
                 negative_hits: Default::default(),
                 degraded: Default::default(),

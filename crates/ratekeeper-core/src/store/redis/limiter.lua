@@ -634,7 +634,9 @@ local function refund(i)
 end
 
 if mode == 'refund' then
-  for i = 1, n do
+  -- Latest charge first, as the memory store gives back: a request that charged one key
+  -- twice gets both back (its later charge is the latest booking).
+  for i = n, 1, -1 do
     refund(i)
   end
   return peek_all()

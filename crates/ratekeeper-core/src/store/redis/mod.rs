@@ -238,6 +238,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use failure::Failover;
+use negative::Lookup;
 use script::{Group, RedisPolicy};
 use shared::{Shared, refund_groups};
 
@@ -292,7 +293,8 @@ pub type RedisCheck = Pin<Box<dyn Future<Output = Result<Decisions, StoreError>>
 /// [`Store::refund`] spawns its Redis call on the current runtime (outside one it is dropped
 /// with a warning).
 pub struct RedisStore {
-    policies: Vec<RedisPolicy>,
+    /// Shared with the check futures (the negative cache reads them).
+    policies: Arc<Vec<RedisPolicy>>,
     failover: Failover,
     local_policies: Vec<Policy>,
     shared: Arc<Shared>,
@@ -483,29 +485,62 @@ impl RedisStore {
             Ok(groups) => groups,
             Err(err) => return Checked::Ready(Err(err)),
         };
+        let mut wait = None;
+        let mut probe = false;
         if let Some(cache) = &shared.negative {
-            if let Some(decisions) = cache.lookup(&charges, &self.policies, shared.clock.now()) {
-                shared.negative_hits.fetch_add(1, Ordering::Relaxed);
-                metrics::counter!("ratekeeper_negative_cache_hits_total").increment(1);
-                return Checked::Ready(Ok(decisions));
+            match cache.lookup(&charges, &self.policies, shared.clock.now()) {
+                Lookup::Hit(decisions) => return Checked::Ready(Ok(shared.hit(decisions))),
+                Lookup::Wait(turn) => wait = Some(turn),
+                Lookup::Probe => probe = true,
+                Lookup::Miss => {}
             }
         }
-        if !shared.breaker.admit(shared.app.now()) {
+        if wait.is_none() && !shared.breaker.admit(shared.app.now()) {
+            if probe {
+                if let Some(cache) = &shared.negative {
+                    cache.release(&charges);
+                }
+            }
             let err = StoreError::Unavailable(Box::new(BreakerOpen));
             return Checked::Ready(self.failover.apply(&charges, err, &shared.degraded));
         }
         let shared = Arc::clone(&self.shared);
         let failover = self.failover.clone();
+        let policies = Arc::clone(&self.policies);
         Checked::Pending(Box::pin(async move {
+            if let Some(mut turn) = wait {
+                // Another request of this key is probing Redis: its answer (or the
+                // deadline) first, then look again.
+                let _ = tokio::time::timeout(shared.deadline, turn.changed()).await;
+                if let Some(cache) = &shared.negative {
+                    match cache.lookup(&charges, &policies, shared.clock.now()) {
+                        Lookup::Hit(decisions) => return Ok(shared.hit(decisions)),
+                        Lookup::Probe => probe = true,
+                        Lookup::Wait(_) | Lookup::Miss => {}
+                    }
+                }
+                if !shared.breaker.admit(shared.app.now()) {
+                    if let (true, Some(cache)) = (probe, &shared.negative) {
+                        cache.release(&charges);
+                    }
+                    let err = StoreError::Unavailable(Box::new(BreakerOpen));
+                    return failover.apply(&charges, err, &shared.degraded);
+                }
+            }
             let run = shared.run(&groups, charges.len());
             match shared.timed(run, failover.policy.as_str()).await {
                 Ok((decisions, hold)) => {
                     if let Some(cache) = &shared.negative {
-                        cache.update(&charges, &decisions, hold, shared.clock.now());
+                        cache.update(&charges, &decisions, hold, &policies, shared.clock.now());
                     }
                     Ok(decisions)
                 }
-                Err(err) => failover.apply(&charges, err, &shared.degraded),
+                Err(err) => {
+                    if let (true, Some(cache)) = (probe, &shared.negative) {
+                        cache.release(&charges);
+                    }
+                    failover.apply(&charges, err, &shared.degraded)
+                }
             }
         }))
     }
@@ -526,7 +561,7 @@ impl Store<Key> for RedisStore {
                 .map_err(|_| StoreError::UnsupportedQuota("too many policies".to_owned()))?,
         );
         self.failover.register(policy, &self.local_policies)?;
-        self.policies.push(redis_policy);
+        Arc::make_mut(&mut self.policies).push(redis_policy);
         Ok(id)
     }
 

@@ -29,14 +29,29 @@
 //! denial is repeated at most until the bound above, computed from the state before that
 //! refund, which never exceeds the time the key needs to free by itself (`retry_after`).
 //! Requests that charge one policy and key twice are never remembered (their rows share an
-//! entry). Times are ns on the store's decision clock, and only differences of them are used,
+//! entry).
+//!
+//! **An allowed charge that took the last units** is remembered as the denial it implies
+//! for the same request (same policy, key and cost, one charge): GCRA and the leaky bucket
+//! when `reset_after + cost * T - tau > 0` (the TAT the charge left is `now + reset_after`,
+//! so the same request passes only `reset_after + cost * T - tau` later), the fixed window
+//! when `remaining < cost` (until the window ends). Both are the answers Redis would give,
+//! under the same bound.
+//!
+//! **One probe per key.** When a remembered denial runs out, the first request to see it
+//! goes to Redis (the probe) and the others of the same key on this instance wait for its
+//! answer, at most the store's deadline: a denial it brings back answers them too, an
+//! allowed answer sends them on to Redis. A flood of one key therefore costs each instance
+//! at most one round trip at a time, however many requests wait; a probe whose caller went
+//! away is taken over after the deadline. Times are ns on the store's decision clock, and only differences of them are used,
 //! so the cache never compares the app's clock with Redis's.
 
 use std::time::Duration;
 
 use dashmap::DashMap;
+use tokio::sync::watch;
 
-use super::script::{ALGO_GCRA, RedisPolicy};
+use super::script::{ALGO_FIXED_WINDOW, ALGO_GCRA, RedisPolicy};
 use super::{OwnedCharge, nanos};
 use crate::store::{Decisions, PolicyId};
 use crate::{Decision, Key, Outcome};
@@ -52,32 +67,68 @@ struct Entry {
     /// Clock ns until which the request is denied.
     until: u64,
     decision: Decision,
+    /// Clock ns when a probe for this expired entry went to Redis (0: none).
+    probe_at: u64,
+    /// Dropped (so its receivers wake) when the entry is replaced or removed; a failed
+    /// probe sends on it.
+    turn: watch::Sender<()>,
+}
+
+/// What the cache says about a request.
+#[derive(Debug)]
+pub(super) enum Lookup {
+    /// The remembered answer.
+    Hit(Decisions),
+    /// Nothing remembered (or not for this request): ask Redis.
+    Miss,
+    /// The remembered denial ran out and this request is its probe: ask Redis.
+    Probe,
+    /// Another request is probing: wait for its answer (until the receiver changes or
+    /// closes), at most the deadline, then look again.
+    Wait(watch::Receiver<()>),
 }
 
 /// Denials by (policy, client key).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct NegativeCache {
     map: DashMap<(PolicyId, Key), Entry, foldhash::fast::RandomState>,
+    /// After this many ns a probe is taken over (its caller gave up on it).
+    probe_for: u64,
 }
 
 impl NegativeCache {
+    /// An empty cache whose probes are taken over after `probe_for` (the deadline).
+    pub(super) fn new(probe_for: Duration) -> Self {
+        Self {
+            map: DashMap::default(),
+            probe_for: nanos(probe_for),
+        }
+    }
+
     /// The cached answer to `charges` at `now` (ns), if every charge has a live entry with
-    /// the same cost and at least one of them is a denial.
+    /// the same cost and at least one of them is a denial; else whether to probe or wait
+    /// (see the module docs).
     pub(super) fn lookup(
         &self,
         charges: &[OwnedCharge],
         policies: &[RedisPolicy],
         now: u64,
-    ) -> Option<Decisions> {
+    ) -> Lookup {
         if self.map.is_empty() || charges.is_empty() || has_duplicates(charges) {
-            return None;
+            return Lookup::Miss;
         }
         let mut out = Vec::with_capacity(charges.len());
         let mut any_denied = false;
         for (policy, key, cost) in charges {
-            let entry = self.map.get(&(*policy, key.clone()))?;
-            if entry.cost != *cost || now >= entry.until {
-                return None;
+            let Some(entry) = self.map.get(&(*policy, key.clone())) else {
+                return Lookup::Miss;
+            };
+            if entry.cost != *cost {
+                return Lookup::Miss;
+            }
+            if now >= entry.until {
+                drop(entry);
+                return self.gate(charges, now);
             }
             let elapsed = Duration::from_nanos(now.saturating_sub(entry.at));
             let d = entry.decision;
@@ -106,21 +157,63 @@ impl NegativeCache {
             };
             out.push(Decision::new(outcome, d.limit(), remaining, reset));
         }
-        any_denied.then(|| Decisions::new(out))
+        if any_denied {
+            Lookup::Hit(Decisions::new(out))
+        } else {
+            Lookup::Miss
+        }
+    }
+
+    /// An expired entry for the first charge: this request probes, unless another probe is
+    /// under way (then it waits for that one).
+    fn gate(&self, charges: &[OwnedCharge], now: u64) -> Lookup {
+        let Some((policy, key, _)) = charges.first() else {
+            return Lookup::Miss;
+        };
+        let Some(mut entry) = self.map.get_mut(&(*policy, key.clone())) else {
+            return Lookup::Miss;
+        };
+        if entry.probe_at != 0 && now.saturating_sub(entry.probe_at) < self.probe_for {
+            return Lookup::Wait(entry.turn.subscribe());
+        }
+        entry.probe_at = now.max(1);
+        Lookup::Probe
+    }
+
+    /// After a probe failed (the failure policy answered): the next request probes again,
+    /// and the requests waiting for this one look again.
+    pub(super) fn release(&self, charges: &[OwnedCharge]) {
+        let Some((policy, key, _)) = charges.first() else {
+            return;
+        };
+        if let Some(mut entry) = self.map.get_mut(&(*policy, key.clone())) {
+            entry.probe_at = 0;
+            entry.turn.send_replace(());
+        }
     }
 
     /// After a Redis decision at `now` (ns): an allowed request changed the state of its
-    /// pairs, so their entries go; a denial is remembered until the first of its rows'
-    /// `retry_after` and `hold` (the shortest hold of its rows, `None`: unbounded).
+    /// pairs, so their entries go (a lone charge that took the last units is remembered as
+    /// the denial it implies, see the module docs); a denial is remembered until the first
+    /// of its rows' `retry_after` and `hold` (the shortest hold of its rows, `None`:
+    /// unbounded).
     pub(super) fn update(
         &self,
         charges: &[OwnedCharge],
         decisions: &Decisions,
         hold: Option<Duration>,
+        policies: &[RedisPolicy],
         now: u64,
     ) {
+        // Whatever the answer, it replaces what was remembered (and ends a probe).
+        self.forget(charges.iter().map(|(p, k, _)| (*p, k)));
         if decisions.is_allowed() {
-            self.forget(charges.iter().map(|(p, k, _)| (*p, k)));
+            if let ([charge], [decision]) = (charges, decisions.as_slice()) {
+                if let Some(denial) = implied_denial(charge, decision, policies) {
+                    let until = now.saturating_add(nanos(denial.retry_after().unwrap_or_default()));
+                    self.insert(charges, std::slice::from_ref(&denial), until, now);
+                }
+            }
             return;
         }
         if decisions.is_cannot_fit() || has_duplicates(charges) {
@@ -139,13 +232,20 @@ impl NegativeCache {
             return;
         }
         let until = now.saturating_add(nanos(first_change));
+        self.insert(charges, decisions.as_slice(), until, now);
+    }
+
+    fn insert(&self, charges: &[OwnedCharge], decisions: &[Decision], until: u64, now: u64) {
+        if until <= now {
+            return;
+        }
         if self.map.len() >= SWEEP_AT {
             self.map.retain(|_, e| e.until > now);
             if self.map.len() >= SWEEP_AT {
                 self.map.clear();
             }
         }
-        for ((policy, key, cost), decision) in charges.iter().zip(decisions.as_slice()) {
+        for ((policy, key, cost), decision) in charges.iter().zip(decisions) {
             self.map.insert(
                 (*policy, key.clone()),
                 Entry {
@@ -153,6 +253,8 @@ impl NegativeCache {
                     at: now,
                     until,
                     decision: *decision,
+                    probe_at: 0,
+                    turn: watch::Sender::new(()),
                 },
             );
         }
@@ -168,6 +270,37 @@ impl NegativeCache {
             self.map.remove(&(policy, key.clone()));
         }
     }
+}
+
+/// The denial an allowed lone charge implies for the same request right after it (see the
+/// module docs), or `None` when the same request would pass again.
+fn implied_denial(
+    (policy, _, cost): &OwnedCharge,
+    decision: &Decision,
+    policies: &[RedisPolicy],
+) -> Option<Decision> {
+    let p = policies.get(policy.index())?;
+    let reset = decision.reset_after();
+    let retry = match p.algo {
+        ALGO_GCRA => {
+            // The TAT is now + reset_after; the same request passes when
+            // TAT + cost * T - tau <= then.
+            let t = Duration::from_micros(p.params[0]);
+            let tau = Duration::from_micros(p.params[1]);
+            let turn = t.checked_mul(u32::try_from(*cost).ok()?)?;
+            reset.checked_add(turn)?.checked_sub(tau)?
+        }
+        ALGO_FIXED_WINDOW if u64::from(decision.remaining()) < *cost => reset,
+        _ => return None,
+    };
+    (!retry.is_zero()).then(|| {
+        Decision::new(
+            Outcome::Denied { retry_after: retry },
+            decision.limit(),
+            decision.remaining(),
+            reset,
+        )
+    })
 }
 
 /// Whether two charges name the same policy and key (a duplicate charge: its rows would

@@ -68,6 +68,13 @@ impl Shared {
         result
     }
 
+    /// A decision the negative cache answered: counted, then returned.
+    pub(super) fn hit(&self, decisions: Decisions) -> Decisions {
+        self.negative_hits.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!("ratekeeper_negative_cache_hits_total").increment(1);
+        decisions
+    }
+
     pub(super) fn count_error(&self) {
         self.errors.fetch_add(1, Ordering::Relaxed);
         metrics::counter!("ratekeeper_store_errors_total").increment(1);
