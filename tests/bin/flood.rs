@@ -28,8 +28,8 @@ async fn main() {
     let (redis, cached, degraded) = report.total();
     println!(
         "offered {} admitted {} worst-1s-window {} per-second {:?} redis-decisions {redis} \
-         negative-cache-hits {cached} degraded {degraded}",
-        report.offered, report.admitted, report.worst_window, report.per_second
+         negative-cache-hits {cached} degraded {degraded} latency p50/p99/max {:?}",
+        report.offered, report.admitted, report.worst_window, report.per_second, report.latency
     );
     if report.worst_window > 1_100 {
         std::process::exit(1);

@@ -57,6 +57,8 @@ pub struct FloodReport {
     pub per_second: Vec<u64>,
     /// Each instance's store counters at the end.
     pub stats: Vec<RedisStats>,
+    /// Check latency (as the caller sees it): median, 99th percentile, worst.
+    pub latency: [Duration; 3],
 }
 
 impl FloodReport {
@@ -92,9 +94,11 @@ pub async fn flood(url: &str, prefix: &str, config: &FloodConfig) -> FloodReport
     }
     let start = Instant::now();
     let admitted: Arc<Mutex<Vec<Duration>>> = Arc::default();
+    let latencies: Arc<Mutex<Vec<Duration>>> = Arc::default();
     let mut instances = Vec::new();
     for (store, id) in &stores {
         let (store, id, admitted) = (Arc::clone(store), *id, Arc::clone(&admitted));
+        let latencies = Arc::clone(&latencies);
         let (rate, duration) = (config.rate, config.duration);
         instances.push(tokio::spawn(async move {
             let key = Key::from("flooded");
@@ -115,11 +119,14 @@ pub async fn flood(url: &str, prefix: &str, config: &FloodConfig) -> FloodReport
                     sent += 1;
                     let (store, key, admitted) =
                         (Arc::clone(&store), key.clone(), Arc::clone(&admitted));
+                    let latencies = Arc::clone(&latencies);
                     checks.push(tokio::spawn(async move {
+                        let asked = Instant::now();
                         let allowed = store
                             .check_async(&[(id, key, 1)])
                             .await
                             .map_or(true, |d| d.is_allowed());
+                        latencies.lock().expect("latencies").push(asked.elapsed());
                         if allowed {
                             admitted.lock().expect("admissions").push(start.elapsed());
                         }
@@ -154,7 +161,11 @@ pub async fn flood(url: &str, prefix: &str, config: &FloodConfig) -> FloodReport
             *n += 1;
         }
     }
+    let mut lat = latencies.lock().expect("latencies").clone();
+    lat.sort_unstable();
+    let at = |q: usize| lat.get(lat.len().saturating_sub(1) * q / 100).copied().unwrap_or_default();
     FloodReport {
+        latency: [at(50), at(99), at(100)],
         offered,
         admitted: u64::try_from(times.len()).unwrap_or(u64::MAX),
         worst_window: worst,

@@ -508,15 +508,28 @@ impl RedisStore {
         let failover = self.failover.clone();
         let policies = Arc::clone(&self.policies);
         Checked::Pending(Box::pin(async move {
-            if let Some(mut turn) = wait {
-                // Another request of this key is probing Redis: its answer (or the
-                // deadline) first, then look again.
-                let _ = tokio::time::timeout(shared.deadline, turn.changed()).await;
-                if let Some(cache) = &shared.negative {
+            let mut left = shared.deadline;
+            if let Some(turn) = wait {
+                // Another request of this key is probing Redis: its answer first (a probe
+                // that failed hands over to the next one), then look again. All within the
+                // deadline: a request still waiting then is a store that did not answer in
+                // time, so the failure policy decides it, without one more call to the
+                // Redis that is already late (the probe itself tells the breaker).
+                let waited = std::time::Instant::now();
+                let mut turn = Some(turn);
+                while let Some(mut t) = turn.take() {
+                    let left = shared.deadline.saturating_sub(waited.elapsed());
+                    if tokio::time::timeout(left, t.changed()).await.is_err() {
+                        return failover.apply(&charges, StoreError::Timeout, &shared.degraded);
+                    }
+                    let Some(cache) = &shared.negative else {
+                        break;
+                    };
                     match cache.lookup(&charges, &policies, shared.clock.now()) {
                         Lookup::Hit(decisions) => return Ok(shared.hit(decisions)),
                         Lookup::Probe => probe = true,
-                        Lookup::Wait(_) | Lookup::Miss => {}
+                        Lookup::Wait(next) => turn = Some(next),
+                        Lookup::Miss => {}
                     }
                 }
                 if !shared.breaker.admit(shared.app.now()) {
@@ -526,9 +539,13 @@ impl RedisStore {
                     let err = StoreError::Unavailable(Box::new(BreakerOpen));
                     return failover.apply(&charges, err, &shared.degraded);
                 }
+                left = left.saturating_sub(waited.elapsed());
             }
             let run = shared.run(&groups, charges.len());
-            match shared.timed(run, failover.policy.as_str()).await {
+            match shared
+                .timed_within(run, failover.policy.as_str(), left)
+                .await
+            {
                 Ok((decisions, hold)) => {
                     if let Some(cache) = &shared.negative {
                         cache.update(&charges, &decisions, hold, &policies, shared.clock.now());

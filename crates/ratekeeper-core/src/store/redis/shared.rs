@@ -45,8 +45,19 @@ impl Shared {
         call: impl Future<Output = Result<T, StoreError>>,
         action: &str,
     ) -> Result<T, StoreError> {
+        self.timed_within(call, action, self.deadline).await
+    }
+
+    /// [`Shared::timed`] with what is left of the deadline (a request that waited for
+    /// another's probe first).
+    pub(super) async fn timed_within<T>(
+        &self,
+        call: impl Future<Output = Result<T, StoreError>>,
+        action: &str,
+        left: Duration,
+    ) -> Result<T, StoreError> {
         let started = std::time::Instant::now();
-        let result = match tokio::time::timeout(self.deadline, call).await {
+        let result = match tokio::time::timeout(left, call).await {
             Ok(result) => result,
             Err(_) => Err(StoreError::Timeout),
         };
