@@ -52,7 +52,8 @@ fn memory_and_redis_answer_every_sequence_alike() {
         max_shrink_iters: 500,
         ..Config::default()
     };
-    let mut runner = TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &bytes));
+    let mut runner =
+        TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &bytes));
     let case = AtomicU64::new(0);
     let compared = AtomicU64::new(0);
     let result = runner.run(&vec(any::<u8>(), 0..MAX_STEPS * 12), |data| {
@@ -115,7 +116,10 @@ async fn pair(
     let mut ids = Vec::new();
     for p in policies {
         ids.push(memory.register(p).expect("memory registers"));
-        assert_eq!(redis.register(p).expect("redis registers"), *ids.last().unwrap());
+        assert_eq!(
+            redis.register(p).expect("redis registers"),
+            *ids.last().unwrap()
+        );
     }
     (memory, redis, clock, ids)
 }
@@ -136,10 +140,7 @@ async fn both(
         .iter()
         .map(|&(p, k, c)| Charge::new(p, k, c))
         .collect();
-    let red: Vec<OwnedCharge> = charges
-        .iter()
-        .map(|&(p, k, c)| (p, k.clone(), c))
-        .collect();
+    let red: Vec<OwnedCharge> = charges.iter().map(|&(p, k, c)| (p, k.clone(), c)).collect();
     let m = memory.check_now(&mem).expect("memory decides");
     let r = redis.check_async(&red).await.expect("redis decides");
     assert_eq!(m, r, "memory and Redis differ on {charges:?}");

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use ratekeeper_core::store::redis::{RedisStats, RedisStore};
 use ratekeeper_core::store::Store;
+use ratekeeper_core::store::redis::{RedisStats, RedisStore};
 use ratekeeper_core::{Key, Policy, Quota};
 
 /// What a flood offers.
@@ -112,8 +112,7 @@ pub async fn flood(url: &str, prefix: &str, config: &FloodConfig) -> FloodReport
                 if elapsed >= duration {
                     break;
                 }
-                let due = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX)
-                    * u64::from(rate)
+                let due = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX) * u64::from(rate)
                     / 1_000_000;
                 while sent < due {
                     sent += 1;
@@ -163,7 +162,11 @@ pub async fn flood(url: &str, prefix: &str, config: &FloodConfig) -> FloodReport
     }
     let mut lat = latencies.lock().expect("latencies").clone();
     lat.sort_unstable();
-    let at = |q: usize| lat.get(lat.len().saturating_sub(1) * q / 100).copied().unwrap_or_default();
+    let at = |q: usize| {
+        lat.get(lat.len().saturating_sub(1) * q / 100)
+            .copied()
+            .unwrap_or_default()
+    };
     FloodReport {
         latency: [at(50), at(99), at(100)],
         offered,

@@ -360,13 +360,12 @@ where
             && self
                 .policy(c.policy)
                 .is_some_and(|p| p.algorithm() == crate::Algorithm::Gcra);
-        let outcome = if !books_turns
-            && with_keyed!(slot, k => k.peek(c.key, now, total)).is_cannot_fit()
-        {
-            crate::Outcome::CannotFit
-        } else {
-            decision.outcome()
-        };
+        let outcome =
+            if !books_turns && with_keyed!(slot, k => k.peek(c.key, now, total)).is_cannot_fit() {
+                crate::Outcome::CannotFit
+            } else {
+                decision.outcome()
+            };
         Ok(Decision::new(
             outcome,
             state.limit(),

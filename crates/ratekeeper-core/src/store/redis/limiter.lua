@@ -30,10 +30,13 @@
 --
 -- Returns {server_now, status, rows...}: server_now is Redis TIME in µs (always, even with an
 -- injected now: the caller's stale guard learns from it), status 0 = done, 1 = stale (no rows,
--- nothing written). Then five integers per key: code (0 allowed, 1 denied, 2 cannot fit),
--- remaining, reset_after (µs), retry_after (µs, 0 unless denied) and the receipt stamp of an
+-- nothing written). Then seven integers per key: code (0 allowed, 1 denied, 2 cannot fit),
+-- remaining, reset_after (µs), retry_after (µs, 0 unless denied), ns to take off
+-- retry_after (0..999: the sliding window counter's wait to the ns), the receipt stamp of an
 -- allowed charge (GCRA: TAT right after it; windows: the window index; sliding log: the
--- timestamp of the entry it added to; -1: took nothing). A 'reserve' call appends two
+-- timestamp of the entry it added to; -1: took nothing) and the hold (µs the row's fields
+-- change only with elapsed time, -1: unbounded; see hold_of). Charges of one key in one call
+-- are cumulative (see `judge`). A 'reserve' call appends two
 -- integers after the rows: the delay in µs (allowed) and 1 when a denial is final (a policy
 -- that reserves exactly, or a cost that can never fit, denied), else 0.
 -- Every write sets PX to the time until the state equals "absent" (GCRA: TAT - now; fixed

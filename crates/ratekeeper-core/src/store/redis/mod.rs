@@ -11,9 +11,14 @@
 //!   meter, which is GCRA with capacity = queue depth), the fixed window
 //!   ([`FixedWindow`](crate::algorithm::FixedWindow)) and the sliding window counter
 //!   ([`SlidingWindow`](crate::algorithm::SlidingWindow); `2 * limit * W` must stay below
-//!   2^53 µs so the doubles of Lua stay exact), with the same formulas in integer **µs**
-//!   (`T` and `W` are the quota's ns values rounded up to a whole µs, so quotas whose `T` and
-//!   `W` are whole µs decide exactly like the memory store: the conformance suite checks it).
+//!   2^53 µs so the doubles of Lua stay exact), with the same formulas in integer **µs**, so
+//!   they decide exactly like the memory store (a differential sweep of random sequences
+//!   checks it). A policy whose time step is not a whole µs (GCRA and leaky bucket:
+//!   `T = period / limit`; the windows and the log: `W`) is refused at registration with
+//!   [`StoreError::UnsupportedQuota`] naming the policy and its limit, never run at a
+//!   rounded, silently different rate: "3 per second" (`T` = 333 333 333.3 ns) is refused,
+//!   "4 per second" or "3 per 3 s" are taken. The sliding window counter's `retry_after`, a
+//!   fraction of `W`, is computed to the ns like the memory store's.
 //!   Policies with different algorithms on one client key still run in one atomic call. The
 //!   sliding log ([`SlidingLog`](crate::algorithm::SlidingLog)) has its twin too (see
 //!   "Sliding log" below). The concurrency counter is refused as a policy at build time
@@ -57,6 +62,12 @@
 //!   keys disappear and no key is ever left without a TTL. A denial writes nothing.
 //!   [`RedisStoreBuilder::min_ttl`] sets a floor (for injected time, whose TTLs Redis still
 //!   counts down in real time).
+//! - **A policy and key charged twice in one request** (a duplicate charge) is cumulative, as
+//!   in the memory store: each charge is judged on the state the earlier ones left, a total
+//!   above the capacity can never fit ([`Outcome::CannotFit`](crate::Outcome::CannotFit),
+//!   except for GCRA reservations, which book one turn per charge), and a refused charge
+//!   keeps that judgement's `retry_after` (until the whole request fits) while reporting
+//!   the key's state as it is. Refunds give back latest charge first.
 //! - **All-or-nothing**: within one client key the script charges every policy or none.
 //!   Charges for different client keys (different slots) are checked one key group after the
 //!   other; when a later group denies, the groups already charged are refunded with the
@@ -117,7 +128,7 @@
 //! `tau` (`"<TAT>:<T>:<tau>"`): under unchanged parameters a TAT beyond `now + tau` is
 //! booked turns and is read as stored; a state written under another `tau` (or by an earlier
 //! deploy, `"<TAT>:<T>"`) is clamped to `now + tau` as before. Reservations skip the negative
-//! cache. Denials of several client keys undo the keys already reserved (their bookings are
+//! cache, and one that books a turn forgets what it remembered for its keys. Denials of several client keys undo the keys already reserved (their bookings are
 //! the latest, so the refund gives the whole slot back).
 //!
 //! # Concurrency slots
@@ -158,12 +169,20 @@
 //! tolerance". The app's wall clock is never read for it, so an app clock any amount behind or
 //! ahead of Redis's is tolerated. Before the first reply there is no guard.
 //!
-//! A **negative cache** remembers denials: until `retry_after` has passed, the same request
-//! (same policies, keys and cost) is denied locally without a round trip. For GCRA and the
-//! fixed window this is exact, headers included: nothing the key's other requests do can make
-//! it pass sooner, and a refund through this store forgets the entries of its keys.
-//! Sliding-window denials are not cached (their estimate, and so their headers, move with
-//! time).
+//! A **negative cache** answers floods locally: after a denial, the same request (same
+//! policies, keys and costs) is denied without a round trip, for every algorithm, until the
+//! earliest instant at which Redis's answer could differ (`retry_after`, or sooner when a
+//! sliding window frees a unit of `remaining` or a log entry expires), with the answer Redis
+//! would give then, headers included. An allowed lone charge that took the last units is
+//! remembered as the denial it implies (GCRA, leaky bucket, fixed window). A charge, a
+//! reservation or a refund sent through this store forgets the entries of its keys;
+//! charges by other instances only keep a denial a denial; a refund by another instance
+//! can free a key sooner, and the remembered denial then lasts at most until the state it
+//! was read from would have freed the key by itself. When a remembered denial runs out, one
+//! request per key probes Redis and the others of that key on this instance wait for its
+//! answer (within the deadline; one still waiting then is the failure policy's, without a
+//! call of its own), so a flood of one key costs each instance at most one round trip at a
+//! time and cannot push the store past its deadline by itself.
 //!
 //! # Example
 //!

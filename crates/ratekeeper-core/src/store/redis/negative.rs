@@ -279,6 +279,10 @@ fn implied_denial(
     decision: &Decision,
     policies: &[RedisPolicy],
 ) -> Option<Decision> {
+    if *cost == 0 {
+        // A cost of 0 always passes.
+        return None;
+    }
     let p = policies.get(policy.index())?;
     let reset = decision.reset_after();
     let retry = match p.algo {
@@ -311,4 +315,94 @@ fn has_duplicates(charges: &[OwnedCharge]) -> bool {
             .iter()
             .any(|(q, other, _)| q == p && other == k)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::num::NonZeroU32;
+
+    use super::*;
+    use crate::{Policy, Quota};
+
+    const MS: u64 = 1_000_000;
+
+    fn gcra() -> Vec<RedisPolicy> {
+        // 1 per second, burst 2: T = 1 s, tau = 2 s.
+        let quota = Quota::per_second(NonZeroU32::MIN).with_burst(2).unwrap();
+        vec![RedisPolicy::new(&Policy::new("api", quota)).unwrap()]
+    }
+
+    fn charge(cost: u64) -> OwnedCharge {
+        (PolicyId::from_index(0), Key::from("k"), cost)
+    }
+
+    #[test]
+    fn a_lone_charge_that_took_the_last_unit_implies_its_denial() {
+        let policies = gcra();
+        // Empty after the charge: the TAT is 2 s ahead, so one more unit fits in 1 s.
+        let empty = Decision::new(Outcome::Allowed, 2, 0, Duration::from_secs(2));
+        let denial = implied_denial(&charge(1), &empty, &policies).unwrap();
+        assert_eq!(denial.retry_after(), Some(Duration::from_secs(1)));
+        assert_eq!(denial.remaining(), 0);
+        // One unit left: the same request passes again, nothing is implied.
+        let one_left = Decision::new(Outcome::Allowed, 2, 1, Duration::from_secs(1));
+        assert!(implied_denial(&charge(1), &one_left, &policies).is_none());
+        // A cost of 2 right after a charge that left one unit waits for the second: 1 s.
+        let two = implied_denial(&charge(2), &one_left, &policies).unwrap();
+        assert_eq!(two.retry_after(), Some(Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn an_expired_denial_is_probed_by_one_request_while_the_others_wait() {
+        let policies = gcra();
+        let cache = NegativeCache::new(Duration::from_millis(50));
+        let charges = [charge(1)];
+        let denied = Decisions::one(Decision::new(
+            Outcome::Denied {
+                retry_after: Duration::from_millis(10),
+            },
+            2,
+            0,
+            Duration::from_secs(2),
+        ));
+        cache.update(&charges, &denied, None, &policies, 0);
+        match cache.lookup(&charges, &policies, 4 * MS) {
+            Lookup::Hit(d) => assert_eq!(d.retry_after(), Some(Duration::from_millis(6))),
+            other => panic!("expected a hit, got {other:?}"),
+        }
+        // Expired: the first request probes, the next waits for it.
+        assert!(matches!(
+            cache.lookup(&charges, &policies, 10 * MS),
+            Lookup::Probe
+        ));
+        let Lookup::Wait(mut turn) = cache.lookup(&charges, &policies, 11 * MS) else {
+            panic!("expected to wait for the probe");
+        };
+        // The probe failed: the waiter is woken and the next request probes again.
+        cache.release(&charges);
+        assert!(turn.has_changed().unwrap());
+        let _ = turn.borrow_and_update();
+        assert!(matches!(
+            cache.lookup(&charges, &policies, 12 * MS),
+            Lookup::Probe
+        ));
+        // A probe whose caller went away is taken over after the deadline.
+        assert!(matches!(
+            cache.lookup(&charges, &policies, 70 * MS),
+            Lookup::Probe
+        ));
+        // Its answer replaces the entry and wakes the waiters.
+        let Lookup::Wait(mut turn) = cache.lookup(&charges, &policies, 71 * MS) else {
+            panic!("expected to wait for the probe");
+        };
+        cache.update(&charges, &denied, None, &policies, 72 * MS);
+        assert!(
+            turn.has_changed().is_err(),
+            "the replaced entry closed its channel"
+        );
+        assert!(matches!(
+            cache.lookup(&charges, &policies, 73 * MS),
+            Lookup::Hit(_)
+        ));
+    }
 }

@@ -377,11 +377,7 @@ impl ScriptRunner {
     /// A check or peek carries the stale guard (a call reaching Redis after its caller gave up
     /// does nothing and fails with [`StoreError::Timeout`]); a refund always applies (it gives
     /// back a charge that did happen). Every reply teaches the guard Redis's time.
-    pub(super) async fn call(
-        &self,
-        group: &Group,
-        mode: Mode,
-    ) -> Result<Vec<Row>, StoreError> {
+    pub(super) async fn call(&self, group: &Group, mode: Mode) -> Result<Vec<Row>, StoreError> {
         let rows = self.call_raw(group, mode).await?;
         parse_rows(group, &rows)
     }

@@ -202,11 +202,7 @@ pub(super) fn collect(results: Vec<Option<Row>>) -> Result<Decisions, StoreError
         .ok_or_else(|| unavailable(BadReply("missing decision")))
 }
 
-pub(super) fn place(
-    results: &mut [Option<Row>],
-    group: &Group,
-    rows: Vec<Row>,
-) {
+pub(super) fn place(results: &mut [Option<Row>], group: &Group, rows: Vec<Row>) {
     for (slot, row) in group.slots.iter().zip(rows) {
         if let Some(r) = results.get_mut(*slot) {
             *r = Some(row);
