@@ -19,10 +19,12 @@ async fn main() {
             .and_then(|v| v.parse::<u64>().ok())
             .unwrap_or(default)
     };
-    let mut config = FloodConfig::default();
-    config.instances = usize::try_from(number(1, 8)).unwrap_or(8);
-    config.rate = u32::try_from(number(2, 1_500)).unwrap_or(1_500);
-    config.duration = Duration::from_secs(number(3, 5));
+    let config = FloodConfig {
+        instances: usize::try_from(number(1, 8)).unwrap_or(8),
+        rate: u32::try_from(number(2, 1_500)).unwrap_or(1_500),
+        duration: Duration::from_secs(number(3, 5)),
+        ..FloodConfig::default()
+    };
     let prefix = format!("flood{}", std::process::id());
     let report = flood(url, &prefix, &config).await;
     let (redis, cached, degraded) = report.total();

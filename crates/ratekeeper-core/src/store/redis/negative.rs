@@ -392,7 +392,7 @@ mod tests {
             Lookup::Probe
         ));
         // Its answer replaces the entry and wakes the waiters.
-        let Lookup::Wait(mut turn) = cache.lookup(&charges, &policies, 71 * MS) else {
+        let Lookup::Wait(turn) = cache.lookup(&charges, &policies, 71 * MS) else {
             panic!("expected to wait for the probe");
         };
         cache.update(&charges, &denied, None, &policies, 72 * MS);
