@@ -12,6 +12,8 @@
 //! with the OS error; a server that stops shows as a failed request in the test.
 
 pub mod fleet;
+pub mod differential;
+pub mod flood;
 pub mod redis;
 pub mod slots;
 pub mod sweep;

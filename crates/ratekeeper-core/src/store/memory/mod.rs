@@ -262,6 +262,11 @@ where
     /// first denial, the charges already taken are given back with their receipts (latest
     /// first) and every policy reports its state as it now is. A denial is final when
     /// `reserving` and the algorithm reserved exactly or the cost can never fit.
+    ///
+    /// Charges are taken key by key: every charge of the request's first key (in request
+    /// order), then those of the next key, the order in which a shared store, which decides
+    /// one client key per atomic call, takes them; so when several charges would be refused,
+    /// every store names the same one as the refusal and the others report their state.
     #[inline(never)]
     fn all_or_nothing(
         &self,
@@ -273,32 +278,100 @@ where
         for c in charges {
             self.slot(c.policy)?;
         }
-        let mut taken: SmallVec<[(Decision, Receipt); 2]> = SmallVec::new();
+        // Key by key: each charge ranked by the first charge of its key, then its own index.
+        let mut order: SmallVec<[usize; 4]> = (0..charges.len()).collect();
+        order.sort_by_key(|&i| {
+            let first = charges
+                .iter()
+                .position(|c| c.key == charges[i].key)
+                .unwrap_or(i);
+            (first, i)
+        });
+        let mut taken: SmallVec<[(usize, Decision, Receipt); 2]> = SmallVec::new();
         let mut delay = 0;
-        for (i, c) in charges.iter().enumerate() {
+        for &i in &order {
+            let c = &charges[i];
             let slot = self.slot(c.policy)?;
             let r = charge(slot, c);
             if r.decision.is_denied() {
-                for (prev, &(_, receipt)) in charges[..i].iter().zip(&taken).rev() {
+                for &(j, _, receipt) in taken.iter().rev() {
+                    let prev = &charges[j];
                     let slot = self.slot(prev.policy)?;
                     with_keyed!(slot, k => k.refund(prev.key, now, prev.cost, receipt));
                 }
+                let refused = self.refusal(charges, i, r.decision, now, reserving)?;
                 let mut report = SmallVec::<[Decision; 4]>::new();
                 for (j, other) in charges.iter().enumerate() {
                     if j == i {
-                        report.push(r.decision);
+                        report.push(refused);
                     } else {
                         let slot = self.slot(other.policy)?;
                         report.push(with_keyed!(slot, k => k.peek(other.key, now, other.cost)));
                     }
                 }
-                let is_final = reserving && (r.exact || r.decision.is_cannot_fit());
+                let is_final = reserving && (r.exact || refused.is_cannot_fit());
                 return Ok(Decisions::new(report).with_final(is_final));
             }
             delay = r.delay.max(delay);
-            taken.push((r.decision, r.receipt));
+            taken.push((i, r.decision, r.receipt));
         }
-        Ok(Decisions::with_receipts(taken).with_delay(std::time::Duration::from_nanos(delay)))
+        taken.sort_unstable_by_key(|&(i, ..)| i);
+        Ok(
+            Decisions::with_receipts(taken.into_iter().map(|(_, d, r)| (d, r)))
+                .with_delay(std::time::Duration::from_nanos(delay)),
+        )
+    }
+
+    /// The decision reported for charge `i`, refused with `decision` after the charges
+    /// before it were given back.
+    ///
+    /// Charges of one request on the same policy and key (a duplicate charge) are
+    /// cumulative: each is judged on the state the earlier ones left. When such a charge is
+    /// refused, its outcome stays that judgement (`retry_after` is the time until the whole
+    /// request fits), except that a total above the capacity can never fit
+    /// ([`Outcome::CannotFit`](crate::Outcome::CannotFit)) whatever each cost alone; its
+    /// `remaining` and `reset_after` are the state as it is, since the earlier charges were
+    /// given back. A charge without an earlier one on its policy and key reports `decision`.
+    /// GCRA reservations (`reserving`) are the exception to the capacity rule: each charge
+    /// books its own turn, so their total may exceed the burst.
+    fn refusal(
+        &self,
+        charges: &[Charge<'_, K>],
+        i: usize,
+        decision: Decision,
+        now: u64,
+        reserving: bool,
+    ) -> Result<Decision, StoreError> {
+        let Some(c) = charges.get(i) else {
+            return Ok(decision);
+        };
+        let earlier = charges[..i]
+            .iter()
+            .filter(|p| p.policy == c.policy && p.key == c.key);
+        let (count, total) = earlier.fold((0usize, c.cost), |(n, sum), p| {
+            (n + 1, sum.saturating_add(p.cost))
+        });
+        if count == 0 {
+            return Ok(decision);
+        }
+        let slot = self.slot(c.policy)?;
+        let state = with_keyed!(slot, k => k.peek(c.key, now, c.cost));
+        let books_turns = reserving
+            && self
+                .policy(c.policy)
+                .is_some_and(|p| p.algorithm() == crate::Algorithm::Gcra);
+        let outcome =
+            if !books_turns && with_keyed!(slot, k => k.peek(c.key, now, total)).is_cannot_fit() {
+                crate::Outcome::CannotFit
+            } else {
+                decision.outcome()
+            };
+        Ok(Decision::new(
+            outcome,
+            state.limit(),
+            state.remaining(),
+            state.reset_after(),
+        ))
     }
 
     /// Keys held across all policies.
@@ -372,9 +445,11 @@ where
         Checked::Ready(self.reserve_now(charges, max_wait))
     }
 
+    /// Gives back latest charge first (the reverse of `refunds`' order), so a request that
+    /// charged one policy and key twice gets both back: its later charge is the latest.
     fn refund(&self, refunds: &[Refund<'_, K>]) {
         let now = self.clock.now();
-        for r in refunds {
+        for r in refunds.iter().rev() {
             let c = r.charge;
             if let Ok(slot) = self.slot(c.policy) {
                 with_keyed!(slot, k => k.refund(c.key, now, c.cost, r.receipt));
