@@ -35,6 +35,10 @@ use ratekeeper_core::clock::ManualClock;
 use ratekeeper_core::store::MemoryStore;
 use tower::ServiceExt;
 
+mod edges;
+
+pub use edges::{compact_keys, config_document, polite_headers, refund_receipts};
+
 /// Reads structured values from fuzzer bytes; reads past the end give zeros.
 #[derive(Debug)]
 pub struct Gen<'a> {

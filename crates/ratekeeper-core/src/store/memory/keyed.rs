@@ -185,40 +185,74 @@ impl<K: Hash + Eq, S, H: BuildHasher + Clone> Maps<K, S, H> {
 }
 
 /// Runs `$body` with `$map` bound to the lane map of `$key`, `$q` to its compact form (a
-/// borrow the map can look up) and `$own` to a closure making the owned map key.
+/// borrow the map can look up), `$own` to a closure making the owned map key and `$fence`
+/// to one making its [`FenceKey`] (both capture only what the lookup needs).
 macro_rules! on_lane {
-    ($maps:expr, $key:expr, |$map:ident, $q:ident, $own:ident| $body:expr) => {
+    ($maps:expr, $key:expr, |$map:ident, $q:ident, $own:ident, $fence:ident| $body:expr) => {
         match lane($key) {
             Lane::V4(x) => {
                 let ($map, $q, $own) = ($maps.v4.part(&x), &x, || x);
+                let $fence = || FenceKey::<K>::V4(x);
                 $body
             }
             Lane::P64(x) => {
                 let ($map, $q, $own) = ($maps.p64.part(&x), &x, || x);
+                let $fence = || FenceKey::<K>::P64(x);
                 $body
             }
             Lane::V6(x) => {
                 let ($map, $q, $own) = ($maps.v6.part(&x), &x, || x);
+                let $fence = || FenceKey::<K>::V6(x);
                 $body
             }
             Lane::V6Net(x) => {
                 let ($map, $q, $own) = ($maps.v6net.part(&x), &x, || x);
+                let $fence = || FenceKey::<K>::V6Net(x);
                 $body
             }
             Lane::Short(x) => {
                 let ($map, $q, $own) = ($maps.short.part(&x), &x, || x);
+                let $fence = || FenceKey::<K>::Short(x);
                 $body
             }
             Lane::Long(s) => {
                 let ($map, $q, $own) = (&$maps.long, s, || Box::<str>::from(s));
+                let $fence = || FenceKey::<K>::Long(Box::<str>::from(s));
                 $body
             }
             Lane::Full(k) => {
                 let ($map, $q, $own) = (&$maps.full, k, || k.clone());
+                let $fence = || FenceKey::<K>::Full(k.clone());
                 $body
             }
         }
     };
+}
+
+/// A key as the fences of reset keys hold it: its lane and compact form, owned.
+#[derive(PartialEq, Eq, Hash)]
+enum FenceKey<K> {
+    V4(u64),
+    P64(u64),
+    V6(Wide),
+    V6Net(Wide),
+    Short(Wide),
+    Long(Box<str>),
+    Full(K),
+}
+
+impl<K: Clone + 'static> FenceKey<K> {
+    fn of(key: &K) -> Self {
+        match lane(key) {
+            Lane::V4(x) => FenceKey::V4(x),
+            Lane::P64(x) => FenceKey::P64(x),
+            Lane::V6(x) => FenceKey::V6(x),
+            Lane::V6Net(x) => FenceKey::V6Net(x),
+            Lane::Short(x) => FenceKey::Short(x),
+            Lane::Long(s) => FenceKey::Long(s.into()),
+            Lane::Full(k) => FenceKey::Full(k.clone()),
+        }
+    }
 }
 
 /// The keys of one policy and their state under its algorithm.
@@ -240,7 +274,7 @@ pub(super) struct Keyed<K, A: KeyedAlgorithm, H = Hasher> {
     kept_by_last_sweep: AtomicUsize,
     sweeping: AtomicBool,
     /// Reset keys whose new state runs behind a fence (see the module docs).
-    fences: Mutex<HashMap<K, Fence<A::State>>>,
+    fences: Mutex<HashMap<FenceKey<K>, Fence<A::State>>>,
     /// Entries in `fences` (plus one while a reset is adding one), read without the lock.
     fenced: AtomicUsize,
     /// The largest stamp a reservation booked beyond the tolerance (0: none).
@@ -319,18 +353,19 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
     /// Decides and charges `cost` to `key`; the receipt says what the charge took.
     #[inline(always)]
     pub(super) fn check(&self, key: &K, now: u64, cost: u64) -> (Decision, Receipt) {
-        on_lane!(self.map, key, |map, q, own| {
+        on_lane!(self.map, key, |map, q, own, fence| {
             if let Some(state) = map.get(q) {
                 return self.algorithm.check(&state, now, cost);
             }
-            self.check_new(key, map, own, now, cost)
+            self.check_new(map, own, fence, now, cost)
         })
     }
 
     /// Whether `key` holds its own state (in its lane, or behind a fence).
     pub(super) fn holds(&self, key: &K) -> bool {
-        on_lane!(self.map, key, |map, q, _own| map.contains_key(q))
-            || (self.fenced.load(Ordering::Acquire) != 0 && lock(&self.fences).contains_key(key))
+        on_lane!(self.map, key, |map, q, _own, _fence| map.contains_key(q))
+            || (self.fenced.load(Ordering::Acquire) != 0
+                && lock(&self.fences).contains_key(&FenceKey::of(key)))
     }
 
     /// [`Keyed::check`] for a key not in its lane: a fenced key's state; otherwise inserts
@@ -340,14 +375,14 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
     #[inline(never)]
     fn check_new<Q: Hash + Eq>(
         &self,
-        key: &K,
         map: &DashMap<Q, A::State, H>,
         own: impl FnOnce() -> Q,
+        fence: impl FnOnce() -> FenceKey<K>,
         now: u64,
         cost: u64,
     ) -> (Decision, Receipt) {
         if self.fenced.load(Ordering::Acquire) != 0 {
-            if let Some(answer) = self.check_fenced(key, now, cost) {
+            if let Some(answer) = self.check_fenced(&fence(), now, cost) {
                 return answer;
             }
         }
@@ -402,7 +437,7 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
 
     /// A check of a fenced key, or `None` when `key` has no fence (or its fence just went).
     #[cold]
-    fn check_fenced(&self, key: &K, now: u64, cost: u64) -> Option<(Decision, Receipt)> {
+    fn check_fenced(&self, key: &FenceKey<K>, now: u64, cost: u64) -> Option<(Decision, Receipt)> {
         let mut fences = lock(&self.fences);
         let fence = fences.get_mut(key)?;
         if self.fence_is_done(fence, now) {
@@ -442,7 +477,7 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
     /// check (no wait), so it goes through [`Keyed::check`] (with its insertion, fence and
     /// overflow handling).
     pub(super) fn reserve(&self, key: &K, now: u64, cost: u64, max_wait: u64) -> Reserved {
-        let held = on_lane!(self.map, key, |map, q, _own| map
+        let held = on_lane!(self.map, key, |map, q, _own, _fence| map
             .get(q)
             .map(|state| self.algorithm.reserve(&state, now, cost, max_wait)));
         if let Some(mut reserved) = held {
@@ -469,14 +504,14 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
     /// shared overflow state while `max_keys` keys are held (where [`Keyed::check`] would
     /// send it), otherwise "absent".
     pub(super) fn peek(&self, key: &K, now: u64, cost: u64) -> Decision {
-        let held = on_lane!(self.map, key, |map, q, _own| map
+        let held = on_lane!(self.map, key, |map, q, _own, _fence| map
             .get(q)
             .map(|state| self.algorithm.peek(&state, now, cost)));
         if let Some(decision) = held {
             return decision;
         }
         if self.fenced.load(Ordering::Acquire) != 0 {
-            if let Some(fence) = lock(&self.fences).get(key) {
+            if let Some(fence) = lock(&self.fences).get(&FenceKey::of(key)) {
                 return self
                     .algorithm
                     .peek(&fence.state, now.saturating_add(fence.shift), cost);
@@ -509,7 +544,7 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
             }
             return;
         }
-        let found = on_lane!(self.map, key, |map, q, _own| match map.get(q) {
+        let found = on_lane!(self.map, key, |map, q, _own, _fence| match map.get(q) {
             Some(state) => {
                 if self.algorithm.refund(&state, now, cost, stamp) {
                     let until = now.saturating_add(self.algorithm.headroom());
@@ -527,7 +562,7 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
     #[cold]
     fn refund_fenced(&self, key: &K, now: u64, cost: u64, stamp: u64) {
         let mut fences = lock(&self.fences);
-        let Some(fence) = fences.get_mut(key) else {
+        let Some(fence) = fences.get_mut(&FenceKey::of(key)) else {
             return;
         };
         if stamp > fence.boundary {
@@ -548,13 +583,16 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
         // Announced before the key leaves its lane, so a concurrent check of it waits for
         // the fence (on the lock) instead of inserting the key again.
         self.fenced.fetch_add(1, Ordering::AcqRel);
-        let removed = on_lane!(self.map, key, |map, q, _own| map.remove(q).map(|(_, s)| s));
+        let removed = on_lane!(self.map, key, |map, q, _own, _fence| map
+            .remove(q)
+            .map(|(_, s)| s));
         let before = self
             .algorithm
             .stamp_bound(now)
             .max(self.max_booked.load(Ordering::Acquire));
         let permits = removed.as_ref().map_or(0, |s| self.algorithm.permits(s));
-        if let Some(fence) = fences.get_mut(key) {
+        let fence_key = FenceKey::of(key);
+        if let Some(fence) = fences.get_mut(&fence_key) {
             // Fenced already: a new life behind a higher fence.
             let side = self.algorithm.stamp_bound(now.saturating_add(fence.shift));
             fence.old_permits = fence
@@ -574,7 +612,7 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
         } else if removed.is_some() {
             // The key's room in the cap and in the gauge passes to the fence.
             fences.insert(
-                key.clone(),
+                fence_key,
                 Fence {
                     state: A::State::default(),
                     shift: self.algorithm.fence_shift(before, now),
