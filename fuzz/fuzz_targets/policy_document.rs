@@ -1,5 +1,5 @@
 //! `cargo +nightly fuzz run policy_document`: the `policy_document` generator and properties of
-//! `ratekeeper_tests::sweep` (the stable sweep in `tests/sweep.rs` runs the same).
+//! `ratekeeper_tests::sweep` (the stable sweep in `tests/sweep/main.rs` runs the same).
 #![no_main]
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| ratekeeper_tests::sweep::policy_document(data));

@@ -1,6 +1,6 @@
 //! Generators and properties of the adversarial-input sweep, shared by the `cargo fuzz`
 //! targets in `fuzz/` (nightly, libFuzzer) and the bounded, seeded property sweep in
-//! `tests/sweep.rs` (stable, proptest, run by `.ci/run`).
+//! `tests/sweep/main.rs` (stable, proptest, run by `.ci/run`).
 //!
 //! Every target is a `fn(&[u8])`: the bytes drive a [`Gen`] that builds a structured input
 //! (quota strings, policy documents, forwarded headers, header keys, upstream rate-limit

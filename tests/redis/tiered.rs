@@ -18,11 +18,8 @@ use ratekeeper_axum::{Algorithm, Key, Policy, Quota};
 use ratekeeper_tests::TestServer;
 use ratekeeper_tests::redis::RedisServer;
 
-// The example app itself, not a copy; its `main` and the items this file does not use
-// are dead code here.
-#[allow(dead_code, unreachable_pub)]
-#[path = "../examples/distributed.rs"]
-mod distributed;
+// The `distributed` example app itself, shared with the other modules (see `main.rs`).
+use crate::distributed;
 
 fn quota(limit: u32, period_ms: u64, burst: u32) -> Quota {
     Quota::new(limit, Duration::from_millis(period_ms))

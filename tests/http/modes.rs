@@ -29,7 +29,7 @@ use tokio::time::Instant;
 // The example app itself, not a copy; its `main` and the items this file does not use
 // are dead code here.
 #[allow(dead_code, unreachable_pub)]
-#[path = "../examples/degraded_fallback.rs"]
+#[path = "../../examples/degraded_fallback.rs"]
 mod degraded_fallback;
 
 #[tokio::test(start_paused = true)]

@@ -40,17 +40,17 @@ use tower_http::normalize_path::NormalizePathLayer;
 // The example app itself, not a copy; its `main` and the items this file does not use
 // are dead code here.
 #[allow(dead_code, unreachable_pub)]
-#[path = "../examples/nat_users.rs"]
+#[path = "../../examples/nat_users.rs"]
 mod nat_users;
 // The example app itself, not a copy; its `main` and the items this file does not use
 // are dead code here.
 #[allow(dead_code, unreachable_pub)]
-#[path = "../examples/per_route_cost.rs"]
+#[path = "../../examples/per_route_cost.rs"]
 mod per_route_cost;
 // The example app itself, not a copy; its `main` and the items this file does not use
 // are dead code here.
 #[allow(dead_code, unreachable_pub)]
-#[path = "../examples/tiers.rs"]
+#[path = "../../examples/tiers.rs"]
 mod tiers;
 
 fn per_minute(n: u32) -> Quota {

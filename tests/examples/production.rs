@@ -16,7 +16,7 @@ use ratekeeper_tests::TestServer;
 // production` serves. Its `main` (the example's entry point) is unused here, and its `pub`
 // items are reachable only inside this test crate.
 #[allow(dead_code, unreachable_pub)]
-#[path = "../examples/production.rs"]
+#[path = "../../examples/production.rs"]
 mod production;
 
 use production::{EDGE_PER_MINUTE, SEARCH_PER_MINUTE, USER_PER_MINUTE};

@@ -4,7 +4,7 @@
 
 // The example's own app, not a copy; its `pub` items are public for readers of the example.
 #[allow(unreachable_pub)]
-#[path = "../examples/grpc.rs"]
+#[path = "../../examples/grpc.rs"]
 mod grpc_example;
 
 use std::net::SocketAddr;

@@ -10,7 +10,7 @@ use ratekeeper_tests::TestServer;
 use ratekeeper_tests::redis::RedisServer;
 
 #[allow(dead_code, unreachable_pub)]
-#[path = "../examples/observability.rs"]
+#[path = "../../examples/observability.rs"]
 mod observability;
 
 /// The value of the sample `line_start` (a metric name with its labels, as rendered), if
@@ -35,7 +35,7 @@ fn sample(scrape: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
 
 /// The metric names of the README's table (between the `metrics:begin`/`end` markers).
 fn readme_metrics() -> Vec<String> {
-    let readme = include_str!("../README.md");
+    let readme = include_str!("../../README.md");
     let start = readme
         .find("<!-- metrics:begin -->")
         .expect("README metrics table");

@@ -9,7 +9,7 @@ use ratekeeper_tests::{TestServer, bind_loopback, fresh_connection_client};
 // The example app itself, not a copy; its `main` and the items this file does not use
 // are dead code here.
 #[allow(dead_code, unreachable_pub)]
-#[path = "../examples/quickstart.rs"]
+#[path = "../../examples/quickstart.rs"]
 mod quickstart;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

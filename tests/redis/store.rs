@@ -17,11 +17,8 @@ use ratekeeper_axum::{Algorithm, Key, KeyError, Policy, Quota, RateLimitLayer, R
 use ratekeeper_tests::redis::{RedisCluster, RedisServer};
 use ratekeeper_tests::{TestServer, ok_app, spawn};
 
-// The example app itself, not a copy; its `main` and the items this file does not use
-// are dead code here.
-#[allow(dead_code, unreachable_pub)]
-#[path = "../examples/distributed.rs"]
-mod distributed;
+// The `distributed` example app itself, shared with the other modules (see `main.rs`).
+use crate::distributed;
 
 const MS: u64 = 1_000_000;
 

@@ -8,7 +8,7 @@ use ratekeeper_tests::spawn;
 // The example app itself, not a copy; its `main` and the items this file does not use
 // are dead code here.
 #[allow(dead_code, unreachable_pub)]
-#[path = "../examples/outbound_throttle.rs"]
+#[path = "../../examples/outbound_throttle.rs"]
 mod outbound_throttle;
 
 /// The `outbound_throttle` example against a local ratekeeper server: zero 429s and an

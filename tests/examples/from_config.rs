@@ -14,7 +14,7 @@ use ratekeeper_axum::{Algorithm, Key, Policy, Quota, RateLimitLayer, RequestPart
 use ratekeeper_tests::TestServer;
 
 #[allow(dead_code, unreachable_pub)]
-#[path = "../examples/from_config.rs"]
+#[path = "../../examples/from_config.rs"]
 mod from_config;
 
 fn quota(s: &str) -> Quota {
@@ -250,14 +250,14 @@ fn toml_blocks(text: &str) -> Vec<String> {
 #[test]
 fn every_toml_sample_in_the_docs_parses_and_builds() {
     let sources = [
-        ("README.md", include_str!("../README.md")),
+        ("README.md", include_str!("../../README.md")),
         (
             "config/mod.rs",
-            include_str!("../crates/ratekeeper-tower/src/config/mod.rs"),
+            include_str!("../../crates/ratekeeper-tower/src/config/mod.rs"),
         ),
         (
             "config/document.rs",
-            include_str!("../crates/ratekeeper-tower/src/config/document.rs"),
+            include_str!("../../crates/ratekeeper-tower/src/config/document.rs"),
         ),
     ];
     let mut count = 0;

@@ -1,0 +1,19 @@
+//! The layer over real HTTP on loopback (and, where a case needs other peers or a bare
+//! service, through `oneshot`): algorithms, keys, headers, modes, refunds, CORS, upgrades,
+//! middleware stacks, metrics and logs. Time is a manual clock or tokio's paused clock
+//! unless a module says otherwise; the modules that use Redis start their own
+//! `redis-server`.
+
+mod advertised_quota;
+mod algorithms;
+mod cors;
+mod delay_drops;
+mod header_merge;
+mod headers;
+mod keys;
+mod logs;
+mod metrics;
+mod modes;
+mod refunds;
+mod stacks;
+mod upgrades;

@@ -1,0 +1,16 @@
+//! The shared stores against real `redis-server` processes (standalone and Cluster, each
+//! started by the test on free loopback ports and killed when it ends): the Redis store's
+//! conformance and exactness, the sliding log and reservations at scale, the shared
+//! concurrency slots, faults (kill, pause, flush, failover) and the tiered (lease) store.
+
+mod faults;
+mod scale;
+mod slots;
+mod store;
+mod tiered;
+
+// The `distributed` example app itself, not a copy (the `store` and `tiered` modules drive
+// it); its `main` and the items no module uses are dead code here.
+#[allow(dead_code, unreachable_pub)]
+#[path = "../../examples/distributed.rs"]
+mod distributed;
