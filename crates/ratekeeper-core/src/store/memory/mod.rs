@@ -86,6 +86,15 @@ use crate::{Decision, Policy};
 /// reservation. [`Receipt::NONE`] gives back nothing. The all-or-nothing rollback of a
 /// multi-policy check or reservation uses the receipts it has just taken.
 ///
+/// A refund lands on the state its charge was made on, in the same life, whatever happened
+/// to the key in between: a charge on the shared overflow state (see
+/// [`MemoryStore::with_max_keys`]) goes back there even once the key holds a state of its
+/// own; a charge on a state that went (evicted when idle, or forgotten by
+/// [`MemoryStore::reset`]) gives back nothing, and never frees a later charge. The stamp of
+/// a charge on the overflow state has bit 63 set; a charge on a key's own state whose stamp
+/// would reach bit 63 (a clock or a tolerance beyond 2^63 ns, 292 years) gets
+/// [`Receipt::NONE`] or gives back nothing.
+///
 /// **Parameters in force.** A policy's quota is fixed when it is registered and its state
 /// lives only as long as the store, so state is always read under the quota that wrote it.
 /// A new quota means a new store (a restart, or a new layer): nothing written under the old
