@@ -117,6 +117,35 @@ impl Pure {
         }
     }
 
+    /// Reserves for a request that may wait up to `max_wait`: GCRA and the leaky bucket (the
+    /// shaper) book a turn; the others check. The decision, the delay of an allowed one and
+    /// the stamp.
+    fn reserve(
+        self,
+        life: &mut Life,
+        now: u64,
+        cost: u64,
+        max_wait: Duration,
+    ) -> (Decision, Option<Duration>, Option<u64>) {
+        let shaped = match (self, &mut *life) {
+            (Pure::Gcra(a), Life::Tat(tat)) => Some(a.reserve(*tat, now, cost, max_wait)),
+            (Pure::Leaky(a), Life::Tat(tat)) => Some(a.shape(*tat, now, cost, max_wait)),
+            _ => None,
+        };
+        match (shaped, life) {
+            (Some((shaped, next)), Life::Tat(tat)) => {
+                if let Some(next) = next {
+                    *tat = next;
+                }
+                (shaped.decision(), shaped.delay(), next)
+            }
+            (_, life) => {
+                let (d, stamp) = self.check(life, now, cost);
+                (d, d.is_allowed().then_some(Duration::ZERO), stamp)
+            }
+        }
+    }
+
     /// Gives back what the charge with model stamp `stamp` still holds.
     fn refund(self, life: &mut Life, now: u64, cost: u64, stamp: u64) {
         match (self, life) {
@@ -223,7 +252,7 @@ pub fn refund_receipts(data: &[u8]) {
     let mut now = 0u64;
     let ops = 8 + g.below(56);
     for op in 0..ops {
-        match g.below(10) {
+        match g.below(11) {
             0..=3 => {
                 let k = g.below(keys.len());
                 let cost = g.pick(&[0, 1, 1, 1, 2, capacity, capacity + 1]);
@@ -286,6 +315,56 @@ pub fn refund_receipts(data: &[u8]) {
                         !decisions.receipt(0).is_some(),
                         "op {op}: a receipt for nothing"
                     ),
+                }
+            }
+            9 if max_keys.is_none() => {
+                // A reservation (Delay mode): booked by GCRA and the leaky bucket on a
+                // key's own state, a check anywhere else.
+                let k = g.below(keys.len());
+                let cost = g.pick(&[0, 1, 1, 2, capacity + 1]);
+                let max_wait = g.pick(&[0, period, 10 * period, u64::MAX]);
+                let max_wait = Duration::from_nanos(max_wait);
+                sync(&store, p, &keys, &mut own, &lives, pure, now, op);
+                let Ok(decisions) = store.reserve_now(&[Charge::new(p, &keys[k], cost)], max_wait)
+                else {
+                    panic!("a registered policy answers");
+                };
+                let d = decisions.as_slice()[0];
+                let before = own[k];
+                if before.is_none() && store.holds(p, &keys[k]) {
+                    lives.push(pure.absent());
+                    own[k] = Some(lives.len() - 1);
+                }
+                let target = own[k];
+                let (expected, delay, stamp) = match (before, target) {
+                    // A key holding state books; a new key is absent, where a reservation
+                    // is a check.
+                    (Some(life), _) => pure.reserve(&mut lives[life], now, cost, max_wait),
+                    (None, Some(life)) => {
+                        let (d, stamp) = pure.check(&mut lives[life], now, cost);
+                        (d, d.is_allowed().then_some(Duration::ZERO), stamp)
+                    }
+                    (None, None) => {
+                        let (d, stamp) = pure.check(&mut pure.absent(), now, cost);
+                        (d, d.is_allowed().then_some(Duration::ZERO), stamp)
+                    }
+                };
+                assert_eq!(
+                    d, expected,
+                    "op {op}: reserve {algorithm} {quota}, key {k} cost {cost} wait {max_wait:?} at {now}"
+                );
+                if d.is_allowed() {
+                    assert_eq!(Some(decisions.delay()), delay, "op {op}: the delay");
+                }
+                if let (Some(life), Some(stamp), true) = (target, stamp, d.is_allowed() && cost > 0)
+                {
+                    outstanding.push(Outstanding {
+                        key: k,
+                        cost,
+                        receipt: decisions.receipt(0),
+                        life,
+                        stamp,
+                    });
                 }
             }
             4 | 5 if !outstanding.is_empty() => {

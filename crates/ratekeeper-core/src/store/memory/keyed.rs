@@ -454,6 +454,36 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
         Some((decision, own_receipt(receipt)))
     }
 
+    /// A reservation of a fenced key, or `None` when `key` has no fence (or its fence just
+    /// went).
+    #[cold]
+    fn reserve_fenced(
+        &self,
+        key: &FenceKey<K>,
+        now: u64,
+        cost: u64,
+        max_wait: u64,
+    ) -> Option<Reserved> {
+        let mut fences = lock(&self.fences);
+        let fence = fences.get_mut(key)?;
+        if self.fence_is_done(fence, now) {
+            fences.remove(key);
+            self.unfence(1);
+            return None;
+        }
+        let mut reserved = self.algorithm.reserve(
+            &fence.state,
+            now.saturating_add(fence.shift),
+            cost,
+            max_wait,
+        );
+        if let Some(stamp) = reserved.receipt.stamp() {
+            fence.bound = fence.bound.max(stamp);
+        }
+        reserved.receipt = own_receipt(reserved.receipt);
+        Some(reserved)
+    }
+
     /// Whether a fence can go: its state is idle and no stamp of any life of the key can
     /// take anything from a state created now (concurrency: every permit is back).
     fn fence_is_done(&self, fence: &Fence<A::State>, now: u64) -> bool {
@@ -473,9 +503,9 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
         self.keys_gauge().decrement(n as f64);
     }
 
-    /// A reservation for a stored key; an unseen key is absent, where a reservation is a
-    /// check (no wait), so it goes through [`Keyed::check`] (with its insertion, fence and
-    /// overflow handling).
+    /// A reservation for a key holding state (in its lane or behind its fence); an unseen
+    /// key is absent, where a reservation is a check (no wait), so it goes through
+    /// [`Keyed::check`] (with its insertion and overflow handling).
     pub(super) fn reserve(&self, key: &K, now: u64, cost: u64, max_wait: u64) -> Reserved {
         let held = on_lane!(self.map, key, |map, q, _own, _fence| map
             .get(q)
@@ -489,6 +519,11 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
             }
             reserved.receipt = own_receipt(reserved.receipt);
             return reserved;
+        }
+        if self.fenced.load(Ordering::Acquire) != 0 {
+            if let Some(reserved) = self.reserve_fenced(&FenceKey::of(key), now, cost, max_wait) {
+                return reserved;
+            }
         }
         let (decision, receipt) = self.check(key, now, cost);
         Reserved {
