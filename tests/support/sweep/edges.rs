@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
-use ratekeeper_axum::client::{PoliteLayer, announced_wait};
+use ratekeeper_axum::client::{OverDeadline, PoliteLayer, announced_wait};
 use ratekeeper_axum::config::LayerConfig;
 use ratekeeper_core::algorithm::{
     Concurrency, FixedWindow, FixedWindowState, Gcra, LeakyBucket, SlidingLog, SlidingLogState,
@@ -735,18 +735,19 @@ fn plausible_reset(value: &str, unix: Duration) -> Option<Duration> {
     Some(Duration::from_secs(secs))
 }
 
-/// A [`PoliteLayer`] (`max_wait` of 1 s to 10 min) over a server on tokio's paused clock:
-/// two requests in flight together get two announcements built from `data` (the second
-/// answered later), then a third request follows.
+/// A [`PoliteLayer`] (`max_wait` of 1 s to 10 min, failing or sending anyway beyond it)
+/// over a server on tokio's paused clock that answers two announcements built from `data`,
+/// then plain 200s; three requests one after the other.
 ///
 /// Properties (issue 21, part A, for the polite client):
 /// - a reset is read by plausibility: whatever the unit a server used (delta, Unix s, ms
-///   or µs, a time in the past), no single announcement asks for longer than its most
-///   plausible reading (`plausible_reset`, the longest of the fields it sends);
-/// - never longer than the configured maximum: the third request is sent after waiting at
-///   most `max_wait`, or fails at once with `WaitTooLong` without reaching the server;
-/// - a later answer shortens a recorded wait: the third request waits no longer than the
-///   later answer asks (from when it came).
+///   or µs, a time in the past), no announcement asks for longer than its most plausible
+///   reading (`plausible_reset`, the longest of the fields it sends);
+/// - never longer than the configured maximum: every request is sent after waiting at most
+///   `max_wait`, or fails at once with `WaitTooLong` without reaching the server;
+/// - a later answer shortens a recorded wait: the answer to a request sent after an
+///   announcement replaces it, shorter included (the recorded wait is at most what the
+///   latest answer asks), so the third request waits no longer than the second answer asks.
 pub fn polite_headers(data: &[u8]) {
     let mut g = Gen::new(data);
     let unix = SystemTime::now()
@@ -779,65 +780,97 @@ pub fn polite_headers(data: &[u8]) {
             "{answer:?} asks {asked:?}, longer than any plausible reading ({longest:?})"
         );
     }
-    PAUSED.with(|rt| {
-        rt.block_on(async {
-            let start = tokio::time::Instant::now();
-            let seen = Arc::new(Mutex::new(Vec::new()));
-            let log = Arc::clone(&seen);
-            let answers = [first.clone(), second.clone()];
-            let server = tower::service_fn(move |_req: Request<()>| {
-                let log = Arc::clone(&log);
-                let answers = answers.clone();
-                async move {
-                    let n = {
-                        let mut log = log.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                        log.push(start.elapsed());
-                        log.len() - 1
-                    };
-                    // The first request is answered at 1 s, the second at 2 s.
-                    if n < 2 {
-                        tokio::time::sleep(Duration::from_secs(n as u64 + 1)).await;
-                    }
-                    let answer = answers.get(n).cloned().unwrap_or(Answer {
-                        status: StatusCode::OK,
-                        headers: Vec::new(),
-                    });
-                    let mut res = Response::new(());
-                    *res.status_mut() = answer.status;
-                    *res.headers_mut() = header_map(&answer);
-                    Ok::<_, Infallible>(res)
-                }
-            });
-            let client = PoliteLayer::new().max_wait(max_wait).layer(server);
-            let req = || Request::get("http://127.0.0.1:3000/").body(()).unwrap_or_default();
-            let (a, b) = tokio::join!(client.clone().oneshot(req()), async {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                client.clone().oneshot(req()).await
-            });
-            assert!(a.is_ok() && b.is_ok(), "the first two requests go at once");
-            let asked_later = asked(&second);
-            let third_at = start.elapsed();
-            let third = client.clone().oneshot(req()).await;
-            let waited = start.elapsed() - third_at;
-            let sent = seen.lock().map(|log| log.len()).unwrap_or(0) == 3;
-            match third {
-                Ok(_) => {
-                    assert!(sent, "answered without reaching the server");
-                    assert!(waited <= max_wait, "waited {waited:?}, more than max_wait {max_wait:?}");
-                    if let Some(later) = asked_later {
-                        // The second answer came at 2 s, 1 s after the first.
+    let send_anyway = g.flip();
+    PAUSED.with(|rt| rt.block_on(polite_trace(first, second, max_wait, send_anyway)));
+}
+
+/// The polite client's test server.
+const ORIGIN: &str = "http://127.0.0.1:3000";
+
+/// The three requests of [`polite_headers`] and their properties.
+async fn polite_trace(first: Answer, second: Answer, max_wait: Duration, send_anyway: bool) {
+    let seen = Arc::new(Mutex::new(0usize));
+    let log = Arc::clone(&seen);
+    let answers = [first.clone(), second.clone()];
+    let server = tower::service_fn(move |_req: Request<()>| {
+        let n = {
+            let mut n = log
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            *n += 1;
+            *n - 1
+        };
+        let answer = answers.get(n).cloned().unwrap_or(Answer {
+            status: StatusCode::OK,
+            headers: Vec::new(),
+        });
+        let mut res = Response::new(());
+        *res.status_mut() = answer.status;
+        *res.headers_mut() = header_map(&answer);
+        std::future::ready(Ok::<_, Infallible>(res))
+    });
+    let over = if send_anyway {
+        OverDeadline::SendAnyway
+    } else {
+        OverDeadline::Fail
+    };
+    let client = PoliteLayer::new()
+        .max_wait(max_wait)
+        .over_deadline(over)
+        .layer(server);
+    let req = || {
+        Request::get("http://127.0.0.1:3000/")
+            .body(())
+            .unwrap_or_default()
+    };
+    let sent = || {
+        *seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    };
+    let mut last_answer = None;
+    for n in 0..3 {
+        let before = sent();
+        let at = tokio::time::Instant::now();
+        let result = client.clone().oneshot(req()).await;
+        let waited = at.elapsed();
+        match result {
+            Ok(_) => {
+                assert_eq!(
+                    sent(),
+                    before + 1,
+                    "request {n}: answered without reaching the server"
+                );
+                assert!(
+                    waited <= max_wait,
+                    "request {n} waited {waited:?}, more than max_wait {max_wait:?}"
+                );
+                if n == 2 {
+                    if let Some(asked) = last_answer.as_ref().and_then(asked) {
                         assert!(
-                            waited <= later + Duration::from_secs(1),
-                            "waited {waited:?}, though the later answer asked {later:?}: {first:?} then {second:?}"
+                            waited <= asked + Duration::from_secs(1),
+                            "the third request waited {waited:?}, though the latest answer asked {asked:?}: {first:?} then {second:?}"
                         );
                     }
                 }
-                Err(e) => {
-                    assert!(e.is_wait_too_long(), "{e}");
-                    assert!(!sent, "failed, yet sent");
-                    assert_eq!(waited, Duration::ZERO, "failed after waiting");
+                last_answer = [&first, &second].get(before).map(|a| (*a).clone());
+                // This request was sent after every recorded announcement: its answer is
+                // the latest word, shorter included.
+                if let Some(asked) = last_answer.as_ref().and_then(asked) {
+                    // A Unix-time reset is read against the wall clock a moment apart.
+                    let recorded = client.polite_layer().wait_for(ORIGIN).unwrap_or_default();
+                    assert!(
+                        recorded <= asked + Duration::from_secs(1),
+                        "after answer {n} ({last_answer:?}, asking {asked:?}) the recorded wait is {recorded:?}: {first:?} then {second:?}"
+                    );
                 }
             }
-        });
-    });
+            Err(e) => {
+                assert!(e.is_wait_too_long() && !send_anyway, "request {n}: {e}");
+                assert_eq!(sent(), before, "request {n} failed, yet was sent");
+                assert_eq!(waited, Duration::ZERO, "request {n} failed after waiting");
+                last_answer = None;
+            }
+        }
+    }
 }
