@@ -44,7 +44,8 @@ enum Life {
 #[derive(Debug, Clone, Copy)]
 enum Pure {
     Gcra(Gcra),
-    Leaky(LeakyBucket),
+    /// The leaky bucket, and the GCRA it meters with.
+    Leaky(LeakyBucket, Gcra),
     Fixed(FixedWindow),
     Counter(SlidingWindow),
     Log(SlidingLog),
@@ -54,7 +55,7 @@ enum Pure {
 impl Pure {
     fn new(algorithm: Algorithm, quota: &Quota) -> Self {
         match algorithm {
-            Algorithm::LeakyBucket => Pure::Leaky(LeakyBucket::new(quota)),
+            Algorithm::LeakyBucket => Pure::Leaky(LeakyBucket::new(quota), Gcra::new(quota)),
             Algorithm::FixedWindow => Pure::Fixed(FixedWindow::new(quota)),
             Algorithm::SlidingWindow => Pure::Counter(SlidingWindow::new(quota)),
             Algorithm::SlidingLog => Pure::Log(SlidingLog::new(quota)),
@@ -66,7 +67,7 @@ impl Pure {
     /// The state of a key never seen.
     fn absent(self) -> Life {
         match self {
-            Pure::Gcra(_) | Pure::Leaky(_) => Life::Tat(0),
+            Pure::Gcra(_) | Pure::Leaky(..) => Life::Tat(0),
             Pure::Fixed(_) => Life::Fixed(FixedWindowState::default()),
             Pure::Counter(_) => Life::Counter(SlidingWindowState::default()),
             Pure::Log(_) => Life::Log(SlidingLogState::new()),
@@ -75,21 +76,18 @@ impl Pure {
     }
 
     /// Decides and charges; the stamp of an allowed charge (the model's own receipt).
+    ///
+    /// GCRA and the leaky bucket (a meter) read the stored TAT as it is, not clamped to
+    /// `now + tau` as [`Gcra::decide`] does: in the memory store a TAT beyond it is a turn a
+    /// reservation booked. A reservation with no wait allowed is that check.
     fn check(self, life: &mut Life, now: u64, cost: u64) -> (Decision, Option<u64>) {
         match (self, life) {
-            (Pure::Gcra(a), Life::Tat(tat)) => {
-                let (d, next) = a.decide(*tat, now, cost);
+            (Pure::Gcra(a) | Pure::Leaky(_, a), Life::Tat(tat)) => {
+                let (shaped, next) = a.reserve(*tat, now, cost, Duration::ZERO);
                 if let Some(next) = next {
                     *tat = next;
                 }
-                (d, next)
-            }
-            (Pure::Leaky(a), Life::Tat(tat)) => {
-                let (d, next) = a.decide(*tat, now, cost);
-                if let Some(next) = next {
-                    *tat = next;
-                }
-                (d, next)
+                (shaped.decision(), next)
             }
             (Pure::Fixed(a), Life::Fixed(s)) => {
                 let (d, next) = a.decide(*s, now, cost);
@@ -129,7 +127,7 @@ impl Pure {
     ) -> (Decision, Option<Duration>, Option<u64>) {
         let shaped = match (self, &mut *life) {
             (Pure::Gcra(a), Life::Tat(tat)) => Some(a.reserve(*tat, now, cost, max_wait)),
-            (Pure::Leaky(a), Life::Tat(tat)) => Some(a.shape(*tat, now, cost, max_wait)),
+            (Pure::Leaky(a, _), Life::Tat(tat)) => Some(a.shape(*tat, now, cost, max_wait)),
             _ => None,
         };
         match (shaped, life) {
@@ -150,7 +148,7 @@ impl Pure {
     fn refund(self, life: &mut Life, now: u64, cost: u64, stamp: u64) {
         match (self, life) {
             (Pure::Gcra(a), Life::Tat(tat)) => *tat = a.refunded(*tat, now, cost, stamp),
-            (Pure::Leaky(a), Life::Tat(tat)) => *tat = a.refunded(*tat, now, cost, stamp),
+            (Pure::Leaky(a, _), Life::Tat(tat)) => *tat = a.refunded(*tat, now, cost, stamp),
             (Pure::Fixed(a), Life::Fixed(s)) => *s = a.refunded(*s, now, cost, stamp),
             (Pure::Counter(a), Life::Counter(s)) => *s = a.refunded(*s, now, cost, stamp),
             (Pure::Log(a), Life::Log(s)) => a.refund(s, now, cost, stamp),
@@ -162,7 +160,7 @@ impl Pure {
     /// Whether the state equals "absent" at `now`.
     fn is_idle(self, life: &Life, now: u64) -> bool {
         match (self, life) {
-            (Pure::Gcra(_) | Pure::Leaky(_), Life::Tat(tat)) => *tat <= now,
+            (Pure::Gcra(_) | Pure::Leaky(..), Life::Tat(tat)) => *tat <= now,
             (Pure::Fixed(a), Life::Fixed(s)) => a.is_idle(*s, now),
             (Pure::Counter(a), Life::Counter(s)) => a.is_idle(*s, now),
             (Pure::Log(a), Life::Log(s)) => a.is_idle(s, now),
