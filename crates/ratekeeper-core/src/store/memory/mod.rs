@@ -26,7 +26,10 @@ use crate::{Decision, Policy};
 /// allocation. A denied request on an unseen key inserts nothing.
 ///
 /// Memory: a key whose state equals "absent" (bucket full again, window over) is idle and can
-/// be evicted with no visible effect. The store sweeps idle keys by itself: a sweep runs
+/// be evicted with no visible effect, refunds included: no receipt of an evicted state
+/// takes anything from the key's next one (for GCRA and the leaky bucket, for a tolerance
+/// `tau` after a refund of a charge other than the latest, only a bucket full for `tau`
+/// is idle). The store sweeps idle keys by itself: a sweep runs
 /// when the number of keys inserted since the last sweep reaches the number of keys the last
 /// sweep kept (at least 4096), so sweeping costs O(1) amortised per insert and memory stays
 /// within twice the keys that are live. [`MemoryStore::sweep`] runs one on demand.
@@ -82,6 +85,15 @@ use crate::{Decision, Policy};
 /// closed, its entry expired or the bucket drained it, and never a slot booked by a later
 /// reservation. [`Receipt::NONE`] gives back nothing. The all-or-nothing rollback of a
 /// multi-policy check or reservation uses the receipts it has just taken.
+///
+/// A refund lands on the state its charge was made on, in the same life, whatever happened
+/// to the key in between: a charge on the shared overflow state (see
+/// [`MemoryStore::with_max_keys`]) goes back there even once the key holds a state of its
+/// own; a charge on a state that went (evicted when idle, or forgotten by
+/// [`MemoryStore::reset`]) gives back nothing, and never frees a later charge. The stamp of
+/// a charge on the overflow state has bit 63 set; a charge on a key's own state whose stamp
+/// would reach bit 63 (a clock or a tolerance beyond 2^63 ns, 292 years) gets
+/// [`Receipt::NONE`] or gives back nothing.
 ///
 /// **Parameters in force.** A policy's quota is fixed when it is registered and its state
 /// lives only as long as the store, so state is always read under the quota that wrote it.
@@ -152,9 +164,17 @@ where
     /// the new key is charged to one **overflow state** that every such key shares, under
     /// the same quota and algorithm. Limiting never stops: an attacker who fills the map
     /// only shares one budget, while existing keys keep theirs. Each overflowed decision is
-    /// counted ([`MemoryStore::overflowed`]). A refund for a key that is not held goes to the
-    /// overflow state while that state is not idle, under the same refund rules (its
-    /// receipt decides what comes back).
+    /// counted ([`MemoryStore::overflowed`]). A check that charges nothing (cost 0, or a cost
+    /// that can never fit) of a key that is not held reports the overflow state while
+    /// `max_keys` keys are held, the state a charge would go to.
+    ///
+    /// Receipts say which state a charge was made on: the refund of a charge on the
+    /// overflow state goes back to the overflow state, even once the key holds a state of
+    /// its own; the refund of a charge on a key's own state gives back nothing once that
+    /// state is gone (evicted when idle, or reset).
+    ///
+    /// Sweeps that make room run at most once per `max(max_keys / 2, 256)` new keys or
+    /// overflowed decisions, so a small cap does not sweep on every request.
     pub fn with_max_keys(mut self, max_keys: NonZeroUsize) -> Self {
         self.max_keys = max_keys.get();
         for (_, slot) in &mut self.policies {
@@ -378,7 +398,7 @@ where
     pub fn len(&self) -> usize {
         self.policies
             .iter()
-            .map(|(_, slot)| with_keyed!(slot, k => k.map.len()))
+            .map(|(_, slot)| with_keyed!(slot, k => k.len()))
             .sum()
     }
 
@@ -396,10 +416,25 @@ where
     }
 
     /// Forgets `key` under `policy`: its next request sees a full budget.
+    ///
+    /// Receipts of charges made before the reset give back nothing afterwards (the reset
+    /// forgot those charges; their refunds must not free the ones made since). Until every
+    /// stamp from before the reset is stale (about one tolerance `tau` for GCRA and the
+    /// leaky bucket, two windows for the window algorithms, every permit released for the
+    /// concurrency counter), the key's checks take a slower path behind a lock.
     pub fn reset(&self, policy: PolicyId, key: &K) {
         if let Ok(slot) = self.slot(policy) {
-            with_keyed!(slot, k => k.remove(key));
+            let now = self.clock.now();
+            with_keyed!(slot, k => k.reset(key, now));
         }
+    }
+
+    /// Whether `key` holds state of its own under `policy`. A key that does not behaves as
+    /// absent, or shares the overflow state while `max_keys` keys are held
+    /// ([`MemoryStore::with_max_keys`]); an unknown policy holds nothing.
+    pub fn holds(&self, policy: PolicyId, key: &K) -> bool {
+        self.slot(policy)
+            .is_ok_and(|slot| with_keyed!(slot, k => k.holds(key)))
     }
 }
 
@@ -478,6 +513,8 @@ impl<K, C: fmt::Debug> fmt::Debug for MemoryStore<K, C> {
     }
 }
 
+#[cfg(test)]
+mod edge_tests;
 #[cfg(test)]
 mod lane_tests;
 #[cfg(test)]
