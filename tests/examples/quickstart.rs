@@ -83,7 +83,7 @@ async fn many_connections_share_one_budget_per_client_ip() {
 
 /// Case B21: one layer on two routes shares one limiter; clones share it; readiness is free.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn b21_state_shared_across_routes_clones_and_readiness() {
+async fn state_shared_across_routes_clones_and_readiness() {
     use axum::{Router, routing::get};
     use std::convert::Infallible;
     use tower::{Service, ServiceExt};

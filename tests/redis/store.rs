@@ -449,7 +449,11 @@ async fn hammer(
 
 /// Case B12 checks: exactly `quota` 200s per key with Remaining exactly {quota-1, ..., 0},
 /// every 429 with Remaining 0.
-fn assert_b12(results: &[(String, u16, Option<u32>)], keys: &[String], quota: u32) {
+fn assert_exact_admission_per_key(
+    results: &[(String, u16, Option<u32>)],
+    keys: &[String],
+    quota: u32,
+) {
     for key in keys {
         let mut remaining: Vec<u32> = results
             .iter()
@@ -466,10 +470,10 @@ fn assert_b12(results: &[(String, u16, Option<u32>)], keys: &[String], quota: u3
     }
 }
 
-/// B12 on Redis: fixed window 4 per 86 400 000 ms, clock frozen at t=0, 2 app instances
+/// Case B12 on Redis: fixed window 4 per 86 400 000 ms, clock frozen at t=0, 2 app instances
 /// sharing one Redis, 1000 requests over k1..k10 released together.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn b12_concurrent_requests_double_admit_redis() {
+async fn concurrent_requests_never_double_admit_on_redis() {
     let server = RedisServer::start();
     let clock = ManualClock::new();
     let policy = Policy::new("day", Quota::per_day(NonZeroU32::new(4).expect("4")))
@@ -488,13 +492,13 @@ async fn b12_concurrent_requests_double_admit_redis() {
     let results = hammer(&addrs, &keys, 100).await;
     assert_eq!(results.iter().filter(|r| r.1 == 200).count(), 40);
     assert_eq!(results.iter().filter(|r| r.1 == 429).count(), 960);
-    assert_b12(&results, &keys, 4);
+    assert_exact_admission_per_key(&results, &keys, 4);
     assert_every_key_has_ttl(&server);
 }
 
-/// B12 on the memory store (multi-thread runtime with 4 workers), same scenario.
+/// Case B12 on the memory store (multi-thread runtime with 4 workers), same scenario.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn b12_concurrent_requests_double_admit_memory() {
+async fn concurrent_requests_never_double_admit_on_memory() {
     let clock = ManualClock::new();
     let layer = RateLimitLayer::builder()
         .policy(Policy::new(
@@ -515,7 +519,7 @@ async fn b12_concurrent_requests_double_admit_memory() {
     let keys: Vec<String> = (1..=10).map(|i| format!("k{i}")).collect();
     let results = hammer(&[addr], &keys, 100).await;
     assert_eq!(results.iter().filter(|r| r.1 == 200).count(), 40);
-    assert_b12(&results, &keys, 4);
+    assert_exact_admission_per_key(&results, &keys, 4);
 }
 
 /// Three app instances, each with its own Redis connection, on one key: exactly the quota
@@ -531,7 +535,7 @@ async fn three_instances_admit_exactly(builders: Vec<RedisStore>) {
     let admitted = results.iter().filter(|r| r.1 == 200).count();
     assert_eq!(admitted, 50, "over- or under-admission across instances");
     assert_eq!(results.iter().filter(|r| r.1 == 429).count(), 250);
-    assert_b12(&results, &keys, 50);
+    assert_exact_admission_per_key(&results, &keys, 50);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -601,14 +605,14 @@ enum TtlStep {
     GoneAfterRealMs(u64),
 }
 
-/// B20 for every algorithm (5 per 60 000 ms, burst 5): every key written has a PTTL equal to
+/// Case B20 for every algorithm (5 per 60 000 ms, burst 5): every key written has a PTTL equal to
 /// the time until its state is "absent" again (token bucket: until full; fixed window: until
 /// the window ends; sliding window counter: until both counts are zero), later writes never
 /// push it beyond that, the old window's key is gone once real time reaches its end, and no
 /// key ever has PTTL -1. The case's fault ("drop the connection right after the increment")
 /// cannot happen: the increment and the PX are one `SET` inside one script.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn b20_key_ttl_never_set_every_algorithm() {
+async fn every_written_key_has_its_ttl_for_every_algorithm() {
     use TtlStep::{GoneAfterRealMs, Request as At};
     let table: Vec<(Algorithm, Vec<TtlStep>)> = vec![
         (
@@ -761,11 +765,11 @@ async fn idle_token_bucket_keys_disappear() {
     assert_eq!(pttl(&server, &name), -2, "idle key still present");
 }
 
-/// B19: every policy of one client key shares one hash tag (one slot), the script gets every
+/// Case B19: every policy of one client key shares one hash tag (one slot), the script gets every
 /// key in KEYS, zero CROSSSLOT errors, exact decisions; a script error is handled by the
 /// failure policy and never becomes "allowed" with a made-up Remaining.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn b19_cluster_crossslot_multi_key_scripts() {
+async fn cluster_multi_key_scripts_never_cross_slots() {
     let cluster = RedisCluster::start();
     let urls = cluster.urls();
     let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
@@ -990,7 +994,7 @@ async fn timed_store(
 /// closed (or after the bucket drained it) gives back nothing, so R4 is denied; the control
 /// (an in-window refund) still gives back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn b26_refund_after_rollover_frees_nothing_redis() {
+async fn a_refund_after_rollover_frees_nothing_on_redis() {
     let server = RedisServer::start();
     let fw = Policy::new("fw", quota(2, 60_000, 2)).with_algorithm(Algorithm::FixedWindow);
     let sw = Policy::new("sw", quota(2, 60_000, 2)).with_algorithm(Algorithm::SlidingWindow);
@@ -1060,7 +1064,7 @@ async fn b26_refund_after_rollover_frees_nothing_redis() {
 /// (token bucket 1 per 3 600 000 ms, burst 1) charges at t=0; deploy 2 (a new store, same
 /// Redis and policy name, 100 per 60 000 ms, burst 100) is not held back by it at t=1 000.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn b27_raised_quota_applies_at_once_token_bucket() {
+async fn a_raised_quota_applies_at_once_token_bucket() {
     let server = RedisServer::start();
     let clock = ManualClock::new();
     let user = Key::from("user:7");
@@ -1126,7 +1130,7 @@ async fn b27_raised_quota_applies_at_once_token_bucket() {
 /// 3 600 000 ms: at t=1 000 the lower limit applies at once (429, Remaining 0, Retry-After
 /// until the hour window ends).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn b27_lowered_limit_applies_at_once_fixed_window() {
+async fn a_lowered_limit_applies_at_once_fixed_window() {
     let server = RedisServer::start();
     let clock = ManualClock::new();
     let user = Key::from("user:7");
@@ -1150,10 +1154,10 @@ async fn b27_lowered_limit_applies_at_once_fixed_window() {
     assert_eq!(ceil_secs(d.retry_after().unwrap_or_default()), 3_599);
 }
 
-/// A changed window length never mixes windowings: the units a sliding window counter still
-/// counts move into the new windowing (and are clamped to the new limit).
+/// Case B27: a changed window length never mixes windowings: the units a sliding window counter
+/// still counts move into the new windowing (and are clamped to the new limit).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn b27_changed_window_keeps_counted_units_sliding_window() {
+async fn a_changed_window_keeps_counted_units_sliding_window() {
     let server = RedisServer::start();
     let clock = ManualClock::new();
     let user = Key::from("user:7");
@@ -1205,7 +1209,7 @@ impl ratekeeper_axum::core::clock::Clock for SkewedClock {
 /// Remaining 0, Retry-After 1, decided by Redis; 4 admitted in all; no degraded decision,
 /// neither in `RedisStats` nor in the metrics counter.
 #[test]
-fn b36_app_clock_skew_never_fails_open() {
+fn app_clock_skew_never_fails_open() {
     let server = RedisServer::start();
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
@@ -1297,7 +1301,7 @@ fn b36_app_clock_skew_never_fails_open() {
 /// (P1 "1 per 1 000 ms, burst 10", P2 "100 per 60 000 ms, burst 10"), Remaining counts down
 /// from 9 and never exceeds it, and the 11th request is denied with the same limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn b37_redis_limit_is_the_burst() {
+async fn a_redis_decisions_limit_is_the_burst() {
     let server = RedisServer::start();
     for algorithm in [Algorithm::Gcra, Algorithm::LeakyBucket] {
         for (name, q) in [("p1", quota(1, 1_000, 10)), ("p2", quota(100, 60_000, 10))] {
