@@ -9,7 +9,7 @@ use ratekeeper_axum::core::store::{
     Charge, Decisions, MemoryStore, PolicyId, Receipt, Refund, Store,
 };
 use ratekeeper_axum::{Algorithm, Key, Policy, Quota};
-use ratekeeper_tests::redis::{RedisCluster, RedisServer};
+use ratekeeper_tests::redis::{DECISION_DEADLINE, RedisCluster, RedisServer};
 
 const MS: u64 = 1_000_000;
 
@@ -275,7 +275,7 @@ async fn run_redis(
     let mut store = build(
         RedisStore::builder()
             .clock(clock.clone())
-            .deadline(Duration::from_secs(2))
+            .deadline(DECISION_DEADLINE)
             .min_ttl(MIN_TTL),
     )
     .await;
@@ -524,6 +524,7 @@ async fn every_key_of_the_new_scripts_has_a_ttl() {
     let server = RedisServer::start();
     let store = RedisStore::builder()
         .prefix("ttl")
+        .deadline(DECISION_DEADLINE)
         .standalone(&server.url())
         .await
         .expect("standalone");
@@ -536,6 +537,7 @@ async fn every_key_of_the_new_scripts_has_a_ttl() {
     let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
     let store = RedisStore::builder()
         .prefix("ttl")
+        .deadline(DECISION_DEADLINE)
         .cluster(&nodes)
         .await
         .expect("cluster");
@@ -547,9 +549,14 @@ async fn every_key_of_the_new_scripts_has_a_ttl() {
 
 /// The tower layer's Delay mode on the Redis store reserves exactly: five requests at once
 /// on GCRA (burst 1, T = 200 ms) with `max_wait` = 3T are booked the turns 0, T, 2T, 3T and
-/// reach the handler at those times (one round trip each, no re-check); the fifth, whose
-/// turn 4T lies beyond `max_wait`, is rejected at once (a final denial) instead of waiting
-/// and asking again.
+/// reach the handler no earlier than those times, with one round trip each (no re-check);
+/// the fifth, whose turn 4T lies beyond `max_wait`, gets a final denial and its 429 without
+/// asking again.
+///
+/// Decision time is a manual clock injected into the store (frozen at 0), so the booked
+/// turns and delays are exact whenever each request's round trip happens; the store calls
+/// are recorded by a [`Booked`] wrapper. The waits themselves are real sleeps, and a loaded
+/// machine can only make an entry later than its turn, never earlier.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delay_mode_on_redis_books_turns_and_rejects_beyond_max_wait_at_once() {
     use std::sync::{Arc, Mutex};
@@ -558,16 +565,19 @@ async fn delay_mode_on_redis_books_turns_and_rejects_beyond_max_wait_at_once() {
     use http::{Request, Response, StatusCode};
     use ratekeeper_axum::rate_limit::Mode;
     use ratekeeper_axum::{GlobalKey, RateLimitLayer};
+    use ratekeeper_tests::turns::Booked;
     use tower::{Service, ServiceExt, service_fn};
 
     let server = RedisServer::start();
     let t = Duration::from_millis(200);
-    let store = RedisStore::builder()
+    let redis = RedisStore::builder()
         .prefix("delay")
-        .deadline(Duration::from_secs(2))
+        .clock(ManualClock::new())
+        .deadline(DECISION_DEADLINE)
         .standalone(&server.url())
         .await
         .expect("redis store");
+    let (store, turns) = Booked::new(redis, Duration::from_micros(1));
     let layer = RateLimitLayer::builder()
         .policy(Policy::new("p", quota(1, 200, 1)))
         .key(GlobalKey)
@@ -591,36 +601,37 @@ async fn delay_mode_on_redis_books_turns_and_rejects_beyond_max_wait_at_once() {
     for _ in 0..5 {
         let future = svc.ready().await.unwrap().call(Request::new(()));
         tasks.push(tokio::spawn(async move {
-            let res = future.await.expect("infallible");
-            (res.status(), Instant::now())
+            future.await.expect("infallible").status()
         }));
     }
-    let mut answers = Vec::new();
+    let mut statuses = Vec::new();
     for task in tasks {
-        answers.push(task.await.expect("task"));
+        statuses.push(task.await.expect("task"));
     }
-    let statuses: Vec<StatusCode> = answers.iter().map(|a| a.0).collect();
     let served = statuses.iter().filter(|s| **s == StatusCode::OK).count();
-    let limited: Vec<Duration> = answers
+    let limited = statuses
         .iter()
-        .filter(|a| a.0 == StatusCode::TOO_MANY_REQUESTS)
-        .map(|a| a.1.duration_since(start))
-        .collect();
-    assert_eq!(served, 4, "{statuses:?}");
-    assert_eq!(limited.len(), 1, "{statuses:?}");
-    assert!(
-        limited[0] < t / 2,
-        "the request beyond max_wait waited {:?} before its 429",
-        limited[0]
-    );
+        .filter(|s| **s == StatusCode::TOO_MANY_REQUESTS)
+        .count();
+    assert_eq!((served, limited), (4, 1), "{statuses:?}");
+    // On the store's clock: one answer per request (nobody asked again), the turns booked
+    // exactly 0, T, 2T, 3T (receipts T apart), the fifth denied for good.
+    let booked = turns.log();
+    assert_eq!(booked.answers, 5, "{booked:?}");
+    assert_eq!(booked.errors, 0, "{booked:?}");
+    assert_eq!(booked.denials, [true], "{booked:?}");
+    let mut delays = booked.delays.clone();
+    delays.sort();
+    assert_eq!(delays, [Duration::ZERO, t, t * 2, t * 3], "{booked:?}");
+    assert_eq!(booked.min_spacing, Some(t), "{booked:?}");
+    // On the app's clock: nobody entered before its turn.
     let mut entries = entries.lock().unwrap().clone();
     entries.sort();
-    let jitter = Duration::from_millis(60);
     for (i, e) in entries.iter().enumerate() {
         let at = e.duration_since(start);
         let turn = t * u32::try_from(i).unwrap();
         assert!(
-            at + jitter / 3 >= turn && at <= turn + jitter,
+            at >= turn,
             "request {i} entered at {at:?}, its turn is {turn:?}"
         );
     }

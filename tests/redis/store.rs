@@ -14,7 +14,7 @@ use ratekeeper_axum::core::store::{
     Charge, Decisions, MemoryStore, PolicyId, Receipt, Refund, Store,
 };
 use ratekeeper_axum::{Algorithm, Key, KeyError, Policy, Quota, RateLimitLayer, RequestParts};
-use ratekeeper_tests::redis::{RedisCluster, RedisServer};
+use ratekeeper_tests::redis::{DECISION_DEADLINE, RedisCluster, RedisServer};
 use ratekeeper_tests::{TestServer, ok_app, spawn};
 
 // The `distributed` example app itself, shared with the other modules (see `main.rs`).
@@ -236,7 +236,7 @@ async fn run_redis(
     let mut store = build(
         RedisStore::builder()
             .clock(clock.clone())
-            .deadline(Duration::from_secs(2))
+            .deadline(DECISION_DEADLINE)
             .min_ttl(CONFORMANCE_MIN_TTL),
     )
     .await;
@@ -351,7 +351,7 @@ async fn injected_time_decisions_do_not_depend_on_real_time_between_calls() {
         let clock = ManualClock::new();
         let mut builder = RedisStore::builder()
             .clock(clock.clone())
-            .deadline(Duration::from_secs(2))
+            .deadline(DECISION_DEADLINE)
             .prefix(if floor.is_some() { "floor" } else { "exact" });
         if let Some(ttl) = floor {
             builder = builder.min_ttl(ttl);
@@ -482,7 +482,7 @@ async fn concurrent_requests_never_double_admit_on_redis() {
     for _ in 0..2 {
         let store = RedisStore::builder()
             .clock(clock.clone())
-            .deadline(Duration::from_secs(5))
+            .deadline(DECISION_DEADLINE)
             .standalone(&server.url())
             .await
             .expect("store");
@@ -545,7 +545,7 @@ async fn three_instances_share_one_budget_standalone() {
     for _ in 0..3 {
         stores.push(
             RedisStore::builder()
-                .deadline(Duration::from_secs(5))
+                .deadline(DECISION_DEADLINE)
                 .standalone(&server.url())
                 .await
                 .expect("store"),
@@ -564,7 +564,7 @@ async fn three_instances_share_one_budget_cluster() {
     for _ in 0..3 {
         stores.push(
             RedisStore::builder()
-                .deadline(Duration::from_secs(5))
+                .deadline(DECISION_DEADLINE)
                 .cluster(&nodes)
                 .await
                 .expect("store"),
@@ -692,7 +692,7 @@ async fn every_written_key_has_its_ttl_for_every_algorithm() {
         let clock = ManualClock::new();
         let mut store = RedisStore::builder()
             .clock(clock.clone())
-            .deadline(Duration::from_secs(2))
+            .deadline(DECISION_DEADLINE)
             .standalone(&server.url())
             .await
             .expect("store");
@@ -742,7 +742,7 @@ async fn every_written_key_has_its_ttl_for_every_algorithm() {
 async fn idle_token_bucket_keys_disappear() {
     let server = RedisServer::start();
     let mut store = RedisStore::builder()
-        .deadline(Duration::from_secs(2))
+        .deadline(DECISION_DEADLINE)
         .standalone(&server.url())
         .await
         .expect("store");
@@ -776,7 +776,7 @@ async fn cluster_multi_key_scripts_never_cross_slots() {
     let clock = ManualClock::new();
     let mut store = RedisStore::builder()
         .clock(clock.clone())
-        .deadline(Duration::from_secs(2))
+        .deadline(DECISION_DEADLINE)
         .cluster(&nodes)
         .await
         .expect("cluster store");
@@ -837,7 +837,7 @@ async fn distributed_example_two_instances_share_one_budget() {
     let server = RedisServer::start();
     let mut instances = Vec::new();
     for _ in 0..2 {
-        let app = distributed::app_with(&server.url(), None, Duration::from_secs(2))
+        let app = distributed::app_with(&server.url(), None, DECISION_DEADLINE)
             .await
             .expect("app");
         instances.push(TestServer::start(app).await);
@@ -868,7 +868,7 @@ async fn negative_cache_denies_repeat_requests_without_redis_until_retry_after()
     let clock = ManualClock::new();
     let mut store = RedisStore::builder()
         .clock(clock.clone())
-        .deadline(Duration::from_secs(2))
+        .deadline(DECISION_DEADLINE)
         .standalone(&server.url())
         .await
         .expect("store");
@@ -927,7 +927,7 @@ fn every_redis_decision_is_timed() {
     metrics::with_local_recorder(&recorder, || {
         runtime.block_on(async {
             let mut store = RedisStore::builder()
-                .deadline(Duration::from_secs(2))
+                .deadline(DECISION_DEADLINE)
                 .standalone(&server.url())
                 .await
                 .expect("store");
@@ -980,7 +980,7 @@ async fn timed_store(
 ) -> (RedisStore, PolicyId) {
     let mut store = RedisStore::builder()
         .clock(clock.clone())
-        .deadline(Duration::from_secs(2))
+        .deadline(DECISION_DEADLINE)
         .min_ttl(CONFORMANCE_MIN_TTL)
         .prefix(prefix)
         .standalone(&server.url())
@@ -1222,7 +1222,12 @@ fn app_clock_skew_never_fails_open() {
         runtime.block_on(async {
             for (run, skew_ms) in [(0, -10_000), (1, 10_000)] {
                 let connect = async |clock: Option<SkewedClock>| {
+                    // The test is about the app's clock, not the deadline (50 ms by default,
+                    // missed on a loaded machine): a decision the failure policy answered
+                    // would prove nothing. 5 s stays below the 10 s skew, so a stale guard
+                    // measured on the app's clock (the defect) still calls B's checks stale.
                     let mut builder = RedisStore::builder()
+                        .deadline(Duration::from_secs(5))
                         .stale_tolerance(Duration::ZERO)
                         .prefix(format!("b36-{run}"));
                     if let Some(clock) = clock {
@@ -1330,7 +1335,7 @@ async fn a_redis_decisions_limit_is_the_burst() {
 async fn a_huge_min_ttl_is_capped_and_decisions_still_come_from_redis() {
     let server = RedisServer::start();
     let mut store = RedisStore::builder()
-        .deadline(Duration::from_secs(2))
+        .deadline(DECISION_DEADLINE)
         .min_ttl(Duration::MAX)
         .standalone(&server.url())
         .await
@@ -1372,7 +1377,7 @@ async fn redis_errors_in_decisions_read_as_sentences() {
     // Database 99 does not exist (16 by default): every call fails.
     let url = format!("redis://127.0.0.1:{}/99", server.port());
     let mut store = RedisStore::builder()
-        .deadline(Duration::from_secs(2))
+        .deadline(DECISION_DEADLINE)
         .standalone(&url)
         .await
         .expect("store");

@@ -16,7 +16,7 @@ use ratekeeper_axum::core::store::{
 };
 use ratekeeper_axum::{Algorithm, Key, Policy, Quota};
 use ratekeeper_tests::TestServer;
-use ratekeeper_tests::redis::RedisServer;
+use ratekeeper_tests::redis::{DECISION_DEADLINE, RedisServer};
 
 // The `distributed` example app itself, shared with the other modules (see `main.rs`).
 use crate::distributed;
@@ -56,7 +56,7 @@ async fn hammer(
     let mut stores = Vec::new();
     for _ in 0..instances {
         let redis = RedisStore::builder()
-            .deadline(Duration::from_secs(2))
+            .deadline(DECISION_DEADLINE)
             .standalone(&server.url())
             .await
             .expect("redis store");
@@ -225,7 +225,7 @@ async fn cold_keys_decide_exactly_like_the_redis_store() {
         RedisStore::builder()
             .clock(clock.clone())
             .min_ttl(Duration::from_secs(120))
-            .deadline(Duration::from_secs(2))
+            .deadline(DECISION_DEADLINE)
             .standalone(&server.url())
             .await
             .expect("redis store")
@@ -270,7 +270,7 @@ async fn cold_keys_decide_exactly_like_the_redis_store() {
 async fn every_key_the_lease_script_writes_has_a_ttl() {
     let server = RedisServer::start();
     let redis = RedisStore::builder()
-        .deadline(Duration::from_secs(2))
+        .deadline(DECISION_DEADLINE)
         .standalone(&server.url())
         .await
         .expect("redis store");
@@ -308,13 +308,13 @@ async fn unused_units_go_back_to_redis_and_refunds_go_back_into_the_lease() {
     let server = RedisServer::start();
     let policy = Policy::new("api", quota(100, 1_000_000, 100)); // T = 10 s
     let mut plain = RedisStore::builder()
-        .deadline(Duration::from_secs(2))
+        .deadline(DECISION_DEADLINE)
         .standalone(&server.url())
         .await
         .expect("redis store");
     let plain_id = plain.register(&policy).expect("register");
     let redis = RedisStore::builder()
-        .deadline(Duration::from_secs(2))
+        .deadline(DECISION_DEADLINE)
         .standalone(&server.url())
         .await
         .expect("redis store");
@@ -353,7 +353,7 @@ async fn unused_units_go_back_to_redis_and_refunds_go_back_into_the_lease() {
 async fn other_algorithms_are_refused_when_registered() {
     let server = RedisServer::start();
     let redis = RedisStore::builder()
-        .deadline(Duration::from_secs(2))
+        .deadline(DECISION_DEADLINE)
         .standalone(&server.url())
         .await
         .expect("redis store");
@@ -373,7 +373,7 @@ async fn other_algorithms_are_refused_when_registered() {
         assert!(err.is_config());
     }
     let redis = RedisStore::builder()
-        .deadline(Duration::from_secs(2))
+        .deadline(DECISION_DEADLINE)
         .standalone(&server.url())
         .await
         .expect("redis store");
@@ -439,7 +439,7 @@ async fn distributed_example_with_lease_shares_one_budget_across_two_instances()
     for _ in 0..2 {
         // A 2 s deadline instead of the example's 50 ms: on a loaded test machine a timeout
         // would fail open (200 without headers) and blur the count.
-        let app = distributed::app_with(&server.url(), lease, Duration::from_secs(2))
+        let app = distributed::app_with(&server.url(), lease, DECISION_DEADLINE)
             .await
             .expect("app");
         instances.push(Arc::new(TestServer::start(app).await));
@@ -490,7 +490,7 @@ async fn leases_shrink_near_the_limit_and_two_instances_admit_exactly_the_budget
     let mut stores = Vec::new();
     for _ in 0..2 {
         let redis = RedisStore::builder()
-            .deadline(Duration::from_secs(2))
+            .deadline(DECISION_DEADLINE)
             .standalone(&server.url())
             .await
             .expect("redis store");
@@ -530,7 +530,7 @@ async fn leases_shrink_near_the_limit_and_two_instances_admit_exactly_the_budget
 async fn concurrent_requests_on_an_empty_lease_share_one_renewal_at_a_time() {
     let server = RedisServer::start();
     let redis = RedisStore::builder()
-        .deadline(Duration::from_secs(2))
+        .deadline(DECISION_DEADLINE)
         .standalone(&server.url())
         .await
         .expect("redis store");
@@ -572,7 +572,7 @@ async fn three_instances_on_redis_cluster_stay_within_the_bound() {
     let mut stores = Vec::new();
     for _ in 0..3 {
         let redis = RedisStore::builder()
-            .deadline(Duration::from_secs(2))
+            .deadline(DECISION_DEADLINE)
             .cluster(&nodes)
             .await
             .expect("cluster store");

@@ -14,6 +14,7 @@
 pub mod redis;
 pub mod slots;
 pub mod sweep;
+pub mod turns;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
