@@ -335,6 +335,186 @@ async fn conformance_memory_standalone_and_cluster_decide_identically() {
     }
 }
 
+/// The tiered store (one instance over standalone Redis, injected time) on a conformance
+/// trace. Policies the tiered store refuses at registration (the leaky bucket, the sliding
+/// window counter) are checked to be refused, and the steps that charge them are `None`
+/// (a limiter with such a policy on this store is never built). Refunds are awaited
+/// (`TieredStore::refund_async`), as the Redis run awaits its own, so the next step sees
+/// them.
+async fn run_tiered(
+    trace: &[Step],
+    url: &str,
+    prefix: &str,
+    max_lease: u32,
+) -> Vec<Option<Decisions>> {
+    use ratekeeper_axum::core::store::tiered::TieredStore;
+    use ratekeeper_axum::core::store::{Checked, StoreError};
+
+    let clock = ManualClock::new();
+    let redis = RedisStore::builder()
+        .clock(clock.clone())
+        .deadline(DECISION_DEADLINE)
+        .min_ttl(CONFORMANCE_MIN_TTL)
+        .prefix(prefix)
+        .standalone(url)
+        .await
+        .expect("standalone");
+    // Leases outlive the trace (700 s of injected time): unspent units never go back to
+    // Redis in a background sweep that would race the next step, and a refund of leased
+    // units always finds its lease.
+    let mut store = TieredStore::builder()
+        .max_lease(NonZeroU32::new(max_lease).expect("max_lease >= 1"))
+        .lease_ttl(Duration::from_secs(3_600))
+        .build(redis)
+        .expect("tiered store");
+    let ids: Vec<Option<PolicyId>> = conformance_policies()
+        .iter()
+        .map(|p| match store.register(p) {
+            Ok(id) => Some(id),
+            Err(StoreError::UnsupportedAlgorithm(a)) => {
+                assert!(
+                    matches!(a, Algorithm::LeakyBucket | Algorithm::SlidingWindow),
+                    "{a:?} refused"
+                );
+                None
+            }
+            Err(e) => panic!("register {}: {e}", p.name()),
+        })
+        .collect();
+    let mut seen: Vec<Option<Decisions>> = Vec::new();
+    let mut answers: Vec<Option<Decisions>> = Vec::new();
+    for s in trace {
+        clock.set(s.t * MS);
+        let charged = s.refund_of.map_or(s, |j| &trace[j]);
+        let Some(policies) = charged
+            .charges
+            .iter()
+            .map(|(p, _)| ids[*p])
+            .collect::<Option<Vec<PolicyId>>>()
+        else {
+            seen.push(None);
+            if s.refund_of.is_none() {
+                answers.push(None);
+            }
+            continue;
+        };
+        let keys: Vec<Key> = charged.charges.iter().map(|(_, k)| Key::from(*k)).collect();
+        let charges: Vec<Charge<'_, Key>> = policies
+            .iter()
+            .zip(&keys)
+            .map(|(p, k)| Charge::new(*p, k, charged.cost))
+            .collect();
+        if let Some(j) = s.refund_of {
+            let taken = seen[j].as_ref().expect("refund of a check");
+            let refunds: Vec<Refund<'_, Key>> = charges
+                .iter()
+                .zip(taken.receipts())
+                .map(|(c, r)| Refund::new(*c, r))
+                .collect();
+            store.refund_async(&refunds).await.expect("tiered refunds");
+            seen.push(None);
+        } else {
+            let d = match store.check(&charges) {
+                Checked::Ready(result) => result,
+                Checked::Pending(future) => future.await,
+            }
+            .expect("tiered decides");
+            seen.push(Some(d.clone()));
+            answers.push(Some(d));
+        }
+    }
+    assert_eq!(store.redis().stats().degraded, 0);
+    answers
+}
+
+/// The conformance traces on the tiered store, one instance, both ends of its lease size.
+///
+/// - `max_lease` 1: no key is ever hot (a lease of 1 unit is never larger than a request's
+///   cost), so every check goes to the Redis store and every decision (allowed, Remaining,
+///   Retry-After, reset, receipts) equals the memory store's.
+/// - `max_lease` 100 (the default): bursts at one instant are spent from leases. The bound
+///   `redis(W) - I * N_max <= admitted(W) <= redis(W) + I * N_max` with one instance that
+///   spends every unit it leases admits exactly what Redis charged, so *which* requests are
+///   allowed is the memory store's at every step of the traces without refunds (checked),
+///   and so is whether a cost can never fit. With refunds: units spent from a lease go back
+///   into that lease only while it lives (a lease ends when its units run out, and the next
+///   grant starts a new one), so a refund that comes later frees nothing where the memory
+///   store frees the units. The tiered store then denies where the memory store allows,
+///   never the reverse, and at most once per refunded unit (checked): the under-admission
+///   side of the bound. What a decision reports may differ where units sit in the lease: a
+///   decision the lease script makes sees Redis's state, which already holds the units
+///   this instance leased and has not spent (`held <= N_max`). So Remaining can be lower
+///   than the memory store's by at most `held`, and the reset and a denial's Retry-After
+///   later by at most the time those units take to refill (`held * T`). Those values are
+///   checked against that bound (`N_max` units, `N_max * T`) instead of for equality.
+/// - The leaky bucket and the sliding window counter are refused at registration (a
+///   configuration error when the limiter is built), so their steps have no decision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_tiered_store_decides_like_memory_within_its_lease_bound() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let refused =
+        |trace: &[Step], i: usize| trace[i].charges.iter().any(|(p, _)| matches!(*p, 4 | 5));
+    for (name, trace) in [("traces", traces()), ("refund-traces", refund_traces())] {
+        let memory = run_memory(&trace);
+        // Which trace step each decision answers (refund steps have none).
+        let step_of: Vec<usize> = (0..trace.len())
+            .filter(|i| trace[*i].refund_of.is_none())
+            .collect();
+        for max_lease in [1, 100] {
+            let tiered = run_tiered(&trace, &url, &format!("{name}-{max_lease}"), max_lease).await;
+            assert_eq!(tiered.len(), memory.len());
+            // Units refunded so far, and requests the memory store allowed and the tiered
+            // store denied: never more than the units refunded.
+            let (mut refunded, mut lost) = (0_u64, 0_u64);
+            for (n, (t, m)) in tiered.iter().zip(&memory).enumerate() {
+                let i = step_of[n];
+                refunded = trace[..i]
+                    .iter()
+                    .filter_map(|s| s.refund_of.map(|j| &trace[j]))
+                    .map(|c| c.cost * c.charges.len() as u64)
+                    .sum();
+                let Some(t) = t else {
+                    assert!(refused(&trace, i), "{name} step {i}: no decision");
+                    continue;
+                };
+                assert!(!refused(&trace, i), "{name} step {i}: decided");
+                let at = format!("{name}, max_lease {max_lease}, step {i}: {t:?} vs {m:?}");
+                if max_lease == 1 {
+                    assert_eq!(t, m, "{at}");
+                    continue;
+                }
+                assert_eq!(t.is_cannot_fit(), m.is_cannot_fit(), "{at}");
+                if t.is_allowed() != m.is_allowed() {
+                    // Only after a refund of units spent from a lease that has ended, and
+                    // only ever a denial where the memory store allows (counted below).
+                    assert!(!t.is_allowed() && refunded > 0, "{at}");
+                    lost += 1;
+                    continue;
+                }
+                // Every policy here has T <= 6 s, and N_max = 100: at most 600 s later.
+                let late = |tiered: Duration, memory: Duration| {
+                    tiered >= memory && tiered - memory <= Duration::from_secs(6) * 100
+                };
+                match (t.retry_after(), m.retry_after()) {
+                    (Some(tr), Some(mr)) => assert!(late(tr, mr), "{at}"),
+                    (tr, mr) => assert_eq!(tr, mr, "{at}"),
+                }
+                for (td, md) in t.as_slice().iter().zip(m.as_slice()) {
+                    assert_eq!(td.limit(), md.limit(), "{at}");
+                    let (tr, mr) = (td.remaining(), md.remaining());
+                    assert!(tr <= mr && mr - tr <= 100, "{at}");
+                    assert!(late(td.reset_after(), md.reset_after()), "{at}");
+                }
+            }
+            assert!(
+                lost <= refunded,
+                "{name}: {lost} denied where memory allows"
+            );
+        }
+    }
+}
+
 /// The root cause of the conformance flake: with injected time the fixed window's third
 /// request at 309.999 s writes its count with PX = 1 ms (the time left in the window on the
 /// injected clock), but Redis counts that TTL down in real time. On a loaded machine more

@@ -169,6 +169,11 @@ impl LeaseState {
         ))
     }
 
+    /// Forgets the remembered denial (units went back to Redis).
+    pub(super) fn forget_denial(&mut self) {
+        self.deny = None;
+    }
+
     /// Remembers a Redis denial of `cost` at `now`.
     pub(super) fn remember_denial(&mut self, now: u64, cost: u64, decision: Decision) {
         if let Some(retry) = decision.retry_after() {
