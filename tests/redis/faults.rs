@@ -25,7 +25,7 @@ use ratekeeper_axum::StoreDegraded;
 use ratekeeper_axum::core::store::FailurePolicy;
 use ratekeeper_axum::core::store::redis::{RedisStore, RedisStoreBuilder};
 use ratekeeper_axum::{Key, KeyError, Policy, Quota, RateLimitLayer, RequestParts};
-use ratekeeper_tests::redis::{RedisCluster, RedisServer};
+use ratekeeper_tests::redis::{DECISION_DEADLINE, RedisCluster, RedisServer};
 use ratekeeper_tests::spawn;
 
 /// The decision deadline of every test here.
@@ -388,7 +388,10 @@ async fn sigstop_for_two_seconds_fails_closed_within_deadline_then_recovers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn script_flush_reloads_the_script_without_errors() {
     let server = RedisServer::start();
+    // About reloading the script, not the deadline: a slow round trip on a loaded machine
+    // must not read as a failure.
     let mut store = store(FailurePolicy::Deny)
+        .deadline(DECISION_DEADLINE)
         .standalone(&server.url())
         .await
         .expect("store");
