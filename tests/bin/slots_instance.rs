@@ -1,6 +1,6 @@
 //! A shared-concurrency app instance as its own process, so a test can `kill -9` it:
-//! `slots_instance <standalone|cluster> <url[,url...]> <prefix> <max> <lease ms> <hold ms>`.
-//! Prints `ADDR <ip:port>` once it listens on loopback.
+//! `slots_instance <standalone|cluster> <url[,url...]> <prefix> <max> <lease ms> <hold ms>`
+//! (lease 0: the default lease). Prints `ADDR <ip:port>` once it listens on loopback.
 
 use std::io::Write as _;
 use std::sync::Arc;

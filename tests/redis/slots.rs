@@ -1,7 +1,9 @@
 //! Issue 11: the concurrency limit across instances. Three instances (each its own Redis
 //! connection, layer and server) share "100 concurrent requests per merchant" through
 //! `RedisStore::slots`, on standalone Redis and on Cluster; a `kill -9`ed instance's slots
-//! free within the lease.
+//! free within the lease. With the default lease, a killed holder's slots are free within
+//! 3 s on Redis's clock and a holder paused for 1 s keeps them; a slot whose acquire was on
+//! the wire when its request was dropped is released.
 
 use std::io::{BufRead as _, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -17,7 +19,7 @@ use ratekeeper_tests::spawn;
 
 const MAX: u32 = 100;
 /// The lease of these tests: a dead instance's slots are free at most this long after it
-/// dies (renewed every lease / 3 while a request runs).
+/// dies (renewed every lease / 5 while a request runs).
 const LEASE: Duration = Duration::from_millis(1_500);
 /// How long each admitted request stays in the handler.
 const HOLD: Duration = Duration::from_millis(1_000);
@@ -96,7 +98,8 @@ struct ChildInstance {
 }
 
 impl ChildInstance {
-    fn start(backend: &Backend, prefix: &str, hold: Duration) -> Self {
+    /// `lease` zero: the default lease.
+    fn start(backend: &Backend, prefix: &str, lease: Duration, hold: Duration) -> Self {
         let [kind, urls] = backend.to_args();
         let mut child = Command::new(env!("CARGO_BIN_EXE_slots_instance"))
             .args([
@@ -104,7 +107,7 @@ impl ChildInstance {
                 urls,
                 prefix.to_owned(),
                 MAX.to_string(),
-                LEASE.as_millis().to_string(),
+                lease.as_millis().to_string(),
                 hold.as_millis().to_string(),
             ])
             .stdout(Stdio::piped())
@@ -123,6 +126,15 @@ impl ChildInstance {
         Self { child, addr }
     }
 
+    /// Sends `sig` (`"STOP"`, `"CONT"`) to the process.
+    fn signal(&self, sig: &str) {
+        let status = Command::new("kill")
+            .args([format!("-{sig}"), self.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill -{sig}");
+    }
+
     fn kill9(&mut self) {
         let status = Command::new("kill")
             .args(["-9", &self.child.id().to_string()])
@@ -135,6 +147,11 @@ impl ChildInstance {
 
 impl Drop for ChildInstance {
     fn drop(&mut self) {
+        // A stopped process is continued first, so it dies cleanly.
+        let _ = Command::new("kill")
+            .args(["-CONT", &self.child.id().to_string()])
+            .stderr(Stdio::null())
+            .status();
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -145,7 +162,7 @@ impl Drop for ChildInstance {
 /// process (no release, no renewal) the slots are still taken at first, and free within
 /// the lease.
 async fn killed_instance_frees_its_slots_within_the_lease(backend: Backend, prefix: &str) {
-    let mut child = ChildInstance::start(&backend, prefix, Duration::from_secs(60));
+    let mut child = ChildInstance::start(&backend, prefix, LEASE, Duration::from_secs(60));
     let gauge = Arc::new(InFlight::default());
     let survivor = spawn(
         instance(
@@ -266,4 +283,275 @@ async fn a_huge_lease_is_capped_and_the_slot_still_expires() {
     assert!(ttl > 0 && ttl <= max, "PTTL {ttl}");
     assert_eq!(slots.lease_time(), RedisSlots::MAX_LEASE);
     drop(held);
+}
+
+/// Redis `TIME` in ms.
+fn redis_ms(server: &RedisServer) -> u64 {
+    let out = server.cli(&["TIME"]).expect("TIME");
+    let mut lines = out
+        .lines()
+        .map(|l| l.trim().parse::<u64>().expect("TIME number"));
+    let (s, us) = (lines.next().expect("seconds"), lines.next().expect("µs"));
+    s * 1_000 + us / 1_000
+}
+
+/// The expiries (Redis `TIME` ms) of every slot of the one slot set under `prefix`.
+fn slot_expiries(server: &RedisServer, prefix: &str) -> Vec<u64> {
+    let keys = server.cli(&["KEYS", &format!("{prefix}:*")]).expect("KEYS");
+    let keys: Vec<&str> = keys.lines().filter(|l| !l.is_empty()).collect();
+    let [key] = keys.as_slice() else {
+        panic!("expected one slot set under {prefix}, found {keys:?}");
+    };
+    let out = server
+        .cli(&["ZRANGE", key, "0", "-1", "WITHSCORES"])
+        .expect("ZRANGE");
+    out.lines()
+        .filter(|l| !l.is_empty())
+        .skip(1)
+        .step_by(2)
+        .map(|score| score.trim().parse().expect("score"))
+        .collect()
+}
+
+/// A child instance (default lease) takes all 100 slots of merchant `m-3` with requests
+/// that would run a minute; `survivor` refuses the merchant once it has them.
+async fn child_holding_all_slots(
+    server: &RedisServer,
+    prefix: &str,
+    client: &reqwest::Client,
+    survivor: std::net::SocketAddr,
+) -> (ChildInstance, Vec<tokio::task::JoinHandle<u16>>) {
+    let backend = Backend::Standalone(server.url());
+    let child = ChildInstance::start(&backend, prefix, Duration::ZERO, Duration::from_secs(60));
+    let hanging: Vec<_> = (0..MAX)
+        .map(|_| {
+            let (client, addr) = (client.clone(), child.addr);
+            tokio::spawn(async move { get(&client, addr, "m-3").await })
+        })
+        .collect();
+    let started = Instant::now();
+    while slot_count(server, prefix) < MAX as usize {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the child never took the 100 slots"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        get(client, survivor, "m-3").await,
+        429,
+        "the child holds them all"
+    );
+    (child, hanging)
+}
+
+fn slot_count(server: &RedisServer, prefix: &str) -> usize {
+    let keys = server
+        .cli(&["KEYS", &format!("{prefix}:*")])
+        .unwrap_or_default();
+    keys.lines()
+        .filter(|l| !l.is_empty())
+        .map(|k| {
+            server
+                .cli(&["ZCARD", k])
+                .and_then(|n| n.trim().parse::<usize>().ok())
+                .unwrap_or(0)
+        })
+        .sum()
+}
+
+/// With the default lease (2.5 s, renewed every 0.5 s), the slots of a `kill -9`ed holder of
+/// 100 expire within 3 s of the kill on Redis's clock (every slot's expiry, read against
+/// Redis `TIME` right after the kill), and another instance (its own store and connection)
+/// has taken all 100 soon after (wall-clock outer limit 6 s; the former 10 s lease took 8 to
+/// 10 s), never more than 100 held at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_killed_holder_of_100_slots_has_them_all_taken_by_another_instance_within_3_s() {
+    let server = RedisServer::start();
+    let prefix = "k9default";
+    let backend = Backend::Standalone(server.url());
+    let survivor = spawn(
+        instance(
+            &backend,
+            prefix,
+            MAX,
+            Duration::ZERO,
+            Duration::from_millis(10),
+            Arc::new(InFlight::default()),
+        )
+        .await,
+    )
+    .await;
+    let client = client();
+    let (mut child, hanging) = child_holding_all_slots(&server, prefix, &client, survivor).await;
+    // The other instance, taking slots itself (one acquire at a time: light load).
+    let taker = backend.store(prefix).await.slots();
+    let merchant = Key::tuple([Key::from("x-merchant"), Key::from("m-3")]);
+    let keys = server.cli(&["KEYS", &format!("{prefix}:*")]).expect("KEYS");
+    assert_eq!(
+        keys.trim(),
+        taker.redis_key(&merchant),
+        "the layer's slot set"
+    );
+    // Several renewals later, still all held.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(
+        slot_count(&server, prefix),
+        MAX as usize,
+        "slots lost while renewed"
+    );
+
+    child.kill9();
+    let killed = Instant::now();
+    let killed_at = redis_ms(&server);
+    let expiries = slot_expiries(&server, prefix);
+    assert_eq!(expiries.len(), MAX as usize);
+    let last = expiries.iter().max().copied().unwrap_or(0);
+    assert!(
+        expiries.iter().all(|e| *e > killed_at),
+        "every slot was still held at the kill"
+    );
+    assert!(
+        last <= killed_at + 3_000,
+        "a slot expires {} ms after the kill on Redis's clock",
+        last - killed_at
+    );
+    let mut taken = Vec::new();
+    while taken.len() < MAX as usize {
+        assert!(
+            killed.elapsed() < Duration::from_secs(6),
+            "{} of {MAX} slots taken {:?} after kill -9",
+            taken.len(),
+            killed.elapsed()
+        );
+        match taker.acquire(&merchant, MAX).await {
+            Ok(Acquired::Held { lease, .. }) => taken.push(lease),
+            Ok(Acquired::Full) => tokio::time::sleep(Duration::from_millis(10)).await,
+            Err(err) => panic!("acquire failed: {err}"),
+        }
+    }
+    let all_taken = killed.elapsed();
+    let full_at = redis_ms(&server);
+    assert_eq!(slot_count(&server, prefix), MAX as usize);
+    for t in hanging {
+        assert_ne!(t.await.expect("request task"), 200);
+    }
+    eprintln!(
+        "kill -9, default lease: last slot expiry {} ms after the kill (Redis TIME), all {MAX} \
+         taken by another instance {all_taken:?} after it ({} ms on Redis's clock)",
+        last - killed_at,
+        full_at - killed_at
+    );
+}
+
+/// With the default lease, a holder of 100 slots stopped (`SIGSTOP`) for 1 s keeps them:
+/// every request to another instance during the pause and after it is refused (never more
+/// than 100 in flight), and no slot's expiry ever falls behind Redis `TIME`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_holder_paused_for_1_s_keeps_its_slots() {
+    let server = RedisServer::start();
+    let prefix = "pause";
+    let gauge = Arc::new(InFlight::default());
+    let backend = Backend::Standalone(server.url());
+    let survivor = spawn(
+        instance(
+            &backend,
+            prefix,
+            MAX,
+            Duration::ZERO,
+            Duration::from_secs(30),
+            Arc::clone(&gauge),
+        )
+        .await,
+    )
+    .await;
+    let client = client();
+    let (child, hanging) = child_holding_all_slots(&server, prefix, &client, survivor).await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+
+    child.signal("STOP");
+    let stopped = Instant::now();
+    let mut probes = 0;
+    let mut continued = None;
+    while stopped.elapsed() < Duration::from_millis(3_000) {
+        if continued.is_none() && stopped.elapsed() >= Duration::from_secs(1) {
+            child.signal("CONT");
+            continued = Some(stopped.elapsed());
+        }
+        assert_eq!(
+            get(&client, survivor, "m-3").await,
+            429,
+            "another instance got a slot {:?} after the holder was stopped",
+            stopped.elapsed()
+        );
+        let now = redis_ms(&server);
+        let expiries = slot_expiries(&server, prefix);
+        assert_eq!(expiries.len(), MAX as usize, "{:?}", stopped.elapsed());
+        assert!(expiries.iter().all(|e| *e > now), "a slot expired");
+        probes += 1;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(gauge.max_seen(), 0, "the survivor never ran a request");
+    drop(child);
+    for t in hanging {
+        assert_ne!(t.await.expect("request task"), 200);
+    }
+    eprintln!("SIGSTOP: continued after {continued:?}; {probes} probes, all refused");
+}
+
+/// Case B40: `ConcurrencyLimitLayer::new(1).key(GlobalKey).shared(store.slots())` on a Redis
+/// store (deadline 2 s, slot lease 10 s). Redis is paused while request A's acquire call is
+/// on the wire; A's client disconnects after 200 ms (the request future is dropped); Redis
+/// resumes. 500 ms later the slot set holds 0 slots and request B gets 200 (not a 429 for
+/// the whole 10 s lease).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_whose_request_was_dropped_while_its_acquire_was_on_the_wire_is_released() {
+    use axum::Router;
+    use axum::routing::get as route_get;
+    use ratekeeper_axum::concurrency::ConcurrencyLimitLayer;
+    use ratekeeper_axum::key::GlobalKey;
+
+    let server = RedisServer::start();
+    let store = RedisStore::builder()
+        .deadline(Duration::from_secs(2))
+        .standalone(&server.url())
+        .await
+        .expect("store");
+    let slots = store.slots().lease(Duration::from_secs(10));
+    let slot_key = slots.redis_key(&Key::Global);
+    let one = std::num::NonZeroU32::new(1).expect("non-zero");
+    let app = Router::new()
+        .route("/", route_get(|| async { "ok" }))
+        .layer(ConcurrencyLimitLayer::new(one).key(GlobalKey).shared(slots));
+    let addr = spawn(app).await;
+    let url = format!("http://{addr}/");
+    let client = client();
+    let status = |r: reqwest::Result<reqwest::Response>| r.map(|r| r.status().as_u16());
+    assert_eq!(
+        status(client.get(&url).send().await).ok(),
+        Some(200),
+        "warm-up"
+    );
+
+    server.signal("STOP");
+    let impatient = reqwest::Client::builder()
+        .timeout(Duration::from_millis(200))
+        .build()
+        .expect("client");
+    let a = impatient.get(&url).send().await;
+    assert!(
+        a.as_ref().is_err_and(reqwest::Error::is_timeout),
+        "A's client gave up after 200 ms: {a:?}"
+    );
+    server.signal("CONT");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let held: i64 = server
+        .cli(&["ZCARD", &slot_key])
+        .expect("ZCARD")
+        .trim()
+        .parse()
+        .expect("number");
+    assert_eq!(held, 0, "slots held in {slot_key} after A was dropped");
+    assert_eq!(status(client.get(&url).send().await).ok(), Some(200), "B");
 }

@@ -626,3 +626,158 @@ async fn three_instances_on_redis_cluster_stay_within_the_bound() {
         }
     }
 }
+
+/// What happened when one client's traffic moved from instance A to instance B.
+#[derive(Debug)]
+struct Moved {
+    /// Admitted on A (its requests in a row).
+    a: usize,
+    /// Admitted on B when the client's first burst arrived there (all at once).
+    b_at_once: usize,
+    /// Admitted on B afterwards: its retries (if any) and its burst 2.5 s later (past A's
+    /// lease TTL and one sweeper period).
+    b_later: usize,
+    /// Units A held when the client moved (a background renewal may still be in flight).
+    a_held_when_moved: u64,
+    /// Units A gave back to Redis by the end, and units it still held then.
+    a_returned: u64,
+    a_held_at_end: u64,
+    /// The `retry_after` of B's first denial, if any.
+    b_first_retry: Option<Duration>,
+}
+
+/// The B39 timeline on two tiered stores with the default lease settings (TTL 1 s, period
+/// 100 ms, at most 100 units): GCRA `limit` per `limit × 1 000 s`, burst `limit` (T = 1 000
+/// s, nothing refills during the test). A takes `on_a` requests in a row; then the client
+/// sends `limit` requests at once to B; then (with `retry_every`) one more to B at that pace;
+/// 2.5 s after the burst `limit` more to B. A never sees the key again.
+async fn move_client(
+    server: &RedisServer,
+    limit: u32,
+    on_a: usize,
+    retry_every: Option<Duration>,
+) -> Moved {
+    let policy = Policy::new("api", quota(limit, u64::from(limit) * 1_000_000, limit));
+    let mut stores = Vec::new();
+    for _ in 0..2 {
+        let redis = RedisStore::builder()
+            .deadline(Duration::from_secs(2))
+            .standalone(&server.url())
+            .await
+            .expect("redis store");
+        let mut store = TieredStore::builder().build(redis).expect("tiered");
+        let id = store.register(&policy).expect("register");
+        stores.push((Arc::new(store), id));
+    }
+    let key = Key::from("client:1");
+    let (a, id) = (&stores[0].0, stores[0].1);
+    let mut on_a_admitted = 0;
+    for _ in 0..on_a {
+        on_a_admitted += usize::from(check(&**a, id, &key, 1).await.is_allowed());
+    }
+    let a_held_when_moved = a.held(id, &key);
+    let b = &stores[1].0;
+    let burst = async || {
+        let tasks: Vec<_> = (0..limit)
+            .map(|_| {
+                let (b, key) = (Arc::clone(b), key.clone());
+                tokio::spawn(async move { check(&*b, id, &key, 1).await })
+            })
+            .collect();
+        let mut decisions = Vec::new();
+        for t in tasks {
+            decisions.push(t.await.expect("check task"));
+        }
+        decisions
+    };
+    let first = burst().await;
+    let b_first_retry = first
+        .iter()
+        .find(|d| !d.is_allowed())
+        .and_then(|d| d.as_slice()[0].retry_after());
+    let later_at = tokio::time::Instant::now() + Duration::from_millis(2_500);
+    let mut retries_admitted = 0;
+    if let Some(every) = retry_every {
+        while tokio::time::Instant::now() + every < later_at {
+            tokio::time::sleep(every).await;
+            retries_admitted += usize::from(check(&**b, id, &key, 1).await.is_allowed());
+        }
+    }
+    tokio::time::sleep_until(later_at).await;
+    let later = burst().await;
+    let admitted = |ds: &[Decisions]| ds.iter().filter(|d| d.is_allowed()).count();
+    Moved {
+        a: on_a_admitted,
+        b_at_once: admitted(&first),
+        b_later: retries_admitted + admitted(&later),
+        a_held_when_moved,
+        a_returned: a.stats().returned_units,
+        a_held_at_end: a.held(id, &key),
+        b_first_retry,
+    }
+}
+
+/// Case B39 (the documented promise): a client moves from instance A (6 requests) to
+/// instance B. B admits at least `redis(W) - instances × max_lease` at once, and over the
+/// run the client gets exactly its budget of 10: no unit stays stranded on A, which never
+/// sees the key again, and B's remembered denial does not outlive A's lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_moved_to_another_instance_gets_its_whole_budget_within_the_lease() {
+    let server = RedisServer::start();
+    let moved = move_client(&server, 10, 6, None).await;
+    eprintln!("{moved:?}");
+    assert_eq!(moved.a, 6, "{moved:?}");
+    let owed = 10 - 6;
+    assert!(
+        moved.b_at_once as i64 >= owed - 2 * 100,
+        "the documented lower bound: {moved:?}"
+    );
+    assert_eq!(moved.a + moved.b_at_once + moved.b_later, 10, "{moved:?}");
+    assert_eq!(moved.a_held_at_end, 0, "{moved:?}");
+}
+
+/// Case B39 (the strict values): B admits at once the 4 units the client is still owed (A,
+/// in the lower half of the bucket, holds none unspent), nothing more later: 10 in all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_moved_to_another_instance_gets_what_it_is_owed_at_once() {
+    let server = RedisServer::start();
+    let moved = move_client(&server, 10, 6, None).await;
+    eprintln!("{moved:?}");
+    assert_eq!(moved.a, 6, "{moved:?}");
+    assert_eq!(moved.a_held_when_moved, 0, "{moved:?}");
+    assert_eq!(
+        moved.a_returned, 0,
+        "A never held a unit it did not spend: {moved:?}"
+    );
+    assert_eq!(moved.b_at_once, 4, "{moved:?}");
+    assert_eq!(moved.b_later, 0, "{moved:?}");
+    assert_eq!(moved.a + moved.b_at_once + moved.b_later, 10, "{moved:?}");
+}
+
+/// Case B39, units taken ahead in the upper half of the bucket (burst 100): A holds units
+/// unspent when the client moves. Its background sweeper gives them back within the lease
+/// TTL and one period although A never sees the key again, and B's denial from the burst
+/// (a `retry_after` of hundreds of seconds, computed from a Redis state that counted A's
+/// units) is not remembered past that although the client keeps retrying on B every 100 ms:
+/// B admits exactly the units A returned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn units_an_instance_leased_come_home_although_it_never_sees_the_key_again() {
+    let server = RedisServer::start();
+    let moved = move_client(&server, 100, 6, Some(Duration::from_millis(100))).await;
+    eprintln!("{moved:?}");
+    assert_eq!(moved.a, 6, "{moved:?}");
+    assert!(
+        moved.a_returned > 0,
+        "A took units ahead in the upper half and gave them back: {moved:?}"
+    );
+    assert_eq!(moved.a_held_at_end, 0, "{moved:?}");
+    assert_eq!(moved.a + moved.b_at_once + moved.b_later, 100, "{moved:?}");
+    assert!(
+        moved.b_later as u64 <= moved.a_returned,
+        "B admitted later only what came back: {moved:?}"
+    );
+    let retry = moved
+        .b_first_retry
+        .expect("B's burst was denied once it had taken the rest");
+    assert!(retry > Duration::from_secs(100), "{moved:?}");
+}

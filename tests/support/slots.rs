@@ -87,8 +87,9 @@ impl InFlight {
 }
 
 /// The app of one instance: at most `max` requests in flight per `x-merchant` across every
-/// instance on the same Redis and `prefix`, slots leased for `lease`; the handler holds each
-/// request `hold` and counts it in `gauge`.
+/// instance on the same Redis and `prefix`, slots leased for `lease` (`Duration::ZERO`: the
+/// default lease of `RedisSlots`); the handler holds each request `hold` and counts it in
+/// `gauge`.
 pub async fn instance(
     backend: &Backend,
     prefix: &str,
@@ -98,7 +99,11 @@ pub async fn instance(
     gauge: Arc<InFlight>,
 ) -> Router {
     let store = backend.store(prefix).await;
-    let slots = store.slots().lease(lease);
+    let slots = if lease.is_zero() {
+        store.slots()
+    } else {
+        store.slots().lease(lease)
+    };
     let limit = std::num::NonZeroU32::new(max).expect("max > 0");
     Router::new()
         .route(

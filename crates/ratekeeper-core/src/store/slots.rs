@@ -107,6 +107,11 @@ pub type AcquireFuture = Pin<Box<dyn Future<Output = Result<Acquired, StoreError
 pub trait SharedSlots: Send + Sync + 'static {
     /// Takes one of the `max` slots of `key`, or answers [`Acquired::Full`].
     ///
+    /// The future may be dropped before it answers (the client disconnected, an outer
+    /// timeout): an implementation that takes the slot remotely must then give it back
+    /// itself, since no [`SlotLease`] exists to release it (the Redis implementation arms a
+    /// guard before it sends the call).
+    ///
     /// # Errors
     ///
     /// A store error when the store could not decide; a [`StoreError::Failed`] carries the

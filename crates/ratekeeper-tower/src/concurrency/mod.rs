@@ -86,7 +86,8 @@
 //! with one round trip before calling the inner service (so the inner service must be
 //! `Clone + Send`, as axum's `Router` is) and holds it until the response body ends. With
 //! Redis, a slot is a lease renewed while its request runs, so the slots of an instance that
-//! dies free themselves within the lease (10 s by default). Any [`SharedSlots`] store works:
+//! dies free themselves within the lease (2.5 s by default, renewed every 0.5 s). Any
+//! [`SharedSlots`] store works:
 //!
 //! ```
 //! use std::convert::Infallible;

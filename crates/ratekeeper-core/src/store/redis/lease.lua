@@ -9,13 +9,17 @@
 -- ARGV[3]   least PX of a write in ms ('0': none).
 -- ARGV[4..7] algorithm, p1, p2, p3: 1 = GCRA (p1 = T, the emission interval in µs; p2 = tau =
 --           burst * T in µs; p3 = burst), 2 = fixed window (p1 = W in µs; p2 = limit).
--- ARGV[8]   need: the least grant worth having (the request's cost); fewer available is a
---           denial and writes nothing.
+-- ARGV[8]   need: the least grant worth having (the request's cost; 0 for a background
+--           renewal); fewer available is a denial and writes nothing.
 -- ARGV[9]   want: the most to grant (at least need).
 --
--- Grant: with `room` units free now, grant = min(want, max(need, ceil(room / 2))) when
--- room >= need: a lease never takes more than half of what is left (except the request's own
--- cost), so batches shrink near the limit and the last units stay shared.
+-- Grant: with `room` units free now and `reserve` = ceil(capacity / 2) (GCRA: the burst;
+-- fixed window: the limit), grant = min(want, max(need, room - reserve)) when room >= need.
+-- Units beyond `need` (taken ahead, to be spent later) only ever come from the upper half of
+-- the bucket or window: in the lower half a lease takes exactly the request's cost, so near
+-- the limit no unit the client is still owed sits unspent on one instance while the client
+-- talks to another. (This also caps a grant at half of what is left: room - reserve <=
+-- ceil(room / 2) for room <= capacity.) A background renewal sends need = 0.
 --
 -- Returns {server_now, status, granted, code, remaining, reset_after, retry_after, stamp}:
 -- status 0 = done, 1 = stale (nothing else, nothing written); code 0 allowed (granted >= need),
@@ -40,8 +44,8 @@ local need, want = tonumber(ARGV[8]), tonumber(ARGV[9])
 local key = KEYS[1]
 local raw = redis.call('GET', key)
 
-local function grant_of(room)
-  return math.min(want, math.max(need, math.ceil(room / 2)))
+local function grant_of(room, capacity)
+  return math.min(want, math.max(need, room - math.ceil(capacity / 2)))
 end
 
 if algo == 2 then
@@ -74,7 +78,7 @@ if algo == 2 then
   if room < need then
     return {server_now, 0, 0, 1, room, reset, until_end, -1}
   end
-  local grant = grant_of(room)
+  local grant = grant_of(room, limit)
   count = count + grant
   if count > 0 then
     redis.call('SET', key, string.format('%.0f:%.0f:%.0f', w, count, len), 'PX',
@@ -120,7 +124,7 @@ local room = math.floor((now + tau - tat) / t)
 if room < need then
   return {server_now, 0, 0, 1, remaining_at(tat), tat - now, tat + need * t - tau - now, -1}
 end
-local grant = grant_of(room)
+local grant = grant_of(room, burst)
 local new_tat = tat + grant * t
 if grant > 0 then
   redis.call('SET', key, string.format('%.0f:%.0f:%.0f', new_tat, t, tau), 'PX',

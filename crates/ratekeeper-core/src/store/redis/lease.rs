@@ -134,6 +134,14 @@ impl RedisStore {
         self.failover.apply(charges, err, &self.shared.degraded)
     }
 
+    /// Drops the negative-cache entry of (`policy`, `key`), if any: the tiered store's cold
+    /// checks must not be denied locally for longer than leased units take to come back.
+    pub(crate) fn forget_denial(&self, policy: PolicyId, key: &Key) {
+        if let Some(cache) = &self.shared.negative {
+            cache.forget([(policy, key)]);
+        }
+    }
+
     /// The store's decision clock (ns): injected, or the app's monotonic clock.
     pub(crate) fn decision_clock(&self) -> Arc<dyn crate::clock::Clock> {
         Arc::clone(&self.shared.clock)

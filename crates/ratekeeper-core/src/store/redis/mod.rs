@@ -125,9 +125,11 @@
 //! [`RedisStore::slots`] gives [`RedisSlots`]: per client key a sorted set of slot ids
 //! scored by lease expiry (Redis `TIME`, ms), `rl:v2:{<client key>}:conc:<name>`. A slot is
 //! taken in one script call when fewer than `max` unexpired leases are held; the lease
-//! (default 10 s) is renewed every `lease / 3` while the request runs and released when the
-//! response body ends, so the slots of an instance that dies free themselves at most
-//! `lease` after its death. Every write sets `PX = lease`. The keyed concurrency layer of
+//! (default 2.5 s) is renewed every `lease / 5` while the request runs and released when the
+//! response body ends (or when the acquire's future is dropped before it answers), so the
+//! slots of an instance that dies free themselves at most `lease` after its death, and a
+//! live holder paused for up to `lease * 4 / 5` keeps them. Every write sets `PX = lease`.
+//! The keyed concurrency layer of
 //! `ratekeeper-tower` uses them through its `shared` builder option.
 //!
 //! # When Redis fails

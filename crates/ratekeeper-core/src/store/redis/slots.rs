@@ -24,25 +24,38 @@ use crate::store::{FailurePolicy, StoreError};
 ///   are slot ids scored by the expiry of their **lease**, in Redis `TIME` ms. Taking a slot
 ///   is one script call: drop the members whose lease expired (score <= now), count the
 ///   rest, add this slot with expiry `now + lease` when fewer than `max` are held.
-/// - While the request runs, its instance **renews** the lease every `renew = lease / 3`
-///   (expiry := now + lease), so a live request keeps its slot however long it runs.
+/// - While the request runs, its instance **renews** the lease every `renew = lease / 5`
+///   (expiry := Redis `TIME` + lease), so a live request keeps its slot however long it runs.
 /// - When the response body ends (or the request is dropped), the slot is **released** (one
 ///   `ZREM`). When an instance dies (`kill -9`, a crash, a network partition), its renewals
 ///   stop and its slots expire on their own: **every slot of a dead instance is free at most
-///   `lease` after its death** (default lease 10 s, renewal every 3.33 s; set it with
-///   [`RedisSlots::lease`]). A lease renewal that fails (Redis slow or down) is retried at the
-///   next period; a lease not renewed within `lease` is lost, and the request then runs
-///   uncounted (logged as a warning).
-/// - **Cost**: one round trip to take a slot, one per held slot every `lease / 3` (a task
-///   per held slot on the current tokio runtime), one to release it. A longer lease means
-///   fewer renewals and a slower recovery from a dead instance.
+///   `lease` after its last renewal**, so at most `lease` after its death on Redis's clock
+///   (default lease 2.5 s, renewal every 0.5 s; set it with [`RedisSlots::lease`]).
+/// - **Pauses of a live holder** (a stop-the-world pause, `SIGSTOP`, a VM migration, a
+///   starved runtime): a slot survives as long as one of its renewals reaches Redis within
+///   `lease` of the previous one. A renewal is due `lease / 5` after the previous one, so a
+///   pause of up to `lease - lease / 5 - r` (`r` the renewal's round trip; **2 s** less `r`
+///   with the default lease) never hands the slot to someone else; a longer pause can (the
+///   slot expires, another instance may take it, and the paused request then runs
+///   uncounted, logged as a warning). The default lease of 2.5 s renewed every 0.5 s is the
+///   trade between these two: a crashed holder's slots are free within 2.5 s, and a pause of
+///   1 s still leaves 1 s of margin. A renewal that fails (Redis slow or down) is retried at
+///   the next period.
+/// - **Cost**: one round trip to take a slot, one per held slot every `lease / 5` (a task
+///   per held slot on the current tokio runtime; 200 per second for 100 slots held with the
+///   default lease), one to release it. A longer lease means fewer renewals, a slower
+///   recovery from a dead instance and a longer pause tolerated.
 /// - **TTL**: every write sets `PX = lease`; no member expires later than that, so the key
 ///   never outlives its slots and never lacks a TTL.
 /// - **Failures**: a slot that Redis cannot give within the store's deadline is answered
 ///   with [`StoreError::Failed`] carrying the store's failure policy (the layer fails open
-///   for `Allow`, `Local` and `Degrade`, and answers 503 for `Deny`). A call that timed out
-///   may still have taken its slot; it is released at once in the background (at the
-///   latest it expires after `lease`).
+///   for `Allow`, `Local` and `Degrade`, and answers 503 for `Deny`).
+/// - **Abandoned acquisitions**: a guard is armed before the acquire call is sent. If the
+///   call fails or times out (it may still have reached Redis), or if the acquire future is
+///   dropped before it answers (the client disconnected, an outer timeout, a `select!`), the
+///   slot id is released at once in the background: the release goes out on the same
+///   connection after the acquire, so a slot the script added is removed as soon as Redis
+///   runs it. (At the latest it expires after `lease`.)
 ///
 /// Time is Redis `TIME` only (the store's injected clock does not apply): leases expire in
 /// real time.
@@ -117,8 +130,9 @@ impl fmt::Debug for RedisSlots {
 }
 
 impl RedisSlots {
-    /// The default lease: 10 s (renewed every 3.33 s).
-    pub const DEFAULT_LEASE: Duration = Duration::from_secs(10);
+    /// The default lease: 2.5 s, renewed every 0.5 s (see "Pauses of a live holder" above
+    /// for why).
+    pub const DEFAULT_LEASE: Duration = Duration::from_millis(2_500);
 
     /// The longest lease, one day. Redis refuses an expiry beyond its range (a lease of
     /// `Duration::MAX` ms), and the script has then already added the slot: it would stay
@@ -162,13 +176,14 @@ impl RedisSlots {
         self
     }
 
-    /// Sets the lease (at least 3 ms and at most [`RedisSlots::MAX_LEASE`]; values outside
+    /// Sets the lease (at least 5 ms and at most [`RedisSlots::MAX_LEASE`]; values outside
     /// are raised or lowered to these): a dead instance's slots are free at most this long
-    /// after its death; a running request renews its lease every `lease / 3`. Default
+    /// after its death; a running request renews its lease every `lease / 5`, so a pause of
+    /// a live holder up to `lease * 4 / 5` less one round trip keeps its slots. Default
     /// [`RedisSlots::DEFAULT_LEASE`].
     #[must_use]
     pub fn lease(mut self, lease: Duration) -> Self {
-        Arc::make_mut(&mut self.cfg).lease = lease.clamp(Duration::from_millis(3), Self::MAX_LEASE);
+        Arc::make_mut(&mut self.cfg).lease = lease.clamp(Duration::from_millis(5), Self::MAX_LEASE);
         self
     }
 
@@ -177,9 +192,9 @@ impl RedisSlots {
         self.cfg.lease
     }
 
-    /// How often a running request renews its lease: `lease / 3`.
+    /// How often a running request renews its lease: `lease / 5`.
     pub fn renew_period(&self) -> Duration {
-        self.cfg.lease / 3
+        self.cfg.renew_period()
     }
 
     /// The Redis key of `key`'s slots: `<prefix>:v2:{<encoded key>}:conc:<name>`.
@@ -195,6 +210,11 @@ impl Config {
             &keys::tag(key),
             &format!("conc:{}", self.name),
         )
+    }
+
+    /// `lease / 5`: a renewal may come up to four periods late before the slot expires.
+    fn renew_period(&self) -> Duration {
+        self.lease / RENEWALS_PER_LEASE
     }
 
     fn lease_ms(&self) -> u64 {
@@ -255,7 +275,46 @@ impl Config {
     }
 }
 
-/// A held slot: renews its lease every `lease / 3` until dropped, then releases it.
+/// Renewals per lease: a held slot is renewed every `lease / 5`.
+const RENEWALS_PER_LEASE: u32 = 5;
+
+/// Releases a slot id whose acquire call was sent but did not become a [`Lease`]: the call
+/// failed, timed out, or its future was dropped before the answer. Disarmed when the answer
+/// is known (a slot held, or the key full).
+struct AcquireGuard {
+    cfg: Arc<Config>,
+    key: String,
+    id: String,
+    armed: bool,
+}
+
+impl AcquireGuard {
+    /// The slot is held: the [`Lease`] takes over the release.
+    fn into_lease(mut self) -> Lease {
+        self.armed = false;
+        Lease::start(
+            Arc::clone(&self.cfg),
+            std::mem::take(&mut self.key),
+            std::mem::take(&mut self.id),
+        )
+    }
+
+    /// The script answered without adding the slot.
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for AcquireGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            self.cfg
+                .release_later(std::mem::take(&mut self.key), std::mem::take(&mut self.id));
+        }
+    }
+}
+
+/// A held slot: renews its lease every `lease / 5` until dropped, then releases it.
 struct Lease {
     cfg: Arc<Config>,
     key: String,
@@ -268,7 +327,7 @@ impl Lease {
         let renewer = {
             let (cfg, key, id) = (Arc::clone(&cfg), key.clone(), id.clone());
             tokio::spawn(async move {
-                let period = cfg.lease / 3;
+                let period = cfg.renew_period();
                 let mut tick =
                     tokio::time::interval_at(tokio::time::Instant::now() + period, period);
                 tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -315,6 +374,14 @@ impl SharedSlots for RedisSlots {
             cfg.next.fetch_add(1, Ordering::Relaxed)
         );
         Box::pin(async move {
+            // Armed before the call is sent: from here on, a drop of this future releases
+            // the id (the call may have reached Redis, or be on its way).
+            let guard = AcquireGuard {
+                cfg: Arc::clone(&cfg),
+                key: redis_key.clone(),
+                id: id.clone(),
+                armed: true,
+            };
             match cfg
                 .run_within_deadline(&redis_key, "acquire", &id, max)
                 .await
@@ -323,21 +390,20 @@ impl SharedSlots for RedisSlots {
                     let held = u32::try_from(held).unwrap_or(u32::MAX);
                     let free = max.saturating_sub(held);
                     Ok(Acquired::Held {
-                        lease: SlotLease::new(Lease::start(cfg, redis_key, id)),
+                        lease: SlotLease::new(guard.into_lease()),
                         free,
                     })
                 }
-                Ok(_) => Ok(Acquired::Full),
-                Err(err) => {
-                    if matches!(err, StoreError::Timeout) {
-                        // It may have reached Redis: give the slot back.
-                        cfg.release_later(redis_key, id);
-                    }
-                    Err(StoreError::Failed {
-                        policy: cfg.on_failure,
-                        source: Box::new(err),
-                    })
+                Ok(_) => {
+                    guard.disarm();
+                    Ok(Acquired::Full)
                 }
+                // The call may have reached Redis (a timeout, a connection lost after the
+                // write): the guard gives the slot back.
+                Err(err) => Err(StoreError::Failed {
+                    policy: cfg.on_failure,
+                    source: Box::new(err),
+                }),
             }
         })
     }

@@ -1,8 +1,8 @@
 //! [`TieredStoreBuilder`]: the lease size, period and TTL, checked when the store is built.
 
 use std::num::NonZeroU32;
-use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dashmap::DashMap;
@@ -61,13 +61,16 @@ impl TieredStoreBuilder {
 
     /// The period over which the local rate is measured (default 100 ms): a lease holds the
     /// units asked for in one period (at most [`max_lease`](Self::max_lease)), so a hot key
-    /// goes to Redis about once per period per instance.
+    /// goes to Redis about once per period per instance. It is also the period of the
+    /// background sweeper that gives expired units back.
     pub fn lease_period(mut self, period: Duration) -> Self {
         self.period = period;
         self
     }
 
-    /// How long leased units may stay unspent before they go back to Redis (default 1 s).
+    /// How long leased units may stay unspent before they go back to Redis (default 1 s):
+    /// they are back within `lease_ttl + lease_period` even if no request of the key comes
+    /// again, and a denial is remembered at most that long.
     pub fn lease_ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
         self
@@ -101,7 +104,8 @@ impl TieredStoreBuilder {
                 clock,
                 generation: AtomicU64::new(1),
                 epoch: AtomicU64::new(0),
-                last_sweep: AtomicU64::new(0),
+                visits: Mutex::default(),
+                sweeper: AtomicBool::new(false),
                 decisions: AtomicU64::new(0),
                 local: AtomicU64::new(0),
                 round_trips: AtomicU64::new(0),

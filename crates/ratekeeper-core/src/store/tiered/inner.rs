@@ -1,12 +1,15 @@
-//! The state a [`TieredStore`](super::TieredStore) shares with its background renewals and
-//! returns: the leases by (policy, client key), the lease settings and the counters.
+//! The state a [`TieredStore`](super::TieredStore) shares with its background renewals,
+//! returns and sweeper: the leases by (policy, client key), the queue of lease visits, the
+//! lease settings and the counters.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
 
 use dashmap::DashMap;
-
-use std::time::Duration;
+use dashmap::mapref::entry::Entry;
 
 use super::lease::{LEASE_BIT, Lease, LeaseState, Unused};
 use super::nanos;
@@ -17,18 +20,54 @@ use crate::store::{Charge, PolicyId, Refund, Store};
 
 type LeaseMap = DashMap<(PolicyId, Key), Arc<Lease>, foldhash::fast::RandomState>;
 
+/// The most lease visits one sweeper tick makes (bounded work per tick; a backlog beyond it
+/// is visited at the next ticks).
+pub(super) const SWEEP_BUDGET: usize = 4_096;
+
+/// A visit the sweeper owes a lease at `due` (ns): give back its units if they expired,
+/// remove the entry if it is idle. Ordered by `due` only.
+#[derive(Debug)]
+pub(super) struct Visit {
+    due: u64,
+    policy: PolicyId,
+    key: Key,
+}
+
+impl PartialEq for Visit {
+    fn eq(&self, other: &Self) -> bool {
+        self.due == other.due
+    }
+}
+
+impl Eq for Visit {}
+
+impl PartialOrd for Visit {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Visit {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.due.cmp(&other.due)
+    }
+}
+
 pub(super) struct Inner {
     pub(super) leases: LeaseMap,
     pub(super) max_lease: u64,
     /// Lease period and TTL, ns.
     pub(super) period: u64,
     pub(super) ttl: u64,
+    /// The visits owed, earliest first: one per lease entry at a time (`visit_at`).
+    pub(super) visits: Mutex<BinaryHeap<Reverse<Visit>>>,
+    /// A sweeper task is running (set before it is spawned, cleared when it ends).
+    pub(super) sweeper: AtomicBool,
     /// The Redis store's decision clock (ns).
     pub(super) clock: Arc<dyn Clock>,
     pub(super) generation: AtomicU64,
     /// Bumped by [`TieredStore::shutdown`]: background renewals started before give up.
     pub(super) epoch: AtomicU64,
-    pub(super) last_sweep: AtomicU64,
     pub(super) decisions: AtomicU64,
     pub(super) local: AtomicU64,
     pub(super) round_trips: AtomicU64,
@@ -41,12 +80,100 @@ impl Inner {
         self.generation.fetch_add(1, Ordering::Relaxed) & !LEASE_BIT
     }
 
-    pub(super) fn lease_of(&self, policy: PolicyId, key: &Key) -> Arc<Lease> {
+    /// The lease entry of (policy, key); a new entry is scheduled for its idle visit one
+    /// TTL after `now`.
+    pub(super) fn lease_of(&self, policy: PolicyId, key: &Key, now: u64) -> Arc<Lease> {
         let id = (policy, key.clone());
         if let Some(lease) = self.leases.get(&id) {
             return Arc::clone(&lease);
         }
-        Arc::clone(&self.leases.entry(id).or_default())
+        match self.leases.entry(id) {
+            Entry::Occupied(e) => Arc::clone(e.get()),
+            Entry::Vacant(e) => {
+                let lease = Arc::new(Lease::default());
+                self.schedule(&mut lease.lock(), policy, key, now.saturating_add(self.ttl));
+                Arc::clone(e.insert(lease).value())
+            }
+        }
+    }
+
+    /// Owes the lease `state` of (policy, key) a visit at `due`, unless one is owed sooner.
+    pub(super) fn schedule(&self, state: &mut LeaseState, policy: PolicyId, key: &Key, due: u64) {
+        if state.visit_at != 0 && state.visit_at <= due {
+            return;
+        }
+        let due = due.max(1);
+        state.visit_at = due;
+        self.visits
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Reverse(Visit {
+                due,
+                policy,
+                key: key.clone(),
+            }));
+    }
+
+    /// Makes the visits due at `now`, at most [`SWEEP_BUDGET`]: expired units go back to
+    /// Redis, entries idle for a TTL (no units, no request, no renewal, no other user) are
+    /// removed, the others are owed their next visit.
+    pub(super) fn sweep(&self, redis: &RedisStore, now: u64) {
+        let mut returns = Vec::new();
+        for _ in 0..SWEEP_BUDGET {
+            let visit = {
+                let mut visits = self.visits.lock().unwrap_or_else(PoisonError::into_inner);
+                match visits.peek() {
+                    Some(Reverse(v)) if v.due <= now => visits.pop(),
+                    _ => None,
+                }
+            };
+            let Some(Reverse(Visit { due, policy, key })) = visit else {
+                break;
+            };
+            let id = (policy, key);
+            let Some(lease) = self.leases.get(&id).map(|l| Arc::clone(&l)) else {
+                continue;
+            };
+            let idle = {
+                let mut s = lease.lock();
+                if s.visit_at != due {
+                    // Superseded by a sooner visit (a grant), which was made already.
+                    continue;
+                }
+                s.visit_at = 0;
+                if let Some(unused) = s.expire(now) {
+                    returns.push((policy, id.1.clone(), unused));
+                }
+                let idle = s.is_idle(now, self.ttl);
+                if !idle {
+                    let next = s.next_visit(self.ttl);
+                    let next = if next > now {
+                        next
+                    } else {
+                        now.saturating_add(self.period)
+                    };
+                    self.schedule(&mut s, policy, &id.1, next);
+                }
+                idle
+            };
+            drop(lease);
+            if idle {
+                let removed = self.leases.remove_if(&id, |_, lease| {
+                    Arc::strong_count(lease) == 1 && {
+                        let s = lease.lock();
+                        s.visit_at == 0 && s.is_idle(now, self.ttl)
+                    }
+                });
+                if removed.is_none() {
+                    // In use right now: look again a TTL later.
+                    if let Some(lease) = self.leases.get(&id).map(|l| Arc::clone(&l)) {
+                        let due = now.saturating_add(self.ttl);
+                        self.schedule(&mut lease.lock(), policy, &id.1, due);
+                    }
+                }
+            }
+        }
+        give_back(redis, self, &returns);
     }
 
     /// When the units of a grant taken at `now` expire: after the TTL, and for the fixed
@@ -61,9 +188,12 @@ impl Inner {
     }
 
     /// Adds the units of `grant`, taken at `now`, to the lease `state`, with their expiry.
+    /// The lease's expiry is owed a visit, so the units come back even if no request of the
+    /// key comes again.
     pub(super) fn add_grant(
         &self,
         state: &mut LeaseState,
+        (policy, key): (PolicyId, &Key),
         now: u64,
         fixed_window: bool,
         grant: &LeaseGrant,
@@ -77,6 +207,13 @@ impl Inner {
             expires,
             || self.next_generation(),
         );
+        self.schedule(state, policy, key, expires);
+    }
+
+    /// How long a denial from the lease script may be remembered: until another instance's
+    /// lease could have given units back (its TTL, then one sweeper period), ns.
+    pub(super) fn denial_bound(&self) -> u64 {
+        self.ttl.saturating_add(self.period)
     }
 }
 
@@ -93,4 +230,44 @@ pub(super) fn give_back(redis: &RedisStore, inner: &Inner, returns: &[(PolicyId,
         })
         .collect();
     redis.refund(&refunds);
+}
+
+/// Starts the background sweeper of `inner` on the current tokio runtime, unless one is
+/// running or there is no runtime (then the next check tries again). It holds only weak
+/// references: it ends at its first tick after the store is dropped.
+pub(super) fn start_sweeper(inner: &Arc<Inner>, redis: &Arc<RedisStore>) {
+    if inner.sweeper.load(Ordering::Relaxed) || inner.sweeper.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        inner.sweeper.store(false, Ordering::Release);
+        return;
+    };
+    let running = Running(Arc::downgrade(inner));
+    let redis = Arc::downgrade(redis);
+    let period = Duration::from_nanos(inner.period.max(1));
+    runtime.spawn(async move {
+        let running = running;
+        let mut tick = tokio::time::interval(period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let (Some(inner), Some(redis)) = (running.0.upgrade(), redis.upgrade()) else {
+                return;
+            };
+            inner.sweep(&redis, inner.clock.now());
+        }
+    });
+}
+
+/// Clears the sweeper flag when the sweeper task ends or is dropped (its runtime shut down),
+/// so a later check starts another one.
+struct Running(Weak<Inner>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(inner) = self.0.upgrade() {
+            inner.sweeper.store(false, Ordering::Release);
+        }
+    }
 }

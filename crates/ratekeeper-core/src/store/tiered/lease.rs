@@ -67,8 +67,13 @@ pub(super) struct LeaseState {
     last_units: u64,
     /// A background renewal was started and has not finished.
     pub(super) prefetching: bool,
+    /// No background renewal before this time: the last one found nothing to take ahead
+    /// (the key is in the lower half of its bucket or window).
+    pub(super) prefetch_after: u64,
     /// The last time a request asked for this key.
     pub(super) last_used: u64,
+    /// When the sweeper visits this lease next (0: no visit owed).
+    pub(super) visit_at: u64,
 }
 
 impl LeaseState {
@@ -99,6 +104,21 @@ impl LeaseState {
             self.units
         } else {
             0
+        }
+    }
+
+    /// Nothing held, nothing in flight, no request for a TTL: the entry can go.
+    pub(super) fn is_idle(&self, now: u64, ttl: u64) -> bool {
+        now.saturating_sub(self.last_used) >= ttl && self.held(now) == 0 && !self.prefetching
+    }
+
+    /// When the sweeper should look at this lease again: when its units expire, or when it
+    /// has been idle for a TTL.
+    pub(super) fn next_visit(&self, ttl: u64) -> u64 {
+        if self.generation != 0 && self.units > 0 {
+            self.expires_at
+        } else {
+            self.last_used.saturating_add(ttl)
         }
     }
 
@@ -174,11 +194,13 @@ impl LeaseState {
         self.deny = None;
     }
 
-    /// Remembers a Redis denial of `cost` at `now`.
-    pub(super) fn remember_denial(&mut self, now: u64, cost: u64, decision: Decision) {
+    /// Remembers a Redis denial of `cost` at `now`, until its `retry_after` or for at most
+    /// `bound` ns (the time in which units leased by other instances come back), whichever
+    /// is sooner.
+    pub(super) fn remember_denial(&mut self, now: u64, cost: u64, decision: Decision, bound: u64) {
         if let Some(retry) = decision.retry_after() {
             self.deny = Some((decision, now));
-            self.deny_until = now.saturating_add(super::nanos(retry));
+            self.deny_until = now.saturating_add(super::nanos(retry).min(bound));
             self.deny_cost = cost;
         }
     }
@@ -215,5 +237,73 @@ impl LeaseState {
         self.units = self.units.saturating_add(cost);
         self.deny = None;
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn denial(retry_after: Duration) -> Decision {
+        Decision::new(
+            Outcome::Denied { retry_after },
+            10,
+            0,
+            Duration::from_secs(10_000),
+        )
+    }
+
+    /// Case B39: a denial whose `retry_after` is 1 000 s is remembered only as long as other
+    /// instances' leases may still give units back (the bound), then the next check asks
+    /// Redis again.
+    #[test]
+    fn a_remembered_denial_ends_at_the_bound_not_at_its_retry_after() {
+        let mut s = LeaseState::default();
+        let bound = 1_100 * MS;
+        s.remember_denial(5 * MS, 1, denial(Duration::from_secs(1_000)), bound);
+        let during = s.denied(5 * MS + bound - 1, 1).expect("still remembered");
+        // The answer keeps Redis's retry_after, counted down.
+        assert_eq!(
+            during.retry_after(),
+            Some(Duration::from_secs(1_000) - Duration::from_nanos(bound - 1))
+        );
+        assert!(
+            s.denied(5 * MS + bound, 1).is_none(),
+            "forgotten at the bound"
+        );
+    }
+
+    /// A denial that ends sooner than the bound is remembered until its `retry_after` only.
+    #[test]
+    fn a_short_denial_is_remembered_until_its_retry_after() {
+        let mut s = LeaseState::default();
+        s.remember_denial(0, 1, denial(Duration::from_millis(300)), 1_100 * MS);
+        assert!(s.denied(299 * MS, 1).is_some());
+        assert!(s.denied(300 * MS, 1).is_none());
+    }
+
+    /// The sweeper's next visit: at the expiry while units are held, one TTL after the last
+    /// request otherwise; idle only with nothing held, nothing in flight, a TTL unused.
+    #[test]
+    fn the_next_visit_follows_the_units_then_the_last_request() {
+        let mut s = LeaseState::default();
+        s.observe(10 * MS, 1, 100 * MS);
+        s.add(
+            10 * MS,
+            3,
+            Decision::new(Outcome::Allowed, 10, 7, Duration::from_secs(1)),
+            Receipt::new(42),
+            1_010 * MS,
+            || 1,
+        );
+        assert_eq!(s.next_visit(1_000 * MS), 1_010 * MS);
+        assert!(!s.is_idle(1_009 * MS, 1_000 * MS));
+        assert_eq!(s.expire(1_010 * MS).map(|u| u.units), Some(3));
+        assert_eq!(s.next_visit(1_000 * MS), 1_010 * MS);
+        assert!(s.is_idle(1_010 * MS, 1_000 * MS));
+        s.prefetching = true;
+        assert!(!s.is_idle(2_000 * MS, 1_000 * MS), "a renewal in flight");
     }
 }

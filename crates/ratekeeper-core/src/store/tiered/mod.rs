@@ -12,10 +12,19 @@
 //!   units still held) units on the key's Redis state (the same key and state format as the
 //!   [`RedisStore`]: GCRA `"<TAT>:<T>:<tau>"` or fixed window `"<window>:<count>:<W>"`, µs) in one
 //!   atomic call and returns how many it granted. Partial grants are allowed, but never below
-//!   `need` (fewer available is a denial, which writes nothing). A grant never takes more than
-//!   half of the units left in Redis, `grant = min(want, max(need, ceil(room / 2)))`, so
-//!   batches **shrink near the limit** and the last units stay shared between instances. Every
-//!   write sets a TTL (`PX`: until the TAT, or until the window ends).
+//!   `need` (fewer available is a denial, which writes nothing). Every write sets a TTL
+//!   (`PX`: until the TAT, or until the window ends).
+//! - **Lease ahead only from the upper half**: with `room` units left in Redis and
+//!   `reserve = ceil(capacity / 2)` (the burst for GCRA, the limit for the fixed window), a
+//!   grant is `min(want, max(need, room - reserve))`. Units taken ahead of the request that
+//!   asked come only from the upper half of the bucket or window, so batches **shrink near
+//!   the limit** (never more than half of what is left) and in the lower half every instance
+//!   takes exactly what its request costs: the units a client is still owed there are in
+//!   Redis, not sitting unspent on an instance the client no longer talks to. A client whose
+//!   traffic moves from one instance to another (a deploy drains the first, the load
+//!   balancer moves it) therefore finds at once, on the new instance, everything it is owed
+//!   below half of its capacity; units taken ahead above that come back when their lease
+//!   ends (below).
 //! - **N adapts to the key's local rate**: N is the number of units this instance was asked
 //!   for in one lease period ([`TieredStoreBuilder::lease_period`], default 100 ms; the busier
 //!   of the current and the previous period), between 1 and
@@ -28,17 +37,29 @@
 //!   grant plus the units still held (so it lags what other instances did since); its
 //!   `reset_after` counts down from the latest grant's.
 //! - **Single-flight renewal**: when a spend leaves at most a quarter of N held, one
-//!   background renewal tops the lease up to N while requests go on spending the remainder.
+//!   background renewal tops the lease up to N while requests go on spending the remainder
+//!   (it needs nothing, so in the lower half it takes nothing, and no other background
+//!   renewal of the key follows for a lease period).
 //!   A request that finds too few units waits for the renewal in flight (one per (policy,
 //!   key), behind an async mutex), then spends from it or makes the next one.
-//! - **Denials** from the lease script are remembered until their `retry_after` (for the same
-//!   or a larger cost), like the Redis store's negative cache.
+//! - **Denials** from the lease script are remembered (for the same or a larger cost) until
+//!   their `retry_after` or for at most `lease_ttl + lease_period`, whichever is sooner: the
+//!   Redis state that denied may count units other instances hold and will give back within
+//!   that time (below), so a remembered denial never outlives them. The denial's
+//!   `retry_after` is Redis's (when the request passes even if no leased unit comes back).
+//!   A cold key's denial is not remembered at all (its check goes to Redis every time, at
+//!   most about once per lease period).
 //! - **The end of a lease**: units not spent within [`TieredStoreBuilder::lease_ttl`] (default
 //!   1 s; for the fixed window also at the end of the window the units were charged in) go
 //!   back to Redis through the Redis store's refund (its script's `refund` mode, with the
 //!   grant's receipt, so a refund gives back only what the grant still holds there), as do
 //!   the units held when the store is dropped or [`TieredStore::shutdown`] is awaited.
-//!   Idle keys' leases are swept once per lease TTL.
+//!   A **background sweeper** (a tokio task started by the first check, holding only weak
+//!   references, so it ends when the store is dropped) visits every lease when it expires,
+//!   once per lease period, so unused units go back within `lease_ttl + lease_period` even
+//!   if the instance never sees the key again; it also removes the entries of keys idle for
+//!   a TTL. Its work per tick is bounded (4 096 leases; a larger backlog waits for the next
+//!   ticks). Each check also gives back its own key's expired units at once.
 //! - **Refunds** of locally spent units go back into the lease they came from (while it
 //!   lives; after that they free nothing); refunds of charges the Redis store made go to
 //!   Redis ([`TieredStore::refund_async`] waits for them), and the key's remembered denial
@@ -138,7 +159,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use self::inner::{Inner, give_back};
+use self::inner::{Inner, give_back, start_sweeper};
 use self::lease::{LEASE_BIT, Lease, TierPolicy};
 use super::redis::{OwnedCharge, RedisCheck, RedisStore};
 use super::{Charge, Checked, Decisions, PolicyId, Receipt, Refund, Store, StoreError};
@@ -173,8 +194,10 @@ pub struct TieredStats {
 /// # Runtime
 ///
 /// Like the [`RedisStore`]: checks that go to Redis run on the tokio runtime that polls them
-/// (with its I/O and time drivers); background renewals and the return of unused units are
-/// spawned on the current runtime (skipped outside one: units then go back when they expire).
+/// (with its I/O and time drivers); background renewals, the sweeper and the return of
+/// unused units are spawned on the current runtime (skipped outside one: units then go back
+/// when they expire in Redis). Register every policy before the first check: the sweeper
+/// it starts shares the Redis store.
 pub struct TieredStore {
     redis: Arc<RedisStore>,
     /// Per registered policy: `Some` when it is leased.
@@ -315,46 +338,6 @@ impl TieredStore {
         to_redis
     }
 
-    /// Sweeps expired and idle leases once per lease TTL: expired units go back to Redis, and
-    /// entries idle for a TTL (no units, no request, no renewal) are removed.
-    fn maybe_sweep(&self, now: u64) {
-        let inner = &self.inner;
-        let last = inner.last_sweep.load(Ordering::Relaxed);
-        if now.saturating_sub(last) < inner.ttl
-            || inner
-                .last_sweep
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_err()
-        {
-            return;
-        }
-        let sweep = {
-            let redis = Arc::clone(&self.redis);
-            let inner = Arc::clone(&self.inner);
-            move || {
-                let mut returns = Vec::new();
-                inner.leases.retain(|(policy, key), lease| {
-                    let mut s = lease.lock();
-                    if let Some(unused) = s.expire(now) {
-                        returns.push((*policy, key.clone(), unused));
-                    }
-                    let idle = now.saturating_sub(s.last_used) >= inner.ttl
-                        && s.held(now) == 0
-                        && !s.prefetching;
-                    drop(s);
-                    !(idle && Arc::strong_count(lease) == 1)
-                });
-                give_back(&redis, &inner, &returns);
-            }
-        };
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(async move { sweep() });
-            }
-            Err(_) => sweep(),
-        }
-    }
-
     /// Starts one background renewal of `lease` (topping it up to `target`), unless one is
     /// running or there is no runtime.
     fn prefetch(&self, policy: PolicyId, key: &Key, lease: &Arc<Lease>, target: u64) {
@@ -374,13 +357,18 @@ impl TieredStore {
             if held.saturating_mul(4) <= target && inner.epoch.load(Ordering::Acquire) == epoch {
                 inner.prefetches.fetch_add(1, Ordering::Relaxed);
                 let want = target.saturating_sub(held).max(1);
-                if let Ok(grant) = redis.lease(policy, &key, 1, want).await {
+                // No request waits for this one: it needs nothing, so near the limit it
+                // takes nothing (see "Lease ahead" in the module docs).
+                if let Ok(grant) = redis.lease(policy, &key, 0, want).await {
                     let now = inner.clock.now();
                     let mut s = lease.lock();
                     if grant.granted > 0 {
-                        inner.add_grant(&mut s, now, fixed_window, &grant);
+                        inner.add_grant(&mut s, (policy, &key), now, fixed_window, &grant);
                     } else {
-                        s.remember_denial(now, 1, grant.decision);
+                        // Nothing to take ahead: no other background renewal for a period.
+                        // (A denial here was computed for no units, so it is not remembered
+                        // for the next request, which asks Redis itself.)
+                        s.prefetch_after = now.saturating_add(inner.period);
                     }
                 }
             }
@@ -398,6 +386,34 @@ impl TieredStore {
     fn delegate(&self, charges: &[Charge<'_, Key>]) -> Checked<RedisCheck> {
         self.inner.round_trips.fetch_add(1, Ordering::Relaxed);
         self.redis.check(charges)
+    }
+
+    /// A cold key's check, by the Redis store. A denial is not kept in the Redis store's
+    /// negative cache: it counted units other instances may give back within the lease TTL,
+    /// so it must not be remembered until its `retry_after` (a cold key asks at most about
+    /// once per lease period, so it costs little).
+    fn delegate_cold(&self, charge: &Charge<'_, Key>) -> Checked<RedisCheck> {
+        let denied =
+            |result: &Result<Decisions, StoreError>| result.as_ref().is_ok_and(|d| !d.is_allowed());
+        match self.delegate(std::slice::from_ref(charge)) {
+            Checked::Ready(result) => {
+                if denied(&result) {
+                    self.redis.forget_denial(charge.policy, charge.key);
+                }
+                Checked::Ready(result)
+            }
+            Checked::Pending(future) => {
+                let redis = Arc::clone(&self.redis);
+                let (policy, key) = (charge.policy, charge.key.clone());
+                Checked::Pending(Box::pin(async move {
+                    let result = future.await;
+                    if denied(&result) {
+                        redis.forget_denial(policy, &key);
+                    }
+                    result
+                }))
+            }
+        }
     }
 }
 
@@ -441,7 +457,7 @@ async fn renew(
     let now = inner.clock.now();
     let mut s = lease.lock();
     if grant.decision.is_allowed() {
-        inner.add_grant(&mut s, now, fixed_window, &grant);
+        inner.add_grant(&mut s, (id, &key), now, fixed_window, &grant);
         if let Some((decision, receipt)) = s.spend(now, cost, tier) {
             return Ok(Decisions::one_with_receipt(decision, receipt));
         }
@@ -449,7 +465,7 @@ async fn renew(
         // the request in that window, so it is allowed.
         return Ok(Decisions::one(grant.decision));
     }
-    s.remember_denial(now, cost, grant.decision);
+    s.remember_denial(now, cost, grant.decision, inner.denial_bound());
     Ok(Decisions::one(grant.decision))
 }
 
@@ -494,8 +510,8 @@ impl Store<Key> for TieredStore {
             return self.delegate(charges);
         };
         let now = inner.clock.now();
-        self.maybe_sweep(now);
-        let lease = inner.lease_of(charge.policy, charge.key);
+        start_sweeper(inner, &self.redis);
+        let lease = inner.lease_of(charge.policy, charge.key, now);
         let cost = charge.cost;
         let (target, returns) = {
             let mut s = lease.lock();
@@ -503,7 +519,9 @@ impl Store<Key> for TieredStore {
             let target = s.target(inner.max_lease);
             if let Some((decision, receipt)) = s.spend(now, cost, tier) {
                 inner.local.fetch_add(1, Ordering::Relaxed);
-                let low = s.held(now).saturating_mul(4) <= target && !s.prefetching;
+                let low = s.held(now).saturating_mul(4) <= target
+                    && !s.prefetching
+                    && now >= s.prefetch_after;
                 if low {
                     s.prefetching = true;
                 }
@@ -528,7 +546,7 @@ impl Store<Key> for TieredStore {
         }
         if target <= cost {
             // A cold key: exactly the Redis store's decision.
-            return self.delegate(charges);
+            return self.delegate_cold(charge);
         }
         let fixed_window = self.is_fixed_window(charge.policy);
         Checked::Pending(Box::pin(renew(
