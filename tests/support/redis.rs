@@ -218,6 +218,33 @@ impl RedisServer {
             .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
+    /// Every key matching `pattern` with its PTTL (ms; -1: no TTL), read in one script so
+    /// no key expires between being listed and being read (on a loaded machine two
+    /// `redis-cli` calls can be far apart).
+    ///
+    /// # Panics
+    ///
+    /// When the server does not answer or the reply does not parse.
+    pub fn key_ttls(&self, pattern: &str) -> Vec<(String, i64)> {
+        const SCRIPT: &str = "local r = {} \
+            for _, k in ipairs(redis.call('KEYS', ARGV[1])) do \
+            r[#r + 1] = k; r[#r + 1] = redis.call('PTTL', k) end return r";
+        let out = self
+            .cli(&["EVAL", SCRIPT, "0", pattern])
+            .unwrap_or_else(|| panic!("EVAL of KEYS and PTTL on port {}", self.port));
+        let lines: Vec<&str> = out.lines().filter(|l| !l.is_empty()).collect();
+        lines
+            .chunks(2)
+            .map(|pair| {
+                let ttl = pair
+                    .get(1)
+                    .and_then(|t| t.trim().parse().ok())
+                    .unwrap_or_else(|| panic!("no PTTL for {pair:?} in {out:?}"));
+                (pair[0].to_owned(), ttl)
+            })
+            .collect()
+    }
+
     /// `kill -9` the server (it stays down until [`RedisServer::restart`]).
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
