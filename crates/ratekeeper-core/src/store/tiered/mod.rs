@@ -123,7 +123,10 @@
 //! # }
 //! # let url = format!("redis://127.0.0.1:{port}/");
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(async {
-//! let redis = RedisStore::builder().standalone(&url).await?;
+//! let redis = RedisStore::builder()
+//! #   .deadline(Duration::from_secs(5)) // the doc test on a loaded machine: no timeouts
+//!     .standalone(&url)
+//!     .await?;
 //! let mut store = TieredStore::builder()
 //!     .max_lease(NonZeroU32::new(50).unwrap())
 //!     .lease_period(Duration::from_millis(100))
