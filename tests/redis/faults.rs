@@ -463,7 +463,12 @@ async fn cluster_failover_keeps_answering_and_recovers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_check_reaching_redis_after_its_deadline_charges_nothing() {
     let server = RedisServer::start();
+    // The paused call must outlive its deadline and the others must not: 2 s, which no
+    // round trip on a loaded machine takes (50 ms did: the warm-up read as a timeout).
+    // The queued script still reaches Redis after the deadline (the failure answer comes
+    // at the deadline, CONT 300 ms after it), so the stale guard is what keeps it idle.
     let mut store = store(FailurePolicy::Allow)
+        .deadline(Duration::from_secs(2))
         .breaker(1_000, Duration::from_millis(1))
         .standalone(&server.url())
         .await
