@@ -4,16 +4,24 @@
 //! and the deadline, latency histogram and breaker accounting around each call.
 
 use std::future::Future;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::breaker::Breaker;
+use super::failure::Outage;
+use super::link::FLEET_SCRIPT;
 use super::negative::NegativeCache;
-use super::script::{BadReply, Group, Mode, ScriptRunner, unavailable};
+use super::script::{BadReply, Group, Mode, Row, ScriptRunner, unavailable};
 use crate::Decision;
 use crate::clock::Clock;
 use crate::store::{Decisions, Receipt, StoreError};
+
+/// How often an instance renews its fleet registration (and so how late it learns of an
+/// instance that joined).
+pub(super) const FLEET_EVERY: Duration = Duration::from_millis(250);
+/// How long a registration lives without renewal (ms): four renewals.
+pub(super) const FLEET_TTL_MS: u64 = 1_000;
 
 /// What every check future shares: the script call, the clocks, the breaker, the negative
 /// cache and the counters.
@@ -28,6 +36,13 @@ pub(super) struct Shared {
     /// time).
     pub(super) app: Arc<dyn Clock>,
     pub(super) breaker: Breaker,
+    /// Where an outage stands (shared with the failure policy).
+    pub(super) outage: Arc<Outage>,
+    /// This instance's id in the fleet registry.
+    pub(super) instance_id: String,
+    /// Whether this instance registers in the fleet registry (fail-soft without a
+    /// configured fleet size).
+    pub(super) learns_fleet: bool,
     pub(super) negative: Option<NegativeCache>,
     pub(super) redis_decisions: AtomicU64,
     pub(super) negative_hits: AtomicU64,
@@ -38,15 +53,26 @@ pub(super) struct Shared {
 impl Shared {
     /// Runs one Redis call within the deadline: times it in the
     /// `ratekeeper_store_latency_seconds` histogram (label `outcome`), and tells the breaker
-    /// how it went (a failure is counted, and may open the breaker, logged with the failure
-    /// policy `action` that answers meanwhile).
+    /// how it went (a failure is counted, may open the breaker, logged with the failure
+    /// policy `action` that answers meanwhile, and starts the prober).
     pub(super) async fn timed<T>(
-        &self,
+        self: &Arc<Self>,
         call: impl Future<Output = Result<T, StoreError>>,
         action: &str,
     ) -> Result<T, StoreError> {
+        self.timed_within(call, action, self.deadline).await
+    }
+
+    /// [`Shared::timed`] with what is left of the deadline (a request that waited for
+    /// another's probe first).
+    pub(super) async fn timed_within<T>(
+        &self,
+        call: impl Future<Output = Result<T, StoreError>>,
+        action: &str,
+        left: Duration,
+    ) -> Result<T, StoreError> {
         let started = std::time::Instant::now();
-        let result = match tokio::time::timeout(self.deadline, call).await {
+        let result = match tokio::time::timeout(left, call).await {
             Ok(result) => result,
             Err(_) => Err(StoreError::Timeout),
         };
@@ -58,14 +84,105 @@ impl Shared {
         match &result {
             Ok(_) => {
                 self.breaker.success();
+                self.outage.end();
                 self.redis_decisions.fetch_add(1, Ordering::Relaxed);
             }
             Err(err) => {
                 self.breaker.failure(self.app.now(), err, action);
                 self.count_error();
+                self.start_prober();
             }
         }
         result
+    }
+
+    /// Makes a fresh connection ready and puts it in use
+    /// ([`Link::reconnect`](super::link::Link::reconnect)); teaches the stale guard Redis's
+    /// time.
+    ///
+    /// # Errors
+    ///
+    /// As [`Link::reconnect`](super::link::Link::reconnect).
+    pub(super) async fn reconnect(&self) -> Result<(), StoreError> {
+        let (server, sent) = self.script.conn.link().reconnect().await?;
+        self.learn_time(server, sent.elapsed());
+        Ok(())
+    }
+
+    /// Teaches the stale guard Redis `TIME` `server` (µs), read by a command sent `ago`.
+    pub(super) fn learn_time(&self, server: u64, ago: Duration) {
+        let ago_us = u64::try_from(ago.as_micros()).unwrap_or(u64::MAX);
+        let sent = self.script.app_micros().saturating_sub(ago_us);
+        self.script.guard.learn(sent, server);
+    }
+
+    /// Starts the link's prober (see
+    /// [`Link::start_prober`](super::link::Link::start_prober)); when it made a new
+    /// connection ready, the hook set at build closes the breaker.
+    pub(super) fn start_prober(&self) {
+        self.script.conn.link().start_prober();
+    }
+
+    /// The prober made a new connection ready: learn Redis's time, close the breaker, end
+    /// the outage, and register this instance again (in the background).
+    pub(super) fn prober_succeeded(self: &Arc<Self>, server: u64, ago: Duration) {
+        self.learn_time(server, ago);
+        self.breaker.success();
+        self.outage.end();
+        if !self.learns_fleet {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let shared = Arc::clone(self);
+            runtime.spawn(async move { shared.register_instance().await });
+        }
+    }
+
+    /// Registers this instance in the fleet registry (`fleet.lua`) within the deadline and
+    /// learns the fleet size; a failure leaves the size learned before.
+    pub(super) async fn register_instance(&self) {
+        let key = format!("{}:v2:{{fleet}}:instances", self.prefix);
+        static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
+        let script = SCRIPT.get_or_init(|| redis::Script::new(FLEET_SCRIPT));
+        let mut invocation = script.prepare_invoke();
+        invocation.key(key).arg(&self.instance_id).arg(FLEET_TTL_MS);
+        let mut conn = self.script.conn.link().clone();
+        let call = invocation.invoke_async::<u32>(&mut conn);
+        match tokio::time::timeout(self.deadline, call).await {
+            Ok(Ok(n)) if n > 0 => {
+                self.outage.instances.store(n, Ordering::Relaxed);
+            }
+            Ok(Ok(_)) => {}
+            Ok(Err(err)) => tracing::debug!(error = %err, "redis store fleet registration failed"),
+            Err(_) => tracing::debug!("redis store fleet registration timed out"),
+        }
+    }
+
+    /// Keeps this instance registered: every [`FLEET_EVERY`] while the breaker is closed,
+    /// on the current tokio runtime, until the store is dropped.
+    pub(super) fn start_registration(self: &Arc<Self>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let weak: Weak<Self> = Arc::downgrade(self);
+        runtime.spawn(async move {
+            loop {
+                tokio::time::sleep(FLEET_EVERY).await;
+                let Some(shared) = weak.upgrade() else {
+                    return;
+                };
+                if !shared.breaker.is_open() {
+                    shared.register_instance().await;
+                }
+            }
+        });
+    }
+
+    /// A decision the negative cache answered: counted, then returned.
+    pub(super) fn hit(&self, decisions: Decisions) -> Decisions {
+        self.negative_hits.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!("ratekeeper_negative_cache_hits_total").increment(1);
+        decisions
     }
 
     pub(super) fn count_error(&self) {
@@ -74,14 +191,20 @@ impl Shared {
     }
 
     /// Runs every group; reserve-then-refund across groups: when a later group denies, the
-    /// groups already charged are refunded with the receipts they just took.
-    pub(super) async fn run(&self, groups: &[Group], len: usize) -> Result<Decisions, StoreError> {
-        let mut results: Vec<Option<(Decision, Receipt)>> = vec![None; len];
+    /// groups already charged are refunded with the receipts they just took. Also returns
+    /// how long the answer's fields change only with elapsed time (the shortest hold of its
+    /// rows; `None`: unbounded), for the negative cache.
+    pub(super) async fn run(
+        &self,
+        groups: &[Group],
+        len: usize,
+    ) -> Result<(Decisions, Option<Duration>), StoreError> {
+        let mut results: Vec<Option<Row>> = vec![None; len];
         let mut charged = 0;
         let mut denied = false;
         for group in groups {
             let rows = self.script.call(group, Mode::Check).await?;
-            let allowed = rows.iter().all(|(d, _)| d.is_allowed());
+            let allowed = rows.iter().all(|(d, _, _)| d.is_allowed());
             place(&mut results, group, rows);
             if !allowed {
                 denied = true;
@@ -92,7 +215,8 @@ impl Shared {
         if denied {
             self.undo(groups, charged, &mut results).await?;
         }
-        collect(results)
+        let hold = results.iter().flatten().filter_map(|r| r.2).min();
+        collect(results).map(|d| (d, hold))
     }
 
     /// After a denial in group `charged`: refunds the groups charged before it with the
@@ -102,7 +226,7 @@ impl Shared {
         &self,
         groups: &[Group],
         charged: usize,
-        results: &mut [Option<(Decision, Receipt)>],
+        results: &mut [Option<Row>],
     ) -> Result<(), StoreError> {
         for (g, group) in groups.iter().enumerate() {
             let rows = if g < charged {
@@ -140,13 +264,13 @@ impl Shared {
         len: usize,
         max_wait: Duration,
     ) -> Result<Decisions, StoreError> {
-        let mut results: Vec<Option<(Decision, Receipt)>> = vec![None; len];
+        let mut results: Vec<Option<Row>> = vec![None; len];
         let mut charged = 0;
         let mut delay = Duration::ZERO;
         let mut denied = None;
         for group in groups {
             let answer = self.script.reserve(group, max_wait).await?;
-            let allowed = answer.rows.iter().all(|(d, _)| d.is_allowed());
+            let allowed = answer.rows.iter().all(|(d, _, _)| d.is_allowed());
             place(&mut results, group, answer.rows);
             if !allowed {
                 denied = Some(answer.is_final);
@@ -168,17 +292,16 @@ impl Shared {
     }
 }
 
-pub(super) fn collect(results: Vec<Option<(Decision, Receipt)>>) -> Result<Decisions, StoreError> {
-    let all: Option<Vec<(Decision, Receipt)>> = results.into_iter().collect();
+pub(super) fn collect(results: Vec<Option<Row>>) -> Result<Decisions, StoreError> {
+    let all: Option<Vec<(Decision, Receipt)>> = results
+        .into_iter()
+        .map(|r| r.map(|(d, receipt, _)| (d, receipt)))
+        .collect();
     all.map(Decisions::with_receipts)
         .ok_or_else(|| unavailable(BadReply("missing decision")))
 }
 
-pub(super) fn place(
-    results: &mut [Option<(Decision, Receipt)>],
-    group: &Group,
-    rows: Vec<(Decision, Receipt)>,
-) {
+pub(super) fn place(results: &mut [Option<Row>], group: &Group, rows: Vec<Row>) {
     for (slot, row) in group.slots.iter().zip(rows) {
         if let Some(r) = results.get_mut(*slot) {
             *r = Some(row);
