@@ -7,6 +7,9 @@
 //! not use), and every metric the test finds is one the README's table names. Every query of
 //! the Grafana dashboard (`dashboards/ratekeeper.json`) names metrics of that scrape.
 
+use std::time::Duration;
+
+use ratekeeper_axum::core::store::redis::RedisStore;
 use ratekeeper_tests::TestServer;
 use ratekeeper_tests::redis::RedisServer;
 
@@ -97,7 +100,11 @@ fn dashboard_queries() -> Vec<(String, Vec<String>)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_are_scraped_with_their_labels() {
     let mut redis = RedisServer::start();
-    let app = observability::app(&redis.url()).await.unwrap();
+    // A deadline no round trip misses on a loaded machine (the default is 50 ms), so the
+    // counts below are the decisions' own, not the failure policy's. Once Redis is killed
+    // calls fail at once (connection refused), deadline or not.
+    let store = RedisStore::builder().deadline(Duration::from_secs(5));
+    let app = observability::app_with(&redis.url(), store).await.unwrap();
     let server = TestServer::start(app).await;
     let mut statuses = Vec::new();
     for _ in 0..8 {
