@@ -41,6 +41,9 @@
 //! | `serde` | `config`: a layer's settings (policies, key, routes and costs, tiers, exemptions, headers, mode) as `serde` types |
 //! | `toml` | `config::LayerConfig::from_toml`: those settings from a TOML document, errors with file, line, column and field |
 
+#[macro_use]
+mod macros;
+
 pub mod body;
 pub mod client;
 pub mod concurrency;
