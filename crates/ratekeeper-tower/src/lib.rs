@@ -61,6 +61,7 @@ pub mod rate_limit;
 pub mod report;
 pub mod request;
 pub mod route;
+mod type_name;
 
 pub use degraded::StoreDegraded;
 pub use error::BuildError;
