@@ -21,8 +21,8 @@
 //! service), so the example needs no `protoc`: the messages derive `prost::Message`, and
 //! [`Greeter`] routes the one method through `tonic::server::Grpc`. The rate limit is the
 //! ordinary ratekeeper layer on the axum router that tonic's `Routes` builds; it sees every
-//! call as an HTTP/2 request, and answers the limited ones in gRPC because their
-//! `content-type` is `application/grpc`.
+//! call as an HTTP/2 request, and answers the limited ones in gRPC because the layer is
+//! built with `.grpc(true)` and their `content-type` is `application/grpc`.
 
 use std::convert::Infallible;
 use std::future::{Future, Ready};
@@ -114,6 +114,8 @@ pub fn app() -> Result<Router, BuildError> {
     let layer = RateLimitLayer::builder()
         .policy(Policy::new("calls", quota))
         .headers(HeaderStyle::Ietf)
+        // This layer serves gRPC: refused calls get gRPC answers, not HTTP 429s.
+        .grpc(true)
         .build()?;
     Ok(tonic::service::Routes::new(Greeter)
         .into_axum_router()

@@ -16,4 +16,5 @@ mod metrics;
 mod modes;
 mod refunds;
 mod stacks;
+mod trust;
 mod upgrades;

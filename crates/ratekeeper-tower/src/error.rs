@@ -45,17 +45,28 @@ pub enum BuildError {
     ConcurrencyPolicy(String),
     /// Settings from a configuration file that do not fit together (see
     /// [`config`](crate::config), feature `serde`).
-    #[error("configuration error in `{field}`: {message}")]
+    #[error("configuration error in `{}`: {}", OneLine(field), OneLine(message))]
     Config {
         /// The field's path (`key.header`).
         field: String,
         /// What is wrong.
         message: String,
     },
+    /// A [`HeaderKey`](crate::key::HeaderKey) was given a header name that is not a valid
+    /// HTTP field name (RFC 9110 §5.1: a token, letters, digits and ``!#$%&'*+-.^_`|~``).
+    #[error(
+        "header name {0:?} is not a valid HTTP field name: use letters, digits and `-`, \
+         such as \"x-api-key\" or \"Authorization\""
+    )]
+    InvalidHeaderName(String),
     /// A route template can never match a route (see
     /// [`route::check_template`](crate::route::check_template)): no leading `/`, or axum 0.7's
     /// `:param` / `*rest` syntax, which axum 0.8 treats as literal text.
-    #[error("route template \"{template}\" can never match: {problem}; {fix}")]
+    #[error(
+        "route template \"{}\" can never match: {problem}; {}",
+        OneLine(template),
+        OneLine(fix)
+    )]
     RouteTemplate {
         /// The template as written.
         template: String,
@@ -64,4 +75,58 @@ pub enum BuildError {
         /// How to write it instead.
         fix: String,
     },
+}
+
+/// Writes text from outside (a template, a field path, a file name) with its control
+/// characters (and the Unicode line and paragraph separators) escaped as Rust writes them
+/// (`\n`, `\r`, `\t`, `\u{1b}`, `\u{2028}`), so that an error message stays on one line
+/// whatever the input holds. Text already escaped (a `{:?}` inside a message) is kept as
+/// it is.
+pub(crate) struct OneLine<'a>(pub(crate) &'a str);
+
+impl std::fmt::Display for OneLine<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use std::fmt::Write as _;
+        for c in self.0.chars() {
+            if c.is_control() || matches!(c, '\u{2028}' | '\u{2029}') {
+                for e in c.escape_default() {
+                    f.write_char(e)?;
+                }
+            } else {
+                f.write_char(c)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_holding_line_breaks_render_on_one_line() {
+        let err = BuildError::RouteTemplate {
+            template: "/a\n:id\r\u{1b}".to_owned(),
+            problem: "it uses axum 0.7's `:param` syntax",
+            fix: "write \"/a\n{id}\"".to_owned(),
+        };
+        let text = err.to_string();
+        assert!(!text.contains(['\n', '\r', '\u{1b}']), "{text}");
+        assert!(text.contains(r"/a\n:id\r\u{1b}"), "{text}");
+        let err = BuildError::Config {
+            field: "tiers.values.gold\nsilver".to_owned(),
+            message: "there is no policy named \"x\ny\"".to_owned(),
+        };
+        let text = err.to_string();
+        assert_eq!(
+            text,
+            r#"configuration error in `tiers.values.gold\nsilver`: there is no policy named "x\ny""#
+        );
+        assert_eq!(OneLine("a\\n").to_string(), r"a\n");
+        assert_eq!(
+            OneLine("caf\u{e9} \u{2028}").to_string(),
+            "caf\u{e9} \\u{2028}"
+        );
+    }
 }

@@ -255,8 +255,9 @@ impl CheckPolicies for RouteTable {
 /// as `{name}` and a catch-all as `{*name}`. axum 0.7's `:name` and `*name` segments are
 /// literal text under axum 0.8 (and `MatchedPath` reports the template as written in the
 /// router), so such a route would never match and silently stay under the general limit only.
-/// So would a template with a query string (`/search?q=1`: a route matches the path only) or
-/// a nameless parameter (`{}`, `{*}`: refused by axum's router).
+/// So would a template with a query string (`/search?q=1`: a route matches the path only), a
+/// nameless parameter (`{}`, `{*}`: refused by axum's router), or a space, line break or
+/// other control character (no request path holds one).
 ///
 /// # Errors
 ///
@@ -319,6 +320,24 @@ pub fn check_template(template: &str) -> Result<(), BuildError> {
         return err(
             "a parameter has no name",
             "write each parameter as `{param}` (or `{*rest}` for the rest of the path)".to_owned(),
+        );
+    }
+    if let Some(c) = template
+        .chars()
+        .find(|c| c.is_control() || c.is_whitespace())
+    {
+        let problem = if matches!(c, '\n' | '\r') {
+            "it holds a line break, which no request path holds"
+        } else {
+            "it holds a space or control character, which no request path holds"
+        };
+        let fixed: String = template
+            .chars()
+            .filter(|c| !c.is_control() && !c.is_whitespace())
+            .collect();
+        return err(
+            problem,
+            format!("write \"{fixed}\" (percent-encode a space as %20)"),
         );
     }
     Ok(())

@@ -65,6 +65,7 @@ async fn answer<St: Store<Key>>(store: St) -> (StatusCode, bool, String) {
         ))
         .key(GlobalKey)
         .store(store)
+        .grpc(true)
         .build()
         .expect("layer");
     let svc = ServiceBuilder::new()
@@ -127,8 +128,9 @@ async fn degrade_reaches_the_inner_service_marked_for_the_fallback() {
     }
 }
 
-/// The fail-closed answer to a gRPC call, for a store that answers at once and one that
-/// answers later: status, `grpc-status`, `grpc-message`, body length.
+/// The fail-closed answer to a gRPC call (HTTP/2, to a layer that serves gRPC), for a store
+/// that answers at once and one that answers later: status, `grpc-status`, `grpc-message`,
+/// body length.
 async fn grpc_answer<St: Store<Key>>(store: St) -> (StatusCode, String, String, usize) {
     let layer = RateLimitLayer::builder()
         .policy(Policy::new(
@@ -137,6 +139,7 @@ async fn grpc_answer<St: Store<Key>>(store: St) -> (StatusCode, String, String, 
         ))
         .key(GlobalKey)
         .store(store)
+        .grpc(true)
         .build()
         .expect("layer");
     let svc = ServiceBuilder::new()
@@ -145,6 +148,7 @@ async fn grpc_answer<St: Store<Key>>(store: St) -> (StatusCode, String, String, 
             Ok::<_, Infallible>(Response::new("called".to_owned()))
         });
     let req = Request::builder()
+        .version(http::Version::HTTP_2)
         .header("content-type", "application/grpc")
         .body(String::new())
         .expect("request");

@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use http::Response;
 use pin_project_lite::pin_project;
+use tokio::sync::futures::OwnedNotified;
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
@@ -36,6 +37,9 @@ pin_project! {
         Waiting {
             #[pin]
             sleep: Sleep,
+            // Completes when a later answer shortened or cleared a recorded wait.
+            #[pin]
+            shortened: OwnedNotified,
             service: Option<S>,
             req: Option<Req>,
             // When the request was called: a wait lengthened (by a response that arrived
@@ -44,7 +48,12 @@ pin_project! {
             max_wait: Duration,
             over_deadline: OverDeadline,
         },
-        Calling { #[pin] future: S::Future },
+        Calling {
+            #[pin]
+            future: S::Future,
+            // When the request was handed to the inner service.
+            sent: Instant,
+        },
         Refused { error: Option<WaitTooLong> },
     }
 }
@@ -52,7 +61,10 @@ pin_project! {
 impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
     pub(super) fn call(future: S::Future, shared: Arc<Shared>, key: String) -> Self {
         Self {
-            state: State::Calling { future },
+            state: State::Calling {
+                future,
+                sent: Instant::now(),
+            },
             memory: Some((shared, key)),
         }
     }
@@ -71,6 +83,7 @@ impl<S: Service<Req>, Req> ResponseFuture<S, Req> {
         Self {
             state: State::Waiting {
                 sleep: tokio::time::sleep_until(until),
+                shortened: shared.shortened(),
                 service: Some(service),
                 req: Some(req),
                 called,
@@ -101,12 +114,26 @@ where
             match this.state.as_mut().project() {
                 StateProj::Waiting {
                     mut sleep,
+                    mut shortened,
                     service,
                     req,
                     called,
                     max_wait,
                     over_deadline,
                 } => {
+                    if let Some((shared, key)) = this.memory.as_ref() {
+                        if shortened.as_mut().poll(cx).is_ready() {
+                            // A later answer shortened or cleared a recorded wait: wake at
+                            // the new time (now, if none is left), never later than planned.
+                            let now = Instant::now();
+                            shortened.set(shared.shortened());
+                            let until = shared.blocked_until(key, now).unwrap_or(now);
+                            if until < sleep.deadline() {
+                                sleep.as_mut().reset(until);
+                            }
+                            continue;
+                        }
+                    }
                     ready!(sleep.as_mut().poll(cx));
                     // A response that arrived during the wait may have announced a longer one.
                     let now = Instant::now();
@@ -134,18 +161,18 @@ where
                         return Poll::Pending;
                     };
                     let future = service.call(req);
-                    this.state.set(State::Calling { future });
+                    this.state.set(State::Calling { future, sent: now });
                 }
-                StateProj::Calling { future } => {
+                StateProj::Calling { future, sent } => {
                     let res = ready!(future.poll(cx)).map_err(Error::Service)?;
                     if let Some((shared, key)) = this.memory.take() {
                         let wait =
                             announced_wait_at(res.status(), res.headers(), SystemTime::now());
-                        if let Some(wait) = wait.filter(|w| !w.is_zero()) {
+                        if let Some(wait) = wait {
                             let now = Instant::now();
-                            // `checked_add`: the wait is capped at a year, but be safe anyway.
+                            // `checked_add`: the wait is at most a year, but be safe anyway.
                             if let Some(until) = now.checked_add(wait) {
-                                shared.block(&key, until, now);
+                                shared.record(&key, until, *sent, now);
                             }
                         }
                     }

@@ -11,15 +11,33 @@
 //!
 //! | field | asks to wait when | for |
 //! |---|---|---|
-//! | `Retry-After` (on a 429 or 503) | always | delay-seconds, or until the HTTP-date |
-//! | `RateLimit` (draft-ietf-httpapi-ratelimit-headers-11) | an item has `r=0` | its `t` seconds (the longest among such items) |
-//! | `X-RateLimit-Remaining` + `X-RateLimit-Reset` | remaining is `0` | the reset: delta seconds, or a Unix time in seconds when it is at least 1 000 000 000 |
-//! | `RateLimit-Remaining` + `RateLimit-Reset` (drafts -00 to -03) | remaining is `0` | the reset, in delta seconds |
+//! | `Retry-After` (on a 429 or 503) | always | its number, or until the HTTP-date |
+//! | `RateLimit` (draft-ietf-httpapi-ratelimit-headers-11) | an item has `r=0` | its `t` (the longest among such items) |
+//! | `X-RateLimit-Remaining` + `X-RateLimit-Reset` | remaining is `0` | the reset |
+//! | `RateLimit-Remaining` + `RateLimit-Reset` (drafts -00 to -03) | remaining is `0` | the reset |
 //!
-//! When several apply the longest wait wins, and a wait already recorded is only ever
-//! lengthened by a later response. Malformed fields are ignored, as the IETF draft asks of
-//! clients: a value that is not exactly the syntax above, a field sent twice (except
-//! `RateLimit`, a list), a value longer than 4096 bytes. Waits are capped at one year.
+//! Servers write these numbers in different units whatever the field's definition says, so
+//! every number (the reset, `t`, a numeric `Retry-After`) is read by plausibility, the same
+//! way in every field:
+//!
+//! | value | read as |
+//! |---|---|
+//! | below 10⁹ | delay seconds |
+//! | 10⁹ to 10¹² − 1 | a Unix time in seconds (2001-09-09 onwards) |
+//! | 10¹² to 10¹⁵ − 1 | a Unix time in milliseconds (2001-09-09 onwards) |
+//! | 10¹⁵ and above | implausible: ignored |
+//!
+//! A Unix time or HTTP-date in the past means no wait; a wait longer than one year, in any
+//! unit, is implausible and ignored (one odd answer never locks an origin away for a year).
+//!
+//! When several fields apply the longest wait wins. The latest word wins between answers:
+//! the answer to a request sent after a wait was recorded replaces it, shorter or longer,
+//! and a remaining count above 0 (or `Retry-After: 0`, or a reset already past) clears it;
+//! the answer to a request sent before the wait was announced can only lengthen it. A
+//! request already waiting follows: it wakes early when the wait is shortened or cleared,
+//! and waits longer (never past `max_wait` from its call) when it is lengthened. Malformed fields are ignored, as the IETF draft asks of clients:
+//! a value that is not exactly the syntax above, a field sent twice (except `RateLimit`, a
+//! list), a value longer than 4096 bytes.
 //!
 //! # Which requests wait, and how long at most
 //!
@@ -98,7 +116,7 @@ mod error;
 mod future;
 mod key;
 mod layer;
-mod parse;
+pub(crate) mod parse;
 mod service;
 mod state;
 #[cfg(test)]
@@ -115,7 +133,10 @@ pub use layer::{OverDeadline, PoliteLayer};
 pub use service::Polite;
 
 /// How long a response asks its client to wait before the next request, read as
-/// [`PoliteLayer`] reads it (see the [module docs](self)); `None` when it does not ask.
+/// [`PoliteLayer`] reads it (see the [module docs](self)): `Some(Duration::ZERO)` when its
+/// fields say the client may go on (some left, a reset already past, `Retry-After: 0`), so a
+/// wait recorded earlier can be dropped; `None` when it carries no field this reader
+/// understands (absent, malformed or implausible).
 ///
 /// For clients that are not tower services (such as `reqwest`, whose status and headers are
 /// `http` types), to apply the same rules by hand.
@@ -130,7 +151,9 @@ pub use service::Polite;
 /// assert_eq!(announced_wait(StatusCode::OK, &headers), Some(Duration::from_secs(6)));
 ///
 /// headers.insert("ratelimit", HeaderValue::from_static("\"default\";r=3;t=6"));
-/// assert_eq!(announced_wait(StatusCode::OK, &headers), None);
+/// assert_eq!(announced_wait(StatusCode::OK, &headers), Some(Duration::ZERO));
+///
+/// assert_eq!(announced_wait(StatusCode::OK, &HeaderMap::new()), None);
 /// ```
 pub fn announced_wait(status: StatusCode, headers: &HeaderMap) -> Option<Duration> {
     parse::announced_wait_at(status, headers, SystemTime::now())

@@ -7,16 +7,23 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use http::header::RETRY_AFTER;
 use http::{HeaderMap, HeaderName, StatusCode};
 
-/// The longest wait any announcement can ask for: one year (31 536 000 s). Larger values
-/// (or numbers too long to read) are taken as this.
+/// The longest wait any announcement can ask for: one year (31 536 000 s). A value that
+/// would mean a longer wait is implausible and ignored, like a malformed one.
 pub(crate) const MAX_ANNOUNCED_SECS: u64 = 365 * 24 * 60 * 60;
 
 /// Longest field value read, in bytes; a longer value is ignored as malformed.
 const MAX_VALUE_LEN: usize = 4096;
 
-/// Reset values at or above this (2001-09-09, in Unix seconds) are read as Unix times, below
-/// it as delta seconds, in `X-RateLimit-Reset` (servers use both conventions).
-const EPOCH_THRESHOLD: u64 = 1_000_000_000;
+/// Numbers at or above this (2001-09-09 as Unix seconds; 31 years as a delay) are read as
+/// Unix seconds, below it as delay seconds.
+const UNIX_SECONDS_FROM: u64 = 1_000_000_000;
+
+/// Numbers at or above this (the year 33 658 as Unix seconds, 2001-09-09 as Unix
+/// milliseconds) are read as Unix milliseconds.
+const UNIX_MILLIS_FROM: u64 = 1_000_000_000_000;
+
+/// Numbers at or above this (the year 33 658 as Unix milliseconds) are ignored.
+const IMPLAUSIBLE_FROM: u64 = 1_000_000_000_000_000;
 
 const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 const X_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
@@ -24,8 +31,13 @@ const X_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 const LEGACY_REMAINING: HeaderName = HeaderName::from_static("ratelimit-remaining");
 const LEGACY_RESET: HeaderName = HeaderName::from_static("ratelimit-reset");
 
-/// How long a response asks its client to wait before the next request, if it asks at all;
-/// `now` is the wall-clock time used for HTTP-dates and Unix-time resets.
+/// How long a response asks its client to wait before the next request, if it says
+/// anything about it; `now` is the wall-clock time used for HTTP-dates and Unix times.
+///
+/// `Some(Duration::ZERO)` when the fields it carries say the client may go on (a remaining
+/// count above 0, a reset or date already past, `Retry-After: 0`): a recorded wait is then
+/// shortened. `None` when it carries no field this reader understands (absent, malformed or
+/// implausible, see [`plausible_wait`]).
 pub(crate) fn announced_wait_at(
     status: StatusCode,
     headers: &HeaderMap,
@@ -37,10 +49,33 @@ pub(crate) fn announced_wait_at(
         } else {
             None
         };
-    let ietf = ietf_ratelimit(headers);
-    let x = exhausted_trio(headers, &X_REMAINING, &X_RESET, now);
-    let legacy = exhausted_trio(headers, &LEGACY_REMAINING, &LEGACY_RESET, now);
+    let ietf = ietf_ratelimit(headers, now);
+    let x = trio(headers, &X_REMAINING, &X_RESET, now);
+    let legacy = trio(headers, &LEGACY_REMAINING, &LEGACY_RESET, now);
     [retry, ietf, x, legacy].into_iter().flatten().max()
+}
+
+/// The wait a number announces, read by plausibility, the same way in every field
+/// (`Retry-After`, `X-RateLimit-Reset`, `RateLimit-Reset`, the IETF `t`): servers write
+/// delay seconds, Unix seconds or Unix milliseconds, whatever the field's definition says.
+///
+/// - below 10⁹: delay seconds;
+/// - 10⁹ to 10¹² − 1: Unix seconds (from 2001-09-09); the time until then;
+/// - 10¹² to 10¹⁵ − 1: Unix milliseconds (from 2001-09-09); the time until then;
+/// - above, or a wait longer than [`MAX_ANNOUNCED_SECS`] (one year): implausible, `None`.
+///
+/// A Unix time in the past is no wait (`Duration::ZERO`).
+pub(crate) fn plausible_wait(raw: u64, now: SystemTime) -> Option<Duration> {
+    let wait = if raw < UNIX_SECONDS_FROM {
+        Duration::from_secs(raw)
+    } else if raw < UNIX_MILLIS_FROM {
+        until(UNIX_EPOCH.checked_add(Duration::from_secs(raw))?, now)
+    } else if raw < IMPLAUSIBLE_FROM {
+        until(UNIX_EPOCH.checked_add(Duration::from_millis(raw))?, now)
+    } else {
+        return None;
+    };
+    (wait <= Duration::from_secs(MAX_ANNOUNCED_SECS)).then_some(wait)
 }
 
 /// The one value of field `name` as bytes, or `None` when it is absent, repeated (which of
@@ -55,63 +90,50 @@ fn single<'h>(headers: &'h HeaderMap, name: &HeaderName) -> Option<&'h [u8]> {
 }
 
 /// `Retry-After` (RFC 9110 §10.2.3): delay-seconds or an HTTP-date (IMF-fixdate, or the
-/// obsolete RFC 850 and asctime forms). A date in the past means no wait.
+/// obsolete RFC 850 and asctime forms). A number is read by [`plausible_wait`] (a server
+/// that writes a Unix time there is understood); a date in the past means no wait, a date
+/// more than a year ahead is ignored.
 pub(crate) fn retry_after(value: &[u8], now: SystemTime) -> Option<Duration> {
     let value = trim_ows(value);
-    if let Some(secs) = delay_seconds(value) {
-        return Some(Duration::from_secs(secs));
+    if let Some(n) = digits(value) {
+        return plausible_wait(n, now);
     }
     let text = std::str::from_utf8(value).ok()?;
     let date = httpdate::parse_http_date(text).ok()?;
-    Some(until(date, now))
+    let wait = until(date, now);
+    (wait <= Duration::from_secs(MAX_ANNOUNCED_SECS)).then_some(wait)
 }
 
-/// Delta seconds: ASCII digits only (at least one), capped at [`MAX_ANNOUNCED_SECS`].
-pub(crate) fn delay_seconds(value: &[u8]) -> Option<u64> {
+/// A non-negative decimal integer: ASCII digits only (at least one), saturating at
+/// `u64::MAX` (which [`plausible_wait`] ignores).
+pub(crate) fn digits(value: &[u8]) -> Option<u64> {
     if value.is_empty() || !value.iter().all(u8::is_ascii_digit) {
         return None;
     }
-    let mut n: u64 = 0;
-    for d in value {
-        n = n.saturating_mul(10).saturating_add(u64::from(d - b'0'));
-    }
-    Some(n.min(MAX_ANNOUNCED_SECS))
+    Some(value.iter().fold(0u64, |n, d| {
+        n.saturating_mul(10).saturating_add(u64::from(d - b'0'))
+    }))
 }
 
-/// `Remaining: 0` with a reset in delta seconds or Unix seconds: the time until the reset.
-/// Any other remaining value (or a missing or malformed reset) announces nothing.
-fn exhausted_trio(
+/// A remaining count with its reset: `Remaining: 0` announces the time until the reset
+/// ([`plausible_wait`]), a remaining count above 0 announces no wait. A missing, malformed
+/// or implausible value announces nothing.
+fn trio(
     headers: &HeaderMap,
     remaining: &HeaderName,
     reset: &HeaderName,
     now: SystemTime,
 ) -> Option<Duration> {
-    let left = delay_seconds(trim_ows(single(headers, remaining)?))?;
+    let left = digits(trim_ows(single(headers, remaining)?))?;
     if left != 0 {
-        return None;
+        return Some(Duration::ZERO);
     }
-    let reset = trim_ows(single(headers, reset)?);
-    if reset.is_empty() || !reset.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    // Read the raw number (not capped yet) to tell a Unix time from delta seconds.
-    let raw = reset.iter().fold(0u64, |n, d| {
-        n.saturating_mul(10).saturating_add(u64::from(d - b'0'))
-    });
-    if raw >= EPOCH_THRESHOLD {
-        // A time too far to represent is as far as a wait goes.
-        let at = UNIX_EPOCH.checked_add(Duration::from_secs(raw));
-        Some(at.map_or(Duration::from_secs(MAX_ANNOUNCED_SECS), |at| until(at, now)))
-    } else {
-        Some(Duration::from_secs(raw.min(MAX_ANNOUNCED_SECS)))
-    }
+    plausible_wait(digits(trim_ows(single(headers, reset)?))?, now)
 }
 
-/// Time from `now` until `at`, zero when `at` has passed, capped at [`MAX_ANNOUNCED_SECS`].
+/// Time from `now` until `at`, zero when `at` has passed.
 fn until(at: SystemTime, now: SystemTime) -> Duration {
-    at.duration_since(now)
-        .unwrap_or(Duration::ZERO)
-        .min(Duration::from_secs(MAX_ANNOUNCED_SECS))
+    at.duration_since(now).unwrap_or(Duration::ZERO)
 }
 
 fn trim_ows(mut v: &[u8]) -> &[u8] {
@@ -126,10 +148,12 @@ fn trim_ows(mut v: &[u8]) -> &[u8] {
 
 /// The IETF `RateLimit` field (draft-ietf-httpapi-ratelimit-headers-11): a structured-field
 /// list of policy items, `"name";r=<remaining>;t=<seconds until reset>`. Returns the longest
-/// `t` among the items with `r=0`. Several field lines form one list. A malformed field is
-/// ignored as a whole, as the draft asks of clients.
-pub(crate) fn ietf_ratelimit(headers: &HeaderMap) -> Option<Duration> {
-    let mut longest: Option<u64> = None;
+/// `t` ([`plausible_wait`]) among the items with `r=0`, or no wait when every item with an
+/// `r` has some left. Several field lines form one list. A malformed field is ignored as a
+/// whole, as the draft asks of clients, and so is an implausible `t`.
+pub(crate) fn ietf_ratelimit(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+    let mut longest: Option<Duration> = None;
+    let mut some_left = false;
     let mut total = 0usize;
     for line in headers.get_all(&RATELIMIT) {
         total = total.saturating_add(line.len());
@@ -137,12 +161,17 @@ pub(crate) fn ietf_ratelimit(headers: &HeaderMap) -> Option<Duration> {
             return None;
         }
         for item in parse_list(line.as_bytes())? {
-            if let (Some(0), Some(t)) = (item.r, item.t) {
-                longest = Some(longest.map_or(t, |l| l.max(t)));
+            match (item.r, item.t) {
+                (Some(0), Some(t)) => {
+                    let t = plausible_wait(t, now)?;
+                    longest = Some(longest.map_or(t, |l| l.max(t)));
+                }
+                (Some(r), _) if r > 0 => some_left = true,
+                _ => {}
             }
         }
     }
-    longest.map(|t| Duration::from_secs(t.min(MAX_ANNOUNCED_SECS)))
+    longest.or(some_left.then_some(Duration::ZERO))
 }
 
 /// The `r` and `t` parameters of one list member.

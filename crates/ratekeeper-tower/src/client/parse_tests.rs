@@ -92,10 +92,10 @@ fn malformed_retry_after_is_ignored() {
 }
 
 #[test]
-fn huge_numbers_are_capped_not_overflowed() {
+fn huge_numbers_are_ignored_not_overflowed() {
     assert_eq!(
         wait(429, &[("retry-after", "99999999999999999999999999999")]),
-        Some(MAX_ANNOUNCED_SECS)
+        None
     );
     assert_eq!(
         wait(
@@ -105,11 +105,11 @@ fn huge_numbers_are_capped_not_overflowed() {
                 ("x-ratelimit-reset", "999999999999999999999999")
             ]
         ),
-        Some(MAX_ANNOUNCED_SECS)
+        None
     );
     assert_eq!(
         wait(200, &[("ratelimit", "\"a\";r=0;t=999999999999999")]),
-        Some(MAX_ANNOUNCED_SECS)
+        None
     );
     // Beyond the 15 digits of a structured-field integer: malformed.
     assert_eq!(
@@ -125,13 +125,80 @@ fn huge_numbers_are_capped_not_overflowed() {
     );
 }
 
+/// Case B42: a reset written as Unix milliseconds (13 digits) is read as milliseconds, not
+/// as Unix seconds 50 000 years ahead; a Unix time in the past is no wait; every field
+/// reads its numbers by the same plausibility rules.
+#[test]
+fn reset_values_are_read_by_plausibility_in_every_field() {
+    let now_ms = NOW * 1000;
+    let exhausted = |reset: String| {
+        let mut h = HeaderMap::new();
+        h.insert(X_REMAINING, HeaderValue::from_static("0"));
+        h.insert(X_LIMIT_FOR_TEST, HeaderValue::from_static("100"));
+        h.insert(X_RESET, HeaderValue::from_str(&reset).unwrap());
+        announced_wait_at(StatusCode::OK, &h, at(NOW))
+    };
+    // (a) Unix ms + 1 500 ms: 1.5 s.
+    assert_eq!(
+        exhausted((now_ms + 1500).to_string()),
+        Some(Duration::from_millis(1500))
+    );
+    // (b) Unix s − 5: already past, no wait.
+    assert_eq!(exhausted((NOW - 5).to_string()), Some(Duration::ZERO));
+    // Unix ms in the past: no wait. Delay seconds and Unix seconds as before.
+    assert_eq!(exhausted((now_ms - 5000).to_string()), Some(Duration::ZERO));
+    assert_eq!(exhausted("30".to_owned()), Some(Duration::from_secs(30)));
+    assert_eq!(
+        exhausted((NOW + 30).to_string()),
+        Some(Duration::from_secs(30))
+    );
+    // More than a year ahead in any unit, or beyond Unix ms: implausible, ignored.
+    let year = MAX_ANNOUNCED_SECS;
+    assert_eq!(exhausted((NOW + year + 1).to_string()), None);
+    assert_eq!(exhausted((now_ms + (year + 1) * 1000).to_string()), None);
+    assert_eq!(exhausted((year + 1).to_string()), None);
+    assert_eq!(exhausted(year.to_string()), Some(Duration::from_secs(year)));
+    assert_eq!(exhausted("1000000000000000".to_owned()), None);
+    // The same rules in Retry-After, the legacy trio and the IETF `t`.
+    let ms = (now_ms + 2500).to_string();
+    let mut h = HeaderMap::new();
+    h.insert(RETRY_AFTER, HeaderValue::from_str(&ms).unwrap());
+    assert_eq!(
+        announced_wait_at(StatusCode::TOO_MANY_REQUESTS, &h, at(NOW)),
+        Some(Duration::from_millis(2500))
+    );
+    let mut h = HeaderMap::new();
+    h.insert(LEGACY_REMAINING, HeaderValue::from_static("0"));
+    h.insert(LEGACY_RESET, HeaderValue::from_str(&ms).unwrap());
+    assert_eq!(
+        announced_wait_at(StatusCode::OK, &h, at(NOW)),
+        Some(Duration::from_millis(2500))
+    );
+    let mut h = HeaderMap::new();
+    let ietf = format!("\"a\";r=0;t={ms}");
+    h.insert(RATELIMIT, HeaderValue::from_str(&ietf).unwrap());
+    assert_eq!(
+        announced_wait_at(StatusCode::OK, &h, at(NOW)),
+        Some(Duration::from_millis(2500))
+    );
+    // An HTTP-date more than a year ahead is ignored too.
+    assert_eq!(
+        wait(429, &[("retry-after", "Sun, 14 Nov 2027 22:14:20 GMT")]),
+        None
+    );
+}
+
+/// `X-RateLimit-Limit`, which the reader ignores (a test fixture only).
+const X_LIMIT_FOR_TEST: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+
 #[test]
 fn ietf_ratelimit_items() {
     assert_eq!(
         wait(200, &[("ratelimit", "\"default\";r=0;t=30")]),
         Some(30)
     );
-    assert_eq!(wait(200, &[("ratelimit", "\"default\";r=5;t=30")]), None);
+    // Some left: no wait (a recorded one is shortened).
+    assert_eq!(wait(200, &[("ratelimit", "\"default\";r=5;t=30")]), Some(0));
     // The longest wait among exhausted policies; others do not count.
     assert_eq!(
         wait(
@@ -186,7 +253,7 @@ fn malformed_ietf_fields_are_ignored_whole() {
     ] {
         let mut h = HeaderMap::new();
         h.insert(RATELIMIT, HeaderValue::from_str(bad).unwrap());
-        assert_eq!(ietf_ratelimit(&h), None, "{bad:?}");
+        assert_eq!(ietf_ratelimit(&h, at(NOW)), None, "{bad:?}");
     }
     // A malformed line spoils the whole list, even when another line is fine.
     assert_eq!(
@@ -210,12 +277,13 @@ fn x_ratelimit_delta_and_unix_reset() {
         ),
         Some(60)
     );
+    // Some left: no wait (a recorded one is shortened).
     assert_eq!(
         wait(
             200,
             &[("x-ratelimit-remaining", "1"), ("x-ratelimit-reset", "60")]
         ),
-        None
+        Some(0)
     );
     // A Unix time (GitHub's convention): the time until then.
     assert_eq!(

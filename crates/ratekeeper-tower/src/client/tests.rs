@@ -297,3 +297,142 @@ async fn a_wait_lengthened_past_max_wait_fails_without_sending() {
     assert_eq!(e.wait(), secs(32));
     assert_eq!(log.lock().unwrap().len(), 2, "the third request was sent");
 }
+
+/// A server whose first answer is a 200 with `X-RateLimit-Limit: 100`,
+/// `X-RateLimit-Remaining: 0` and the reset `reset` computes from the wall clock; later
+/// answers are plain 200s. Logs when each request arrives.
+fn exhausted_then_ok(
+    start: Instant,
+    reset: fn(Duration) -> String,
+) -> (
+    impl Service<Request<()>, Response = Response<()>, Error = Infallible, Future: Send> + Clone,
+    Log,
+) {
+    let log: Log = Arc::default();
+    let seen = log.clone();
+    let svc = service_fn(move |req: Request<()>| {
+        let mut seen = seen.lock().unwrap();
+        let mut res = Response::builder().status(200);
+        if seen.is_empty() {
+            let unix = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap();
+            res = res
+                .header("x-ratelimit-limit", "100")
+                .header("x-ratelimit-remaining", "0")
+                .header("x-ratelimit-reset", reset(unix));
+        }
+        seen.push((req.uri().to_string(), start.elapsed()));
+        std::future::ready(Ok::<_, Infallible>(res.body(()).unwrap()))
+    });
+    (svc, log)
+}
+
+/// Case B42 (a): a reset sent as Unix milliseconds (13 digits) is read as milliseconds: the
+/// second request is sent after at most 1.5 s, not refused for a year.
+#[tokio::test(start_paused = true)]
+async fn a_reset_in_unix_milliseconds_waits_milliseconds() {
+    let start = Instant::now();
+    let (svc, log) = exhausted_then_ok(start, |unix| (unix.as_millis() + 1500).to_string());
+    let client = PoliteLayer::new().layer(svc);
+    client
+        .clone()
+        .oneshot(get("http://a.test/1"))
+        .await
+        .unwrap();
+    let res = client.clone().oneshot(get("http://a.test/2")).await;
+    assert_eq!(
+        res.unwrap().status(),
+        200,
+        "the second request was not sent"
+    );
+    let seen = log.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2);
+    // The wall clock moved a little between the server's reading and the client's, so the
+    // wait is at most the 1.5 s announced (the paused clock moves only by the wait).
+    assert!(seen[1].1 <= Duration::from_millis(1500), "{seen:?}");
+}
+
+/// Case B42 (b): a reset in Unix seconds already in the past: the second request is sent at
+/// once.
+#[tokio::test(start_paused = true)]
+async fn a_reset_in_the_past_does_not_wait() {
+    let start = Instant::now();
+    let (svc, log) = exhausted_then_ok(start, |unix| (unix.as_secs() - 5).to_string());
+    let client = PoliteLayer::new().layer(svc);
+    client
+        .clone()
+        .oneshot(get("http://a.test/1"))
+        .await
+        .unwrap();
+    let res = client.clone().oneshot(get("http://a.test/2")).await;
+    assert_eq!(res.unwrap().status(), 200);
+    let at: Vec<_> = log.lock().unwrap().iter().map(|(_, t)| *t).collect();
+    assert_eq!(at, [secs(0), secs(0)]);
+}
+
+/// An answer to a request sent after a wait was recorded replaces it: here the request sent
+/// anyway finds the server has budget again (`Remaining: 5`), so the following requests go at
+/// once instead of waiting out the two minutes first announced.
+#[tokio::test(start_paused = true)]
+async fn a_later_answer_shortens_a_recorded_wait() {
+    let start = Instant::now();
+    let (svc, log) = server(start, |i| match i {
+        0 => (429, vec![("retry-after", "120")]),
+        _ => (
+            200,
+            vec![("x-ratelimit-remaining", "5"), ("x-ratelimit-reset", "60")],
+        ),
+    });
+    let layer = PoliteLayer::new()
+        .max_wait(secs(1))
+        .over_deadline(OverDeadline::SendAnyway);
+    let client = layer.clone().layer(svc);
+    client.clone().oneshot(get("http://a.test/")).await.unwrap();
+    assert_eq!(layer.wait_for("http://a.test:80"), Some(secs(120)));
+    client.clone().oneshot(get("http://a.test/")).await.unwrap();
+    assert_eq!(layer.wait_for("http://a.test:80"), None);
+    let at: Vec<_> = log.lock().unwrap().iter().map(|(_, t)| *t).collect();
+    assert_eq!(at, [secs(0), secs(0)]);
+}
+
+/// A request already waiting wakes when a later answer shortens the wait it waits for: here
+/// a request sent at t = 1 s (after the 30 s wait was announced) finds budget again, and the
+/// waiting request goes at t = 1 s instead of t = 30 s.
+#[tokio::test(start_paused = true)]
+async fn a_waiting_request_wakes_when_a_later_answer_shortens_its_wait() {
+    let start = Instant::now();
+    let (svc, log) = server(start, |i| match i {
+        0 => (429, vec![("retry-after", "30")]),
+        _ => (
+            200,
+            vec![("x-ratelimit-remaining", "5"), ("x-ratelimit-reset", "60")],
+        ),
+    });
+    let layer = PoliteLayer::new();
+    let eager = layer
+        .clone()
+        .max_wait(Duration::ZERO)
+        .over_deadline(OverDeadline::SendAnyway)
+        .layer(svc.clone());
+    let patient = layer.layer(svc);
+    let res = patient
+        .clone()
+        .oneshot(get("http://a.test/1"))
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 429);
+    let waiting = tokio::spawn(patient.clone().oneshot(get("http://a.test/waits")));
+    tokio::time::sleep(secs(1)).await;
+    eager.oneshot(get("http://a.test/eager")).await.unwrap();
+    assert_eq!(waiting.await.unwrap().unwrap().status(), 200);
+    let seen = log.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        [
+            ("http://a.test/1".to_owned(), secs(0)),
+            ("http://a.test/eager".to_owned(), secs(1)),
+            ("http://a.test/waits".to_owned(), secs(1)),
+        ]
+    );
+}

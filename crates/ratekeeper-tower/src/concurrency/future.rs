@@ -15,7 +15,7 @@ use super::service::unix_now;
 use super::upgrade::Held;
 use crate::body::ResponseBody;
 use crate::key::KeyError;
-use crate::report::{Reporter, grpc_content_type, trailers_only};
+use crate::report::{Reporter, trailers_only};
 
 pin_project! {
     /// Response future of [`ConcurrencyLimit`](super::ConcurrencyLimit).
@@ -79,7 +79,8 @@ impl<F> ResponseFuture<F> {
     }
 
     /// The answer to a request without a key (a gRPC request gets a trailers-only response).
-    pub(crate) fn key_error(err: &KeyError, request: &HeaderMap) -> Self {
+    /// `grpc`: from [`Reporter::grpc_call`].
+    pub(crate) fn key_error(err: &KeyError, grpc: Option<HeaderValue>) -> Self {
         let status = err.status();
         if status.is_server_error() {
             tracing::error!(error = %err, "concurrency limiter cannot key the request");
@@ -90,7 +91,7 @@ impl<F> ResponseFuture<F> {
             HeaderValue::from_static("text/plain; charset=utf-8"),
         );
         let body = Bytes::from(format!("{err}\n"));
-        if let Some(content_type) = grpc_content_type(request) {
+        if let Some(content_type) = grpc {
             let (status, body) = trailers_only(status, &mut headers, &body, None, content_type);
             return Self::answered(status, headers, body);
         }

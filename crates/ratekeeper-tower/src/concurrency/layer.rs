@@ -150,8 +150,23 @@ impl<K> ConcurrencyLimitLayer<K> {
 
     /// Sets the header style (default [`HeaderStyle::XRateLimit`]).
     pub fn headers(self, style: HeaderStyle) -> Self {
+        let mut reporter = Reporter::concurrency(NAME, self.counter.max(), style);
+        reporter.grpc = self.reporter.grpc;
         Self {
-            reporter: Arc::new(Reporter::concurrency(NAME, self.counter.max(), style)),
+            reporter: Arc::new(reporter),
+            ..self
+        }
+    }
+
+    /// Whether this layer serves gRPC: a refused gRPC call then gets a trailers-only gRPC
+    /// answer (`grpc-status: 8`, `RESOURCE_EXHAUSTED`) instead of a 429. Default `false`; see
+    /// [`RateLimitBuilder::grpc`](crate::RateLimitBuilder::grpc) for what counts as a gRPC
+    /// call. Kept by [`shared`](Self::shared).
+    pub fn grpc(self, on: bool) -> Self {
+        let mut reporter = (*self.reporter).clone();
+        reporter.grpc = on;
+        Self {
+            reporter: Arc::new(reporter),
             ..self
         }
     }

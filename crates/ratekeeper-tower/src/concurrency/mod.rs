@@ -6,8 +6,9 @@
 //! long download or stream keeps its slot. The `(max + 1)`-th concurrent request of a key
 //! gets a `429` with `Retry-After: 1` (a slot has no known release time; 1 s is the smallest
 //! allowed value), the rate-limit headers and the problem+json body of
-//! [`report`](crate::report). A gRPC call (`content-type: application/grpc...`) gets a
-//! trailers-only `RESOURCE_EXHAUSTED` instead, with the message
+//! [`report`](crate::report). When the layer serves gRPC
+//! ([`ConcurrencyLimitLayer::grpc`]), a gRPC call gets a trailers-only `RESOURCE_EXHAUSTED`
+//! instead, with the message
 //! `rate limit "concurrency" exceeded; retry after 1 s` (see [`report`](crate::report#grpc)).
 //!
 //! Headers use the policy name `"concurrency"`: `X-RateLimit-Limit` is `max`,

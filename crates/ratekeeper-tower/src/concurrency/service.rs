@@ -12,7 +12,7 @@ use super::future::ResponseFuture;
 use super::layer::{ConcurrencyLimitLayer, NAME};
 use super::upgrade::Held;
 use crate::key::{KeyExtractor, PeerIp};
-use crate::report::{Reporter, grpc_content_type, trailers_only};
+use crate::report::{Reporter, trailers_only};
 
 /// The keyed concurrency-limiting service (see the [module docs](super)). Decides in `call`;
 /// `poll_ready` only forwards.
@@ -69,7 +69,10 @@ where
     fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
         let key = match self.layer.key.extract(&req) {
             Ok(key) => key,
-            Err(err) => return ResponseFuture::key_error(&err, req.headers()),
+            Err(err) => {
+                let grpc = self.layer.reporter.grpc_call(req.version(), req.headers());
+                return ResponseFuture::key_error(&err, grpc);
+            }
         };
         let max = self.layer.counter.max();
         match self.layer.counter.acquire(&key) {
@@ -85,7 +88,8 @@ where
                 )
             }
             None => {
-                let (status, headers, body) = refused(&self.layer.reporter, max, req.headers());
+                let grpc = self.layer.reporter.grpc_call(req.version(), req.headers());
+                let (status, headers, body) = refused(&self.layer.reporter, max, grpc);
                 ResponseFuture::answered(status, headers, body)
             }
         }
@@ -93,11 +97,11 @@ where
 }
 
 /// The answer when all `max` slots of the key are taken: 429 with `Retry-After: 1` (or a
-/// gRPC trailers-only `RESOURCE_EXHAUSTED`).
+/// gRPC trailers-only `RESOURCE_EXHAUSTED` when `grpc`, from [`Reporter::grpc_call`], is set).
 pub(crate) fn refused(
     reporter: &Reporter,
     max: u32,
-    request: &http::HeaderMap,
+    grpc: Option<http::HeaderValue>,
 ) -> (http::StatusCode, http::HeaderMap, bytes::Bytes) {
     tracing::debug!(max, "concurrency limit reached");
     let decisions = Decisions::new([Decision::new(
@@ -109,7 +113,7 @@ pub(crate) fn refused(
         Duration::ZERO,
     )]);
     let (mut status, mut headers, mut body) = reporter.limited(&decisions, &[0], None, unix_now);
-    if let Some(content_type) = grpc_content_type(request) {
+    if let Some(content_type) = grpc {
         (status, body) = trailers_only(status, &mut headers, &body, Some(NAME), content_type);
     }
     (status, headers, body)

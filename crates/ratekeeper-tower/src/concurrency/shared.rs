@@ -122,7 +122,8 @@ where
         let key = match self.layer.key.extract(&req) {
             Ok(key) => key,
             Err(err) => {
-                return Box::pin(ResponseFuture::<S::Future>::key_error(&err, req.headers()));
+                let grpc = self.layer.reporter.grpc_call(req.version(), req.headers());
+                return Box::pin(ResponseFuture::<S::Future>::key_error(&err, grpc));
             }
         };
         let max = self.layer.max;
@@ -144,7 +145,8 @@ where
                     ResponseFuture::called(inner.call(req), held, reporter, decisions).await
                 }
                 Ok(Acquired::Full) => {
-                    let (status, headers, body) = refused(&reporter, max, req.headers());
+                    let grpc = reporter.grpc_call(req.version(), req.headers());
+                    let (status, headers, body) = refused(&reporter, max, grpc);
                     ResponseFuture::<S::Future>::answered(status, headers, body).await
                 }
                 Err(err) if err.failure_policy() == FailurePolicy::Deny => {

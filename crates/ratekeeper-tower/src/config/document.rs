@@ -177,7 +177,9 @@ enum Step {
 
 /// A configuration document that could not be read: where, which field, and why.
 ///
-/// `Display`: `file:line:column: field: message` (the parts that are known).
+/// `Display`: `file:line:column: field: message` (the parts that are known), always one line:
+/// control characters from the document (a line break in a route template or a tier value)
+/// are escaped (`\n`), as is `\`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
     file: String,
@@ -297,7 +299,8 @@ fn line_column(text: &str, start: usize) -> (usize, usize) {
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.file)?;
+        use crate::error::OneLine;
+        write!(f, "{}", OneLine(&self.file))?;
         if let Some(line) = self.line {
             write!(f, ":{line}")?;
             if let Some(column) = self.column {
@@ -305,9 +308,9 @@ impl fmt::Display for ConfigError {
             }
         }
         if !self.field.is_empty() && self.field != "." {
-            write!(f, ": {}", self.field)?;
+            write!(f, ": {}", OneLine(&self.field))?;
         }
-        write!(f, ": {}", self.message)
+        write!(f, ": {}", OneLine(&self.message))
     }
 }
 

@@ -16,8 +16,10 @@
 //!
 //! ```toml
 //! # The key: "peer_ip" (default), "global", "header" (with `header`) or "forwarded" (with
-//! # `trusted`, the proxies' networks).
-//! key = { kind = "forwarded", trusted = ["10.0.0.0/8"] }
+//! # `trusted`, the proxies' networks). `nat64`: your NAT64 translator's prefix, whose
+//! # addresses are keyed (and matched against `exempt.networks`) as the IPv4 address they
+//! # embed; 64:ff9b::/96 always is.
+//! key = { kind = "forwarded", trusted = ["10.0.0.0/8"], nat64 = ["64:ff9b:1::/96"] }
 //! cost = 1                      # units per request, unless a route says otherwise
 //! headers = "ietf"              # x-ratelimit | ietf | ietf-legacy | both | none
 //! mode = "reject"               # reject | shadow | delay (with max_wait_ms)
@@ -159,6 +161,10 @@ pub struct KeyConfig {
     /// For `kind = "forwarded"`: the networks of the trusted reverse proxies.
     #[serde(default, deserialize_with = "networks")]
     pub trusted: Vec<IpNet>,
+    /// For `kind = "peer_ip"` or `"forwarded"`: at most one network-specific NAT64 prefix
+    /// (see [`Nat64Prefix`](crate::key::Nat64Prefix)); also applied to the exempt networks.
+    #[serde(default, deserialize_with = "networks")]
+    pub nat64: Vec<IpNet>,
 }
 
 /// The key extractor a [`KeyConfig`] names.
@@ -468,8 +474,53 @@ impl LayerConfig {
                 "`trusted` only applies with kind = \"forwarded\"",
             ));
         }
+        // A tier value no header value can equal would silently never apply.
+        if let Some(tiers) = &self.tiers {
+            for value in tiers.values.keys() {
+                if http::HeaderValue::from_str(value).is_err() || value.trim() != value {
+                    return Err(config_err(
+                        &format!("tiers.values.{value}"),
+                        &format!(
+                            "tier value {value:?} can never match: a header value holds no line \
+                             break or control character, and no leading or trailing space"
+                        ),
+                    ));
+                }
+            }
+        }
+        let nat64 = match self.key.nat64.as_slice() {
+            [] => None,
+            [IpNet::V6(net)] => Some(
+                crate::key::Nat64Prefix::new(*net)
+                    .map_err(|e| config_err("key.nat64", &e.to_string()))?,
+            ),
+            [IpNet::V4(net)] => {
+                return Err(config_err(
+                    "key.nat64",
+                    &format!(
+                        "{net} is not a NAT64 prefix: it is an IPv6 network, such as \"64:ff9b:1::/96\""
+                    ),
+                ));
+            }
+            _ => {
+                return Err(config_err(
+                    "key.nat64",
+                    "give one NAT64 prefix (your translator's), not several",
+                ));
+            }
+        };
+        if nat64.is_some() && !matches!(self.key.kind, KeyKind::PeerIp | KeyKind::Forwarded) {
+            return Err(config_err(
+                "key.nat64",
+                "`nat64` only applies with kind = \"peer_ip\" or \"forwarded\"",
+            ));
+        }
+        let peer_ip = match nat64 {
+            Some(p) => PeerIp::new().nat64(p),
+            None => PeerIp::new(),
+        };
         let key = match self.key.kind {
-            KeyKind::PeerIp => ConfigKey::PeerIp(PeerIp::new()),
+            KeyKind::PeerIp => ConfigKey::PeerIp(peer_ip),
             KeyKind::Global => ConfigKey::Global(GlobalKey),
             KeyKind::Header => {
                 let header = self.key.header.as_ref().ok_or_else(|| {
@@ -484,7 +535,11 @@ impl LayerConfig {
                         "a `forwarded` key needs the networks of the trusted proxies",
                     ));
                 }
-                ConfigKey::Forwarded(ForwardedIp::trusting(self.key.trusted.iter().copied()))
+                let forwarded = ForwardedIp::trusting(self.key.trusted.iter().copied());
+                ConfigKey::Forwarded(match nat64 {
+                    Some(p) => forwarded.nat64(p),
+                    None => forwarded,
+                })
             }
         };
         let mode = match (self.mode, self.max_wait_ms) {
@@ -520,6 +575,9 @@ impl LayerConfig {
             .mode(mode)
             .exempt_networks(self.exempt.networks.iter().copied())
             .exempt_preflight(self.exempt.preflight);
+        if let Some(p) = nat64 {
+            builder = builder.nat64(p);
+        }
         for policy in &self.policies {
             builder = builder.policy(policy.clone());
         }

@@ -147,6 +147,27 @@ fn settings_that_do_not_fit_name_their_line_column_and_field() {
     }
 }
 
+/// A route template or a tier value holding a line break is refused (it can never match),
+/// and the error naming it stays on one line.
+#[test]
+fn templates_and_tier_values_with_line_breaks_are_refused_on_one_line() {
+    let policy = "[[policies]]\nname = \"a\"\nquota = \"1/s\"\n";
+    let route = format!("{policy}[[routes]]\nmethod = \"GET\"\npath = \"/a\\n/b\"\ncost = 1\n");
+    let tier = format!(
+        "{policy}[tiers]\nheader = \"x-plan\"\ndefault = \"a\"\nvalues = {{ \"gold\\nx\" = \"a\" }}\n"
+    );
+    for (doc, field, says) in [
+        (route, "routes[0].path", "it holds a line break"),
+        (tier, "tiers.values.gold\\nx", "can never match"),
+    ] {
+        let err = LayerConfig::from_toml("x.toml", &doc).unwrap_err();
+        let shown = err.to_string();
+        assert!(!shown.contains(['\n', '\r']), "{shown}");
+        assert!(shown.contains(says), "{shown}");
+        assert!(shown.contains(&format!(": {field}: ")), "{shown}");
+    }
+}
+
 #[test]
 fn a_policy_name_with_a_line_break_is_shown_on_one_line() {
     let doc = "[[policies]]\nname = \"a\\nb\"\nquota = \"1/s\"\n";
@@ -205,4 +226,53 @@ fn a_bad_network_is_named_with_what_is_expected() {
     let doc = format!("{API}[exempt]\nnetworks = [\"192.0.2.0/24\", \"2001:db8::/32\"]\n");
     let config = LayerConfig::from_toml("x.toml", &doc).unwrap();
     assert_eq!(config.exempt.networks.len(), 2);
+}
+
+/// A configured NAT64 prefix keys its addresses as IPv4 and applies to the exempt networks;
+/// a prefix RFC 6052 does not define is an error naming the field.
+#[tokio::test]
+async fn a_nat64_prefix_applies_to_keys_and_exemptions() {
+    use crate::key::PeerAddr;
+    use tower::{Layer, ServiceExt};
+    let doc = "key = { kind = \"peer_ip\", nat64 = [\"2001:db8:64::/96\"] }\n\
+               [exempt]\nnetworks = [\"192.0.2.0/24\"]\n\
+               [[policies]]\nname = \"a\"\nquota = \"1/min\"\n";
+    let layer = LayerConfig::from_toml("x.toml", doc)
+        .unwrap()
+        .build()
+        .unwrap();
+    let svc = layer.layer(tower::service_fn(|_req: http::Request<()>| async {
+        Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+    }));
+    let call = |peer: &str| {
+        let mut req = http::Request::new(());
+        req.extensions_mut().insert(PeerAddr(peer.parse().unwrap()));
+        svc.clone().oneshot(req)
+    };
+    // The translator's spelling and the IPv4 address are one client with one budget.
+    assert_eq!(
+        call("[2001:db8:64::198.51.100.7]:1")
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(call("198.51.100.7:1").await.unwrap().status(), 429);
+    // An exempt IPv4 network holds its clients in the translator's spelling.
+    for _ in 0..3 {
+        let res = call("[2001:db8:64::192.0.2.7]:1").await.unwrap();
+        assert_eq!(res.status(), 200);
+        assert!(res.headers().get("x-ratelimit-limit").is_none());
+    }
+    for (bad, says) in [
+        ("[\"2001:db8:64::/80\"]", "is not a NAT64 prefix"),
+        ("[\"10.0.0.0/8\"]", "is not a NAT64 prefix"),
+        ("[\"2001:db8:64::/96\", \"64:ff9b:1::/96\"]", "not several"),
+    ] {
+        let doc =
+            format!("key = {{ nat64 = {bad} }}\n[[policies]]\nname = \"a\"\nquota = \"1/min\"\n");
+        let err = LayerConfig::from_toml("x.toml", &doc).unwrap_err();
+        assert_eq!(err.field(), "key.nat64", "{err}");
+        assert!(err.message().contains(says), "{err}");
+    }
 }

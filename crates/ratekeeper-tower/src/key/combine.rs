@@ -52,6 +52,11 @@ where
     fn keys_by_peer(&self) -> bool {
         self.first.keys_by_peer() || self.second.keys_by_peer()
     }
+
+    fn check(&self) -> Result<(), crate::BuildError> {
+        self.first.check()?;
+        self.second.check()
+    }
 }
 
 /// Tuples of extractors are extractors: the key is the tuple of their keys (for example
@@ -77,6 +82,11 @@ where
     fn keys_by_peer(&self) -> bool {
         self.0.keys_by_peer() || self.1.keys_by_peer()
     }
+
+    fn check(&self) -> Result<(), crate::BuildError> {
+        self.0.check()?;
+        self.1.check()
+    }
 }
 
 impl<A, B, C> KeyExtractor for (A, B, C)
@@ -95,6 +105,12 @@ where
 
     fn keys_by_peer(&self) -> bool {
         self.0.keys_by_peer() || self.1.keys_by_peer() || self.2.keys_by_peer()
+    }
+
+    fn check(&self) -> Result<(), crate::BuildError> {
+        self.0.check()?;
+        self.1.check()?;
+        self.2.check()
     }
 }
 

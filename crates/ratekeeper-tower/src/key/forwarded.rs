@@ -8,7 +8,7 @@ use http::{HeaderMap, Request};
 use ipnet::IpNet;
 use ratekeeper_core::Key;
 
-use super::{KeyError, KeyExtractor, PeerIp};
+use super::{KeyError, KeyExtractor, Nat64Prefix, PeerIp, normalize_ip, normalize_nets};
 
 /// `X-Forwarded-For`.
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -70,8 +70,17 @@ pub enum Source {
 ///   extractor **fall back to the peer**: it never skips leftward past an unparsable entry
 ///   (that entry is where a client could inject a victim's address) and never keys on the
 ///   raw text.
-/// - The result is keyed like [`PeerIp`]: IPv4-mapped IPv6 as IPv4, IPv6 by a prefix
-///   (default /64).
+/// - `Forwarded` is read by RFC 7239's grammar (§4, with RFC 9110's quoted-string): a `,`
+///   or `;` inside a quoted value such as `host="a,for=198.51.100.9"` is text, never a
+///   separator, so a client-written value copied into a parameter by a proxy can never
+///   become an element of its own. A syntax error (an unterminated quoted-string, a pair
+///   without `=`), a repeated parameter or an element without `for=` is an entry that does
+///   not parse: the peer is the key.
+/// - Every address (peer, entries, trusted networks) is compared and keyed in the normal
+///   form of [`normalize_ip`]: IPv4-mapped and NAT64 (`64:ff9b::/96`, and a prefix set
+///   with [`ForwardedIp::nat64`]) spellings are the IPv4 address, so one client is one key
+///   in every spelling and a trusted network matches its proxies in every spelling. IPv6 is
+///   keyed by a prefix (default /64), like [`PeerIp`].
 ///
 /// # Example
 ///
@@ -96,16 +105,25 @@ pub enum Source {
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ForwardedIp {
+    /// The trusted networks in normal form.
     trust: Trust,
+    /// The networks as configured (normalised again when a NAT64 prefix is added).
+    configured: Vec<IpNet>,
     source: Source,
     peer: PeerIp,
 }
 
 impl ForwardedIp {
     /// Trusts peers and forwarded entries inside `proxies` (for example `10.0.0.0/8`).
+    ///
+    /// The networks are compared in the normal form of [`normalize_ip`]: a network written in
+    /// IPv4-mapped or NAT64 spelling (`::ffff:10.0.0.0/104`, `64:ff9b::a00:0/104`) is the IPv4
+    /// network it spells, and matches the proxy in any spelling.
     pub fn trusting(proxies: impl IntoIterator<Item = IpNet>) -> Self {
+        let proxies: Vec<IpNet> = proxies.into_iter().collect();
         Self {
-            trust: Trust::Cidrs(proxies.into_iter().collect()),
+            trust: Trust::Cidrs(normalize_nets(proxies.iter().copied(), &[])),
+            configured: proxies,
             source: Source::default(),
             peer: PeerIp::new(),
         }
@@ -115,6 +133,7 @@ impl ForwardedIp {
     pub const fn hops(hops: NonZeroU8) -> Self {
         Self {
             trust: Trust::Hops(hops),
+            configured: Vec::new(),
             source: Source::XForwardedFor,
             peer: PeerIp::new(),
         }
@@ -128,7 +147,26 @@ impl ForwardedIp {
 
     /// Groups IPv6 clients by a `/prefix` (clamped to 1..=128; default 64).
     pub fn ipv6_prefix(mut self, prefix: u8) -> Self {
+        let nat64 = self.peer.nat64_prefixes().first().copied();
         self.peer = PeerIp::ipv6_prefix(prefix);
+        if let Some(nat64) = nat64 {
+            self.peer = self.peer.nat64(nat64);
+        }
+        self
+    }
+
+    /// Also reads addresses inside `prefix`, your NAT64 translator's network-specific prefix,
+    /// as the IPv4 address they embed, in the peer, the forwarded entries and the trusted
+    /// networks (the well-known `64:ff9b::/96` always is); see [`PeerIp::nat64`].
+    #[must_use]
+    pub fn nat64(mut self, prefix: Nat64Prefix) -> Self {
+        self.peer = self.peer.nat64(prefix);
+        if let Trust::Cidrs(_) = self.trust {
+            self.trust = Trust::Cidrs(normalize_nets(
+                self.configured.iter().copied(),
+                self.peer.nat64_prefixes(),
+            ));
+        }
         self
     }
 
@@ -141,11 +179,12 @@ impl ForwardedIp {
 
     /// The client address for a request from `peer`, or `None` to key on the peer.
     pub fn client_ip(&self, peer: IpAddr, headers: &HeaderMap) -> Option<IpAddr> {
-        let peer = peer.to_canonical();
+        let nat64 = self.peer.nat64_prefixes();
+        let peer = normalize_ip(peer, nat64);
         if !self.trusted(peer) {
             return None;
         }
-        let mut entries = Entries::new(headers, self.source);
+        let mut entries = Entries::new(headers, self.source, nat64);
         match &self.trust {
             Trust::Hops(n) => {
                 let n = usize::from(n.get());
@@ -186,13 +225,23 @@ impl KeyExtractor for ForwardedIp {
 /// with one `Err` after [`MAX_HOPS`] entries.
 struct Entries<'a> {
     lines: std::iter::Rev<http::header::ValueIter<'a, http::HeaderValue>>,
-    current: Option<std::iter::Rev<std::str::Split<'a, char>>>,
+    current: Option<Line<'a>>,
     source: Source,
+    nat64: &'a [Nat64Prefix],
     seen: usize,
 }
 
+/// The entries of one field line not yet returned, from the right.
+enum Line<'a> {
+    /// `X-Forwarded-For`: split lazily from the right (its grammar has no quoting).
+    Xff(std::iter::Rev<std::str::Split<'a, char>>),
+    /// `Forwarded`: parsed left to right by RFC 7239's grammar (the only direction its
+    /// quoted-strings can be read in), the last entries kept.
+    Forwarded(std::iter::Rev<std::collections::vec_deque::IntoIter<Result<IpAddr, ()>>>),
+}
+
 impl<'a> Entries<'a> {
-    fn new(headers: &'a HeaderMap, source: Source) -> Self {
+    fn new(headers: &'a HeaderMap, source: Source, nat64: &'a [Nat64Prefix]) -> Self {
         let name = match source {
             Source::XForwardedFor => &X_FORWARDED_FOR,
             Source::Forwarded => &FORWARDED,
@@ -201,6 +250,7 @@ impl<'a> Entries<'a> {
             lines: headers.get_all(name).iter().rev(),
             current: None,
             source,
+            nat64,
             seen: 0,
         }
     }
@@ -214,27 +264,194 @@ impl Iterator for Entries<'_> {
             return None;
         }
         loop {
-            if let Some(parts) = &mut self.current {
-                if let Some(part) = parts.next() {
-                    self.seen += 1;
-                    if self.seen > MAX_HOPS {
-                        return Some(Err(()));
-                    }
-                    let parsed = match self.source {
-                        Source::XForwardedFor => parse_node(part.trim()),
-                        Source::Forwarded => parse_forwarded_element(part),
-                    };
-                    return Some(parsed.ok_or(()));
-                }
-                self.current = None;
-            }
-            let line = self.lines.next()?;
-            match line.to_str() {
-                Ok(text) => self.current = Some(text.split(',').rev()),
-                Err(_) => {
-                    self.seen = MAX_HOPS + 1;
+            let next = match &mut self.current {
+                Some(Line::Xff(parts)) => parts
+                    .next()
+                    .map(|part| parse_node(part.trim(), self.nat64).ok_or(())),
+                Some(Line::Forwarded(entries)) => entries.next(),
+                None => None,
+            };
+            if let Some(entry) = next {
+                self.seen += 1;
+                if self.seen > MAX_HOPS {
                     return Some(Err(()));
                 }
+                return Some(entry);
+            }
+            self.current = None;
+            let line = self.lines.next()?;
+            match self.source {
+                Source::XForwardedFor => match line.to_str() {
+                    Ok(text) => self.current = Some(Line::Xff(text.split(',').rev())),
+                    Err(_) => {
+                        self.seen = MAX_HOPS + 1;
+                        return Some(Err(()));
+                    }
+                },
+                Source::Forwarded => {
+                    let keep = MAX_HOPS + 1 - self.seen;
+                    let entries = forwarded_line(line.as_bytes(), keep, self.nat64);
+                    self.current = Some(Line::Forwarded(entries.into_iter().rev()));
+                }
+            }
+        }
+    }
+}
+
+/// The client addresses of one RFC 7239 `Forwarded` field line, one per element, left to
+/// right; only the last `keep` are kept (the walk never reads further left).
+///
+/// The line is read by the grammar of RFC 7239 §4 (with the list and quoted-string rules of
+/// RFC 9110 §5.6): `forwarded-element *( OWS "," OWS forwarded-element )`, an element being
+/// `forwarded-pair *( ";" forwarded-pair )`, a pair `token "=" ( token / quoted-string )`.
+/// A `,` or `;` inside a quoted-string is text, never a separator, and `\` escapes the next
+/// character. Optional whitespace around `;` is accepted; empty list elements are skipped
+/// (RFC 9110 §5.6.1).
+///
+/// Each element gives `Ok(address)` for a `for=` node that [`parse_for_node`] accepts, and
+/// `Err` when it has no `for=`, repeats a parameter (§4: "MUST NOT occur more than once") or
+/// its node is not an address. At the first syntax error (an unterminated quoted-string, a
+/// pair without `=`, a stray character) the line ends with one `Err`: past that point no
+/// element boundary can be trusted, so the walk from the right stops there and the
+/// extractor keys on the peer.
+fn forwarded_line(
+    line: &[u8],
+    keep: usize,
+    nat64: &[Nat64Prefix],
+) -> std::collections::VecDeque<Result<IpAddr, ()>> {
+    let mut out = std::collections::VecDeque::with_capacity(keep.min(8) + 1);
+    let push = |out: &mut std::collections::VecDeque<_>, entry| {
+        out.push_back(entry);
+        if out.len() > keep {
+            out.pop_front();
+        }
+    };
+    let mut p = Scanner { s: line, i: 0 };
+    loop {
+        match p.element(nat64) {
+            Ok(Some(entry)) => push(&mut out, entry),
+            Ok(None) => {}
+            Err(()) => {
+                push(&mut out, Err(()));
+                return out;
+            }
+        }
+        p.skip_ows();
+        match p.peek() {
+            None => return out,
+            Some(b',') => p.i += 1,
+            Some(_) => {
+                push(&mut out, Err(()));
+                return out;
+            }
+        }
+    }
+}
+
+/// A cursor over one `Forwarded` field line.
+struct Scanner<'a> {
+    s: &'a [u8],
+    i: usize,
+}
+
+/// Most pairs read in one element (RFC 7239 defines four parameters; extensions are rare).
+const MAX_PAIRS: usize = 16;
+
+impl<'a> Scanner<'a> {
+    fn peek(&self) -> Option<u8> {
+        self.s.get(self.i).copied()
+    }
+
+    fn skip_ows(&mut self) {
+        while matches!(self.peek(), Some(b' ' | b'\t')) {
+            self.i += 1;
+        }
+    }
+
+    /// One element, up to (not including) the `,` that ends it: `Ok(None)` for an empty
+    /// element, `Ok(Some(entry))` otherwise, `Err` on a syntax error.
+    fn element(&mut self, nat64: &[Nat64Prefix]) -> Result<Option<Result<IpAddr, ()>>, ()> {
+        let mut names: [&'a [u8]; MAX_PAIRS] = [&[]; MAX_PAIRS];
+        let mut pairs = 0;
+        let mut node: Option<Result<IpAddr, ()>> = None;
+        let mut valid = true;
+        loop {
+            self.skip_ows();
+            match self.peek() {
+                None | Some(b',') => break,
+                Some(b';') => {
+                    self.i += 1;
+                    continue;
+                }
+                Some(_) => {}
+            }
+            let name = self.token().ok_or(())?;
+            if self.peek() != Some(b'=') {
+                return Err(());
+            }
+            self.i += 1;
+            let value = match self.peek() {
+                Some(b'"') => self.quoted_string().ok_or(())?,
+                _ => self.token().ok_or(())?.to_vec(),
+            };
+            if pairs == MAX_PAIRS || names[..pairs].iter().any(|n| n.eq_ignore_ascii_case(name)) {
+                valid = false;
+            } else {
+                names[pairs] = name;
+                pairs += 1;
+            }
+            if name.eq_ignore_ascii_case(b"for") {
+                node = Some(parse_for_node(&value, nat64).ok_or(()));
+            }
+            self.skip_ows();
+            match self.peek() {
+                None | Some(b',' | b';') => {}
+                Some(_) => return Err(()),
+            }
+        }
+        if pairs == 0 && valid {
+            return Ok(None);
+        }
+        Ok(Some(if valid {
+            node.unwrap_or(Err(()))
+        } else {
+            Err(())
+        }))
+    }
+
+    /// `token = 1*tchar` (RFC 9110 §5.6.2).
+    fn token(&mut self) -> Option<&'a [u8]> {
+        let start = self.i;
+        while self
+            .peek()
+            .is_some_and(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+        {
+            self.i += 1;
+        }
+        let s: &'a [u8] = self.s;
+        (self.i > start).then(|| s.get(start..self.i)).flatten()
+    }
+
+    /// `quoted-string = DQUOTE *( qdtext / quoted-pair ) DQUOTE` (RFC 9110 §5.6.4), its
+    /// content unescaped.
+    fn quoted_string(&mut self) -> Option<Vec<u8>> {
+        self.i += 1; // the opening quote
+        let mut text = Vec::new();
+        loop {
+            let b = self.peek()?;
+            self.i += 1;
+            match b {
+                b'"' => return Some(text),
+                b'\\' => {
+                    let escaped = self.peek()?;
+                    if !(escaped == b'\t' || escaped >= 0x20) || escaped == 0x7f {
+                        return None;
+                    }
+                    self.i += 1;
+                    text.push(escaped);
+                }
+                b'\t' | 0x20..=0x7e | 0x80..=0xff => text.push(b),
+                _ => return None,
             }
         }
     }
@@ -242,7 +459,7 @@ impl Iterator for Entries<'_> {
 
 /// An address with an optional port: `1.2.3.4`, `1.2.3.4:5`, `2001:db8::1`, `[2001:db8::1]`,
 /// `[2001:db8::1]:5`. See [`client_address`] for what is refused.
-fn parse_node(s: &str) -> Option<IpAddr> {
+fn parse_node(s: &str, nat64: &[Nat64Prefix]) -> Option<IpAddr> {
     let ip = if let Ok(ip) = s.parse::<IpAddr>() {
         ip
     } else if let Ok(sa) = s.parse::<SocketAddr>() {
@@ -252,51 +469,34 @@ fn parse_node(s: &str) -> Option<IpAddr> {
             .and_then(|rest| rest.strip_suffix(']'))
             .and_then(|inner| inner.parse::<IpAddr>().ok())?
     };
-    client_address(ip)
+    client_address(ip, nat64)
 }
 
-/// Normalises an entry the same way as the peer (IPv4-mapped IPv6 becomes IPv4, so a trusted
-/// hop written `::ffff:10.0.0.1` is recognised as trusted) and refuses addresses that can
-/// never be a client's: unspecified (`0.0.0.0`, `::`), multicast and the IPv4 broadcast
-/// address. A refused entry is unparsable: the extractor keys on the peer.
-fn client_address(ip: IpAddr) -> Option<IpAddr> {
-    let ip = ip.to_canonical();
+/// Normalises an entry the same way as the peer ([`normalize_ip`]: an IPv4-mapped or NAT64
+/// address becomes IPv4, so a trusted hop written `::ffff:10.0.0.1` is recognised as
+/// trusted) and refuses addresses that can never be a client's: unspecified (`0.0.0.0`,
+/// `::`), multicast and the IPv4 broadcast address. A refused entry is unparsable: the
+/// extractor keys on the peer.
+fn client_address(ip: IpAddr, nat64: &[Nat64Prefix]) -> Option<IpAddr> {
+    let ip = normalize_ip(ip, nat64);
     let never_a_client = ip.is_unspecified()
         || ip.is_multicast()
         || matches!(ip, IpAddr::V4(v4) if v4.is_broadcast());
     (!never_a_client).then_some(ip)
 }
 
-/// The `for=` node of one RFC 7239 element (`for=192.0.2.60;proto=http;by=...`), strictly
-/// per RFC 7239 §4 and §6: a parameter appears at most once, an IPv6 node is quoted and
-/// bracketed (`for="[2001:db8::1]:4711"`), a node with a port is quoted, an unquoted node is
-/// a bare IPv4 address. The port may be obfuscated (§6.3: `for="192.0.2.43:_abc"`); it is
-/// dropped like any port. `unknown`, obfuscated node names (`_hidden`), malformed pairs and
-/// elements without `for=` do not parse.
-fn parse_forwarded_element(element: &str) -> Option<IpAddr> {
-    let mut node = None;
-    for pair in element.split(';').map(str::trim).filter(|p| !p.is_empty()) {
-        let (name, value) = pair.split_once('=')?;
-        if name.trim().eq_ignore_ascii_case("for") {
-            if node.is_some() {
-                return None;
-            }
-            node = Some(value.trim());
-        }
-    }
-    let node = node?;
-    match node.strip_prefix('"') {
-        Some(quoted) => parse_quoted_node(quoted.strip_suffix('"')?),
-        None => node
-            .parse::<std::net::Ipv4Addr>()
-            .ok()
-            .and_then(|v4| client_address(IpAddr::V4(v4))),
-    }
+/// The address of an RFC 7239 `for=` value (unescaped, quotes removed), strictly per §6: an
+/// unquoted node is a bare IPv4 address (a token cannot hold `:` or `[`); a quoted one is
+/// `IPv4address` or `"[" IPv6address "]"`, each with an optional port, which may be
+/// obfuscated (§6.3: `for="192.0.2.43:_abc"`) and is dropped like any port. `unknown` and
+/// obfuscated node names (`_hidden`) are not addresses.
+fn parse_for_node(value: &[u8], nat64: &[Nat64Prefix]) -> Option<IpAddr> {
+    parse_quoted_node(std::str::from_utf8(value).ok()?, nat64)
 }
 
 /// A quoted RFC 7239 §6 `node = nodename [ ":" node-port ]` whose name is an address:
 /// `IPv4address` or `"[" IPv6address "]"`, each with an optional port.
-fn parse_quoted_node(node: &str) -> Option<IpAddr> {
+fn parse_quoted_node(node: &str, nat64: &[Nat64Prefix]) -> Option<IpAddr> {
     let (ip, port) = match node.strip_prefix('[') {
         Some(rest) => {
             let (v6, after) = rest.split_once(']')?;
@@ -314,7 +514,7 @@ fn parse_quoted_node(node: &str) -> Option<IpAddr> {
     if !port.is_none_or(is_node_port) {
         return None;
     }
-    client_address(ip)
+    client_address(ip, nat64)
 }
 
 /// RFC 7239 §6: `node-port = port / obfport`, `port = 1*5DIGIT`,
@@ -522,6 +722,66 @@ mod tests {
         assert_eq!(
             key(&ip, "10.0.0.5", "x-forwarded-for", &[b"1.1.1.1"]),
             "ip:10.0.0.5"
+        );
+    }
+
+    /// Case B45: a `,` or `;` inside a quoted-string (here a `host=` the proxy copied from
+    /// the client's Host) is text, never an element or pair boundary, so the `for=` the
+    /// client wrote inside it never becomes the client address.
+    #[test]
+    fn quoted_separators_in_forwarded_never_make_a_client_address() {
+        let ip = trusting().source(Source::Forwarded);
+        let peer = "10.0.0.5".parse().unwrap();
+        let client = |value: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(FORWARDED, http::HeaderValue::from_str(value).unwrap());
+            ip.client_ip(peer, &headers)
+        };
+        let v4 = |s: &str| Some(s.parse::<IpAddr>().unwrap());
+        assert_eq!(
+            client(r#"for=203.0.113.50;host="x,for=198.51.100.99;y=";proto=https"#),
+            v4("203.0.113.50")
+        );
+        assert_eq!(
+            client(r#"for=203.0.113.51;host="a;for=198.51.100.98""#),
+            v4("203.0.113.51")
+        );
+        // Controls.
+        assert_eq!(
+            client(r#"For="[2001:db8:cafe::17]:4711""#),
+            v4("2001:db8:cafe::17")
+        );
+        assert_eq!(
+            client("for=192.0.2.43, for=198.51.100.17"),
+            v4("198.51.100.17")
+        );
+        assert_eq!(
+            client("for=192.0.2.60;proto=http;by=203.0.113.43"),
+            v4("192.0.2.60")
+        );
+        // Escapes inside a quoted-string, an escaped quote included, stay inside it.
+        assert_eq!(
+            client(r#"for=203.0.113.52;host="a\",for=198.51.100.97""#),
+            v4("203.0.113.52")
+        );
+        assert_eq!(client(r#"for="\[2001:db8::5\]""#), v4("2001:db8::5"));
+        // A quoted-string that never ends, a stray character or a pair without `=`: the
+        // element boundaries cannot be known, so the peer is the key.
+        for broken in [
+            r#"for=198.51.100.99, for=203.0.113.53;host="x, for=198.51.100.98"#,
+            r#"for=203.0.113.54;host="x"y, for=198.51.100.96"#,
+            "for=203.0.113.55 for=198.51.100.95",
+            "for=198.51.100.94, proto",
+        ] {
+            assert_eq!(client(broken), None, "{broken}");
+        }
+        // A parameter twice (in any case) makes the element unparsable.
+        assert_eq!(client("for=203.0.113.56;FOR=198.51.100.93"), None);
+        assert_eq!(client("for=203.0.113.57;host=a;Host=b"), None);
+        // Empty list elements and whitespace around `;` are allowed.
+        assert_eq!(
+            client("for=192.0.2.1 ,, for=203.0.113.58 ; proto=https ,"),
+            v4("203.0.113.58")
         );
     }
 

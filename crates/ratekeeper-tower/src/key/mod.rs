@@ -4,13 +4,20 @@
 //! ([`KeyError`]). Closures `Fn(&RequestParts<'_>) -> Result<Key, KeyError>` are extractors
 //! too ([`RequestParts`]: the request's head, borrowed, whatever the body type).
 //!
-//! - [`PeerIp`] (the default): the TCP peer address, IPv4-mapped IPv6 addresses normalised
-//!   to IPv4, IPv6 grouped by prefix (default /64) so one host cannot rotate through its
-//!   2^64 addresses. Reads axum's `ConnectInfo<SocketAddr>` (feature `axum`), a
-//!   [`SocketAddr`] extension, or a [`PeerAddr`] extension.
+//! - [`PeerIp`] (the default): the TCP peer address, IPv4 written as IPv6 (IPv4-mapped,
+//!   NAT64) normalised to IPv4, IPv6 grouped by prefix (default /64) so one host cannot
+//!   rotate through its 2^64 addresses. Reads axum's `ConnectInfo<SocketAddr>` (feature
+//!   `axum`), a [`SocketAddr`] extension, or a [`PeerAddr`] extension.
 //! - [`ForwardedIp`]: the client IP reported by trusted reverse proxies (CIDR list or hop
-//!   count), read only when the peer is trusted; the peer otherwise.
-//! - [`HeaderKey`]: an API key header, best validated into the principal it authenticates.
+//!   count), read only when the peer is trusted; the peer otherwise. `Forwarded` is read by
+//!   RFC 7239's grammar.
+//! - [`HeaderKey`]: an API key or bearer token header (any length, names in any case), best
+//!   validated into the principal it authenticates.
+//!
+//! Every address is compared and keyed in one normal form, [`normalize_ip`]: the peer, the
+//! forwarded entries, the trusted networks and the layer's exempt networks, so an IPv4
+//! client is one key whether it arrives as `192.0.2.77`, `::ffff:192.0.2.77` or
+//! `64:ff9b::192.0.2.77`.
 //! - [`UserKey`]: the authenticated user an auth layer put in the request extensions.
 //! - [`MatchedRoute`](crate::route::MatchedRoute): the route template (axum `MatchedPath`).
 //! - [`GlobalKey`]: one budget for everyone.
@@ -64,11 +71,14 @@
 //! The parameter type is written out: Rust infers a closure's parameter types only from an
 //! `Fn` bound, and `.key` also takes extractor types, which are not closures.
 
+mod addr;
 mod combine;
 mod forwarded;
 mod header;
 mod user;
 
+pub(crate) use addr::normalize_nets;
+pub use addr::{Nat64Prefix, Nat64PrefixError, normalize_ip};
 pub use combine::Or;
 pub use forwarded::{ForwardedIp, MAX_HOPS, Source, Trust};
 pub use header::{HeaderKey, MAX_RAW_LEN, Raw};
@@ -162,6 +172,16 @@ pub trait KeyExtractor: Send + Sync + 'static {
     fn describe(&self) -> String {
         crate::type_name::short_type_name::<Self>()
     }
+
+    /// Checks the extractor's own settings when a layer is built (for example
+    /// [`HeaderKey`]'s header name). Default `Ok(())`; combinations check every part.
+    ///
+    /// # Errors
+    ///
+    /// The [`BuildError`](crate::BuildError) that makes the layer's `build` fail.
+    fn check(&self) -> Result<(), crate::BuildError> {
+        Ok(())
+    }
 }
 
 impl<F> KeyExtractor for F
@@ -180,11 +200,14 @@ where
 pub struct PeerAddr(pub SocketAddr);
 
 /// Keys by the TCP peer address (the safe default): IPv4 as the full address, IPv6 grouped
-/// by a prefix (default /64). IPv4-mapped IPv6 (`::ffff:a.b.c.d`, recognised by address
-/// range, not notation) is keyed as the IPv4 address.
+/// by a prefix (default /64). An IPv4 address written as IPv6 is keyed as the IPv4 address
+/// ([`normalize_ip`]): IPv4-mapped (`::ffff:a.b.c.d`, recognised by address range, not
+/// notation), the well-known NAT64 prefix `64:ff9b::/96`, and a NAT64 prefix set with
+/// [`PeerIp::nat64`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PeerIp {
     v6_prefix: u8,
+    nat64: Option<Nat64Prefix>,
 }
 
 impl Default for PeerIp {
@@ -196,7 +219,10 @@ impl Default for PeerIp {
 impl PeerIp {
     /// Peer IP with IPv6 grouped by /64.
     pub const fn new() -> Self {
-        Self { v6_prefix: 64 }
+        Self {
+            v6_prefix: 64,
+            nat64: None,
+        }
     }
 
     /// Groups IPv6 peers by a `/prefix` (clamped to 1..=128; 128 keys every address).
@@ -208,7 +234,38 @@ impl PeerIp {
         } else {
             prefix
         };
-        Self { v6_prefix: p }
+        Self {
+            v6_prefix: p,
+            nat64: None,
+        }
+    }
+
+    /// Also reads addresses inside `prefix`, your NAT64 translator's network-specific prefix,
+    /// as the IPv4 address they embed (the well-known `64:ff9b::/96` always is).
+    ///
+    /// ```
+    /// use axum::http::Request;
+    /// use ratekeeper_axum::key::{KeyExtractor, Nat64Prefix, PeerAddr, PeerIp};
+    ///
+    /// let nsp = Nat64Prefix::new("2001:db8:64::/96".parse().unwrap()).unwrap();
+    /// let mut req = Request::new(());
+    /// req.extensions_mut().insert(PeerAddr("[2001:db8:64::c000:24d]:1".parse().unwrap()));
+    /// assert_eq!(PeerIp::new().nat64(nsp).extract(&req).unwrap().to_string(), "ip:192.0.2.77");
+    /// ```
+    #[must_use]
+    pub const fn nat64(mut self, prefix: Nat64Prefix) -> Self {
+        self.nat64 = Some(prefix);
+        self
+    }
+
+    /// The NAT64 prefixes read as IPv4 besides the well-known one.
+    pub(crate) fn nat64_prefixes(&self) -> &[Nat64Prefix] {
+        self.nat64.as_slice()
+    }
+
+    /// `ip` in the normal form of [`normalize_ip`], with this extractor's NAT64 prefix.
+    pub fn normalize(&self, ip: IpAddr) -> IpAddr {
+        normalize_ip(ip, self.nat64_prefixes())
     }
 
     /// The peer address of a request, if the server provided one.
@@ -225,16 +282,18 @@ impl PeerIp {
             .or_else(|| ext.get::<SocketAddr>().copied())
     }
 
-    /// The key for an address under this extractor's IPv6 prefix.
+    /// The key for an address under this extractor's IPv6 prefix, after
+    /// [`normalize`](Self::normalize).
     pub fn key_for(&self, ip: IpAddr) -> Key {
-        ip_key(ip, self.v6_prefix)
+        ip_key(self.normalize(ip), self.v6_prefix)
     }
 }
 
-/// Keys an address: IPv4 (and IPv4-mapped IPv6) as the full IPv4 address; other IPv6
-/// masked to `v6_prefix` bits (`Key::Net`), or `Key::Ip` when the prefix is 128.
+/// Keys an address: IPv4 (and IPv4 written as IPv6: mapped, or in the well-known NAT64
+/// prefix, see [`normalize_ip`]) as the full IPv4 address; other IPv6 masked to `v6_prefix`
+/// bits (`Key::Net`), or `Key::Ip` when the prefix is 128.
 pub fn ip_key(ip: IpAddr, v6_prefix: u8) -> Key {
-    match ip {
+    match normalize_ip(ip, &[]) {
         IpAddr::V4(v4) => Key::Ip(IpAddr::V4(v4)),
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
             Some(v4) => Key::Ip(IpAddr::V4(v4)),

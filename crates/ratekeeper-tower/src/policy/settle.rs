@@ -50,8 +50,11 @@ pub(crate) struct Rules {
     pub(crate) settle: SmallVec<[(u32, Settle); 2]>,
     /// Requests that look like CORS preflights are not limited (opt-in; client-controlled).
     pub(crate) exempt_preflight: bool,
+    /// In the normal form of [`normalize_ip`](crate::key::normalize_ip) with `nat64`.
     pub(crate) exempt_networks: Vec<IpNet>,
     pub(crate) exempt_keys: Vec<Key>,
+    /// NAT64 prefixes read as IPv4 besides the well-known one (exempt networks and peers).
+    pub(crate) nat64: Vec<crate::key::Nat64Prefix>,
 }
 
 impl Applied {

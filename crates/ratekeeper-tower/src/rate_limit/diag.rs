@@ -94,7 +94,9 @@ impl Diagnostics {
             }
             return;
         };
-        let Some(ip) = ip.or_else(|| PeerIp::peer_addr(req).map(|a| a.ip().to_canonical())) else {
+        let Some(ip) =
+            ip.or_else(|| PeerIp::peer_addr(req).map(|a| crate::key::normalize_ip(a.ip(), &[])))
+        else {
             return;
         };
         if !is_private(ip) || self.warned.swap(true, Ordering::Relaxed) {

@@ -207,9 +207,14 @@ where
                         report: None,
                     }
                 }
-                Some(answer) => Kind::Answered {
-                    answer: Some(answer.for_request(self.req.headers())),
-                },
+                Some(answer) => {
+                    let grpc = self
+                        .limiter
+                        .grpc_call(self.req.version(), self.req.headers());
+                    Kind::Answered {
+                        answer: Some(answer.for_request(grpc)),
+                    }
+                }
             },
         }
     }
@@ -218,9 +223,14 @@ where
     fn next(self, verdict: Verdict, decisions: Decisions) -> Kind<S::Future, S, Request<ReqB>, SF> {
         match verdict {
             Verdict::Pass => self.pass(decisions),
-            Verdict::Answer(answer) => Kind::Answered {
-                answer: Some(answer.for_request(self.req.headers())),
-            },
+            Verdict::Answer(answer) => {
+                let grpc = self
+                    .limiter
+                    .grpc_call(self.req.version(), self.req.headers());
+                Kind::Answered {
+                    answer: Some(answer.for_request(grpc)),
+                }
+            }
             Verdict::Wait => Kind::Reserved {
                 sleep: tokio::time::sleep(decisions.delay()),
                 reservation: Reservation {

@@ -133,6 +133,7 @@ struct Settings {
     settle: Vec<(String, Settle)>,
     quiet_forwarded: bool,
     raw_keys: bool,
+    grpc: bool,
 }
 
 /// Builds a [`RateLimitLayer`]: policies, key extractor, cost, store, headers.
@@ -345,15 +346,34 @@ impl<K, Co, St, R> RateLimitBuilder<K, Co, St, R> {
     }
 
     /// Peers inside these networks (for example monitoring or an internal network) are not
-    /// limited. Matched against the TCP peer (IPv4-mapped IPv6 as IPv4), never a forwarded
-    /// header.
+    /// limited. Matched against the TCP peer, never a forwarded header. Peer and networks are
+    /// compared in the normal form of [`normalize_ip`](crate::key::normalize_ip): IPv4-mapped
+    /// and well-known NAT64 (`64:ff9b::/96`) spellings are IPv4, so `::ffff:192.0.2.0/120`
+    /// and `192.0.2.0/24` are the same network and match `192.0.2.7` in either spelling.
     pub fn exempt_networks(mut self, networks: impl IntoIterator<Item = ipnet::IpNet>) -> Self {
+        // Normalised in `build`, with the NAT64 prefixes set by then.
         self.settings.rules.exempt_networks.extend(networks);
         self
     }
 
+    /// Also reads peer addresses inside `prefix`, your NAT64 translator's network-specific
+    /// prefix, as the IPv4 address they embed when matching
+    /// [`exempt_networks`](Self::exempt_networks) (the well-known `64:ff9b::/96` always is).
+    /// Set the same prefix on the key extractor ([`PeerIp::nat64`](crate::key::PeerIp::nat64),
+    /// [`ForwardedIp::nat64`](crate::key::ForwardedIp::nat64)) so that keys agree.
+    pub fn nat64(mut self, prefix: crate::key::Nat64Prefix) -> Self {
+        self.settings.rules.nat64.push(prefix);
+        self
+    }
+
     /// Requests whose key (from the layer's key extractor) is one of `keys` are not limited.
+    /// An address key is compared in the normal form of the IP extractors
+    /// ([`normalize_ip`](crate::key::normalize_ip)), as they write it.
     pub fn exempt_keys(mut self, keys: impl IntoIterator<Item = Key>) -> Self {
+        let keys = keys.into_iter().map(|key| match key {
+            Key::Ip(ip) => Key::Ip(crate::key::normalize_ip(ip, &[])),
+            key => key,
+        });
         self.settings.rules.exempt_keys.extend(keys);
         self
     }
@@ -381,6 +401,22 @@ impl<K, Co, St, R> RateLimitBuilder<K, Co, St, R> {
         self
     }
 
+    /// Whether this layer serves gRPC (tonic, gRPC-Web): a refused gRPC call then gets a
+    /// gRPC answer, a trailers-only response with HTTP `200 OK` and `grpc-status: 8`
+    /// (`RESOURCE_EXHAUSTED`), which gRPC clients read (see [`report`](crate::report#grpc)).
+    ///
+    /// A gRPC call is recognised by its protocol's grammar: `content-type: application/grpc`
+    /// (or `application/grpc+<format>`) on an HTTP/2 request, or a gRPC-Web content type
+    /// (`application/grpc-web`, `application/grpc-web-text`, with an optional
+    /// `+<format>`) on any HTTP version. Default `false`: every refusal is an HTTP status
+    /// (429, 503, 400, 500) whatever the request's `content-type` says, so a client of a
+    /// plain HTTP service cannot turn its own 429 into a 200 that access logs and proxies do
+    /// not count as a refusal.
+    pub fn grpc(mut self, on: bool) -> Self {
+        self.settings.grpc = on;
+        self
+    }
+
     /// Registers the policies with the store and builds the layer.
     ///
     /// Logs one INFO event (target `ratekeeper`) naming the policies (name, quota,
@@ -389,7 +425,9 @@ impl<K, Co, St, R> RateLimitBuilder<K, Co, St, R> {
     ///
     /// # Errors
     ///
-    /// [`BuildError`] when there is no policy, a name is reused or invalid, the store
+    /// [`BuildError`] when there is no policy, a name is reused or invalid, the key
+    /// extractor refuses its settings ([`KeyExtractor::check`](crate::key::KeyExtractor::check):
+    /// a header name that is not a valid field name), the store
     /// refuses a policy, a fixed cost is 0 or larger than a policy's burst, or the resolver
     /// refuses the policies (a [`RouteTable`](crate::route::RouteTable) route template that
     /// can never match, an unknown policy name, a route cost above a burst).
@@ -441,6 +479,9 @@ impl<K, Co, St, R> RateLimitBuilder<K, Co, St, R> {
                 .ok_or_else(|| BuildError::UnknownPolicy(name.clone()))?;
             settings.rules.settle.push((index, *settle));
         }
+        let exempt = std::mem::take(&mut settings.rules.exempt_networks);
+        settings.rules.exempt_networks = crate::key::normalize_nets(exempt, &settings.rules.nat64);
+        key.check()?;
         resolver.check(policies)?;
         let mut ids = SmallVec::new();
         for p in policies {
@@ -449,6 +490,7 @@ impl<K, Co, St, R> RateLimitBuilder<K, Co, St, R> {
         let mut reporter = Reporter::new(policies, settings.style, settings.reset);
         reporter.rejection = settings.rejection;
         reporter.partition_key = settings.partition_key;
+        reporter.grpc = settings.grpc;
         diag::built(
             policies,
             &key.describe(),

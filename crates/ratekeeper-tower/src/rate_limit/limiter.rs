@@ -28,7 +28,7 @@ use crate::degraded::{Degrade, StoreDegraded};
 use crate::info::Info;
 use crate::key::{KeyError, KeyExtractor, PeerIp};
 use crate::policy::{AllPolicies, Applied, Plan, Resolve, Rules};
-use crate::report::{Reporter, grpc_content_type, trailers_only};
+use crate::report::{Reporter, trailers_only};
 
 /// A response the layer writes itself (a 429, a 503 when the store fails closed, or a key
 /// error).
@@ -58,11 +58,11 @@ impl Answer {
         }
     }
 
-    /// This answer as the request can read it: unchanged, or for a gRPC request (its
-    /// `content-type` starts with `application/grpc`) a trailers-only response with the
+    /// This answer as the request can read it: unchanged, or for a gRPC call to a layer that
+    /// serves gRPC (`grpc`, from [`Reporter::grpc_call`]) a trailers-only response with the
     /// matching gRPC status (see [`trailers_only`]). Called on the answer path only.
-    pub(crate) fn for_request(mut self, request: &HeaderMap) -> Self {
-        let Some(content_type) = grpc_content_type(request) else {
+    pub(crate) fn for_request(mut self, grpc: Option<HeaderValue>) -> Self {
+        let Some(content_type) = grpc else {
             return self;
         };
         let policy = self
@@ -180,7 +180,7 @@ impl<K, Co, St, R> Limiter<K, Co, St, R> {
         }
         if !rules.exempt_networks.is_empty() {
             if let Some(peer) = PeerIp::peer_addr(req) {
-                let ip = peer.ip().to_canonical();
+                let ip = crate::key::normalize_ip(peer.ip(), &rules.nat64);
                 if rules.exempt_networks.iter().any(|n| n.contains(&ip)) {
                     return Prepared::Exempt;
                 }
@@ -534,6 +534,8 @@ pub(crate) trait Erased<SF>: Send + Sync {
     fn respond(&self, reported: &Reported, parts: &mut http::response::Parts);
     /// [`Limiter::settle`] without a response (see [`NO_RESPONSE`] and [`FAILED`]).
     fn settle_status(&self, reported: &Reported, status: StatusCode);
+    /// [`Reporter::grpc_call`].
+    fn grpc_call(&self, version: http::Version, headers: &HeaderMap) -> Option<HeaderValue>;
 }
 
 /// The status a charge is settled with when the response future is dropped before the inner
@@ -575,6 +577,10 @@ where
     fn respond(&self, reported: &Reported, parts: &mut http::response::Parts) {
         self.settle(reported, parts.status);
         self.headers(reported, &mut parts.headers);
+    }
+
+    fn grpc_call(&self, version: http::Version, headers: &HeaderMap) -> Option<HeaderValue> {
+        self.reporter.grpc_call(version, headers)
     }
 
     fn settle_status(&self, reported: &Reported, status: StatusCode) {

@@ -99,7 +99,8 @@ where
             Prepared::Exempt => return ResponseFuture::unchecked(self.inner.call(req)),
             Prepared::Failed(err) => {
                 return ResponseFuture::answered(
-                    Answer::key_error(&err).for_request(req.headers()),
+                    Answer::key_error(&err)
+                        .for_request(limiter.reporter.grpc_call(req.version(), req.headers())),
                 );
             }
         };
@@ -126,7 +127,8 @@ where
                         },
                     ),
                     Verdict::Answer(answer) => {
-                        ResponseFuture::answered(answer.for_request(req.headers()))
+                        let grpc = limiter.reporter.grpc_call(req.version(), req.headers());
+                        ResponseFuture::answered(answer.for_request(grpc))
                     }
                     verdict @ (Verdict::Wait | Verdict::Retry(_)) => {
                         let mut pending = self.hold(req, applied, pk);
@@ -137,7 +139,10 @@ where
             }
             Checked::Ready(Err(err)) => match store_failed(&err, req.extensions_mut()) {
                 None => ResponseFuture::unchecked(self.inner.call(req)),
-                Some(answer) => ResponseFuture::answered(answer.for_request(req.headers())),
+                Some(answer) => {
+                    let grpc = limiter.reporter.grpc_call(req.version(), req.headers());
+                    ResponseFuture::answered(answer.for_request(grpc))
+                }
             },
             Checked::Pending(check) => ResponseFuture::checking(check, self.hold(req, applied, pk)),
         }

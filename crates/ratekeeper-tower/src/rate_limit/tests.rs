@@ -285,6 +285,7 @@ where
         > + Clone,
 {
     let mut req = Request::new(());
+    *req.version_mut() = http::Version::HTTP_2;
     if let Some(ct) = content_type {
         req.headers_mut()
             .insert(http::header::CONTENT_TYPE, ct.parse().unwrap());
@@ -307,6 +308,7 @@ fn grpc_limited(style: crate::report::HeaderStyle) -> RateLimitLayer<GlobalKey, 
         .policy(Policy::new("burst", Quota::per_minute(NonZeroU32::MIN)))
         .key(GlobalKey)
         .headers(style)
+        .grpc(true)
         .build()
         .unwrap()
 }
@@ -352,12 +354,49 @@ async fn a_limited_grpc_call_gets_resource_exhausted_trailers_only() {
     }
 }
 
+/// A layer that does not serve gRPC (the default), or a call that is not gRPC by its
+/// protocol's grammar (`application/grpc` over HTTP/1.1), keeps the HTTP status of a
+/// refusal: a client cannot turn its own 429 into a 200.
+#[tokio::test]
+async fn a_client_cannot_turn_a_refusal_into_a_200_with_its_content_type() {
+    let plain = RateLimitLayer::builder()
+        .policy(Policy::new("burst", Quota::per_minute(NonZeroU32::MIN)))
+        .key(GlobalKey)
+        .build()
+        .unwrap();
+    let svc = ServiceBuilder::new().layer(plain).service_fn(ok_string);
+    assert_eq!(call_with(&svc, None).await.0, StatusCode::OK);
+    for ct in [
+        "application/grpc",
+        "application/grpc-web",
+        "application/grpc+proto",
+    ] {
+        let (status, headers, _) = call_with(&svc, Some(ct)).await;
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{ct}");
+        assert!(headers.get("grpc-status").is_none());
+    }
+    // A gRPC layer: `application/grpc` over HTTP/1.1 is no gRPC call.
+    let svc = ServiceBuilder::new()
+        .layer(grpc_limited(crate::report::HeaderStyle::XRateLimit))
+        .service_fn(ok_string);
+    assert_eq!(call_with(&svc, None).await.0, StatusCode::OK);
+    let mut req = Request::new(());
+    req.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        "application/grpc".parse().unwrap(),
+    );
+    let res = svc.clone().oneshot(req).await.unwrap();
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(res.headers().get("grpc-status").is_none());
+}
+
 #[tokio::test]
 async fn a_grpc_call_whose_cost_can_never_fit_gets_no_retry_information() {
     let layer = RateLimitLayer::builder()
         .policy(Policy::new("burst", Quota::per_minute(NonZeroU32::MIN)))
         .key(GlobalKey)
         .cost_fn(|_req: &crate::RequestParts<'_>| 5)
+        .grpc(true)
         .build()
         .unwrap();
     let svc = ServiceBuilder::new().layer(layer).service_fn(ok_string);
@@ -377,6 +416,7 @@ async fn a_grpc_call_without_a_key_gets_invalid_argument() {
     let layer = RateLimitLayer::builder()
         .policy(Policy::new("burst", Quota::per_minute(NonZeroU32::MIN)))
         .key(crate::key::HeaderKey::raw("x-api-key"))
+        .grpc(true)
         .build()
         .unwrap();
     let svc = ServiceBuilder::new().layer(layer).service_fn(ok_string);
@@ -391,7 +431,11 @@ async fn a_grpc_call_over_the_concurrency_limit_gets_resource_exhausted() {
     let (release, wait) = tokio::sync::oneshot::channel::<()>();
     let wait = Arc::new(tokio::sync::Mutex::new(Some(wait)));
     let svc = ServiceBuilder::new()
-        .layer(crate::concurrency::ConcurrencyLimitLayer::new(NonZeroU32::MIN).key(GlobalKey))
+        .layer(
+            crate::concurrency::ConcurrencyLimitLayer::new(NonZeroU32::MIN)
+                .key(GlobalKey)
+                .grpc(true),
+        )
         .service_fn(move |_req: Request<()>| {
             let wait = wait.clone();
             async move {
@@ -404,6 +448,7 @@ async fn a_grpc_call_over_the_concurrency_limit_gets_resource_exhausted() {
     let held = tokio::spawn(svc.clone().oneshot(Request::new(())));
     tokio::task::yield_now().await;
     let mut req = Request::new(());
+    *req.version_mut() = http::Version::HTTP_2;
     req.headers_mut().insert(
         http::header::CONTENT_TYPE,
         "application/grpc".parse().unwrap(),

@@ -1,13 +1,15 @@
 //! The layer's own answers to gRPC requests: trailers-only responses instead of HTTP
 //! statuses, which gRPC clients would read as `UNAVAILABLE` (429, 503) or `INTERNAL` (400).
 //!
-//! Only the deny path looks at the request's `content-type`, once.
+//! Only layers that serve gRPC answer this way (`grpc(true)` on the builder): elsewhere a
+//! client could send `content-type: application/grpc` and turn its own 429 into a 200. Only
+//! the deny path looks at the request, once.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD_NO_PAD;
 use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
-use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Version};
 
 /// `grpc-status`.
 static GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
@@ -28,16 +30,42 @@ const UNAVAILABLE: u8 = 14;
 /// The `type_url` of `google.rpc.RetryInfo` in a `google.protobuf.Any`.
 const RETRY_INFO_TYPE_URL: &str = "type.googleapis.com/google.rpc.RetryInfo";
 
-/// The `content-type` of a gRPC call, `None` for any other request: a gRPC call's starts with
-/// `application/grpc` (`application/grpc`, `application/grpc+proto`, `application/grpc-web`,
-/// `application/grpc-web+proto`...). The layer's answer carries the same value, so a
-/// gRPC-Web client gets a gRPC-Web response.
+/// The `content-type` of a gRPC call, `None` for any other request, by the protocols'
+/// grammars: gRPC over HTTP/2 (`application/grpc` or `application/grpc+<format>`, on an
+/// HTTP/2 request only, as that protocol requires) and gRPC-Web (`application/grpc-web`,
+/// `application/grpc-web-text`, each with an optional `+<format>`, on any HTTP version). The
+/// media type is compared case-insensitively (RFC 9110 §8.3.1) and may carry parameters
+/// (`; charset=...`); `application/grpcfoo` is not gRPC. The layer's answer carries the same
+/// value, so a gRPC-Web client gets a gRPC-Web response.
 #[inline]
-pub(crate) fn grpc_content_type(headers: &HeaderMap) -> Option<HeaderValue> {
-    headers
-        .get(CONTENT_TYPE)
-        .filter(|v| v.as_bytes().starts_with(b"application/grpc"))
-        .cloned()
+pub(crate) fn grpc_content_type(version: Version, headers: &HeaderMap) -> Option<HeaderValue> {
+    let value = headers.get(CONTENT_TYPE)?;
+    let bytes = value.as_bytes();
+    let media = bytes
+        .split(|&b| b == b';')
+        .next()
+        .unwrap_or_default()
+        .trim_ascii();
+    let media = media.to_ascii_lowercase();
+    let subtype = media.strip_prefix(b"application/")?;
+    let (base, format) = match subtype.iter().position(|&b| b == b'+') {
+        Some(plus) => (&subtype[..plus], Some(&subtype[plus + 1..])),
+        None => (subtype, None),
+    };
+    if format.is_some_and(|f| {
+        f.is_empty()
+            || !f
+                .iter()
+                .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(b))
+    }) {
+        return None;
+    }
+    let ok = match base {
+        b"grpc" => version == Version::HTTP_2,
+        b"grpc-web" | b"grpc-web-text" => true,
+        _ => false,
+    };
+    ok.then(|| value.clone())
 }
 
 /// Rewrites an answer of the layer (a 429, the fail-closed 503, a key error) as a gRPC
@@ -181,19 +209,48 @@ mod tests {
     }
 
     #[test]
-    fn detects_grpc_content_types_only() {
+    fn detects_grpc_content_types_by_their_grammar() {
+        let h2 = Version::HTTP_2;
+        let h1 = Version::HTTP_11;
         let mut h = HeaderMap::new();
-        assert_eq!(grpc_content_type(&h), None);
-        h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-        assert_eq!(grpc_content_type(&h), None);
+        assert_eq!(grpc_content_type(h2, &h), None);
+        for other in [
+            "application/json",
+            "application/grpcfoo",
+            "application/grpc+",
+            "application/grpc-webx",
+            "text/grpc",
+            "application/grpc+pro to",
+        ] {
+            h.insert(CONTENT_TYPE, HeaderValue::from_static(other));
+            assert_eq!(grpc_content_type(h2, &h), None, "{other}");
+        }
         for grpc in [
             "application/grpc",
             "application/grpc+proto",
-            "application/grpc-web",
-            "application/grpc-web+proto",
+            "Application/GRPC",
+            "application/grpc; charset=utf-8",
         ] {
             h.insert(CONTENT_TYPE, HeaderValue::from_static(grpc));
-            assert_eq!(grpc_content_type(&h), Some(HeaderValue::from_static(grpc)));
+            assert_eq!(
+                grpc_content_type(h2, &h),
+                Some(HeaderValue::from_static(grpc))
+            );
+            // gRPC proper is HTTP/2 only.
+            assert_eq!(grpc_content_type(h1, &h), None, "{grpc}");
+        }
+        for web in [
+            "application/grpc-web",
+            "application/grpc-web+proto",
+            "application/grpc-web-text",
+        ] {
+            h.insert(CONTENT_TYPE, HeaderValue::from_static(web));
+            for version in [h1, h2] {
+                assert_eq!(
+                    grpc_content_type(version, &h),
+                    Some(HeaderValue::from_static(web))
+                );
+            }
         }
     }
 

@@ -3,7 +3,7 @@
 use std::cell::LazyCell;
 use std::fmt::Write as _;
 use std::sync::OnceLock;
-use std::time::Duration;
+use std::time::{Duration, UNIX_EPOCH};
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use ratekeeper_core::decision::ceil_secs;
@@ -11,6 +11,7 @@ use ratekeeper_core::store::Decisions;
 use ratekeeper_core::{Algorithm, Decision, Policy};
 
 use super::{RATELIMIT, RATELIMIT_POLICY, Reporter, names};
+use crate::client::parse::plausible_wait;
 
 /// Which rate-limit headers to send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -71,7 +72,8 @@ fn insert_or_append(headers: &mut HeaderMap, name: &HeaderName, value: HeaderVal
 
 /// A reset value at or above this is a Unix time, below it a delta (1e9 s is 2001-09-09,
 /// and 31 years: no window is that long). Lets a layer compare an inner layer's reset
-/// whatever [`ResetFormat`] that one writes.
+/// whatever [`ResetFormat`] that one writes; a Unix time is read by size (seconds, or
+/// milliseconds from 10¹²), as the polite client reads it.
 const EPOCH_RESET_FROM: u64 = 1_000_000_000;
 
 /// This layer's reset for one policy: the value written, and the same as delta seconds.
@@ -148,7 +150,15 @@ fn single_policy(
     let prior_reset = match old_reset.as_ref().map(parse_number) {
         None => 0,
         Some(None) => return,
-        Some(Some(at)) if at >= EPOCH_RESET_FROM => at.saturating_sub(now_secs()),
+        Some(Some(at)) if at >= EPOCH_RESET_FROM => {
+            let now = UNIX_EPOCH + Duration::from_secs(now_secs());
+            match plausible_wait(at, now) {
+                Some(wait) => ceil_secs(wait),
+                // Implausible (beyond Unix milliseconds, or over a year away): not a report
+                // this layer would pass on.
+                None => return,
+            }
+        }
         Some(Some(delta)) => delta,
     };
     let mine = u64::from(shown.remaining);

@@ -90,10 +90,16 @@
 //! # gRPC
 //!
 //! gRPC clients read an HTTP 429 as `UNAVAILABLE`, and an HTTP 503 or 400 as `UNAVAILABLE` or
-//! `INTERNAL`, without the reason. So when the layer answers a request whose `content-type`
-//! starts with `application/grpc` itself (the rate limit, the keyed concurrency limit, the
-//! fail-closed answer, a request without a key), it answers with a gRPC trailers-only
-//! response instead: HTTP `200 OK`, the call's own `content-type` (`application/grpc...`, gRPC-Web included), an empty body, and
+//! `INTERNAL`, without the reason. So a layer that serves gRPC (turned on with
+//! [`RateLimitBuilder::grpc`](crate::RateLimitBuilder::grpc) or
+//! [`ConcurrencyLimitLayer::grpc`](crate::concurrency::ConcurrencyLimitLayer::grpc); off by
+//! default) answers a gRPC call it refuses itself (the rate limit, the keyed concurrency
+//! limit, the fail-closed answer, a request without a key) with a gRPC trailers-only
+//! response instead. A gRPC call is recognised by its protocol's grammar:
+//! `content-type: application/grpc` or `application/grpc+<format>` on an HTTP/2 request, or a
+//! gRPC-Web type (`application/grpc-web`, `application/grpc-web-text`, optional
+//! `+<format>`) on any HTTP version. The answer is HTTP `200 OK`, the call's own
+//! `content-type`, an empty body, and
 //!
 //! | layer's answer | `grpc-status` | `grpc-message` |
 //! |---|---|---|
@@ -116,7 +122,10 @@
 //! A [`Rejection`]'s status and body are not used for gRPC calls (gRPC has no body for an
 //! error); the fields it sets stay unless the layer writes them. Requests of other content
 //! types, and every request the layer lets through, are untouched: the `content-type` is
-//! read only when the layer answers.
+//! read only when the layer answers. A layer that does not serve gRPC (the default) answers
+//! every refusal with its HTTP status whatever the `content-type` says: otherwise any client
+//! of a plain HTTP service could turn its own 429 into a `200` that access logs and proxies
+//! do not count as a refusal.
 //!
 //! ```
 //! use std::convert::Infallible;
@@ -131,12 +140,14 @@
 //! let layer = RateLimitLayer::builder()
 //!     .policy(Policy::new("calls", Quota::per_minute(NonZeroU32::new(1).unwrap())))
 //!     .key(GlobalKey)
+//!     .grpc(true)
 //!     .build()?;
 //! let svc = ServiceBuilder::new()
 //!     .layer(layer)
 //!     .service_fn(|_req: Request<String>| async { Ok::<_, Infallible>(Response::new(String::new())) });
 //! let grpc_call = || {
 //!     Request::builder()
+//!         .version(axum::http::Version::HTTP_2)
 //!         .uri("/helloworld.Greeter/SayHello")
 //!         .header("content-type", "application/grpc")
 //!         .body(String::new())

@@ -40,6 +40,9 @@ pub(crate) struct Reporter {
     /// placeholder numbers (see [`Reporter::limited`]); `None` if the map does not keep
     /// them in that order.
     pub(super) template_429: Option<HeaderMap>,
+    /// The layer serves gRPC: a gRPC call's refusal is a trailers-only gRPC answer (see
+    /// [`grpc_content_type`](super::grpc_content_type)).
+    pub(crate) grpc: bool,
 }
 
 impl fmt::Debug for Reporter {
@@ -50,6 +53,7 @@ impl fmt::Debug for Reporter {
             .field("reset", &self.reset)
             .field("partition_key", &self.partition_key)
             .field("custom_rejection", &self.rejection.is_some())
+            .field("grpc", &self.grpc)
             .finish_non_exhaustive()
     }
 }
@@ -110,7 +114,22 @@ impl Reporter {
             partition_key: None,
             rejection: None,
             template_429: template_429(),
+            grpc: false,
         }
+    }
+
+    /// The `content-type` to answer a refusal of this request with in gRPC, when the layer
+    /// serves gRPC and the request is a gRPC call; `None` for an HTTP answer.
+    #[inline]
+    pub(crate) fn grpc_call(
+        &self,
+        version: http::Version,
+        headers: &HeaderMap,
+    ) -> Option<HeaderValue> {
+        if !self.grpc {
+            return None;
+        }
+        super::grpc_content_type(version, headers)
     }
 
     /// The `pk` parameter for `key`, when partition keys are on and an IETF style is used.

@@ -299,6 +299,44 @@ fn an_earlier_more_restrictive_report_is_kept() {
     assert_eq!(h.len(), 3);
 }
 
+/// An inner report whose reset is a Unix time in seconds or in milliseconds is compared as the
+/// wait it means; an implausible one is replaced by this layer's report.
+#[test]
+fn an_inner_reset_in_unix_seconds_or_milliseconds_is_compared_as_a_wait() {
+    let r = reporter();
+    let now_secs: u64 = 1_700_000_000;
+    let unix_now = || Duration::from_secs(1_700_000_000);
+    // This layer: 10 limit, 5 remaining, reset in 60 s (as a delta).
+    let d = Decision::new(Outcome::Allowed, 10, 5, Duration::from_secs(60));
+    for (inner_reset, want_reset) in [
+        // 90 s away in Unix seconds, then in Unix milliseconds: later than 60 s, kept.
+        ((now_secs + 90).to_string(), (now_secs + 90).to_string()),
+        (
+            ((now_secs + 90) * 1_000).to_string(),
+            ((now_secs + 90) * 1_000).to_string(),
+        ),
+        // 30 s away in Unix milliseconds: earlier than 60 s, this layer's reset wins.
+        (((now_secs + 30) * 1_000).to_string(), "60".to_owned()),
+        // Beyond Unix milliseconds: implausible, replaced.
+        ("99999999999999999".to_owned(), "60".to_owned()),
+    ] {
+        let mut h = HeaderMap::new();
+        h.insert(X_RATELIMIT_LIMIT.clone(), HeaderValue::from_static("10"));
+        h.insert(X_RATELIMIT_REMAINING.clone(), HeaderValue::from_static("5"));
+        h.insert(
+            X_RATELIMIT_RESET.clone(),
+            HeaderValue::from_str(&inner_reset).unwrap(),
+        );
+        r.headers(&Decisions::new([d]), &[0], None, unix_now, &mut h);
+        assert_eq!(
+            h[&X_RATELIMIT_RESET],
+            want_reset.as_str(),
+            "inner {inner_reset}"
+        );
+        assert_eq!(h[&X_RATELIMIT_REMAINING], "5");
+    }
+}
+
 #[test]
 fn the_429_template_writes_what_the_general_path_writes() {
     let fast = reporter();

@@ -1,0 +1,22 @@
+use std::num::NonZeroU32;
+
+use axum::Router;
+use ratekeeper_axum::key::{HeaderKey, PeerIp};
+use ratekeeper_axum::{BuildError, Policy, Quota, RateLimitLayer};
+
+/// Limits `app` to 100 requests per minute per API token: the `Authorization` header's value
+/// (`Bearer <token>`; a JWT of any length, tokens over 256 bytes are keyed by their SHA-256
+/// digest), or the client IP for a request without one.
+///
+/// Add your authentication layer *after* this call, so that it runs first and refuses unknown
+/// tokens: otherwise every made-up token would get a budget of its own.
+pub fn limit_by_token(app: Router) -> Result<Router, BuildError> {
+    let per_token = RateLimitLayer::builder()
+        .policy(Policy::new(
+            "per-token",
+            Quota::per_minute(NonZeroU32::new(100).unwrap_or(NonZeroU32::MIN)),
+        ))
+        .key(HeaderKey::raw("Authorization").or(PeerIp::new()))
+        .build()?;
+    Ok(app.layer(per_token))
+}
