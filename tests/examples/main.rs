@@ -5,6 +5,7 @@
 // (`quickstart::quickstart`), so the module path says which example a test drives.
 #![allow(clippy::module_inception)]
 
+mod adaptive;
 mod from_config;
 mod grpc;
 mod observability;

@@ -112,6 +112,8 @@
 //! - [`concurrency::ConcurrencyLimitLayer`]: at most n requests in flight per key, until the
 //!   response body ends; a WebSocket or other upgrade keeps its slot for the whole session
 //!   when its handler calls [`concurrency::UpgradeSlot::keep`].
+//! - [`adaptive::AdaptiveConcurrencyLayer`]: an in-flight limit found from observed latency
+//!   (gradient controller), with priority partitions that keep their share under overload.
 //!
 //! # One limit for the whole app, at the lowest cost
 //!
@@ -183,8 +185,8 @@ pub use ratekeeper_tower::rate_limit::Mode;
 pub use ratekeeper_tower::report::HeaderStyle;
 pub use ratekeeper_tower::{
     self as tower, BuildError, GlobalKey, KeyError, KeyExtractor, PeerIp, RateLimit,
-    RateLimitBuilder, RateLimitLayer, RequestParts, StoreDegraded, concurrency, cors, cost,
-    degraded, fallback, info, key, policy, rate_limit, report, route,
+    RateLimitBuilder, RateLimitLayer, RequestParts, StoreDegraded, adaptive, concurrency, cors,
+    cost, degraded, fallback, info, key, policy, rate_limit, report, route,
 };
 // Polite HTTP clients: a layer that waits as servers announce.
 pub use ratekeeper_tower::client;

@@ -20,7 +20,8 @@
 //! answering limited requests with another service, [`degraded`] for the markers on requests
 //! the store could not decide, [`RequestParts`] for the request view closure strategies get,
 //! [`report`] for the headers and 429 bodies clients see, [`info`] for reading the decision in a handler and
-//! [`concurrency`] for the keyed concurrency limit. For the other side, [`client`] makes an HTTP
+//! [`concurrency`] for the keyed concurrency limit, [`adaptive`] for a concurrency limit
+//! found from latency, with priority partitions. For the other side, [`client`] makes an HTTP
 //! client wait when a server says nothing is left.
 //!
 //! The examples in the module docs are written for axum users, who depend on
@@ -44,6 +45,7 @@
 #[macro_use]
 mod macros;
 
+pub mod adaptive;
 pub mod body;
 pub mod client;
 pub mod concurrency;
