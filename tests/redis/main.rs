@@ -1,9 +1,11 @@
 //! The shared stores against real `redis-server` processes (standalone and Cluster, each
 //! started by the test on free loopback ports and killed when it ends): the Redis store's
 //! conformance and exactness, the sliding log and reservations at scale, the shared
-//! concurrency slots, faults (kill, pause, flush, failover) and the tiered (lease) store.
+//! concurrency slots, faults (kill, pause, flush, failover), a fleet of instances at start and
+//! through an outage, and the tiered (lease) store.
 
 mod faults;
+mod fleet;
 mod scale;
 mod slots;
 mod store;

@@ -1360,25 +1360,27 @@ async fn a_huge_min_ttl_is_capped_and_decisions_still_come_from_redis() {
     }
 }
 
-/// A Redis error in a decision reads as a sentence: the server's message, without the
-/// `redis` crate's `Debug`-written kinds (`Server(ResponseError)`, `ResponseError:`).
+/// A Redis error reads as a sentence: the server's message, without the `redis` crate's
+/// `Debug`-written kinds (`Server(ResponseError)`, `ResponseError:`). The store is made
+/// ready when built, so a Redis that refuses the connection's setup fails the build, at
+/// once (no retries for an answer that cannot change).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_errors_in_decisions_read_as_sentences() {
     let server = RedisServer::start();
-    // Database 99 does not exist (16 by default): every call fails.
+    // Database 99 does not exist (16 by default): the connection cannot be set up.
     let url = format!("redis://127.0.0.1:{}/99", server.port());
-    let mut store = RedisStore::builder()
+    let started = std::time::Instant::now();
+    let err = RedisStore::builder()
         .deadline(Duration::from_secs(2))
+        .connect_timeout(Duration::from_secs(30))
         .standalone(&url)
         .await
-        .expect("store");
-    let id = store
-        .register(&Policy::new("api", quota(2, 60_000, 2)))
-        .expect("policy");
-    let err = store
-        .check_async(&[(id, Key::from("client-1"), 1)])
-        .await
         .expect_err("no such database");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "retried a refusal"
+    );
+    assert!(err.is_unavailable(), "{err:?}");
     let text = err.to_string();
     assert!(text.contains("DB index is out of range"), "{text}");
     for debug_text in ["Server(", "ResponseError", "ExtensionError", " - "] {

@@ -183,7 +183,39 @@ pub enum FailurePolicy {
     /// policies; its decisions carry normal headers. The store answers these itself, so an
     /// HTTP layer that ever sees `Local` in a [`StoreError::Failed`] treats it as
     /// [`FailurePolicy::Allow`].
+    ///
+    /// Each instance applies the **whole** quota on its own: a fleet of `N` instances admits
+    /// up to `N` × the quota while the shared store is unreachable (less with a stricter
+    /// per-instance override). For a fleet-wide bound use [`FailurePolicy::FailSoft`].
     Local,
+    /// Fail-soft: each instance enforces **its share of the fleet's quota** in memory while
+    /// the shared store is unreachable, so the fleet as a whole stays near the quota instead
+    /// of failing open (`Allow`: unlimited), failing closed (`Deny`: nothing admitted) or
+    /// multiplying it (`Local`: `N` × the quota).
+    ///
+    /// The share is each policy with its `limit` and `burst` divided by the fleet size `N`
+    /// (rounded down, at least 1 unit each), same period and algorithm. `N` is configured
+    /// (the Redis store builder's `instances`) or learned: every instance registers itself
+    /// in Redis every 250 ms and reads how many live instances there are (an outage uses the
+    /// size last learned; an instance that joined less than 250 ms before it may be missing).
+    /// The share store is made at the outage's first degraded decision and dropped when the
+    /// shared store answers again. Nothing is known then about how full each key's bucket
+    /// was in the shared store (a key at its limit has an empty bucket there), so each key's
+    /// share starts with **one unit** when the outage first sees it, and refills at the
+    /// share's rate (`limit / N` per period) up to the share's burst.
+    ///
+    /// What it promises, per key, while the shared store is unreachable: the fleet admits
+    /// at most `N + limit × elapsed / period` units (one unit per instance, then the
+    /// quota's rate), plus rounding, provided `N` is at least the number of instances
+    /// taking traffic; together with what the shared store admitted before the outage (its
+    /// bucket) that stays within the quota. Traffic spread unevenly over the instances is
+    /// admitted less (an instance never lends its share to another), and a key that had
+    /// unused burst when the outage began gets it back only at the share's rate. Until `N`
+    /// is known (no configuration and no reply from Redis yet) it answers as
+    /// [`FailurePolicy::Deny`]. Its decisions carry normal headers (the share's limit and
+    /// remaining). The store answers these itself, so an HTTP layer that ever sees
+    /// `FailSoft` in a [`StoreError::Failed`] treats it as [`FailurePolicy::Allow`].
+    FailSoft,
     /// The degraded-response fallback serves the request. The tower layer passes the request
     /// to the inner service with a `StoreDegraded` request extension (defined by the tower
     /// crate); its fallback (or the handler itself) reads it and answers cheaply.
@@ -191,13 +223,14 @@ pub enum FailurePolicy {
 }
 
 impl FailurePolicy {
-    /// The lower-case name (`allow`, `deny`, `local`, `degrade`), as in logs and the `action`
-    /// label of the `ratekeeper_store_degraded_total` counter.
+    /// The lower-case name (`allow`, `deny`, `local`, `fail-soft`, `degrade`), as in logs and
+    /// the `action` label of the `ratekeeper_store_degraded_total` counter.
     pub const fn as_str(self) -> &'static str {
         match self {
             Self::Allow => "allow",
             Self::Deny => "deny",
             Self::Local => "local",
+            Self::FailSoft => "fail-soft",
             Self::Degrade => "degrade",
         }
     }

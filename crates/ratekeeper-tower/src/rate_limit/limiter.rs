@@ -492,9 +492,10 @@ fn denied_charge<'a>(applied: &'a Applied, decisions: &Decisions) -> (&'a Key, u
 /// `None`: the request goes on (fail open or degrade); `Some`: the 503 to answer with.
 #[cold]
 pub(crate) fn store_failed(err: &StoreError, extensions: &mut Extensions) -> Option<Answer> {
-    // `Local` is answered inside the store; should it ever reach the layer, it fails open.
+    // `Local` and `FailSoft` are answered inside the store; should one ever reach the layer,
+    // it fails open.
     let action = match err.failure_policy() {
-        FailurePolicy::Local => FailurePolicy::Allow,
+        FailurePolicy::Local | FailurePolicy::FailSoft => FailurePolicy::Allow,
         other => other,
     };
     if action == FailurePolicy::Deny {

@@ -4,8 +4,11 @@
 //! straight to the failure policy without a round trip. Then exactly one request probes
 //! Redis; its success closes the breaker, its failure (or its future being dropped) opens it
 //! for another period. So a dead Redis costs at most one deadline per open period, not one
-//! per request. Times are nanoseconds on the app's monotonic clock (Redis fails in real
-//! time, so never an injected decision clock).
+//! per request. Besides, the store's prober (`Shared::start_prober`) reconnects in the
+//! background from the first failure and closes the breaker as soon as Redis answers on a
+//! fresh connection, so the open period rarely runs out during a fault that has ended.
+//! Times are nanoseconds on the app's monotonic clock (Redis fails in real time, so never an
+//! injected decision clock).
 
 //!
 //! # Logs
@@ -14,9 +17,10 @@
 //! the failures in a row, the error that tripped it, the failure policy now in force), `DEBUG`
 //! when a probe goes (half-open) and when a failed probe opens it again (with the decisions
 //! the failure policy answered so far), and `INFO` when a probe succeeds and it closes (with
-//! the decisions the failure policy answered while it was open). So a Redis outage logs one
-//! `WARN` and one `INFO` however many requests it lasts; each degraded decision is one `DEBUG`
-//! event of the HTTP layer, and counted in `ratekeeper_store_degraded_total`.
+//! the decisions the failure policy answered while it was open). So a Redis outage logs two
+//! `WARN` lines (its first degraded decision, logged by the failure policy, and the breaker
+//! opening) and one `INFO` however many requests it lasts; each other degraded decision is
+//! one `DEBUG` event, and counted in `ratekeeper_store_degraded_total`.
 
 use std::fmt::Display;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};

@@ -1,17 +1,17 @@
 //! [`RedisStoreBuilder`]: connection, deadline, failure policy, breaker, negative cache,
-//! clocks.
+//! clocks; the store is connected and ready when built.
 
 use std::fmt;
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
-
-use redis::aio::ConnectionManager;
 
 use super::breaker::Breaker;
 use super::failure::Failover;
 use super::guard::Guard;
+use super::link::{Link, Timing};
 use super::negative::NegativeCache;
-use super::script::{Conn, ScriptRunner, redis_failure};
+use super::script::{Conn, RedisFailure, ScriptRunner};
 use super::shared::Shared;
 use super::{RedisStore, nanos};
 use crate::Policy;
@@ -31,6 +31,9 @@ pub struct RedisStoreBuilder {
     clock: Option<Arc<dyn Clock>>,
     app_clock: Option<Arc<dyn Clock>>,
     local_policies: Vec<Policy>,
+    connect_timeout: Duration,
+    require_ready: bool,
+    instances: Option<NonZeroU32>,
 }
 
 impl fmt::Debug for RedisStoreBuilder {
@@ -41,6 +44,9 @@ impl fmt::Debug for RedisStoreBuilder {
             .field("on_failure", &self.on_failure)
             .field("stale_tolerance", &self.stale_tolerance)
             .field("negative_cache", &self.negative_cache)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("require_ready", &self.require_ready)
+            .field("instances", &self.instances)
             .field("injected_clock", &self.clock.is_some())
             .field("injected_app_clock", &self.app_clock.is_some())
             .finish_non_exhaustive()
@@ -61,6 +67,9 @@ impl Default for RedisStoreBuilder {
             clock: None,
             app_clock: None,
             local_policies: Vec::new(),
+            connect_timeout: Duration::from_secs(5),
+            require_ready: true,
+            instances: None,
         }
     }
 }
@@ -162,47 +171,138 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// Connects to a standalone Redis (`redis://host:port/db`). The connection manager
-    /// connects lazily and reconnects by itself, so a Redis that is down at start-up only
-    /// triggers the failure policy.
+    /// How long building the store waits for Redis to become ready (default 5 s): connected,
+    /// every script loaded (`SCRIPT LOAD`), Redis `TIME` read. Attempts are repeated every
+    /// 50 ms within it (Redis may still be starting).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Whether building fails when Redis is not ready within the
+    /// [`connect_timeout`](Self::connect_timeout) (default `true`: the build returns
+    /// [`StoreError::Unavailable`]). With `false` the store is built anyway, logs a WARN,
+    /// answers with its failure policy (each such decision is degraded and counted) and
+    /// connects in the background, like after an outage; [`RedisStore::is_ready`] says when
+    /// it is.
+    pub fn require_ready(mut self, require: bool) -> Self {
+        self.require_ready = require;
+        self
+    }
+
+    /// The number of app instances that share this Redis, for
+    /// [`FailurePolicy::FailSoft`]: while Redis is unreachable each instance enforces
+    /// `1 / instances` of every policy. Without it a fail-soft store uses the number of live
+    /// instances registered in Redis: each registers itself when built and every 250 ms in
+    /// the sorted set `<prefix>:v2:{fleet}:instances` (a registration lives 1 s; the key has
+    /// a TTL), so an instance learns of one that joined within 250 ms and forgets one that
+    /// died within 1 s. An outage uses the size last learned before it. Stores with another
+    /// failure policy, or with `instances` set, never register.
+    pub fn instances(mut self, instances: NonZeroU32) -> Self {
+        self.instances = Some(instances);
+        self
+    }
+
+    /// Connects to a standalone Redis (`redis://host:port/db`) and makes the store ready
+    /// before returning it: connected, every script loaded, Redis `TIME` read (so the stale
+    /// guard and epoch-style reset headers follow Redis from the first decision). The first
+    /// decisions after a start therefore cost one round trip each, like every later one:
+    /// first-use latency is never taken for a store failure. After a fault, the circuit
+    /// breaker's prober opens a fresh connection and makes it ready the same way.
     ///
     /// # Errors
     ///
     /// [`StoreError::Config`] when the URL is invalid (the sentence never repeats the URL,
-    /// which may hold a password).
-    #[allow(clippy::unused_async)]
+    /// which may hold a password); [`StoreError::Unavailable`] when Redis is not ready within
+    /// the [`connect_timeout`](Self::connect_timeout) (unless
+    /// [`require_ready`](Self::require_ready) is off).
     pub async fn standalone(self, url: &str) -> Result<RedisStore, StoreError> {
         let client = redis::Client::open(url).map_err(|e| bad_url(e, "Redis URL"))?;
-        let config = redis::aio::ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.deadline.max(Duration::from_millis(100))))
-            .set_response_timeout(None)
-            .set_number_of_retries(2)
-            .set_min_delay(Duration::from_millis(10))
-            .set_max_delay(Duration::from_millis(200));
-        let manager = ConnectionManager::new_lazy_with_config(client, config)
-            .map_err(|e| bad_url(e, "Redis URL"))?;
-        Ok(self.finish(Conn::Single(manager)))
+        let link = Link::single(client, self.timing());
+        self.finish(Conn::Single(link)).await
     }
 
-    /// Connects to a Redis Cluster through any of its `nodes` (`redis://host:port`).
+    /// Connects to a Redis Cluster through any of its `nodes` (`redis://host:port`) and makes
+    /// the store ready as [`standalone`](Self::standalone) does (every script loaded on every
+    /// primary).
     ///
     /// # Errors
     ///
-    /// [`StoreError::Config`] when a node URL is invalid, [`StoreError::Unavailable`] when no
-    /// node can be reached to read the slot map.
+    /// [`StoreError::Config`] when a node URL is invalid, [`StoreError::Unavailable`] when the
+    /// Cluster is not ready within the [`connect_timeout`](Self::connect_timeout) (unless
+    /// [`require_ready`](Self::require_ready) is off).
     pub async fn cluster(self, nodes: &[&str]) -> Result<RedisStore, StoreError> {
         let client = redis::cluster::ClusterClientBuilder::new(nodes.iter().copied())
-            .connection_timeout(self.deadline.max(Duration::from_millis(100)))
+            .connection_timeout(self.attempt_timeout())
             .retries(3)
             .min_retry_wait(10)
-            .max_retry_wait(200)
+            .max_retry_wait(100)
             .build()
             .map_err(|e| bad_url(e, "Redis Cluster node URL"))?;
-        let conn = client.get_async_connection().await.map_err(redis_failure)?;
-        Ok(self.finish(Conn::Cluster(conn)))
+        let link = Link::cluster(client, self.timing());
+        self.finish(Conn::Cluster(link)).await
     }
 
-    fn finish(self, conn: Conn) -> RedisStore {
+    /// How long one connection attempt may take (the deadline, at least 100 ms).
+    fn attempt_timeout(&self) -> Duration {
+        self.deadline.max(Duration::from_millis(100))
+    }
+
+    /// The link's timing: an attempt's connect timeout, the deadline to make a connection
+    /// ready, and half a deadline (5 to 50 ms) between two probes.
+    fn timing(&self) -> Timing {
+        Timing {
+            connect: self.attempt_timeout(),
+            ready: self.deadline,
+            every: (self.deadline / 2).clamp(Duration::from_millis(5), Duration::from_millis(50)),
+        }
+    }
+
+    async fn finish(self, conn: Conn) -> Result<RedisStore, StoreError> {
+        let require = self.require_ready;
+        let connect_timeout = self.connect_timeout;
+        let store = self.assemble(conn);
+        let shared = &store.shared;
+        let weak = Arc::downgrade(shared);
+        shared.script.conn.link().on_ready(move |server, ago| {
+            if let Some(shared) = weak.upgrade() {
+                shared.prober_succeeded(server, ago);
+            }
+        });
+        let started = std::time::Instant::now();
+        let last = loop {
+            let err = match shared.reconnect().await {
+                Ok(()) => break None,
+                Err(err) => err,
+            };
+            if !retryable(&err) || started.elapsed() + READY_RETRY >= connect_timeout {
+                break Some(err);
+            }
+            tokio::time::sleep(READY_RETRY).await;
+        };
+        let learn_fleet = store.failover.learns_fleet();
+        match last {
+            None if learn_fleet => shared.register_instance().await,
+            None => {}
+            Some(err) if require => return Err(err),
+            Some(err) => {
+                tracing::warn!(
+                    error = %err,
+                    action = store.failover.policy.as_str(),
+                    "redis store not ready at start; the failure policy ({}) answers until it \
+                     connects (in the background)",
+                    store.failover.policy
+                );
+                shared.start_prober();
+            }
+        }
+        if learn_fleet {
+            shared.start_registration();
+        }
+        Ok(store)
+    }
+
+    fn assemble(self, conn: Conn) -> RedisStore {
         let app: Arc<dyn Clock> = self
             .app_clock
             .unwrap_or_else(|| Arc::new(MonotonicClock::new()));
@@ -217,9 +317,15 @@ impl RedisStoreBuilder {
         if self.negative_cache {
             metrics::counter!("ratekeeper_negative_cache_hits_total").increment(0);
         }
+        let failover = Failover::new(
+            self.on_failure,
+            &clock,
+            &app,
+            self.instances.map(NonZeroU32::get),
+            self.breaker_failures,
+        );
         RedisStore {
             policies: Vec::new(),
-            failover: Failover::new(self.on_failure, &clock),
             local_policies: self.local_policies,
             shared: Arc::new(Shared {
                 script: ScriptRunner::new(
@@ -234,14 +340,57 @@ impl RedisStoreBuilder {
                 clock,
                 app,
                 breaker: Breaker::new(self.breaker_failures, nanos(self.breaker_open_for)),
+                outage: Arc::clone(&failover.outage),
+                instance_id: instance_id(),
+                learns_fleet: failover.learns_fleet(),
                 negative: self.negative_cache.then(NegativeCache::default),
                 redis_decisions: Default::default(),
                 negative_hits: Default::default(),
                 degraded: Default::default(),
                 errors: Default::default(),
             }),
+            failover,
         }
     }
+}
+
+/// Whether making the store ready may succeed if tried again: Redis unreachable, too slow,
+/// the connection dropped, or Redis answering that it is loading its data or a Cluster that
+/// is not serving yet. Other answers (a database that does not exist, a refused password, a
+/// script Redis cannot compile) fail the build at once.
+fn retryable(err: &StoreError) -> bool {
+    let StoreError::Unavailable(source) = err else {
+        return matches!(err, StoreError::Timeout);
+    };
+    let Some(failure) = source.downcast_ref::<RedisFailure>() else {
+        return true;
+    };
+    let e = &failure.0;
+    e.is_io_error()
+        || e.is_connection_refusal()
+        || e.is_connection_dropped()
+        || e.is_timeout()
+        || e.is_cluster_error()
+        || matches!(
+            e.code(),
+            None | Some("LOADING" | "CLUSTERDOWN" | "TRYAGAIN" | "MASTERDOWN" | "BUSY")
+        )
+}
+
+/// Pause between two attempts to make the store ready at build.
+const READY_RETRY: Duration = Duration::from_millis(50);
+
+/// An id for this store in the fleet registry: host process id, a per-process counter and
+/// the wall-clock ns at creation (unique across the instances of a fleet in practice; a
+/// collision only makes the learned fleet size smaller, never larger).
+fn instance_id() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    format!("{}-{n}-{wall}", std::process::id())
 }
 
 /// The configuration error for a URL the `redis` crate refused: one sentence that names what

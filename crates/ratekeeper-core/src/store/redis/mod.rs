@@ -132,25 +132,49 @@
 //! The keyed concurrency layer of
 //! `ratekeeper-tower` uses them through its `shared` builder option.
 //!
+//! # At start
+//!
+//! [`RedisStoreBuilder::standalone`] and [`RedisStoreBuilder::cluster`] return a **ready**
+//! store: connected, every script loaded (`SCRIPT LOAD`, on every primary of a Cluster) and
+//! Redis `TIME` read (the stale guard's offset), retried for up to
+//! [`RedisStoreBuilder::connect_timeout`] (default 5 s). So the first decisions after a start
+//! cost one round trip each, like every later one: they never have to connect or load a
+//! script inside their deadline, and first-use latency is not taken for a store failure.
+//! When Redis is not ready in time the build fails with [`StoreError::Unavailable`], unless
+//! [`RedisStoreBuilder::require_ready`] is off: then the store starts answering with its
+//! failure policy (logged at WARN) and connects in the background.
+//!
 //! # When Redis fails
 //!
 //! Every decision has a deadline (default 50 ms). When Redis is slow, down or answers an
 //! error, the [`FailurePolicy`](crate::store::FailurePolicy) given to
 //! [`RedisStoreBuilder::on_failure`] decides: `Allow` (fail open, the default), `Deny` (the
 //! layer answers 503), `Local` (an in-memory store with the same or overridden policies
-//! decides) or `Degrade` (the degraded-response fallback serves the request). Each such
-//! decision is counted ([`RedisStats::degraded`] and the `ratekeeper_store_degraded_total`
-//! counter of the [`metrics`] crate, label `action`). Every decision's round trip is timed in
-//! the `ratekeeper_store_latency_seconds` histogram (label `outcome`: `ok` or `error`, a
-//! timeout included), and every failure counted in `ratekeeper_store_errors_total`.
+//! decides: each instance applies the whole quota, so `N` instances admit up to `N` × the
+//! quota), `FailSoft` (each instance enforces its share of the fleet's quota in memory: the
+//! policies divided by the number of instances, configured with
+//! [`RedisStoreBuilder::instances`] or learned from the instances registered in Redis) or
+//! `Degrade` (the degraded-response fallback serves the request). Each such decision is
+//! counted ([`RedisStats::degraded`] and the `ratekeeper_store_degraded_total` counter of the
+//! [`metrics`] crate, label `action`). Every decision's round trip is timed in the
+//! `ratekeeper_store_latency_seconds` histogram (label `outcome`: `ok` or `error`, a timeout
+//! included), and every failure counted in `ratekeeper_store_errors_total`.
 //!
 //! A **circuit breaker** opens after 3 failures in a row: for the next 500 ms (configurable)
-//! decisions go straight to the failure policy without waiting on Redis; then one request
-//! probes Redis and closes the breaker when it answers. So a dead Redis costs at most one
-//! deadline per open period, not one per request. The breaker's transitions are the outage's
-//! log: WARN when it opens (the failures in a row, the error, the failure policy in force),
-//! INFO when it closes (how many decisions the failure policy answered meanwhile), DEBUG for
-//! each probe; a single degraded decision is never logged above DEBUG.
+//! decisions go straight to the failure policy without waiting on Redis; after that one
+//! request at a time probes Redis. From the first failure, a **prober** runs in the
+//! background: it opens a fresh connection, makes it ready (scripts loaded, `TIME` read,
+//! within the deadline) and, when Redis answers, puts it in use and closes the breaker;
+//! otherwise it tries again every half deadline (between 5 and 50 ms). So the connection is
+//! re-established before anything probes on it, a Redis restart costs no request a dead
+//! connection, and the failure-policy window ends within about a deadline and a probe pause
+//! of the fault's end (a pause, a restart, or a Cluster failover once a replica is promoted:
+//! the prober reads the slot map anew and loads the scripts on every primary).
+//!
+//! The outage's log: WARN at its first degraded decision (at once, with the error and the
+//! failure policy in force; at most one such line per 10 s), WARN when the breaker opens
+//! (the failures in a row), INFO when it closes (how many decisions the failure policy
+//! answered meanwhile), DEBUG for each probe and each later degraded decision.
 //!
 //! A **stale guard** makes a check that reaches Redis later than its deadline plus
 //! [`RedisStoreBuilder::stale_tolerance`] do nothing, so requests already answered by the
@@ -223,6 +247,7 @@ mod failure;
 mod guard;
 mod keys;
 mod lease;
+mod link;
 pub(crate) use lease::LeaseGrant;
 mod negative;
 mod script;
@@ -334,6 +359,27 @@ impl RedisStore {
     /// Whether the circuit breaker is open (Redis is being skipped).
     pub fn is_breaker_open(&self) -> bool {
         self.shared.breaker.is_open()
+    }
+
+    /// Whether the store has a ready connection (made when built, or by the prober after a
+    /// fault) and its circuit breaker is closed: decisions go to Redis.
+    pub fn is_ready(&self) -> bool {
+        self.shared.script.conn.link().is_connected() && !self.shared.breaker.is_open()
+    }
+
+    /// The SHA1 digests of every script the store loads into Redis when it connects (what
+    /// Redis `SCRIPT EXISTS` finds once the store is ready), as lower-case hex.
+    pub fn script_hashes() -> Vec<String> {
+        link::script_hashes()
+    }
+
+    /// The number of app instances sharing this Redis as a fail-soft store last learned it
+    /// (live registrations in Redis, this one included), the divisor of
+    /// [`FailurePolicy::FailSoft`](crate::store::FailurePolicy::FailSoft); 0 for a store that
+    /// does not learn it (another failure policy, or [`RedisStoreBuilder::instances`] set)
+    /// and before the first reply.
+    pub fn fleet_size(&self) -> u32 {
+        self.shared.outage.instances.load(Ordering::Relaxed)
     }
 
     /// The Redis key of `policy` for `key`: `<prefix>:v2:{<encoded key>}:<policy name>`.

@@ -6,11 +6,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
-use redis::cluster_async::ClusterConnection;
-
 use super::MAX_TOLERANCE_MICROS;
 use super::guard::Guard;
+use super::link::Link;
 use crate::clock::Clock;
 use crate::store::{Receipt, StoreError};
 use crate::{Algorithm, Decision, Outcome, Policy};
@@ -231,10 +229,21 @@ pub(super) struct Reservation {
     pub(super) is_final: bool,
 }
 
-#[derive(Clone)]
+/// The store's connection to a standalone Redis or a Redis Cluster (a [`Link`] either way:
+/// replaced by the breaker's prober when it reconnects).
+#[derive(Clone, Debug)]
 pub(super) enum Conn {
-    Single(ConnectionManager),
-    Cluster(ClusterConnection),
+    Single(Link),
+    Cluster(Link),
+}
+
+impl Conn {
+    /// The link, whatever the kind.
+    pub(super) fn link(&self) -> &Link {
+        match self {
+            Self::Single(l) | Self::Cluster(l) => l,
+        }
+    }
 }
 
 /// A protocol problem in a script answer (never turned into "allowed").

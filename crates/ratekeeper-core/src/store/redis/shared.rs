@@ -4,16 +4,24 @@
 //! and the deadline, latency histogram and breaker accounting around each call.
 
 use std::future::Future;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::breaker::Breaker;
+use super::failure::Outage;
+use super::link::FLEET_SCRIPT;
 use super::negative::NegativeCache;
 use super::script::{BadReply, Group, Mode, ScriptRunner, unavailable};
 use crate::Decision;
 use crate::clock::Clock;
 use crate::store::{Decisions, Receipt, StoreError};
+
+/// How often an instance renews its fleet registration (and so how late it learns of an
+/// instance that joined).
+pub(super) const FLEET_EVERY: Duration = Duration::from_millis(250);
+/// How long a registration lives without renewal (ms): four renewals.
+pub(super) const FLEET_TTL_MS: u64 = 1_000;
 
 /// What every check future shares: the script call, the clocks, the breaker, the negative
 /// cache and the counters.
@@ -28,6 +36,13 @@ pub(super) struct Shared {
     /// time).
     pub(super) app: Arc<dyn Clock>,
     pub(super) breaker: Breaker,
+    /// Where an outage stands (shared with the failure policy).
+    pub(super) outage: Arc<Outage>,
+    /// This instance's id in the fleet registry.
+    pub(super) instance_id: String,
+    /// Whether this instance registers in the fleet registry (fail-soft without a
+    /// configured fleet size).
+    pub(super) learns_fleet: bool,
     pub(super) negative: Option<NegativeCache>,
     pub(super) redis_decisions: AtomicU64,
     pub(super) negative_hits: AtomicU64,
@@ -38,10 +53,10 @@ pub(super) struct Shared {
 impl Shared {
     /// Runs one Redis call within the deadline: times it in the
     /// `ratekeeper_store_latency_seconds` histogram (label `outcome`), and tells the breaker
-    /// how it went (a failure is counted, and may open the breaker, logged with the failure
-    /// policy `action` that answers meanwhile).
+    /// how it went (a failure is counted, may open the breaker, logged with the failure
+    /// policy `action` that answers meanwhile, and starts the prober).
     pub(super) async fn timed<T>(
-        &self,
+        self: &Arc<Self>,
         call: impl Future<Output = Result<T, StoreError>>,
         action: &str,
     ) -> Result<T, StoreError> {
@@ -58,14 +73,98 @@ impl Shared {
         match &result {
             Ok(_) => {
                 self.breaker.success();
+                self.outage.end();
                 self.redis_decisions.fetch_add(1, Ordering::Relaxed);
             }
             Err(err) => {
                 self.breaker.failure(self.app.now(), err, action);
                 self.count_error();
+                self.start_prober();
             }
         }
         result
+    }
+
+    /// Makes a fresh connection ready and puts it in use
+    /// ([`Link::reconnect`](super::link::Link::reconnect)); teaches the stale guard Redis's
+    /// time.
+    ///
+    /// # Errors
+    ///
+    /// As [`Link::reconnect`](super::link::Link::reconnect).
+    pub(super) async fn reconnect(&self) -> Result<(), StoreError> {
+        let (server, sent) = self.script.conn.link().reconnect().await?;
+        self.learn_time(server, sent.elapsed());
+        Ok(())
+    }
+
+    /// Teaches the stale guard Redis `TIME` `server` (µs), read by a command sent `ago`.
+    pub(super) fn learn_time(&self, server: u64, ago: Duration) {
+        let ago_us = u64::try_from(ago.as_micros()).unwrap_or(u64::MAX);
+        let sent = self.script.app_micros().saturating_sub(ago_us);
+        self.script.guard.learn(sent, server);
+    }
+
+    /// Starts the link's prober (see
+    /// [`Link::start_prober`](super::link::Link::start_prober)); when it made a new
+    /// connection ready, the hook set at build closes the breaker.
+    pub(super) fn start_prober(&self) {
+        self.script.conn.link().start_prober();
+    }
+
+    /// The prober made a new connection ready: learn Redis's time, close the breaker, end
+    /// the outage, and register this instance again (in the background).
+    pub(super) fn prober_succeeded(self: &Arc<Self>, server: u64, ago: Duration) {
+        self.learn_time(server, ago);
+        self.breaker.success();
+        self.outage.end();
+        if !self.learns_fleet {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let shared = Arc::clone(self);
+            runtime.spawn(async move { shared.register_instance().await });
+        }
+    }
+
+    /// Registers this instance in the fleet registry (`fleet.lua`) within the deadline and
+    /// learns the fleet size; a failure leaves the size learned before.
+    pub(super) async fn register_instance(&self) {
+        let key = format!("{}:v2:{{fleet}}:instances", self.prefix);
+        static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
+        let script = SCRIPT.get_or_init(|| redis::Script::new(FLEET_SCRIPT));
+        let mut invocation = script.prepare_invoke();
+        invocation.key(key).arg(&self.instance_id).arg(FLEET_TTL_MS);
+        let mut conn = self.script.conn.link().clone();
+        let call = invocation.invoke_async::<u32>(&mut conn);
+        match tokio::time::timeout(self.deadline, call).await {
+            Ok(Ok(n)) if n > 0 => {
+                self.outage.instances.store(n, Ordering::Relaxed);
+            }
+            Ok(Ok(_)) => {}
+            Ok(Err(err)) => tracing::debug!(error = %err, "redis store fleet registration failed"),
+            Err(_) => tracing::debug!("redis store fleet registration timed out"),
+        }
+    }
+
+    /// Keeps this instance registered: every [`FLEET_EVERY`] while the breaker is closed,
+    /// on the current tokio runtime, until the store is dropped.
+    pub(super) fn start_registration(self: &Arc<Self>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let weak: Weak<Self> = Arc::downgrade(self);
+        runtime.spawn(async move {
+            loop {
+                tokio::time::sleep(FLEET_EVERY).await;
+                let Some(shared) = weak.upgrade() else {
+                    return;
+                };
+                if !shared.breaker.is_open() {
+                    shared.register_instance().await;
+                }
+            }
+        });
     }
 
     pub(super) fn count_error(&self) {

@@ -1,0 +1,371 @@
+//! The store's connection to Redis: made ready when the store is built (connected, every
+//! script loaded, Redis `TIME` read), and replaced by a fresh, ready one when the circuit
+//! breaker's prober reconnects after a fault.
+//!
+//! A [`Link`] holds the current connection (a multiplexed connection to a standalone Redis,
+//! or a Cluster connection with its slot map) behind a lock that is only taken to clone the
+//! handle or to swap in a new one. It implements [`redis::aio::ConnectionLike`], so every
+//! script call sends through whatever connection is current. It never reconnects by itself:
+//! a call that finds the connection broken fails at once and starts the prober
+//! ([`Link::start_prober`]; a failed decision starts it too), which makes a new connection
+//! ready ([`Link::ready`]), swaps it in when Redis answers and tells the store (the
+//! [`Link::on_ready`] hook, which closes the breaker). So recovery never waits for a
+//! request to probe a dead connection.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock, RwLock, Weak};
+use std::time::{Duration, Instant};
+
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, Pipeline, RedisFuture, Value};
+
+use super::script::redis_failure;
+use crate::store::StoreError;
+
+/// Every script the store and its slots send, loaded when a connection is made ready (so the
+/// first `EVALSHA` after a start or a Redis restart finds its script).
+const SCRIPTS: [&str; 4] = [
+    include_str!("limiter.lua"),
+    include_str!("lease.lua"),
+    include_str!("concurrency.lua"),
+    FLEET_SCRIPT,
+];
+
+/// The fleet registry script (see `fleet.lua`).
+pub(super) const FLEET_SCRIPT: &str = include_str!("fleet.lua");
+
+/// The SHA1 of every script [`Link::ready`] loads (what `SCRIPT EXISTS` checks).
+pub(super) fn script_hashes() -> Vec<String> {
+    SCRIPTS
+        .iter()
+        .map(|s| redis::Script::new(s).get_hash().to_owned())
+        .collect()
+}
+
+/// How to reach Redis, and the connection in use.
+enum Target {
+    Single {
+        client: redis::Client,
+        config: redis::AsyncConnectionConfig,
+        current: RwLock<Option<MultiplexedConnection>>,
+    },
+    Cluster {
+        client: ClusterClient,
+        current: RwLock<Option<ClusterConnection>>,
+    },
+}
+
+/// What the prober does when it made a connection ready: told Redis `TIME` (µs) and how
+/// long ago the `TIME` command was sent.
+type OnReady = Box<dyn Fn(u64, Duration) + Send + Sync>;
+
+/// How long connecting and making ready may take, and the pause between failed probes.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Timing {
+    /// One connection attempt (TCP connect; on a Cluster, the slot map too).
+    pub(super) connect: Duration,
+    /// Scripts loaded and `TIME` read on a fresh connection (the decision deadline: a Redis
+    /// slower than that is not back).
+    pub(super) ready: Duration,
+    /// Pause between two failed probes.
+    pub(super) every: Duration,
+}
+
+struct Inner {
+    target: Target,
+    timing: Timing,
+    /// Whether the prober runs.
+    probing: AtomicBool,
+    on_ready: OnceLock<OnReady>,
+}
+
+/// A connection that can be replaced while clones of it are in use. Cheap to clone.
+#[derive(Clone)]
+pub(super) struct Link(Arc<Inner>);
+
+impl std::fmt::Debug for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = match &self.0.target {
+            Target::Single { .. } => "standalone",
+            Target::Cluster { .. } => "cluster",
+        };
+        f.debug_tuple("Link").field(&kind).finish()
+    }
+}
+
+/// A fresh connection, not yet in use.
+pub(super) enum Fresh {
+    Single(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+/// The error of a call on a link whose connection is not (yet) made.
+fn not_connected() -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::Io,
+        "not connected to Redis (the store is reconnecting)",
+    ))
+}
+
+impl Link {
+    /// A link to a standalone Redis with no connection yet; each connection attempt gives up
+    /// after `connect_timeout`.
+    pub(super) fn single(client: redis::Client, timing: Timing) -> Self {
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(timing.connect))
+            .set_response_timeout(None);
+        Self::new(
+            Target::Single {
+                client,
+                config,
+                current: RwLock::new(None),
+            },
+            timing,
+        )
+    }
+
+    /// A link to a Redis Cluster with no connection yet.
+    pub(super) fn cluster(client: ClusterClient, timing: Timing) -> Self {
+        Self::new(
+            Target::Cluster {
+                client,
+                current: RwLock::new(None),
+            },
+            timing,
+        )
+    }
+
+    fn new(target: Target, timing: Timing) -> Self {
+        Self(Arc::new(Inner {
+            target,
+            timing,
+            probing: AtomicBool::new(false),
+            on_ready: OnceLock::new(),
+        }))
+    }
+
+    /// Sets what the prober does when it made a new connection ready (close the store's
+    /// breaker, teach its stale guard Redis's time).
+    pub(super) fn on_ready(&self, hook: impl Fn(u64, Duration) + Send + Sync + 'static) {
+        let _ = self.0.on_ready.set(Box::new(hook));
+    }
+
+    /// Starts the prober when `result` says the connection is broken (an I/O error, a
+    /// dropped or refused connection, no connection), whoever made the call (decisions,
+    /// leases, concurrency slots).
+    fn check<T>(&self, result: redis::RedisResult<T>) -> redis::RedisResult<T> {
+        if let Err(e) = &result {
+            if e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal() {
+                self.start_prober();
+            }
+        }
+        result
+    }
+
+    /// Opens a fresh connection within the connect timeout, makes it ready
+    /// ([`Link::ready`]) within the ready timeout and puts it in use.
+    ///
+    /// Returns Redis `TIME` (µs) and when its command was sent.
+    ///
+    /// # Errors
+    ///
+    /// Why Redis could not be reached or did not answer ([`StoreError::Timeout`] when it was
+    /// too slow).
+    pub(super) async fn reconnect(&self) -> Result<(u64, Instant), StoreError> {
+        let timing = self.0.timing;
+        let mut fresh = tokio::time::timeout(timing.connect, self.connect())
+            .await
+            .map_err(|_| StoreError::Timeout)??;
+        let sent = Instant::now();
+        let server = tokio::time::timeout(timing.ready, Self::ready(&mut fresh))
+            .await
+            .map_err(|_| StoreError::Timeout)??;
+        self.install(fresh);
+        Ok((server, sent))
+    }
+
+    /// Starts the prober unless it runs: on the current tokio runtime, it reconnects
+    /// ([`Link::reconnect`]) every `every` until Redis answers on a fresh connection, then
+    /// calls the `on_ready` hook. It holds the link weakly (ends when every user dropped it).
+    pub(super) fn start_prober(&self) {
+        if self.0.probing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.0.probing.store(false, Ordering::Release);
+            return;
+        };
+        let weak: Weak<Inner> = Arc::downgrade(&self.0);
+        runtime.spawn(async move {
+            let mut attempts = 0u64;
+            loop {
+                let Some(inner) = weak.upgrade() else {
+                    return;
+                };
+                let link = Link(inner);
+                attempts += 1;
+                match link.reconnect().await {
+                    Ok((server, sent)) => {
+                        link.0.probing.store(false, Ordering::Release);
+                        tracing::debug!(
+                            attempts,
+                            "redis store prober: Redis answered on a fresh connection"
+                        );
+                        if let Some(hook) = link.0.on_ready.get() {
+                            hook(server, sent.elapsed());
+                        }
+                        return;
+                    }
+                    Err(err) => {
+                        tracing::debug!(
+                            attempts,
+                            error = %err,
+                            "redis store prober: Redis not back yet"
+                        );
+                    }
+                }
+                let pause = link.0.timing.every;
+                drop(link);
+                tokio::time::sleep(pause).await;
+            }
+        });
+    }
+
+    /// Opens a new connection (a Cluster connection reads the slot map anew).
+    pub(super) async fn connect(&self) -> Result<Fresh, StoreError> {
+        match &self.0.target {
+            Target::Single { client, config, .. } => client
+                .get_multiplexed_async_connection_with_config(config)
+                .await
+                .map(Fresh::Single)
+                .map_err(redis_failure),
+            Target::Cluster { client, .. } => client
+                .get_async_connection()
+                .await
+                .map(Fresh::Cluster)
+                .map_err(redis_failure),
+        }
+    }
+
+    /// Makes `fresh` ready in one round trip (on a Cluster, one per primary): loads every
+    /// script (`SCRIPT LOAD`; on a Cluster on every primary, so it fails while a primary
+    /// is unreachable) and reads Redis `TIME` (µs) last, which it returns.
+    pub(super) async fn ready(fresh: &mut Fresh) -> Result<u64, StoreError> {
+        let mut pipe = redis::pipe();
+        for script in SCRIPTS {
+            pipe.cmd("SCRIPT").arg("LOAD").arg(script).ignore();
+        }
+        let time: (u64, u64) = match fresh {
+            Fresh::Single(c) => {
+                pipe.cmd("TIME");
+                let (time,): ((u64, u64),) = pipe.query_async(c).await.map_err(redis_failure)?;
+                time
+            }
+            Fresh::Cluster(c) => {
+                // A Cluster connection routes each command by itself (no pipelines across
+                // nodes): `SCRIPT LOAD` goes to every primary.
+                for script in SCRIPTS {
+                    let _: String = redis::cmd("SCRIPT")
+                        .arg("LOAD")
+                        .arg(script)
+                        .query_async(c)
+                        .await
+                        .map_err(redis_failure)?;
+                }
+                redis::cmd("TIME")
+                    .query_async(c)
+                    .await
+                    .map_err(redis_failure)?
+            }
+        };
+        Ok(time.0.saturating_mul(1_000_000).saturating_add(time.1))
+    }
+
+    /// Puts `fresh` in use: later calls go through it (calls in flight finish on the old one).
+    pub(super) fn install(&self, fresh: Fresh) {
+        match (&self.0.target, fresh) {
+            (Target::Single { current, .. }, Fresh::Single(c)) => {
+                if let Ok(mut slot) = current.write() {
+                    *slot = Some(c);
+                }
+            }
+            (Target::Cluster { current, .. }, Fresh::Cluster(c)) => {
+                if let Ok(mut slot) = current.write() {
+                    *slot = Some(c);
+                }
+            }
+            // A link never makes a connection of the other kind.
+            _ => {}
+        }
+    }
+
+    /// Whether a connection is in use.
+    pub(super) fn is_connected(&self) -> bool {
+        match &self.0.target {
+            Target::Single { current, .. } => current.read().is_ok_and(|c| c.is_some()),
+            Target::Cluster { current, .. } => current.read().is_ok_and(|c| c.is_some()),
+        }
+    }
+
+    fn current(&self) -> Result<Current, redis::RedisError> {
+        let current = match &self.0.target {
+            Target::Single { current, .. } => current
+                .read()
+                .ok()
+                .and_then(|c| c.clone())
+                .map(Current::Single),
+            Target::Cluster { current, .. } => current
+                .read()
+                .ok()
+                .and_then(|c| c.clone())
+                .map(Current::Cluster),
+        };
+        current.ok_or_else(not_connected)
+    }
+}
+
+/// A clone of the connection in use, for one call.
+enum Current {
+    Single(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Link {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        let current = self.current();
+        Box::pin(async move {
+            let result = match current {
+                Ok(Current::Single(mut c)) => c.req_packed_command(cmd).await,
+                Ok(Current::Cluster(mut c)) => c.req_packed_command(cmd).await,
+                Err(e) => Err(e),
+            };
+            self.check(result)
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        let current = self.current();
+        Box::pin(async move {
+            let result = match current {
+                Ok(Current::Single(mut c)) => c.req_packed_commands(cmd, offset, count).await,
+                Ok(Current::Cluster(mut c)) => c.req_packed_commands(cmd, offset, count).await,
+                Err(e) => Err(e),
+            };
+            self.check(result)
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        match &self.0.target {
+            Target::Single { client, .. } => client.get_connection_info().redis_settings().db(),
+            Target::Cluster { .. } => 0,
+        }
+    }
+}
