@@ -11,7 +11,9 @@
 //! Nothing here hides a failure: a port that cannot be bound panics in the test's own task
 //! with the OS error; a server that stops shows as a failed request in the test.
 
+pub mod differential;
 pub mod fleet;
+pub mod flood;
 pub mod redis;
 pub mod slots;
 pub mod sweep;

@@ -15,7 +15,13 @@
 //!   never exceeds `Limit`, a 429 carries an integer `Retry-After` of at least 1 second
 //!   unless the request can never fit (then it has none), and a problem+json body parses;
 //! - every `Retry-After` is honoured: on a manual clock, the same request sent again after
-//!   waiting it, with nothing in between, is admitted.
+//!   waiting it, with nothing in between, is admitted;
+//! - the edges (`edges`): a memory store driven by checks, refunds, resets, sweeps and clock
+//!   steps (with `max_keys` and its overflow state) decides exactly as a reference model in
+//!   which a refund gives back what its charge still holds on the state and in the life it
+//!   was charged on; configuration errors are one line; a polite client reads resets by
+//!   plausibility, never waits beyond its maximum and lets a later answer shorten a wait;
+//!   distinct compact keys never share a budget.
 //!
 //! Not checked here: that a check's cost does not grow with the state one key holds. That is
 //! a timing property, measured by the per-algorithm scaling benchmark (time per check at n
@@ -34,6 +40,10 @@ use ratekeeper_axum::{Algorithm, Policy, Quota, RateLimitLayer, RequestParts};
 use ratekeeper_core::clock::ManualClock;
 use ratekeeper_core::store::MemoryStore;
 use tower::ServiceExt;
+
+mod edges;
+
+pub use edges::{compact_keys, config_document, polite_headers, refund_receipts};
 
 /// Reads structured values from fuzzer bytes; reads past the end give zeros.
 #[derive(Debug)]

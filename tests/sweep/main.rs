@@ -72,3 +72,23 @@ fn sweep_header_merge() {
 fn sweep_layer_traces() {
     run("layer_trace", 15_000, 256, sweep::layer_trace);
 }
+
+#[test]
+fn sweep_refund_receipts() {
+    run("refund_receipts", 4_000, 160, sweep::refund_receipts);
+}
+
+#[test]
+fn sweep_config_documents() {
+    run("config_document", 3_000, 64, sweep::config_document);
+}
+
+#[test]
+fn sweep_polite_headers() {
+    run("polite_headers", 2_000, 48, sweep::polite_headers);
+}
+
+#[test]
+fn sweep_compact_keys() {
+    run("compact_keys", 300, 2_048, sweep::compact_keys);
+}

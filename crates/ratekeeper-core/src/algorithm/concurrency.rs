@@ -107,7 +107,7 @@ impl Concurrency {
 impl KeyedAlgorithm for Concurrency {
     type State = AtomicU64;
 
-    fn check(&self, state: &AtomicU64, _now: u64, cost: u64) -> (Decision, Receipt) {
+    fn check(&self, state: &AtomicU64, now: u64, cost: u64) -> (Decision, Receipt) {
         let mut current = state.load(Ordering::Acquire);
         loop {
             let (decision, next) = self.decide(current, cost);
@@ -115,7 +115,7 @@ impl KeyedAlgorithm for Concurrency {
                 return (decision, Receipt::NONE);
             };
             match state.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return (decision, Receipt::new(0)),
+                Ok(_) => return (decision, Receipt::new(now)),
                 Err(actual) => current = actual,
             }
         }
@@ -125,13 +125,23 @@ impl KeyedAlgorithm for Concurrency {
         Concurrency::peek(self, state.load(Ordering::Acquire), cost)
     }
 
-    fn refund(&self, state: &AtomicU64, _now: u64, cost: u64, _stamp: u64) {
+    fn refund(&self, state: &AtomicU64, _now: u64, cost: u64, _stamp: u64) -> bool {
         let _ = state.fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
             Some(self.released(held, cost))
         });
+        false
     }
 
     fn is_idle(&self, state: &AtomicU64, _now: u64) -> bool {
         state.load(Ordering::Acquire) == 0
+    }
+
+    /// Permits are counted, not stamped: a store tracks the ones taken before a reset.
+    fn stale(&self, _bound: u64, _now: u64) -> bool {
+        true
+    }
+
+    fn permits(&self, state: &AtomicU64) -> u64 {
+        state.load(Ordering::Acquire)
     }
 }

@@ -392,15 +392,45 @@ impl KeyedAlgorithm for Gcra {
         self.peek_from(state.load(Ordering::Acquire).max(now), now, cost)
     }
 
-    fn refund(&self, state: &AtomicU64, now: u64, cost: u64, stamp: u64) {
-        let _ = state.fetch_update(Ordering::AcqRel, Ordering::Acquire, |tat| {
-            let next = self.refunded(tat, now, cost, stamp);
-            (next != tat).then_some(next)
-        });
+    /// True when the refund was not of the latest charge and pulled the TAT back: later
+    /// charges' stamps may then lie above the TAT (see [`KeyedAlgorithm::refund`]).
+    fn refund(&self, state: &AtomicU64, now: u64, cost: u64, stamp: u64) -> bool {
+        state
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |tat| {
+                let next = self.refunded(tat, now, cost, stamp);
+                (next != tat).then_some(next)
+            })
+            .is_ok_and(|tat| tat != stamp)
     }
 
     fn is_idle(&self, state: &AtomicU64, now: u64) -> bool {
         state.load(Ordering::Acquire) <= now
+    }
+
+    /// `tat + tau <= now`. A refund of an earlier charge can pull the TAT below the stamp
+    /// of a later charge still outstanding, but never by `tau` or more (a check's stamp is
+    /// at most its time plus `tau`, and the TAT never falls below the time of the latest
+    /// charge), so then no receipt of this state can take anything from a later one.
+    fn is_idle_strict(&self, state: &AtomicU64, now: u64) -> bool {
+        state.load(Ordering::Acquire).saturating_add(self.tau) <= now
+    }
+
+    fn headroom(&self) -> u64 {
+        self.tau
+    }
+
+    fn stamp_bound(&self, now: u64) -> u64 {
+        now.saturating_add(self.tau)
+    }
+
+    /// A stamp is at least `now + T` (`T >= 1`), so a shift of `bound - now` suffices.
+    fn fence_shift(&self, bound: u64, now: u64) -> u64 {
+        bound.saturating_sub(now)
+    }
+
+    /// A stamp at or before `now` is drained: it takes nothing from any state.
+    fn stale(&self, bound: u64, now: u64) -> bool {
+        bound <= now
     }
 
     fn reserve(&self, state: &AtomicU64, now: u64, cost: u64, max_wait: u64) -> Reserved {

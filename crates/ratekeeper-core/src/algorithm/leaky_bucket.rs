@@ -198,12 +198,32 @@ impl KeyedAlgorithm for LeakyBucket {
         KeyedAlgorithm::peek(&self.gcra, state, now, cost)
     }
 
-    fn refund(&self, state: &AtomicU64, now: u64, cost: u64, stamp: u64) {
-        KeyedAlgorithm::refund(&self.gcra, state, now, cost, stamp);
+    fn refund(&self, state: &AtomicU64, now: u64, cost: u64, stamp: u64) -> bool {
+        KeyedAlgorithm::refund(&self.gcra, state, now, cost, stamp)
     }
 
     fn is_idle(&self, state: &AtomicU64, now: u64) -> bool {
         LeakyBucket::is_idle(self, state.load(Ordering::Acquire), now)
+    }
+
+    fn is_idle_strict(&self, state: &AtomicU64, now: u64) -> bool {
+        self.gcra.is_idle_strict(state, now)
+    }
+
+    fn headroom(&self) -> u64 {
+        self.gcra.headroom()
+    }
+
+    fn stamp_bound(&self, now: u64) -> u64 {
+        self.gcra.stamp_bound(now)
+    }
+
+    fn fence_shift(&self, bound: u64, now: u64) -> u64 {
+        self.gcra.fence_shift(bound, now)
+    }
+
+    fn stale(&self, bound: u64, now: u64) -> bool {
+        self.gcra.stale(bound, now)
     }
 
     /// The shaper ([`LeakyBucket::shape`]), applied atomically.

@@ -75,7 +75,7 @@
 //! | fixed window | window index | `min(n, count)` while the window is still the current one; nothing after |
 //! | sliding window counter | window index | `min(n, current)` in the same window; `min(n, previous)` in the next (the part the estimate still counts); nothing later |
 //! | sliding log | the entry's timestamp | at most `n` units of that entry, while `ts + W > now`; nothing once it expired |
-//! | concurrency | unused | `min(n, held)`: a permit is a permit |
+//! | concurrency | the time of the check (a store may use it to tell lives of a key apart) | `min(n, held)`: a permit is a permit |
 //!
 //! # Parameters in force
 //!
@@ -264,11 +264,52 @@ pub(crate) trait KeyedAlgorithm: Send + Sync + 'static {
 
     /// Gives back what the charge of `cost` units with receipt `stamp` still holds at `now`
     /// (the rules of each algorithm's `refunded`). Only called for a [`Receipt`] that is not
-    /// [`Receipt::NONE`].
-    fn refund(&self, state: &Self::State, now: u64, cost: u64, stamp: u64);
+    /// [`Receipt::NONE`]. True when the refund may leave a later charge's stamp above the
+    /// state (GCRA: a charge other than the latest gave back), so that until
+    /// [`KeyedAlgorithm::headroom`] has passed the store evicts by
+    /// [`KeyedAlgorithm::is_idle_strict`].
+    fn refund(&self, state: &Self::State, now: u64, cost: u64, stamp: u64) -> bool;
 
-    /// Whether the state equals "absent" at `now`, so the key can be evicted unseen.
+    /// Whether the state equals "absent" at `now`, so the key can be evicted unseen: no
+    /// receipt it handed out can take anything from a state created later (unless a
+    /// refund said otherwise; see [`KeyedAlgorithm::refund`]).
     fn is_idle(&self, state: &Self::State, now: u64) -> bool;
+
+    /// [`KeyedAlgorithm::is_idle`] for a state whose receipts may have stamps above it
+    /// (after a refund that returned true, within [`KeyedAlgorithm::headroom`]).
+    fn is_idle_strict(&self, state: &Self::State, now: u64) -> bool {
+        self.is_idle(state, now)
+    }
+
+    /// How far past the time of its check a charge's stamp can lie: `tau` for GCRA and the
+    /// leaky bucket (a stamp is a TAT), 0 for the others (a stamp is a time or a window).
+    fn headroom(&self) -> u64 {
+        0
+    }
+
+    /// The largest stamp a check made at or before `now` can have handed out.
+    fn stamp_bound(&self, now: u64) -> u64 {
+        now
+    }
+
+    /// A shift of time such that a state deciding at `now + shift` hands out only stamps
+    /// above `bound` from `now` on, with the same decisions (for the window algorithms, a
+    /// whole number of windows). Saturates.
+    fn fence_shift(&self, bound: u64, now: u64) -> u64 {
+        bound.saturating_add(1).saturating_sub(now)
+    }
+
+    /// Whether no stamp up to `bound` can take anything from a state created at or after
+    /// `now` (in real time).
+    fn stale(&self, bound: u64, now: u64) -> bool {
+        bound < now
+    }
+
+    /// Permits the state holds (the concurrency counter); 0 for the others.
+    fn permits(&self, state: &Self::State) -> u64 {
+        let _ = state;
+        0
+    }
 
     /// Reserves `cost` units for a request that may wait up to `max_wait` ns. The default
     /// cannot reserve: it is [`KeyedAlgorithm::check`] (no delay, denials not final), the

@@ -366,8 +366,9 @@ impl KeyedAlgorithm for SlidingLog {
         SlidingLog::peek(self, &lock(state), now, cost)
     }
 
-    fn refund(&self, state: &Self::State, now: u64, cost: u64, stamp: u64) {
+    fn refund(&self, state: &Self::State, now: u64, cost: u64, stamp: u64) -> bool {
         SlidingLog::refund(self, &mut lock(state), now, cost, stamp);
+        false
     }
 
     fn is_idle(&self, state: &Self::State, now: u64) -> bool {

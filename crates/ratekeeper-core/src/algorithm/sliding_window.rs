@@ -276,13 +276,29 @@ impl KeyedAlgorithm for SlidingWindow {
         SlidingWindow::peek(self, *lock(state), now, cost)
     }
 
-    fn refund(&self, state: &Self::State, now: u64, cost: u64, stamp: u64) {
+    fn refund(&self, state: &Self::State, now: u64, cost: u64, stamp: u64) -> bool {
         let mut s = lock(state);
         *s = self.refunded(*s, now, cost, stamp);
+        false
     }
 
     fn is_idle(&self, state: &Self::State, now: u64) -> bool {
         SlidingWindow::is_idle(self, *lock(state), now)
+    }
+
+    /// A stamp is a window index.
+    fn stamp_bound(&self, now: u64) -> u64 {
+        now / self.window
+    }
+
+    /// Whole windows, two past `bound` (a refund reaches one window back).
+    fn fence_shift(&self, bound: u64, now: u64) -> u64 {
+        let windows = bound.saturating_add(2).saturating_sub(now / self.window);
+        windows.saturating_mul(self.window)
+    }
+
+    fn stale(&self, bound: u64, now: u64) -> bool {
+        bound.saturating_add(1) < now / self.window
     }
 }
 

@@ -13,7 +13,7 @@ use std::fmt;
 /// | GCRA, leaky bucket | the TAT right after this charge (the end of the slot it took) |
 /// | fixed window, sliding window counter | the index of the window the charge counted in |
 /// | sliding log | the time of the log entry the charge added |
-/// | concurrency | unused (a permit is the same whenever it was taken) |
+/// | concurrency | the time of the check (a permit is the same whenever it was taken; a store may use the time to tell lives of a key apart) |
 ///
 /// [`Receipt::NONE`] is the receipt of a denied charge (which took nothing) and of a charge
 /// whose store did not say; refunding it gives back nothing.

@@ -350,8 +350,7 @@ where
         match self.mode {
             Mode::Delay { max_wait } => {
                 let now = Instant::now();
-                let deadline =
-                    *deadline.get_or_insert_with(|| now.checked_add(max_wait).unwrap_or(now));
+                let deadline = *deadline.get_or_insert_with(|| saturating_deadline(now, max_wait));
                 // A final denial (the store reserved exactly) cannot pass in time.
                 if let Some(wait) = decisions.retry_after() {
                     if !decisions.is_final()
@@ -587,4 +586,23 @@ where
     fn settle_status(&self, reported: &Reported, status: StatusCode) {
         self.settle(reported, status);
     }
+}
+
+/// `now + max_wait`, or the latest instant the clock can represent when that is beyond it
+/// (`Duration::MAX` waits as long as needed, never "not at all").
+pub(super) fn saturating_deadline(now: Instant, max_wait: Duration) -> Instant {
+    if let Some(deadline) = now.checked_add(max_wait) {
+        return deadline;
+    }
+    // Beyond the clock's range: add the largest halvings of `max_wait` that still fit
+    // (each fits at most once more after the previous one failed: about 128 rounds).
+    let mut step = max_wait / 2;
+    let mut deadline = now;
+    while !step.is_zero() {
+        match deadline.checked_add(step) {
+            Some(later) => deadline = later,
+            None => step /= 2,
+        }
+    }
+    deadline
 }

@@ -79,7 +79,8 @@ pub enum Mode {
     /// whatever its readiness reserved (for example a `tower::limit::ConcurrencyLimit`
     /// permit) stays reserved during the wait.
     Delay {
-        /// The longest a request may wait, measured from its arrival (its reservation).
+        /// The longest a request may wait, measured from its arrival (its reservation). A
+        /// value beyond the clock's range (`Duration::MAX`) waits as long as needed.
         max_wait: Duration,
     },
     /// Decide and report (headers; the `ratekeeper_shadow_checked_total` and

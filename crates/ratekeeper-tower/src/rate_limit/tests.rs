@@ -65,6 +65,47 @@ async fn delay_rejects_at_once_when_the_wait_exceeds_max_wait() {
     assert_eq!(start.elapsed(), Duration::ZERO);
 }
 
+/// Issue 21: `Mode::Delay { max_wait: Duration::MAX }` answered 429 at once (the deadline
+/// `now + max_wait` overflowed the clock and was read as "now"). It waits, for every
+/// algorithm: GCRA reserves, the fixed window checks and retries.
+#[tokio::test(start_paused = true)]
+async fn delay_with_an_unbounded_max_wait_waits_for_capacity() {
+    for algorithm in [
+        ratekeeper_core::Algorithm::Gcra,
+        ratekeeper_core::Algorithm::FixedWindow,
+    ] {
+        let layer = RateLimitLayer::builder()
+            .policy(
+                Policy::new("default", Quota::per_second(NonZeroU32::MIN))
+                    .with_algorithm(algorithm),
+            )
+            .key(GlobalKey)
+            .store(MemoryStore::with_clock(TokioClock::new()))
+            .mode(Mode::Delay {
+                max_wait: Duration::MAX,
+            })
+            .build()
+            .unwrap();
+        let svc = ServiceBuilder::new().layer(layer).service_fn(ok);
+        let start = tokio::time::Instant::now();
+        let first = svc.clone().oneshot(Request::new(())).await.unwrap();
+        assert_eq!(first.status(), StatusCode::OK);
+        let second = svc.clone().oneshot(Request::new(())).await.unwrap();
+        assert_eq!(second.status(), StatusCode::OK, "{algorithm}");
+        assert_eq!(start.elapsed(), Duration::from_secs(1), "{algorithm}");
+    }
+}
+
+#[test]
+fn a_deadline_beyond_the_clock_saturates() {
+    let now = tokio::time::Instant::now();
+    let far = super::limiter::saturating_deadline(now, Duration::MAX);
+    assert!(far > now + Duration::from_secs(100 * 365 * 86_400));
+    assert!(far.checked_add(Duration::from_secs(1)).is_none());
+    let near = super::limiter::saturating_deadline(now, Duration::from_secs(5));
+    assert_eq!(near, now + Duration::from_secs(5));
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_reservation_dropped_while_waiting_is_refunded() {
     let svc = ServiceBuilder::new()

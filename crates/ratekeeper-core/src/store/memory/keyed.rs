@@ -1,11 +1,37 @@
 //! The per-policy key map of the [`MemoryStore`](super::MemoryStore): per-key state in one
 //! [`DashMap`] per lane (the compact key forms of `compact`), insertion only when a request
 //! changes state, amortised sweeping of idle keys, the optional cap on keys (over all lanes)
-//! with its shared overflow state, and the metrics of all three.
+//! with its shared overflow state, the fences of reset keys, and the metrics of all of them.
+//!
+//! # Which state a receipt belongs to
+//!
+//! A refund gives back only what its own charge still holds, so it must land on the state
+//! the charge was made on, in the same life. Three things start a new life of a key's
+//! state, and each is told apart without a byte more per key or an instruction more on
+//! the check of a held key:
+//!
+//! - **Overflow.** A charge on the shared overflow state has a receipt whose stamp has bit
+//!   63 set ([`OVERFLOW_BIT`]); its refund goes to the overflow state whatever the key holds
+//!   now. A receipt without it belongs to the key's own state, and gives back nothing when
+//!   the key holds none. Stamps of the key's own state reach bit 63 only past 2^63 ns
+//!   (292 years) of clock, or a tolerance that long: a refund that cannot tell the two
+//!   apart then gives back nothing.
+//! - **Eviction.** Only a state no receipt can take anything from goes (`is_idle`), so a
+//!   receipt of an evicted state finds nothing in the next one. For GCRA and the leaky
+//!   bucket, a refund of a charge other than the latest pulls the TAT below the stamps of
+//!   later charges (by less than `tau`); for `tau` after such a refund in a policy, its
+//!   sweeps evict only buckets full for `tau` (`is_idle_strict`).
+//! - **Reset.** [`Keyed::reset`] puts the key behind a fence: its new state runs in time
+//!   shifted forward (by a whole number of windows for the window algorithms, so decisions
+//!   are the same), so every stamp it hands out is larger than any stamp handed out before
+//!   the reset, and a receipt at or below the fence's boundary gives back nothing. The
+//!   fence goes (and the key returns to its lane) once both lives' stamps are stale in real
+//!   time; checks of a fenced key take the slow path meanwhile.
 
+use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
@@ -13,7 +39,7 @@ use metrics::{Counter, Gauge};
 
 use crate::algorithm::{
     Concurrency, FixedWindow, Gcra, KeyedAlgorithm, LeakyBucket, Reserved, SlidingLog,
-    SlidingWindow,
+    SlidingWindow, lock,
 };
 use crate::store::Receipt;
 use crate::{Algorithm, Decision, Policy};
@@ -26,6 +52,14 @@ pub(super) type Hasher = foldhash::fast::RandomState;
 
 /// Sweeps never run before this many new keys were inserted since the last one.
 const MIN_SWEEP_INSERTS: usize = 4_096;
+
+/// With `max_keys` set, sweeps to make room run at most once per this many new keys (or
+/// overflowed decisions), however small the cap: a sweep visits every shard of every lane
+/// (a few hundred locks), so this keeps its share of a check small.
+const MIN_CAPPED_SWEEP_INSERTS: usize = 256;
+
+/// Bit 63 of a receipt's stamp: the charge was made on the shared overflow state.
+pub(super) const OVERFLOW_BIT: u64 = 1 << 63;
 
 /// The [`metrics`] counter of decisions made on a policy's shared overflow state (label
 /// `policy`).
@@ -151,40 +185,74 @@ impl<K: Hash + Eq, S, H: BuildHasher + Clone> Maps<K, S, H> {
 }
 
 /// Runs `$body` with `$map` bound to the lane map of `$key`, `$q` to its compact form (a
-/// borrow the map can look up) and `$own` to a closure making the owned map key.
+/// borrow the map can look up), `$own` to a closure making the owned map key and `$fence`
+/// to one making its [`FenceKey`] (both capture only what the lookup needs).
 macro_rules! on_lane {
-    ($maps:expr, $key:expr, |$map:ident, $q:ident, $own:ident| $body:expr) => {
+    ($maps:expr, $key:expr, |$map:ident, $q:ident, $own:ident, $fence:ident| $body:expr) => {
         match lane($key) {
             Lane::V4(x) => {
                 let ($map, $q, $own) = ($maps.v4.part(&x), &x, || x);
+                let $fence = || FenceKey::<K>::V4(x);
                 $body
             }
             Lane::P64(x) => {
                 let ($map, $q, $own) = ($maps.p64.part(&x), &x, || x);
+                let $fence = || FenceKey::<K>::P64(x);
                 $body
             }
             Lane::V6(x) => {
                 let ($map, $q, $own) = ($maps.v6.part(&x), &x, || x);
+                let $fence = || FenceKey::<K>::V6(x);
                 $body
             }
             Lane::V6Net(x) => {
                 let ($map, $q, $own) = ($maps.v6net.part(&x), &x, || x);
+                let $fence = || FenceKey::<K>::V6Net(x);
                 $body
             }
             Lane::Short(x) => {
                 let ($map, $q, $own) = ($maps.short.part(&x), &x, || x);
+                let $fence = || FenceKey::<K>::Short(x);
                 $body
             }
             Lane::Long(s) => {
                 let ($map, $q, $own) = (&$maps.long, s, || Box::<str>::from(s));
+                let $fence = || FenceKey::<K>::Long(Box::<str>::from(s));
                 $body
             }
             Lane::Full(k) => {
                 let ($map, $q, $own) = (&$maps.full, k, || k.clone());
+                let $fence = || FenceKey::<K>::Full(k.clone());
                 $body
             }
         }
     };
+}
+
+/// A key as the fences of reset keys hold it: its lane and compact form, owned.
+#[derive(PartialEq, Eq, Hash)]
+enum FenceKey<K> {
+    V4(u64),
+    P64(u64),
+    V6(Wide),
+    V6Net(Wide),
+    Short(Wide),
+    Long(Box<str>),
+    Full(K),
+}
+
+impl<K: Clone + 'static> FenceKey<K> {
+    fn of(key: &K) -> Self {
+        match lane(key) {
+            Lane::V4(x) => FenceKey::V4(x),
+            Lane::P64(x) => FenceKey::P64(x),
+            Lane::V6(x) => FenceKey::V6(x),
+            Lane::V6Net(x) => FenceKey::V6Net(x),
+            Lane::Short(x) => FenceKey::Short(x),
+            Lane::Long(s) => FenceKey::Long(s.into()),
+            Lane::Full(k) => FenceKey::Full(k.clone()),
+        }
+    }
 }
 
 /// The keys of one policy and their state under its algorithm.
@@ -205,6 +273,30 @@ pub(super) struct Keyed<K, A: KeyedAlgorithm, H = Hasher> {
     inserts_since_sweep: AtomicUsize,
     kept_by_last_sweep: AtomicUsize,
     sweeping: AtomicBool,
+    /// Reset keys whose new state runs behind a fence (see the module docs).
+    fences: Mutex<HashMap<FenceKey<K>, Fence<A::State>>>,
+    /// Entries in `fences` (plus one while a reset is adding one), read without the lock.
+    fenced: AtomicUsize,
+    /// The largest stamp a reservation booked beyond the tolerance (0: none).
+    max_booked: AtomicU64,
+    /// Until this time, sweeps evict by `is_idle_strict` (see the module docs).
+    strict_until: AtomicU64,
+    /// Sweeps run (tests count them).
+    #[cfg(test)]
+    pub(super) sweeps: AtomicUsize,
+}
+
+/// A reset key's state (see the module docs): it decides at `now + shift`, so every stamp
+/// it hands out is above `boundary`, the largest stamp any earlier life handed out.
+struct Fence<S> {
+    state: S,
+    shift: u64,
+    boundary: u64,
+    /// The largest stamp handed out for the key in any life (it goes when this is stale).
+    bound: u64,
+    /// Concurrency permits taken before the reset and not yet released (their releases
+    /// give back nothing).
+    old_permits: u64,
 }
 
 impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm> Keyed<K, A> {
@@ -232,6 +324,12 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
             inserts_since_sweep: AtomicUsize::new(0),
             kept_by_last_sweep: AtomicUsize::new(0),
             sweeping: AtomicBool::new(false),
+            fences: Mutex::new(HashMap::new()),
+            fenced: AtomicUsize::new(0),
+            max_booked: AtomicU64::new(0),
+            strict_until: AtomicU64::new(0),
+            #[cfg(test)]
+            sweeps: AtomicUsize::new(0),
         }
     }
 
@@ -255,28 +353,49 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
     /// Decides and charges `cost` to `key`; the receipt says what the charge took.
     #[inline(always)]
     pub(super) fn check(&self, key: &K, now: u64, cost: u64) -> (Decision, Receipt) {
-        on_lane!(self.map, key, |map, q, own| {
+        on_lane!(self.map, key, |map, q, own, fence| {
             if let Some(state) = map.get(q) {
                 return self.algorithm.check(&state, now, cost);
             }
-            self.check_new(map, own, now, cost)
+            self.check_new(map, own, fence, now, cost)
         })
     }
 
-    /// [`Keyed::check`] for a key not held: inserts it only when the request changes state,
-    /// into the overflow state when `max_keys` are held and no idle key can go.
+    /// Whether `key` holds its own state (in its lane, or behind a fence).
+    pub(super) fn holds(&self, key: &K) -> bool {
+        on_lane!(self.map, key, |map, q, _own, _fence| map.contains_key(q))
+            || (self.fenced.load(Ordering::Acquire) != 0
+                && lock(&self.fences).contains_key(&FenceKey::of(key)))
+    }
+
+    /// [`Keyed::check`] for a key not in its lane: a fenced key's state; otherwise inserts
+    /// the key only when the request changes state, into the overflow state when `max_keys`
+    /// are held and no idle key can go. A request that charges nothing (cost 0, a cost that
+    /// can never fit) reports the state a charge would go to, as [`Keyed::peek`] does.
     #[inline(never)]
     fn check_new<Q: Hash + Eq>(
         &self,
         map: &DashMap<Q, A::State, H>,
         own: impl FnOnce() -> Q,
+        fence: impl FnOnce() -> FenceKey<K>,
         now: u64,
         cost: u64,
     ) -> (Decision, Receipt) {
+        if self.fenced.load(Ordering::Acquire) != 0 {
+            if let Some(answer) = self.check_fenced(&fence(), now, cost) {
+                return answer;
+            }
+        }
         // An unseen key behaves as absent; insert only when the request changes state.
         let absent = A::State::default();
         let probe = self.algorithm.peek(&absent, now, cost);
         if probe.is_denied() || cost == 0 {
+            if self.is_full() {
+                return (
+                    self.algorithm.peek(&self.overflow, now, cost),
+                    Receipt::NONE,
+                );
+            }
             return (probe, Receipt::NONE);
         }
         if !self.take_room() {
@@ -290,7 +409,8 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
                         || metrics::counter!(OVERFLOWED_TOTAL, "policy" => self.name.to_string()),
                     )
                     .increment(1);
-                return self.algorithm.check(&self.overflow, now, cost);
+                let (decision, receipt) = self.algorithm.check(&self.overflow, now, cost);
+                return (decision, overflow_receipt(receipt));
             }
         }
         let decision = match map.entry(own()) {
@@ -309,15 +429,101 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
         decision
     }
 
-    /// A reservation for a stored key; an unseen key is absent, where a reservation is a
-    /// check (no wait), so it goes through [`Keyed::check`] (with its insertion and overflow
-    /// handling).
+    /// Whether `max_keys` keys are held (a new key's charge would go to the overflow state,
+    /// unless a sweep makes room).
+    fn is_full(&self) -> bool {
+        self.held.load(Ordering::Acquire) >= self.max_keys
+    }
+
+    /// A check of a fenced key, or `None` when `key` has no fence (or its fence just went).
+    #[cold]
+    fn check_fenced(&self, key: &FenceKey<K>, now: u64, cost: u64) -> Option<(Decision, Receipt)> {
+        let mut fences = lock(&self.fences);
+        let fence = fences.get_mut(key)?;
+        if self.fence_is_done(fence, now) {
+            fences.remove(key);
+            self.unfence(1);
+            return None;
+        }
+        let (decision, receipt) =
+            self.algorithm
+                .check(&fence.state, now.saturating_add(fence.shift), cost);
+        if let Some(stamp) = receipt.stamp() {
+            fence.bound = fence.bound.max(stamp);
+        }
+        Some((decision, own_receipt(receipt)))
+    }
+
+    /// A reservation of a fenced key, or `None` when `key` has no fence (or its fence just
+    /// went).
+    #[cold]
+    fn reserve_fenced(
+        &self,
+        key: &FenceKey<K>,
+        now: u64,
+        cost: u64,
+        max_wait: u64,
+    ) -> Option<Reserved> {
+        let mut fences = lock(&self.fences);
+        let fence = fences.get_mut(key)?;
+        if self.fence_is_done(fence, now) {
+            fences.remove(key);
+            self.unfence(1);
+            return None;
+        }
+        let mut reserved = self.algorithm.reserve(
+            &fence.state,
+            now.saturating_add(fence.shift),
+            cost,
+            max_wait,
+        );
+        if let Some(stamp) = reserved.receipt.stamp() {
+            fence.bound = fence.bound.max(stamp);
+        }
+        reserved.receipt = own_receipt(reserved.receipt);
+        Some(reserved)
+    }
+
+    /// Whether a fence can go: its state is idle and no stamp of any life of the key can
+    /// take anything from a state created now (concurrency: every permit is back).
+    fn fence_is_done(&self, fence: &Fence<A::State>, now: u64) -> bool {
+        fence.old_permits == 0
+            && self
+                .algorithm
+                .is_idle(&fence.state, now.saturating_add(fence.shift))
+            && self.algorithm.stale(fence.bound, now)
+    }
+
+    /// `n` fences went: their keys no longer hold state.
+    fn unfence(&self, n: usize) {
+        self.fenced.fetch_sub(n, Ordering::AcqRel);
+        self.release(n);
+        // Precision: a gauge is an f64; key counts stay far below 2^53.
+        #[allow(clippy::cast_precision_loss)]
+        self.keys_gauge().decrement(n as f64);
+    }
+
+    /// A reservation for a key holding state (in its lane or behind its fence); an unseen
+    /// key is absent, where a reservation is a check (no wait), so it goes through
+    /// [`Keyed::check`] (with its insertion and overflow handling).
     pub(super) fn reserve(&self, key: &K, now: u64, cost: u64, max_wait: u64) -> Reserved {
-        let held = on_lane!(self.map, key, |map, q, _own| map
+        let held = on_lane!(self.map, key, |map, q, _own, _fence| map
             .get(q)
             .map(|state| self.algorithm.reserve(&state, now, cost, max_wait)));
-        if let Some(reserved) = held {
+        if let Some(mut reserved) = held {
+            if reserved.delay > 0 {
+                // Booked beyond the tolerance: a fence set later must clear this stamp.
+                if let Some(stamp) = reserved.receipt.stamp() {
+                    self.max_booked.fetch_max(stamp, Ordering::AcqRel);
+                }
+            }
+            reserved.receipt = own_receipt(reserved.receipt);
             return reserved;
+        }
+        if self.fenced.load(Ordering::Acquire) != 0 {
+            if let Some(reserved) = self.reserve_fenced(&FenceKey::of(key), now, cost, max_wait) {
+                return reserved;
+            }
         }
         let (decision, receipt) = self.check(key, now, cost);
         Reserved {
@@ -329,16 +535,24 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
     }
 
     /// The decision for `cost` without charging, read from the state a check of `key` would
-    /// charge: the key's own; for a key not held, the shared overflow state while `max_keys`
-    /// keys are held (where [`Keyed::check`] would send it), otherwise "absent".
+    /// charge: the key's own (in its lane or behind its fence); for a key not held, the
+    /// shared overflow state while `max_keys` keys are held (where [`Keyed::check`] would
+    /// send it), otherwise "absent".
     pub(super) fn peek(&self, key: &K, now: u64, cost: u64) -> Decision {
-        let held = on_lane!(self.map, key, |map, q, _own| map
+        let held = on_lane!(self.map, key, |map, q, _own, _fence| map
             .get(q)
             .map(|state| self.algorithm.peek(&state, now, cost)));
         if let Some(decision) = held {
             return decision;
         }
-        if self.held.load(Ordering::Acquire) >= self.max_keys {
+        if self.fenced.load(Ordering::Acquire) != 0 {
+            if let Some(fence) = lock(&self.fences).get(&FenceKey::of(key)) {
+                return self
+                    .algorithm
+                    .peek(&fence.state, now.saturating_add(fence.shift), cost);
+            }
+        }
+        if self.is_full() {
             self.algorithm.peek(&self.overflow, now, cost)
         } else {
             self.algorithm.peek(&A::State::default(), now, cost)
@@ -346,31 +560,112 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
     }
 
     /// Gives back what the charge of `cost` with `receipt` still holds (nothing for
-    /// [`Receipt::NONE`]): on the key's state, or on the overflow state when the key is not
-    /// held (the charge went there), under the same rules.
+    /// [`Receipt::NONE`]), on the state the charge was made on: the overflow state for a
+    /// receipt marked [`OVERFLOW_BIT`]; otherwise the key's own state in the same life (in
+    /// its lane; behind its fence when the stamp is above the fence's boundary). A charge
+    /// whose state is gone (evicted when idle, or reset) gives back nothing.
     pub(super) fn refund(&self, key: &K, now: u64, cost: u64, receipt: Receipt) {
         let Some(stamp) = receipt.stamp() else {
             return;
         };
-        let found = on_lane!(self.map, key, |map, q, _own| match map.get(q) {
+        if stamp & OVERFLOW_BIT != 0 {
+            // Unless the key's own stamps can reach bit 63 by now (then the two cannot be
+            // told apart, and nothing comes back).
+            if now.saturating_add(self.algorithm.headroom()) < OVERFLOW_BIT {
+                // The overflow state is never evicted.
+                let _ = self
+                    .algorithm
+                    .refund(&self.overflow, now, cost, stamp & !OVERFLOW_BIT);
+            }
+            return;
+        }
+        let found = on_lane!(self.map, key, |map, q, _own, _fence| match map.get(q) {
             Some(state) => {
-                self.algorithm.refund(&state, now, cost, stamp);
+                if self.algorithm.refund(&state, now, cost, stamp) {
+                    let until = now.saturating_add(self.algorithm.headroom());
+                    self.strict_until.fetch_max(until, Ordering::AcqRel);
+                }
                 true
             }
             None => false,
         });
-        if !found && !self.algorithm.is_idle(&self.overflow, now) {
-            self.algorithm.refund(&self.overflow, now, cost, stamp);
+        if !found && self.fenced.load(Ordering::Acquire) != 0 {
+            self.refund_fenced(key, now, cost, stamp);
         }
     }
 
-    /// Forgets `key`.
-    pub(super) fn remove(&self, key: &K) {
-        let removed = on_lane!(self.map, key, |map, q, _own| map.remove(q).is_some());
-        if removed {
-            self.release(1);
-            self.keys_gauge().decrement(1.0);
+    #[cold]
+    fn refund_fenced(&self, key: &K, now: u64, cost: u64, stamp: u64) {
+        let mut fences = lock(&self.fences);
+        let Some(fence) = fences.get_mut(&FenceKey::of(key)) else {
+            return;
+        };
+        if stamp > fence.boundary {
+            // A fence goes only once every stamp is stale, so what this returns is moot.
+            let _ =
+                self.algorithm
+                    .refund(&fence.state, now.saturating_add(fence.shift), cost, stamp);
+        } else {
+            // A charge from before the reset: the reset forgot it; a permit is accounted.
+            fence.old_permits -= cost.min(fence.old_permits);
         }
+    }
+
+    /// Forgets `key`'s charges (its next request sees a full budget), fencing its state so
+    /// that no receipt handed out before gives back anything after (see the module docs).
+    pub(super) fn reset(&self, key: &K, now: u64) {
+        let mut fences = lock(&self.fences);
+        // Announced before the key leaves its lane, so a concurrent check of it waits for
+        // the fence (on the lock) instead of inserting the key again.
+        self.fenced.fetch_add(1, Ordering::AcqRel);
+        let removed = on_lane!(self.map, key, |map, q, _own, _fence| map
+            .remove(q)
+            .map(|(_, s)| s));
+        let before = self
+            .algorithm
+            .stamp_bound(now)
+            .max(self.max_booked.load(Ordering::Acquire));
+        let permits = removed.as_ref().map_or(0, |s| self.algorithm.permits(s));
+        let fence_key = FenceKey::of(key);
+        if let Some(fence) = fences.get_mut(&fence_key) {
+            // Fenced already: a new life behind a higher fence.
+            let side = self.algorithm.stamp_bound(now.saturating_add(fence.shift));
+            fence.old_permits = fence
+                .old_permits
+                .saturating_add(self.algorithm.permits(&fence.state))
+                .saturating_add(permits);
+            fence.bound = fence.bound.max(before).max(side);
+            fence.boundary = fence.bound;
+            fence.shift = self.algorithm.fence_shift(fence.boundary, now);
+            fence.state = A::State::default();
+            self.fenced.fetch_sub(1, Ordering::AcqRel);
+            if removed.is_some() {
+                // A check that raced the first fence put the key back in its lane.
+                self.release(1);
+                self.keys_gauge().decrement(1.0);
+            }
+        } else if removed.is_some() {
+            // The key's room in the cap and in the gauge passes to the fence.
+            fences.insert(
+                fence_key,
+                Fence {
+                    state: A::State::default(),
+                    shift: self.algorithm.fence_shift(before, now),
+                    boundary: before,
+                    bound: before,
+                    old_permits: permits,
+                },
+            );
+        } else {
+            // Not held: its charges, if any, were on a state that went when idle, or on the
+            // overflow state, which a reset of one key does not touch.
+            self.fenced.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Keys holding state: in the lanes and behind fences.
+    pub(super) fn len(&self) -> usize {
+        self.map.len() + self.fenced.load(Ordering::Acquire)
     }
 
     /// The keys-held gauge (see [`KEYS`]).
@@ -385,18 +680,26 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
             .kept_by_last_sweep
             .load(Ordering::Relaxed)
             .max(MIN_SWEEP_INSERTS)
-            .min(self.max_keys.div_ceil(2));
+            .min(self.max_keys.div_ceil(2).max(MIN_CAPPED_SWEEP_INSERTS));
         if inserted >= threshold {
             self.sweep(now);
         }
     }
 
-    /// Removes idle keys. Single-flight: a sweep already running makes this a no-op.
+    /// Removes idle keys, and the fences that can go. Single-flight: a sweep already
+    /// running makes this a no-op.
     pub(super) fn sweep(&self, now: u64) {
         if self.sweeping.swap(true, Ordering::Acquire) {
             return;
         }
-        let removed = self.map.retain(|state| !self.algorithm.is_idle(state, now));
+        #[cfg(test)]
+        self.sweeps.fetch_add(1, Ordering::Relaxed);
+        let removed = if now < self.strict_until.load(Ordering::Acquire) {
+            self.map
+                .retain(|state| !self.algorithm.is_idle_strict(state, now))
+        } else {
+            self.map.retain(|state| !self.algorithm.is_idle(state, now))
+        };
         self.release(removed);
         if removed > 0 {
             // Precision: a gauge is an f64; key counts stay far below 2^53.
@@ -405,9 +708,36 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
             metrics::counter!(EVICTED_TOTAL, "policy" => self.name.to_string())
                 .increment(removed as u64);
         }
+        if self.fenced.load(Ordering::Acquire) != 0 {
+            let mut fences = lock(&self.fences);
+            let before = fences.len();
+            fences.retain(|_, fence| !self.fence_is_done(fence, now));
+            let gone = before - fences.len();
+            if gone > 0 {
+                self.unfence(gone);
+            }
+        }
         self.kept_by_last_sweep
             .store(self.map.len(), Ordering::Relaxed);
         self.inserts_since_sweep.store(0, Ordering::Relaxed);
         self.sweeping.store(false, Ordering::Release);
+    }
+}
+
+/// The receipt of a charge on the overflow state: its stamp marked with [`OVERFLOW_BIT`]
+/// (nothing to give back for a stamp that already has it: past 2^63 ns).
+fn overflow_receipt(receipt: Receipt) -> Receipt {
+    match receipt.stamp() {
+        Some(stamp) if stamp & OVERFLOW_BIT == 0 => Receipt::new(stamp | OVERFLOW_BIT),
+        _ => Receipt::NONE,
+    }
+}
+
+/// The receipt of a charge on a key's own state, away from the hot path: a stamp with
+/// [`OVERFLOW_BIT`] set would read as the overflow state's, so it gives back nothing.
+fn own_receipt(receipt: Receipt) -> Receipt {
+    match receipt.stamp() {
+        Some(stamp) if stamp & OVERFLOW_BIT == 0 => receipt,
+        _ => Receipt::NONE,
     }
 }

@@ -26,7 +26,10 @@ use crate::{Decision, Policy};
 /// allocation. A denied request on an unseen key inserts nothing.
 ///
 /// Memory: a key whose state equals "absent" (bucket full again, window over) is idle and can
-/// be evicted with no visible effect. The store sweeps idle keys by itself: a sweep runs
+/// be evicted with no visible effect, refunds included: no receipt of an evicted state
+/// takes anything from the key's next one (for GCRA and the leaky bucket, for a tolerance
+/// `tau` after a refund of a charge other than the latest, only a bucket full for `tau`
+/// is idle). The store sweeps idle keys by itself: a sweep runs
 /// when the number of keys inserted since the last sweep reaches the number of keys the last
 /// sweep kept (at least 4096), so sweeping costs O(1) amortised per insert and memory stays
 /// within twice the keys that are live. [`MemoryStore::sweep`] runs one on demand.
@@ -82,6 +85,15 @@ use crate::{Decision, Policy};
 /// closed, its entry expired or the bucket drained it, and never a slot booked by a later
 /// reservation. [`Receipt::NONE`] gives back nothing. The all-or-nothing rollback of a
 /// multi-policy check or reservation uses the receipts it has just taken.
+///
+/// A refund lands on the state its charge was made on, in the same life, whatever happened
+/// to the key in between: a charge on the shared overflow state (see
+/// [`MemoryStore::with_max_keys`]) goes back there even once the key holds a state of its
+/// own; a charge on a state that went (evicted when idle, or forgotten by
+/// [`MemoryStore::reset`]) gives back nothing, and never frees a later charge. The stamp of
+/// a charge on the overflow state has bit 63 set; a charge on a key's own state whose stamp
+/// would reach bit 63 (a clock or a tolerance beyond 2^63 ns, 292 years) gets
+/// [`Receipt::NONE`] or gives back nothing.
 ///
 /// **Parameters in force.** A policy's quota is fixed when it is registered and its state
 /// lives only as long as the store, so state is always read under the quota that wrote it.
@@ -152,9 +164,17 @@ where
     /// the new key is charged to one **overflow state** that every such key shares, under
     /// the same quota and algorithm. Limiting never stops: an attacker who fills the map
     /// only shares one budget, while existing keys keep theirs. Each overflowed decision is
-    /// counted ([`MemoryStore::overflowed`]). A refund for a key that is not held goes to the
-    /// overflow state while that state is not idle, under the same refund rules (its
-    /// receipt decides what comes back).
+    /// counted ([`MemoryStore::overflowed`]). A check that charges nothing (cost 0, or a cost
+    /// that can never fit) of a key that is not held reports the overflow state while
+    /// `max_keys` keys are held, the state a charge would go to.
+    ///
+    /// Receipts say which state a charge was made on: the refund of a charge on the
+    /// overflow state goes back to the overflow state, even once the key holds a state of
+    /// its own; the refund of a charge on a key's own state gives back nothing once that
+    /// state is gone (evicted when idle, or reset).
+    ///
+    /// Sweeps that make room run at most once per `max(max_keys / 2, 256)` new keys or
+    /// overflowed decisions, so a small cap does not sweep on every request.
     pub fn with_max_keys(mut self, max_keys: NonZeroUsize) -> Self {
         self.max_keys = max_keys.get();
         for (_, slot) in &mut self.policies {
@@ -262,6 +282,11 @@ where
     /// first denial, the charges already taken are given back with their receipts (latest
     /// first) and every policy reports its state as it now is. A denial is final when
     /// `reserving` and the algorithm reserved exactly or the cost can never fit.
+    ///
+    /// Charges are taken key by key: every charge of the request's first key (in request
+    /// order), then those of the next key, the order in which a shared store, which decides
+    /// one client key per atomic call, takes them; so when several charges would be refused,
+    /// every store names the same one as the refusal and the others report their state.
     #[inline(never)]
     fn all_or_nothing(
         &self,
@@ -273,39 +298,107 @@ where
         for c in charges {
             self.slot(c.policy)?;
         }
-        let mut taken: SmallVec<[(Decision, Receipt); 2]> = SmallVec::new();
+        // Key by key: each charge ranked by the first charge of its key, then its own index.
+        let mut order: SmallVec<[usize; 4]> = (0..charges.len()).collect();
+        order.sort_by_key(|&i| {
+            let first = charges
+                .iter()
+                .position(|c| c.key == charges[i].key)
+                .unwrap_or(i);
+            (first, i)
+        });
+        let mut taken: SmallVec<[(usize, Decision, Receipt); 2]> = SmallVec::new();
         let mut delay = 0;
-        for (i, c) in charges.iter().enumerate() {
+        for &i in &order {
+            let c = &charges[i];
             let slot = self.slot(c.policy)?;
             let r = charge(slot, c);
             if r.decision.is_denied() {
-                for (prev, &(_, receipt)) in charges[..i].iter().zip(&taken).rev() {
+                for &(j, _, receipt) in taken.iter().rev() {
+                    let prev = &charges[j];
                     let slot = self.slot(prev.policy)?;
                     with_keyed!(slot, k => k.refund(prev.key, now, prev.cost, receipt));
                 }
+                let refused = self.refusal(charges, i, r.decision, now, reserving)?;
                 let mut report = SmallVec::<[Decision; 4]>::new();
                 for (j, other) in charges.iter().enumerate() {
                     if j == i {
-                        report.push(r.decision);
+                        report.push(refused);
                     } else {
                         let slot = self.slot(other.policy)?;
                         report.push(with_keyed!(slot, k => k.peek(other.key, now, other.cost)));
                     }
                 }
-                let is_final = reserving && (r.exact || r.decision.is_cannot_fit());
+                let is_final = reserving && (r.exact || refused.is_cannot_fit());
                 return Ok(Decisions::new(report).with_final(is_final));
             }
             delay = r.delay.max(delay);
-            taken.push((r.decision, r.receipt));
+            taken.push((i, r.decision, r.receipt));
         }
-        Ok(Decisions::with_receipts(taken).with_delay(std::time::Duration::from_nanos(delay)))
+        taken.sort_unstable_by_key(|&(i, ..)| i);
+        Ok(
+            Decisions::with_receipts(taken.into_iter().map(|(_, d, r)| (d, r)))
+                .with_delay(std::time::Duration::from_nanos(delay)),
+        )
+    }
+
+    /// The decision reported for charge `i`, refused with `decision` after the charges
+    /// before it were given back.
+    ///
+    /// Charges of one request on the same policy and key (a duplicate charge) are
+    /// cumulative: each is judged on the state the earlier ones left. When such a charge is
+    /// refused, its outcome stays that judgement (`retry_after` is the time until the whole
+    /// request fits), except that a total above the capacity can never fit
+    /// ([`Outcome::CannotFit`](crate::Outcome::CannotFit)) whatever each cost alone; its
+    /// `remaining` and `reset_after` are the state as it is, since the earlier charges were
+    /// given back. A charge without an earlier one on its policy and key reports `decision`.
+    /// GCRA reservations (`reserving`) are the exception to the capacity rule: each charge
+    /// books its own turn, so their total may exceed the burst.
+    fn refusal(
+        &self,
+        charges: &[Charge<'_, K>],
+        i: usize,
+        decision: Decision,
+        now: u64,
+        reserving: bool,
+    ) -> Result<Decision, StoreError> {
+        let Some(c) = charges.get(i) else {
+            return Ok(decision);
+        };
+        let earlier = charges[..i]
+            .iter()
+            .filter(|p| p.policy == c.policy && p.key == c.key);
+        let (count, total) = earlier.fold((0usize, c.cost), |(n, sum), p| {
+            (n + 1, sum.saturating_add(p.cost))
+        });
+        if count == 0 {
+            return Ok(decision);
+        }
+        let slot = self.slot(c.policy)?;
+        let state = with_keyed!(slot, k => k.peek(c.key, now, c.cost));
+        let books_turns = reserving
+            && self
+                .policy(c.policy)
+                .is_some_and(|p| p.algorithm() == crate::Algorithm::Gcra);
+        let outcome =
+            if !books_turns && with_keyed!(slot, k => k.peek(c.key, now, total)).is_cannot_fit() {
+                crate::Outcome::CannotFit
+            } else {
+                decision.outcome()
+            };
+        Ok(Decision::new(
+            outcome,
+            state.limit(),
+            state.remaining(),
+            state.reset_after(),
+        ))
     }
 
     /// Keys held across all policies.
     pub fn len(&self) -> usize {
         self.policies
             .iter()
-            .map(|(_, slot)| with_keyed!(slot, k => k.map.len()))
+            .map(|(_, slot)| with_keyed!(slot, k => k.len()))
             .sum()
     }
 
@@ -323,10 +416,25 @@ where
     }
 
     /// Forgets `key` under `policy`: its next request sees a full budget.
+    ///
+    /// Receipts of charges made before the reset give back nothing afterwards (the reset
+    /// forgot those charges; their refunds must not free the ones made since). Until every
+    /// stamp from before the reset is stale (about one tolerance `tau` for GCRA and the
+    /// leaky bucket, two windows for the window algorithms, every permit released for the
+    /// concurrency counter), the key's checks take a slower path behind a lock.
     pub fn reset(&self, policy: PolicyId, key: &K) {
         if let Ok(slot) = self.slot(policy) {
-            with_keyed!(slot, k => k.remove(key));
+            let now = self.clock.now();
+            with_keyed!(slot, k => k.reset(key, now));
         }
+    }
+
+    /// Whether `key` holds state of its own under `policy`. A key that does not behaves as
+    /// absent, or shares the overflow state while `max_keys` keys are held
+    /// ([`MemoryStore::with_max_keys`]); an unknown policy holds nothing.
+    pub fn holds(&self, policy: PolicyId, key: &K) -> bool {
+        self.slot(policy)
+            .is_ok_and(|slot| with_keyed!(slot, k => k.holds(key)))
     }
 }
 
@@ -372,9 +480,11 @@ where
         Checked::Ready(self.reserve_now(charges, max_wait))
     }
 
+    /// Gives back latest charge first (the reverse of `refunds`' order), so a request that
+    /// charged one policy and key twice gets both back: its later charge is the latest.
     fn refund(&self, refunds: &[Refund<'_, K>]) {
         let now = self.clock.now();
-        for r in refunds {
+        for r in refunds.iter().rev() {
             let c = r.charge;
             if let Ok(slot) = self.slot(c.policy) {
                 with_keyed!(slot, k => k.refund(c.key, now, c.cost, r.receipt));
@@ -403,6 +513,8 @@ impl<K, C: fmt::Debug> fmt::Debug for MemoryStore<K, C> {
     }
 }
 
+#[cfg(test)]
+mod edge_tests;
 #[cfg(test)]
 mod lane_tests;
 #[cfg(test)]

@@ -325,7 +325,7 @@ impl RedisStoreBuilder {
             self.breaker_failures,
         );
         RedisStore {
-            policies: Vec::new(),
+            policies: Arc::default(),
             local_policies: self.local_policies,
             shared: Arc::new(Shared {
                 script: ScriptRunner::new(
@@ -343,7 +343,9 @@ impl RedisStoreBuilder {
                 outage: Arc::clone(&failover.outage),
                 instance_id: instance_id(),
                 learns_fleet: failover.learns_fleet(),
-                negative: self.negative_cache.then(NegativeCache::default),
+                negative: self
+                    .negative_cache
+                    .then(|| NegativeCache::new(self.deadline)),
                 redis_decisions: Default::default(),
                 negative_hits: Default::default(),
                 degraded: Default::default(),

@@ -30,10 +30,13 @@
 --
 -- Returns {server_now, status, rows...}: server_now is Redis TIME in µs (always, even with an
 -- injected now: the caller's stale guard learns from it), status 0 = done, 1 = stale (no rows,
--- nothing written). Then five integers per key: code (0 allowed, 1 denied, 2 cannot fit),
--- remaining, reset_after (µs), retry_after (µs, 0 unless denied) and the receipt stamp of an
+-- nothing written). Then seven integers per key: code (0 allowed, 1 denied, 2 cannot fit),
+-- remaining, reset_after (µs), retry_after (µs, 0 unless denied), ns to take off
+-- retry_after (0..999: the sliding window counter's wait to the ns), the receipt stamp of an
 -- allowed charge (GCRA: TAT right after it; windows: the window index; sliding log: the
--- timestamp of the entry it added to; -1: took nothing). A 'reserve' call appends two
+-- timestamp of the entry it added to; -1: took nothing) and the hold (µs the row's fields
+-- change only with elapsed time, -1: unbounded; see hold_of). Charges of one key in one call
+-- are cumulative (see `judge`). A 'reserve' call appends two
 -- integers after the rows: the delay in µs (allowed) and 1 when a denial is final (a policy
 -- that reserves exactly, or a cost that can never fit, denied), else 0.
 -- Every write sets PX to the time until the state equals "absent" (GCRA: TAT - now; fixed
@@ -243,16 +246,27 @@ local function sw_elapsed(i, st)
   return now - st[1] * param(i, 2)
 end
 
+-- The smallest elapsed e in [0, W] at which previous * (W - e) + (current + cost) * W <=
+-- limit * W, to the ns like the memory store: e (µs) and `less` (ns, 0..999), meaning
+-- e * 1000 - less ns; nil when current + cost > limit. floor(room * W * 1000 / previous) is
+-- q * 1000 + floor(r * 1000 / previous) with room * W = q * previous + r, so every
+-- intermediate stays below 2^53 (the Rust side keeps 2 * limit * W there) and is exact.
 local function sw_earliest(i, previous, current, cost)
   local room = param(i, 3) - current - cost
   if room < 0 then
-    return nil
+    return nil, 0
   end
   if previous == 0 then
-    return 0
+    return 0, 0
   end
   local w = param(i, 2)
-  return math.max(w - math.floor(room * w / previous), 0)
+  local a = room * w
+  local q = math.floor(a / previous)
+  local f = math.floor((a - q * previous) * 1000 / previous)
+  if q >= w then
+    return 0, 0
+  end
+  return w - q, f
 end
 
 local function sw_reset(i, st)
@@ -366,11 +380,19 @@ local function verdict(i, st)
     if st[3] * (w - elapsed) + (st[2] + cost) * w <= limit * w then
       return 0, {st[1], st[2] + cost, st[3]}, 0
     end
-    local e = sw_earliest(i, st[3], st[2], cost)
+    -- retry_after = the µs value minus `less` ns (see sw_earliest).
+    local e, less = sw_earliest(i, st[3], st[2], cost)
     if e then
-      return 1, nil, math.max(e, elapsed) - elapsed
+      if e <= elapsed then
+        return 1, nil, 0, 0
+      end
+      return 1, nil, e - elapsed, less
     end
-    return 1, nil, (w - elapsed) + (sw_earliest(i, st[2], 0, cost) or w)
+    e, less = sw_earliest(i, st[2], 0, cost)
+    if not e then
+      e, less = w, 0
+    end
+    return 1, nil, (w - elapsed) + e, less
   end
   if algo(i) == 2 then
     local limit = param(i, 3)
@@ -411,7 +433,45 @@ local function receipt(i, next_state)
   return next_state[1]
 end
 
-local function report(out, i, code, st, retry, stamp)
+-- How long (µs) the row's fields change only with elapsed time (retry_after and reset_after
+-- shrinking one for one, remaining constant, or for GCRA following from reset_after), so a
+-- remembered answer stays exact that long; -1: as long as the key's state is not written.
+-- Fixed window: until the window ends. Sliding window counter: until the window ends or the
+-- estimate frees one more whole unit of remaining. Sliding log: until its oldest live entry
+-- expires.
+local function hold_of(i, st, remaining)
+  if algo(i) == 4 then
+    if st.first then
+      return sl_expires_in(i, st.first[1])
+    end
+    return -1
+  elseif algo(i) == 3 then
+    local w = param(i, 2)
+    local elapsed = sw_elapsed(i, st)
+    local hold = w - elapsed
+    local target = remaining + st[2] + 1
+    if st[3] > 0 and target <= param(i, 3) then
+      -- The budget floor((limit * W - previous * (W - e)) / W) reaches `target` when
+      -- previous * (W - e) <= (limit - target) * W: the earliest e of a cost of `target`
+      -- on an empty current window; rounded down to a whole µs.
+      local e, less = sw_earliest(i, st[3], 0, target)
+      if e then
+        if less > 0 then
+          e = e - 1
+        end
+        hold = math.min(hold, math.max(e - elapsed, 0))
+      end
+    end
+    return hold
+  elseif algo(i) == 2 then
+    return fw_until_end(i, st[1])
+  end
+  return -1
+end
+
+-- One row: code, remaining, reset_after µs, retry_after µs, ns to take off retry_after
+-- (`less`, sliding window counter), receipt stamp, hold µs (see hold_of).
+local function report(out, i, code, st, retry, stamp, less)
   local remaining, reset
   if algo(i) == 4 then
     remaining = math.max(param(i, 3) - st.used, 0)
@@ -443,17 +503,48 @@ local function report(out, i, code, st, retry, stamp)
   out[#out + 1] = remaining
   out[#out + 1] = reset
   out[#out + 1] = retry
+  out[#out + 1] = less or 0
   out[#out + 1] = stamp
+  out[#out + 1] = hold_of(i, st, remaining)
 end
 
-local function peek_all()
+-- Every policy's state as it is now (nothing written). `denied` (optional) is the charge
+-- that refused a check, with its code and retry_after: it keeps them, since it was judged
+-- together with the call's earlier charges of the same key (a duplicate charge), while its
+-- remaining and reset_after are the state as it is.
+local function peek_all(denied, denied_code, denied_retry, denied_less)
   local out = {server_now, 0}
   for i = 1, n do
     local st = current(i)
-    local code, _, retry = verdict(i, st)
-    report(out, i, code, st, retry, -1)
+    local code, _, retry, less = verdict(i, st)
+    if i == denied then
+      code, retry, less = denied_code, denied_retry, denied_less
+    end
+    report(out, i, code, st, retry, -1, less)
   end
   return out
+end
+
+-- The largest cost that can ever fit: burst for GCRA, limit for the windows and the log.
+local function capacity(i)
+  if algo(i) == 1 then
+    return param(i, 4)
+  end
+  return param(i, 3)
+end
+
+-- Charges of one call on the same key (a duplicate charge: one policy and client key
+-- charged twice) are cumulative, as in the memory store: each is judged on the state the
+-- earlier ones left, and a total above the capacity can never fit (code 2), whatever each
+-- cost alone. `spent[key]` is the total so far in this call.
+local spent = {}
+local function judge(i, st)
+  local total = (spent[KEYS[i]] or 0) + cost_of(i)
+  spent[KEYS[i]] = total
+  if total > capacity(i) then
+    return 2, nil, 0, 0
+  end
+  return verdict(i, st)
 end
 
 -- A refund gives back only what the charge with this receipt still holds (case B26).
@@ -546,7 +637,9 @@ local function refund(i)
 end
 
 if mode == 'refund' then
-  for i = 1, n do
+  -- Latest charge first, as the memory store gives back: a request that charged one key
+  -- twice gets both back (its later charge is the latest booking).
+  for i = n, 1, -1 do
     refund(i)
   end
   return peek_all()
@@ -577,8 +670,14 @@ if max_wait then
   for i = 1, n do
     local kind = stamp_of(i)
     local cost = cost_of(i)
-    local code, next_state, retry, wait, shown = 0, nil, 0, 0, nil
-    if kind == 1 then
+    local code, next_state, retry, wait, shown, less = 0, nil, 0, 0, nil, 0
+    local total = (spent[KEYS[i]] or 0) + cost
+    spent[KEYS[i]] = total
+    if kind ~= 1 and total > capacity(i) then
+      -- With the call's earlier charges of this key, it can never fit (see `judge`). GCRA
+      -- reservations book one turn per charge, so their total may exceed the burst.
+      code = 2
+    elseif kind == 1 then
       local t, tau, burst = param(i, 2), param(i, 3), param(i, 4)
       local tat = math.max(load(i), now)
       shown = tat
@@ -610,20 +709,29 @@ if max_wait then
       end
     else
       local st = current(i)
-      code, next_state, retry = verdict(i, st)
+      code, next_state, retry, less = verdict(i, st)
       shown = next_state or st
     end
     if code ~= 0 then
-      -- Nothing written: this policy reports its refusal, the others their state as is.
+      -- Nothing written: this policy reports its refusal, every policy its state as is
+      -- (the refused one's too: the state the call's earlier charges of its key would have
+      -- left was never written).
       cache = {}
+      if kind == 1 then
+        shown = math.max(load(i), now)
+      elseif kind == 2 then
+        shown = math.min(current(i), now + param(i, 3))
+      else
+        shown = current(i)
+      end
       local denied_out = {server_now, 0}
       for j = 1, n do
         if j == i then
-          report(denied_out, i, code, shown, retry, -1)
+          report(denied_out, i, code, shown, retry, -1, less)
         else
           local sj = current(j)
-          local cj, _, rj = verdict(j, sj)
-          report(denied_out, j, cj, sj, rj, -1)
+          local cj, _, rj, lj = verdict(j, sj)
+          report(denied_out, j, cj, sj, rj, -1, lj)
         end
       end
       local final = 0
@@ -655,12 +763,13 @@ end
 
 local out = {server_now, 0}
 local writes = {}
-local denied = false
+local denied = nil
+local denied_code, denied_retry, denied_less = 0, 0, 0
 for i = 1, n do
   local st = current(i)
-  local code, next_state, retry = verdict(i, st)
+  local code, next_state, retry, less = judge(i, st)
   if code ~= 0 then
-    denied = true
+    denied, denied_code, denied_retry, denied_less = i, code, retry, less
     break
   end
   if next_state then
@@ -675,7 +784,7 @@ end
 if denied then
   -- All-or-nothing: nothing was written; report every policy's state as it is.
   cache = {}
-  return peek_all()
+  return peek_all(denied, denied_code, denied_retry, denied_less)
 end
 -- In charge order, so a key charged twice in one call ends with its last (cumulative) state.
 for i = 1, n do

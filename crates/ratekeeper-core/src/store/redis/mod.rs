@@ -11,9 +11,14 @@
 //!   meter, which is GCRA with capacity = queue depth), the fixed window
 //!   ([`FixedWindow`](crate::algorithm::FixedWindow)) and the sliding window counter
 //!   ([`SlidingWindow`](crate::algorithm::SlidingWindow); `2 * limit * W` must stay below
-//!   2^53 µs so the doubles of Lua stay exact), with the same formulas in integer **µs**
-//!   (`T` and `W` are the quota's ns values rounded up to a whole µs, so quotas whose `T` and
-//!   `W` are whole µs decide exactly like the memory store: the conformance suite checks it).
+//!   2^53 µs so the doubles of Lua stay exact), with the same formulas in integer **µs**, so
+//!   they decide exactly like the memory store (a differential sweep of random sequences
+//!   checks it). A policy whose time step is not a whole µs (GCRA and leaky bucket:
+//!   `T = period / limit`; the windows and the log: `W`) is refused at registration with
+//!   [`StoreError::UnsupportedQuota`] naming the policy and its limit, never run at a
+//!   rounded, silently different rate: "3 per second" (`T` = 333 333 333.3 ns) is refused,
+//!   "4 per second" or "3 per 3 s" are taken. The sliding window counter's `retry_after`, a
+//!   fraction of `W`, is computed to the ns like the memory store's.
 //!   Policies with different algorithms on one client key still run in one atomic call. The
 //!   sliding log ([`SlidingLog`](crate::algorithm::SlidingLog)) has its twin too (see
 //!   "Sliding log" below). The concurrency counter is refused as a policy at build time
@@ -57,6 +62,12 @@
 //!   keys disappear and no key is ever left without a TTL. A denial writes nothing.
 //!   [`RedisStoreBuilder::min_ttl`] sets a floor (for injected time, whose TTLs Redis still
 //!   counts down in real time).
+//! - **A policy and key charged twice in one request** (a duplicate charge) is cumulative, as
+//!   in the memory store: each charge is judged on the state the earlier ones left, a total
+//!   above the capacity can never fit ([`Outcome::CannotFit`](crate::Outcome::CannotFit),
+//!   except for GCRA reservations, which book one turn per charge), and a refused charge
+//!   keeps that judgement's `retry_after` (until the whole request fits) while reporting
+//!   the key's state as it is. Refunds give back latest charge first.
 //! - **All-or-nothing**: within one client key the script charges every policy or none.
 //!   Charges for different client keys (different slots) are checked one key group after the
 //!   other; when a later group denies, the groups already charged are refunded with the
@@ -117,7 +128,7 @@
 //! `tau` (`"<TAT>:<T>:<tau>"`): under unchanged parameters a TAT beyond `now + tau` is
 //! booked turns and is read as stored; a state written under another `tau` (or by an earlier
 //! deploy, `"<TAT>:<T>"`) is clamped to `now + tau` as before. Reservations skip the negative
-//! cache. Denials of several client keys undo the keys already reserved (their bookings are
+//! cache, and one that books a turn forgets what it remembered for its keys. Denials of several client keys undo the keys already reserved (their bookings are
 //! the latest, so the refund gives the whole slot back).
 //!
 //! # Concurrency slots
@@ -184,12 +195,20 @@
 //! tolerance". The app's wall clock is never read for it, so an app clock any amount behind or
 //! ahead of Redis's is tolerated. Before the first reply there is no guard.
 //!
-//! A **negative cache** remembers denials: until `retry_after` has passed, the same request
-//! (same policies, keys and cost) is denied locally without a round trip. For GCRA and the
-//! fixed window this is exact, headers included: nothing the key's other requests do can make
-//! it pass sooner, and a refund through this store forgets the entries of its keys.
-//! Sliding-window denials are not cached (their estimate, and so their headers, move with
-//! time).
+//! A **negative cache** answers floods locally: after a denial, the same request (same
+//! policies, keys and costs) is denied without a round trip, for every algorithm, until the
+//! earliest instant at which Redis's answer could differ (`retry_after`, or sooner when a
+//! sliding window frees a unit of `remaining` or a log entry expires), with the answer Redis
+//! would give then, headers included. An allowed lone charge that took the last units is
+//! remembered as the denial it implies (GCRA, leaky bucket, fixed window). A charge, a
+//! reservation or a refund sent through this store forgets the entries of its keys;
+//! charges by other instances only keep a denial a denial; a refund by another instance
+//! can free a key sooner, and the remembered denial then lasts at most until the state it
+//! was read from would have freed the key by itself. When a remembered denial runs out, one
+//! request per key probes Redis and the others of that key on this instance wait for its
+//! answer (within the deadline; one still waiting then is the failure policy's, without a
+//! call of its own), so a flood of one key costs each instance at most one round trip at a
+//! time and cannot push the store past its deadline by itself.
 //!
 //! # Example
 //!
@@ -265,7 +284,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use failure::Failover;
-use script::{ALGO_FIXED_WINDOW, ALGO_GCRA, Group, RedisPolicy};
+use negative::Lookup;
+use script::{Group, RedisPolicy};
 use shared::{Shared, refund_groups};
 
 use super::{Charge, Checked, Decisions, PolicyId, Receipt, Refund, Store, StoreError};
@@ -319,7 +339,8 @@ pub type RedisCheck = Pin<Box<dyn Future<Output = Result<Decisions, StoreError>>
 /// [`Store::refund`] spawns its Redis call on the current runtime (outside one it is dropped
 /// with a warning).
 pub struct RedisStore {
-    policies: Vec<RedisPolicy>,
+    /// Shared with the check futures (the negative cache reads them).
+    policies: Arc<Vec<RedisPolicy>>,
     failover: Failover,
     local_policies: Vec<Policy>,
     shared: Arc<Shared>,
@@ -508,7 +529,16 @@ impl RedisStore {
         Checked::Pending(Box::pin(async move {
             let run = shared.reserve(&groups, charges.len(), max_wait);
             match shared.timed(run, failover.policy.as_str()).await {
-                Ok(decisions) => Ok(decisions),
+                Ok(decisions) => {
+                    // A reservation that books a turn changed its keys' state: a denial
+                    // remembered for them could now be too short (or wrong).
+                    if decisions.is_allowed() {
+                        if let Some(cache) = &shared.negative {
+                            cache.forget(charges.iter().map(|(p, k, _)| (*p, k)));
+                        }
+                    }
+                    Ok(decisions)
+                }
                 Err(err) => failover.apply(&charges, err, &shared.degraded),
             }
         }))
@@ -520,34 +550,79 @@ impl RedisStore {
             Ok(groups) => groups,
             Err(err) => return Checked::Ready(Err(err)),
         };
+        let mut wait = None;
+        let mut probe = false;
         if let Some(cache) = &shared.negative {
-            if let Some(decisions) = cache.lookup(&charges, &self.policies, shared.clock.now()) {
-                shared.negative_hits.fetch_add(1, Ordering::Relaxed);
-                metrics::counter!("ratekeeper_negative_cache_hits_total").increment(1);
-                return Checked::Ready(Ok(decisions));
+            match cache.lookup(&charges, &self.policies, shared.clock.now()) {
+                Lookup::Hit(decisions) => return Checked::Ready(Ok(shared.hit(decisions))),
+                Lookup::Wait(turn) => wait = Some(turn),
+                Lookup::Probe => probe = true,
+                Lookup::Miss => {}
             }
         }
-        if !shared.breaker.admit(shared.app.now()) {
+        if wait.is_none() && !shared.breaker.admit(shared.app.now()) {
+            if probe {
+                if let Some(cache) = &shared.negative {
+                    cache.release(&charges);
+                }
+            }
             let err = StoreError::Unavailable(Box::new(BreakerOpen));
             return Checked::Ready(self.failover.apply(&charges, err, &shared.degraded));
         }
-        let cacheable = charges.iter().all(|(p, _, _)| {
-            self.policies
-                .get(p.index())
-                .is_some_and(|p| matches!(p.algo, ALGO_GCRA | ALGO_FIXED_WINDOW))
-        });
         let shared = Arc::clone(&self.shared);
         let failover = self.failover.clone();
+        let policies = Arc::clone(&self.policies);
         Checked::Pending(Box::pin(async move {
+            let mut left = shared.deadline;
+            if let Some(turn) = wait {
+                // Another request of this key is probing Redis: its answer first (a probe
+                // that failed hands over to the next one), then look again. All within the
+                // deadline: a request still waiting then is a store that did not answer in
+                // time, so the failure policy decides it, without one more call to the
+                // Redis that is already late (the probe itself tells the breaker).
+                let waited = std::time::Instant::now();
+                let mut turn = Some(turn);
+                while let Some(mut t) = turn.take() {
+                    let left = shared.deadline.saturating_sub(waited.elapsed());
+                    if tokio::time::timeout(left, t.changed()).await.is_err() {
+                        return failover.apply(&charges, StoreError::Timeout, &shared.degraded);
+                    }
+                    let Some(cache) = &shared.negative else {
+                        break;
+                    };
+                    match cache.lookup(&charges, &policies, shared.clock.now()) {
+                        Lookup::Hit(decisions) => return Ok(shared.hit(decisions)),
+                        Lookup::Probe => probe = true,
+                        Lookup::Wait(next) => turn = Some(next),
+                        Lookup::Miss => {}
+                    }
+                }
+                if !shared.breaker.admit(shared.app.now()) {
+                    if let (true, Some(cache)) = (probe, &shared.negative) {
+                        cache.release(&charges);
+                    }
+                    let err = StoreError::Unavailable(Box::new(BreakerOpen));
+                    return failover.apply(&charges, err, &shared.degraded);
+                }
+                left = left.saturating_sub(waited.elapsed());
+            }
             let run = shared.run(&groups, charges.len());
-            match shared.timed(run, failover.policy.as_str()).await {
-                Ok(decisions) => {
+            match shared
+                .timed_within(run, failover.policy.as_str(), left)
+                .await
+            {
+                Ok((decisions, hold)) => {
                     if let Some(cache) = &shared.negative {
-                        cache.update(&charges, &decisions, cacheable, shared.clock.now());
+                        cache.update(&charges, &decisions, hold, &policies, shared.clock.now());
                     }
                     Ok(decisions)
                 }
-                Err(err) => failover.apply(&charges, err, &shared.degraded),
+                Err(err) => {
+                    if let (true, Some(cache)) = (probe, &shared.negative) {
+                        cache.release(&charges);
+                    }
+                    failover.apply(&charges, err, &shared.degraded)
+                }
             }
         }))
     }
@@ -568,7 +643,7 @@ impl Store<Key> for RedisStore {
                 .map_err(|_| StoreError::UnsupportedQuota("too many policies".to_owned()))?,
         );
         self.failover.register(policy, &self.local_policies)?;
-        self.policies.push(redis_policy);
+        Arc::make_mut(&mut self.policies).push(redis_policy);
         Ok(id)
     }
 

@@ -1,17 +1,57 @@
-//! The negative cache: denials remembered locally until their `retry_after`.
+//! The negative cache: denials remembered locally, every algorithm, with a stated bound.
 //!
-//! Until `retry_after` has passed, the same request (same policies, keys and cost) is denied
-//! without a round trip. For GCRA and the fixed window this is exact, headers included:
-//! nothing the key's other requests do can make it pass sooner (refunds aside). Sliding
-//! window denials are not cached (their estimate, and so their headers, move with time).
-//! Times are ns on the store's decision clock, and only differences of them are used, so the
-//! cache never compares the app's clock with Redis's.
+//! After Redis denies a request, the same request (same policies, keys and costs) is denied
+//! locally, without a round trip, until the earliest instant at which Redis's answer could
+//! differ, and its answer is the one Redis would give then, field by field:
+//!
+//! ```text
+//! until = now + min(retry_after of every denied row, hold of every row)
+//! ```
+//!
+//! where a row's **hold** (computed by the script from the state it read) is how long its
+//! fields change only with elapsed time: `retry_after` and `reset_after` shrink one for one,
+//! and `remaining` is constant (GCRA and the leaky bucket: it follows from `reset_after`,
+//! `min(burst, floor((tau - reset_after) / T))`). Per algorithm:
+//!
+//! | algorithm | hold | so a remembered denial lasts |
+//! |---|---|---|
+//! | GCRA, leaky bucket | unbounded | until `retry_after` (exact) |
+//! | fixed window | until the window ends | until `retry_after` (= the window's end) |
+//! | sliding window counter | until the window ends or the estimate frees one more whole unit of `remaining` | at most until `retry_after` |
+//! | sliding log | until its oldest live entry expires | at most until `retry_after` |
+//!
+//! The bound holds because nothing but a write to the key can change these answers sooner,
+//! and every write that can make a denied request pass is either seen here or is a refund:
+//! a charge that this store sends and Redis allows forgets the entries of its keys (the
+//! state changed), so does every reservation that books a turn and every refund sent
+//! through this store; charges by other instances only make the key fuller, which keeps a
+//! denial a denial. A refund sent by **another** instance can free a key sooner: such a
+//! denial is repeated at most until the bound above, computed from the state before that
+//! refund, which never exceeds the time the key needs to free by itself (`retry_after`).
+//! Requests that charge one policy and key twice are never remembered (their rows share an
+//! entry).
+//!
+//! **An allowed charge that took the last units** is remembered as the denial it implies
+//! for the same request (same policy, key and cost, one charge): GCRA and the leaky bucket
+//! when `reset_after + cost * T - tau > 0` (the TAT the charge left is `now + reset_after`,
+//! so the same request passes only `reset_after + cost * T - tau` later), the fixed window
+//! when `remaining < cost` (until the window ends). Both are the answers Redis would give,
+//! under the same bound.
+//!
+//! **One probe per key.** When a remembered denial runs out, the first request to see it
+//! goes to Redis (the probe) and the others of the same key on this instance wait for its
+//! answer, at most the store's deadline: a denial it brings back answers them too, an
+//! allowed answer sends them on to Redis. A flood of one key therefore costs each instance
+//! at most one round trip at a time, however many requests wait; a probe whose caller went
+//! away is taken over after the deadline. Times are ns on the store's decision clock, and only differences of them are used,
+//! so the cache never compares the app's clock with Redis's.
 
 use std::time::Duration;
 
 use dashmap::DashMap;
+use tokio::sync::watch;
 
-use super::script::{ALGO_GCRA, RedisPolicy};
+use super::script::{ALGO_FIXED_WINDOW, ALGO_GCRA, RedisPolicy};
 use super::{OwnedCharge, nanos};
 use crate::store::{Decisions, PolicyId};
 use crate::{Decision, Key, Outcome};
@@ -27,32 +67,68 @@ struct Entry {
     /// Clock ns until which the request is denied.
     until: u64,
     decision: Decision,
+    /// Clock ns when a probe for this expired entry went to Redis (0: none).
+    probe_at: u64,
+    /// Dropped (so its receivers wake) when the entry is replaced or removed; a failed
+    /// probe sends on it.
+    turn: watch::Sender<()>,
+}
+
+/// What the cache says about a request.
+#[derive(Debug)]
+pub(super) enum Lookup {
+    /// The remembered answer.
+    Hit(Decisions),
+    /// Nothing remembered (or not for this request): ask Redis.
+    Miss,
+    /// The remembered denial ran out and this request is its probe: ask Redis.
+    Probe,
+    /// Another request is probing: wait for its answer (until the receiver changes or
+    /// closes), at most the deadline, then look again.
+    Wait(watch::Receiver<()>),
 }
 
 /// Denials by (policy, client key).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct NegativeCache {
     map: DashMap<(PolicyId, Key), Entry, foldhash::fast::RandomState>,
+    /// After this many ns a probe is taken over (its caller gave up on it).
+    probe_for: u64,
 }
 
 impl NegativeCache {
+    /// An empty cache whose probes are taken over after `probe_for` (the deadline).
+    pub(super) fn new(probe_for: Duration) -> Self {
+        Self {
+            map: DashMap::default(),
+            probe_for: nanos(probe_for),
+        }
+    }
+
     /// The cached answer to `charges` at `now` (ns), if every charge has a live entry with
-    /// the same cost and at least one of them is a denial.
+    /// the same cost and at least one of them is a denial; else whether to probe or wait
+    /// (see the module docs).
     pub(super) fn lookup(
         &self,
         charges: &[OwnedCharge],
         policies: &[RedisPolicy],
         now: u64,
-    ) -> Option<Decisions> {
-        if self.map.is_empty() || charges.is_empty() {
-            return None;
+    ) -> Lookup {
+        if self.map.is_empty() || charges.is_empty() || has_duplicates(charges) {
+            return Lookup::Miss;
         }
         let mut out = Vec::with_capacity(charges.len());
         let mut any_denied = false;
         for (policy, key, cost) in charges {
-            let entry = self.map.get(&(*policy, key.clone()))?;
-            if entry.cost != *cost || now >= entry.until {
-                return None;
+            let Some(entry) = self.map.get(&(*policy, key.clone())) else {
+                return Lookup::Miss;
+            };
+            if entry.cost != *cost {
+                return Lookup::Miss;
+            }
+            if now >= entry.until {
+                drop(entry);
+                return self.gate(charges, now);
             }
             let elapsed = Duration::from_nanos(now.saturating_sub(entry.at));
             let d = entry.decision;
@@ -67,7 +143,8 @@ impl NegativeCache {
             };
             // GCRA: the state (TAT) has not changed since the denial (an allowed charge of
             // this pair removes the entry), so `reset_after` shrinks with time and
-            // `remaining = min(burst, floor((tau - reset_after) / T))` follows exactly.
+            // `remaining = min(burst, floor((tau - reset_after) / T))` follows exactly. The
+            // other algorithms keep `remaining` for the row's hold (see the module docs).
             let reset = d.reset_after().saturating_sub(elapsed);
             let remaining = match policies.get(policy.index()) {
                 Some(p) if p.algo == ALGO_GCRA => {
@@ -76,46 +153,99 @@ impl NegativeCache {
                     let whole = room.saturating_sub(reset.as_nanos()) / t.max(1);
                     u32::try_from(whole.min(u128::from(p.capacity))).unwrap_or(p.capacity)
                 }
-                // Fixed window: the count stays until the window ends (the entry's `until`).
                 _ => d.remaining(),
             };
             out.push(Decision::new(outcome, d.limit(), remaining, reset));
         }
-        any_denied.then(|| Decisions::new(out))
+        if any_denied {
+            Lookup::Hit(Decisions::new(out))
+        } else {
+            Lookup::Miss
+        }
+    }
+
+    /// An expired entry for the first charge: this request probes, unless another probe is
+    /// under way (then it waits for that one).
+    fn gate(&self, charges: &[OwnedCharge], now: u64) -> Lookup {
+        let Some((policy, key, _)) = charges.first() else {
+            return Lookup::Miss;
+        };
+        let Some(mut entry) = self.map.get_mut(&(*policy, key.clone())) else {
+            return Lookup::Miss;
+        };
+        if entry.probe_at != 0 && now.saturating_sub(entry.probe_at) < self.probe_for {
+            return Lookup::Wait(entry.turn.subscribe());
+        }
+        entry.probe_at = now.max(1);
+        Lookup::Probe
+    }
+
+    /// After a probe failed (the failure policy answered): the next request probes again,
+    /// and the requests waiting for this one look again.
+    pub(super) fn release(&self, charges: &[OwnedCharge]) {
+        let Some((policy, key, _)) = charges.first() else {
+            return;
+        };
+        if let Some(mut entry) = self.map.get_mut(&(*policy, key.clone())) {
+            entry.probe_at = 0;
+            entry.turn.send_replace(());
+        }
     }
 
     /// After a Redis decision at `now` (ns): an allowed request changed the state of its
-    /// pairs, so their entries go; a denial is remembered until `retry_after` when
-    /// `cacheable` (no sliding window among the charges).
+    /// pairs, so their entries go (a lone charge that took the last units is remembered as
+    /// the denial it implies, see the module docs); a denial is remembered until the first
+    /// of its rows' `retry_after` and `hold` (the shortest hold of its rows, `None`:
+    /// unbounded).
     pub(super) fn update(
         &self,
         charges: &[OwnedCharge],
         decisions: &Decisions,
-        cacheable: bool,
+        hold: Option<Duration>,
+        policies: &[RedisPolicy],
         now: u64,
     ) {
+        // Whatever the answer, it replaces what was remembered (and ends a probe).
+        self.forget(charges.iter().map(|(p, k, _)| (*p, k)));
         if decisions.is_allowed() {
-            if !self.map.is_empty() {
-                for (policy, key, _) in charges {
-                    self.map.remove(&(*policy, key.clone()));
+            if let ([charge], [decision]) = (charges, decisions.as_slice()) {
+                if let Some(denial) = implied_denial(charge, decision, policies) {
+                    let until = now.saturating_add(nanos(denial.retry_after().unwrap_or_default()));
+                    self.insert(charges, std::slice::from_ref(&denial), until, now);
                 }
             }
             return;
         }
-        let Some(retry) = decisions.retry_after() else {
-            return;
-        };
-        if !cacheable || retry.is_zero() {
+        if decisions.is_cannot_fit() || has_duplicates(charges) {
             return;
         }
-        let until = now.saturating_add(nanos(retry));
+        let Some(first_change) = decisions
+            .as_slice()
+            .iter()
+            .filter_map(Decision::retry_after)
+            .chain(hold)
+            .min()
+        else {
+            return;
+        };
+        if first_change.is_zero() {
+            return;
+        }
+        let until = now.saturating_add(nanos(first_change));
+        self.insert(charges, decisions.as_slice(), until, now);
+    }
+
+    fn insert(&self, charges: &[OwnedCharge], decisions: &[Decision], until: u64, now: u64) {
+        if until <= now {
+            return;
+        }
         if self.map.len() >= SWEEP_AT {
             self.map.retain(|_, e| e.until > now);
             if self.map.len() >= SWEEP_AT {
                 self.map.clear();
             }
         }
-        for ((policy, key, cost), decision) in charges.iter().zip(decisions.as_slice()) {
+        for ((policy, key, cost), decision) in charges.iter().zip(decisions) {
             self.map.insert(
                 (*policy, key.clone()),
                 Entry {
@@ -123,12 +253,15 @@ impl NegativeCache {
                     at: now,
                     until,
                     decision: *decision,
+                    probe_at: 0,
+                    turn: watch::Sender::new(()),
                 },
             );
         }
     }
 
-    /// Forgets the pairs of `charges` (after a refund changed their state).
+    /// Forgets the pairs of `charges` (after a charge, a reservation or a refund changed
+    /// their state).
     pub(super) fn forget<'a>(&self, pairs: impl IntoIterator<Item = (PolicyId, &'a Key)>) {
         if self.map.is_empty() {
             return;
@@ -136,5 +269,140 @@ impl NegativeCache {
         for (policy, key) in pairs {
             self.map.remove(&(policy, key.clone()));
         }
+    }
+}
+
+/// The denial an allowed lone charge implies for the same request right after it (see the
+/// module docs), or `None` when the same request would pass again.
+fn implied_denial(
+    (policy, _, cost): &OwnedCharge,
+    decision: &Decision,
+    policies: &[RedisPolicy],
+) -> Option<Decision> {
+    if *cost == 0 {
+        // A cost of 0 always passes.
+        return None;
+    }
+    let p = policies.get(policy.index())?;
+    let reset = decision.reset_after();
+    let retry = match p.algo {
+        ALGO_GCRA => {
+            // The TAT is now + reset_after; the same request passes when
+            // TAT + cost * T - tau <= then.
+            let t = Duration::from_micros(p.params[0]);
+            let tau = Duration::from_micros(p.params[1]);
+            let turn = t.checked_mul(u32::try_from(*cost).ok()?)?;
+            reset.checked_add(turn)?.checked_sub(tau)?
+        }
+        ALGO_FIXED_WINDOW if u64::from(decision.remaining()) < *cost => reset,
+        _ => return None,
+    };
+    (!retry.is_zero()).then(|| {
+        Decision::new(
+            Outcome::Denied { retry_after: retry },
+            decision.limit(),
+            decision.remaining(),
+            reset,
+        )
+    })
+}
+
+/// Whether two charges name the same policy and key (a duplicate charge: its rows would
+/// share one entry).
+fn has_duplicates(charges: &[OwnedCharge]) -> bool {
+    charges.iter().enumerate().any(|(i, (p, k, _))| {
+        charges[..i]
+            .iter()
+            .any(|(q, other, _)| q == p && other == k)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::num::NonZeroU32;
+
+    use super::*;
+    use crate::{Policy, Quota};
+
+    const MS: u64 = 1_000_000;
+
+    fn gcra() -> Vec<RedisPolicy> {
+        // 1 per second, burst 2: T = 1 s, tau = 2 s.
+        let quota = Quota::per_second(NonZeroU32::MIN).with_burst(2).unwrap();
+        vec![RedisPolicy::new(&Policy::new("api", quota)).unwrap()]
+    }
+
+    fn charge(cost: u64) -> OwnedCharge {
+        (PolicyId::from_index(0), Key::from("k"), cost)
+    }
+
+    #[test]
+    fn a_lone_charge_that_took_the_last_unit_implies_its_denial() {
+        let policies = gcra();
+        // Empty after the charge: the TAT is 2 s ahead, so one more unit fits in 1 s.
+        let empty = Decision::new(Outcome::Allowed, 2, 0, Duration::from_secs(2));
+        let denial = implied_denial(&charge(1), &empty, &policies).unwrap();
+        assert_eq!(denial.retry_after(), Some(Duration::from_secs(1)));
+        assert_eq!(denial.remaining(), 0);
+        // One unit left: the same request passes again, nothing is implied.
+        let one_left = Decision::new(Outcome::Allowed, 2, 1, Duration::from_secs(1));
+        assert!(implied_denial(&charge(1), &one_left, &policies).is_none());
+        // A cost of 2 right after a charge that left one unit waits for the second: 1 s.
+        let two = implied_denial(&charge(2), &one_left, &policies).unwrap();
+        assert_eq!(two.retry_after(), Some(Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn an_expired_denial_is_probed_by_one_request_while_the_others_wait() {
+        let policies = gcra();
+        let cache = NegativeCache::new(Duration::from_millis(50));
+        let charges = [charge(1)];
+        let denied = Decisions::one(Decision::new(
+            Outcome::Denied {
+                retry_after: Duration::from_millis(10),
+            },
+            2,
+            0,
+            Duration::from_secs(2),
+        ));
+        cache.update(&charges, &denied, None, &policies, 0);
+        match cache.lookup(&charges, &policies, 4 * MS) {
+            Lookup::Hit(d) => assert_eq!(d.retry_after(), Some(Duration::from_millis(6))),
+            other => panic!("expected a hit, got {other:?}"),
+        }
+        // Expired: the first request probes, the next waits for it.
+        assert!(matches!(
+            cache.lookup(&charges, &policies, 10 * MS),
+            Lookup::Probe
+        ));
+        let Lookup::Wait(mut turn) = cache.lookup(&charges, &policies, 11 * MS) else {
+            panic!("expected to wait for the probe");
+        };
+        // The probe failed: the waiter is woken and the next request probes again.
+        cache.release(&charges);
+        assert!(turn.has_changed().unwrap());
+        let _ = turn.borrow_and_update();
+        assert!(matches!(
+            cache.lookup(&charges, &policies, 12 * MS),
+            Lookup::Probe
+        ));
+        // A probe whose caller went away is taken over after the deadline.
+        assert!(matches!(
+            cache.lookup(&charges, &policies, 70 * MS),
+            Lookup::Probe
+        ));
+        // Its answer replaces the entry and wakes the waiters.
+        let Lookup::Wait(turn) = cache.lookup(&charges, &policies, 71 * MS) else {
+            panic!("expected to wait for the probe");
+        };
+        cache.update(&charges, &denied, None, &policies, 72 * MS);
+        assert!(
+            turn.has_changed().is_err(),
+            "the replaced entry closed its channel"
+        );
+        assert!(matches!(
+            cache.lookup(&charges, &policies, 73 * MS),
+            Lookup::Hit(_)
+        ));
     }
 }

@@ -53,9 +53,29 @@ impl RedisPolicy {
     /// [`StoreError::UnsupportedAlgorithm`] for the concurrency counter (see
     /// `RedisStore::concurrency` for shared concurrency slots);
     /// [`StoreError::UnsupportedQuota`] when the state would span more than
-    /// [`MAX_TOLERANCE_MICROS`] or a sliding window's `2 * limit * W` reaches 2^53 µs.
+    /// [`MAX_TOLERANCE_MICROS`], a sliding window's `2 * limit * W` reaches 2^53 µs, or the
+    /// quota's time step (GCRA and leaky bucket: the emission interval `T`; the windows and
+    /// the log: the period `W`) is not a whole µs, the script's time unit: the memory store
+    /// keeps it to the ns, and a rounded step would be a silently different rate.
     pub(super) fn new(policy: &Policy) -> Result<Self, StoreError> {
         let quota = policy.quota();
+        let (step, what) = match policy.algorithm() {
+            Algorithm::Gcra | Algorithm::LeakyBucket => (
+                quota.emission_interval_nanos(),
+                "its emission interval (period / limit)",
+            ),
+            _ => (quota.period_nanos(), "its period"),
+        };
+        if step % 1_000 != 0 {
+            return Err(StoreError::UnsupportedQuota(format!(
+                "policy {:?}: {what} is {step} ns, not a whole µs; the Redis store keeps time in \
+                 µs and would run a different rate than {} per {:?}; choose a limit and period \
+                 whose ratio is a whole µs",
+                policy.name(),
+                quota.limit(),
+                quota.period(),
+            )));
+        }
         let reserve = match policy.algorithm() {
             Algorithm::Gcra => RESERVE_GCRA,
             Algorithm::LeakyBucket => RESERVE_SHAPER,
@@ -221,10 +241,19 @@ impl Mode {
     }
 }
 
+/// One key's answer: the decision, the receipt of an allowed charge, and how long the
+/// decision's fields change only with elapsed time (`None`: as long as the key's state is
+/// not written; see `limiter.lua`, `hold_of`), which bounds how long the negative cache may
+/// repeat it.
+pub(super) type Row = (Decision, Receipt, Option<Duration>);
+
+/// Values per key in a script reply.
+const ROW_LEN: usize = 7;
+
 /// The answer of a `reserve` call: the rows, the delay and whether a denial is final.
 #[derive(Debug)]
 pub(super) struct Reservation {
-    pub(super) rows: Vec<(Decision, Receipt)>,
+    pub(super) rows: Vec<Row>,
     pub(super) delay: Duration,
     pub(super) is_final: bool,
 }
@@ -357,11 +386,7 @@ impl ScriptRunner {
     /// A check or peek carries the stale guard (a call reaching Redis after its caller gave up
     /// does nothing and fails with [`StoreError::Timeout`]); a refund always applies (it gives
     /// back a charge that did happen). Every reply teaches the guard Redis's time.
-    pub(super) async fn call(
-        &self,
-        group: &Group,
-        mode: Mode,
-    ) -> Result<Vec<(Decision, Receipt)>, StoreError> {
+    pub(super) async fn call(&self, group: &Group, mode: Mode) -> Result<Vec<Row>, StoreError> {
         let rows = self.call_raw(group, mode).await?;
         parse_rows(group, &rows)
     }
@@ -378,10 +403,10 @@ impl ScriptRunner {
         let mut rows = self
             .call_raw(group, Mode::Reserve(max_wait_us.min(MAX_EXACT)))
             .await?;
-        if rows.len() != group.len() * 5 + 2 {
+        if rows.len() != group.len() * ROW_LEN + 2 {
             return Err(unavailable(BadReply("wrong number of values")));
         }
-        let tail = rows.split_off(group.len() * 5);
+        let tail = rows.split_off(group.len() * ROW_LEN);
         let (delay, is_final) = match tail.as_slice() {
             &[delay, is_final] => (delay, is_final == 1),
             _ => return Err(unavailable(BadReply("no reservation"))),
@@ -454,21 +479,23 @@ impl ScriptRunner {
     }
 }
 
-/// Five integers per key: code, remaining, reset_after µs, retry_after µs, receipt stamp.
-fn parse_rows(group: &Group, rows: &[i64]) -> Result<Vec<(Decision, Receipt)>, StoreError> {
-    if rows.len() != group.len() * 5 {
+/// Seven integers per key: code, remaining, reset_after µs, retry_after µs, ns to take off
+/// retry_after (0..999), receipt stamp, hold µs (-1: unbounded).
+fn parse_rows(group: &Group, rows: &[i64]) -> Result<Vec<Row>, StoreError> {
+    if rows.len() != group.len() * ROW_LEN {
         return Err(unavailable(BadReply("wrong number of values")));
     }
     let us = |v: i64| Duration::from_micros(u64::try_from(v).unwrap_or(0));
     let mut out = Vec::with_capacity(group.len());
-    for (chunk, &(capacity, limit)) in rows.chunks_exact(5).zip(&group.bounds) {
-        let &[code, remaining, reset, retry, stamp] = chunk else {
+    for (chunk, &(capacity, limit)) in rows.chunks_exact(ROW_LEN).zip(&group.bounds) {
+        let &[code, remaining, reset, retry, less, stamp, hold] = chunk else {
             return Err(unavailable(BadReply("short row")));
         };
+        let less = Duration::from_nanos(u64::try_from(less.clamp(0, 999)).unwrap_or(0));
         let outcome = match code {
             0 => Outcome::Allowed,
             1 => Outcome::Denied {
-                retry_after: us(retry),
+                retry_after: us(retry).saturating_sub(less),
             },
             2 => Outcome::CannotFit,
             _ => return Err(unavailable(BadReply("unknown outcome code"))),
@@ -478,7 +505,12 @@ fn parse_rows(group: &Group, rows: &[i64]) -> Result<Vec<(Decision, Receipt)>, S
             (0, Ok(stamp)) => Receipt::new(stamp),
             _ => Receipt::NONE,
         };
-        out.push((Decision::new(outcome, limit, remaining, us(reset)), receipt));
+        let hold = (hold >= 0).then(|| us(hold));
+        out.push((
+            Decision::new(outcome, limit, remaining, us(reset)),
+            receipt,
+            hold,
+        ));
     }
     Ok(out)
 }

@@ -12,7 +12,7 @@ use super::breaker::Breaker;
 use super::failure::Outage;
 use super::link::FLEET_SCRIPT;
 use super::negative::NegativeCache;
-use super::script::{BadReply, Group, Mode, ScriptRunner, unavailable};
+use super::script::{BadReply, Group, Mode, Row, ScriptRunner, unavailable};
 use crate::Decision;
 use crate::clock::Clock;
 use crate::store::{Decisions, Receipt, StoreError};
@@ -60,8 +60,19 @@ impl Shared {
         call: impl Future<Output = Result<T, StoreError>>,
         action: &str,
     ) -> Result<T, StoreError> {
+        self.timed_within(call, action, self.deadline).await
+    }
+
+    /// [`Shared::timed`] with what is left of the deadline (a request that waited for
+    /// another's probe first).
+    pub(super) async fn timed_within<T>(
+        &self,
+        call: impl Future<Output = Result<T, StoreError>>,
+        action: &str,
+        left: Duration,
+    ) -> Result<T, StoreError> {
         let started = std::time::Instant::now();
-        let result = match tokio::time::timeout(self.deadline, call).await {
+        let result = match tokio::time::timeout(left, call).await {
             Ok(result) => result,
             Err(_) => Err(StoreError::Timeout),
         };
@@ -167,20 +178,33 @@ impl Shared {
         });
     }
 
+    /// A decision the negative cache answered: counted, then returned.
+    pub(super) fn hit(&self, decisions: Decisions) -> Decisions {
+        self.negative_hits.fetch_add(1, Ordering::Relaxed);
+        metrics::counter!("ratekeeper_negative_cache_hits_total").increment(1);
+        decisions
+    }
+
     pub(super) fn count_error(&self) {
         self.errors.fetch_add(1, Ordering::Relaxed);
         metrics::counter!("ratekeeper_store_errors_total").increment(1);
     }
 
     /// Runs every group; reserve-then-refund across groups: when a later group denies, the
-    /// groups already charged are refunded with the receipts they just took.
-    pub(super) async fn run(&self, groups: &[Group], len: usize) -> Result<Decisions, StoreError> {
-        let mut results: Vec<Option<(Decision, Receipt)>> = vec![None; len];
+    /// groups already charged are refunded with the receipts they just took. Also returns
+    /// how long the answer's fields change only with elapsed time (the shortest hold of its
+    /// rows; `None`: unbounded), for the negative cache.
+    pub(super) async fn run(
+        &self,
+        groups: &[Group],
+        len: usize,
+    ) -> Result<(Decisions, Option<Duration>), StoreError> {
+        let mut results: Vec<Option<Row>> = vec![None; len];
         let mut charged = 0;
         let mut denied = false;
         for group in groups {
             let rows = self.script.call(group, Mode::Check).await?;
-            let allowed = rows.iter().all(|(d, _)| d.is_allowed());
+            let allowed = rows.iter().all(|(d, _, _)| d.is_allowed());
             place(&mut results, group, rows);
             if !allowed {
                 denied = true;
@@ -191,7 +215,8 @@ impl Shared {
         if denied {
             self.undo(groups, charged, &mut results).await?;
         }
-        collect(results)
+        let hold = results.iter().flatten().filter_map(|r| r.2).min();
+        collect(results).map(|d| (d, hold))
     }
 
     /// After a denial in group `charged`: refunds the groups charged before it with the
@@ -201,7 +226,7 @@ impl Shared {
         &self,
         groups: &[Group],
         charged: usize,
-        results: &mut [Option<(Decision, Receipt)>],
+        results: &mut [Option<Row>],
     ) -> Result<(), StoreError> {
         for (g, group) in groups.iter().enumerate() {
             let rows = if g < charged {
@@ -239,13 +264,13 @@ impl Shared {
         len: usize,
         max_wait: Duration,
     ) -> Result<Decisions, StoreError> {
-        let mut results: Vec<Option<(Decision, Receipt)>> = vec![None; len];
+        let mut results: Vec<Option<Row>> = vec![None; len];
         let mut charged = 0;
         let mut delay = Duration::ZERO;
         let mut denied = None;
         for group in groups {
             let answer = self.script.reserve(group, max_wait).await?;
-            let allowed = answer.rows.iter().all(|(d, _)| d.is_allowed());
+            let allowed = answer.rows.iter().all(|(d, _, _)| d.is_allowed());
             place(&mut results, group, answer.rows);
             if !allowed {
                 denied = Some(answer.is_final);
@@ -267,17 +292,16 @@ impl Shared {
     }
 }
 
-pub(super) fn collect(results: Vec<Option<(Decision, Receipt)>>) -> Result<Decisions, StoreError> {
-    let all: Option<Vec<(Decision, Receipt)>> = results.into_iter().collect();
+pub(super) fn collect(results: Vec<Option<Row>>) -> Result<Decisions, StoreError> {
+    let all: Option<Vec<(Decision, Receipt)>> = results
+        .into_iter()
+        .map(|r| r.map(|(d, receipt, _)| (d, receipt)))
+        .collect();
     all.map(Decisions::with_receipts)
         .ok_or_else(|| unavailable(BadReply("missing decision")))
 }
 
-pub(super) fn place(
-    results: &mut [Option<(Decision, Receipt)>],
-    group: &Group,
-    rows: Vec<(Decision, Receipt)>,
-) {
+pub(super) fn place(results: &mut [Option<Row>], group: &Group, rows: Vec<Row>) {
     for (slot, row) in group.slots.iter().zip(rows) {
         if let Some(r) = results.get_mut(*slot) {
             *r = Some(row);

@@ -1,0 +1,219 @@
+//! Memory ≡ Redis: seeded, bounded random sequences of check / reserve / refund / peek run on
+//! the memory store (the reference) and on a standalone Redis store with an aligned clock,
+//! every algorithm the Redis store takes, the answers compared field by field after every
+//! step (see `ratekeeper_tests::differential`). proptest shrinks a failing sequence to its
+//! smallest form.
+//!
+//! `SWEEP_CASES` multiplies the number of sequences (default 1) and `SWEEP_SEED` (a number)
+//! picks another seed, as for the other sweeps; CI uses neither.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use proptest::collection::vec;
+use proptest::prelude::any;
+use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
+use ratekeeper_core::clock::ManualClock;
+use ratekeeper_core::store::redis::{OwnedCharge, RedisStore};
+use ratekeeper_core::store::{Charge, Decisions, MemoryStore, PolicyId, Store};
+use ratekeeper_core::{Algorithm, Key, Policy, Quota};
+use ratekeeper_tests::differential::{Pair, sequence, start_ns};
+use ratekeeper_tests::redis::RedisServer;
+
+/// Sequences per run (times `SWEEP_CASES`).
+const CASES: u32 = 1_000;
+/// Steps per sequence, at most.
+const MAX_STEPS: usize = 40;
+
+#[test]
+fn memory_and_redis_answer_every_sequence_alike() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let factor: u32 = std::env::var("SWEEP_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let seed: u64 = std::env::var("SWEEP_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0x6469_6666_6572_656e);
+    let mut bytes = [0u8; 32];
+    for (i, chunk) in bytes.chunks_mut(8).enumerate() {
+        chunk.copy_from_slice(&seed.wrapping_add(i as u64).to_le_bytes());
+    }
+    let config = Config {
+        cases: CASES.saturating_mul(factor),
+        failure_persistence: None,
+        rng_algorithm: RngAlgorithm::ChaCha,
+        max_shrink_iters: 500,
+        ..Config::default()
+    };
+    let mut runner =
+        TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &bytes));
+    let case = AtomicU64::new(0);
+    let compared = AtomicU64::new(0);
+    let result = runner.run(&vec(any::<u8>(), 0..MAX_STEPS * 12), |data| {
+        let n = case.fetch_add(1, Ordering::Relaxed);
+        let steps = sequence(&data, MAX_STEPS);
+        let clock = ManualClock::new();
+        rt.block_on(async {
+            let redis = RedisStore::builder()
+                .prefix(format!("diff{n}"))
+                .clock(clock.clone())
+                .deadline(Duration::from_secs(5))
+                // Longer than the test: Redis's real-time expiry never acts on the
+                // injected timeline.
+                .min_ttl(Duration::from_secs(3_600))
+                .standalone(&url)
+                .await
+                .expect("standalone");
+            Pair::new(redis, clock, start_ns(n)).run(&steps).await
+        })
+        .map(|n| compared.fetch_add(n as u64, Ordering::Relaxed))
+        .map_err(TestCaseError::fail)?;
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("memory and Redis differ (seed {seed}): {e}");
+    }
+    // The sequences are not empty: most steps compared a check, peek or reservation.
+    let compared = compared.into_inner();
+    eprintln!("{compared} answers compared");
+    assert!(
+        compared >= u64::from(CASES) * 10,
+        "only {compared} answers compared"
+    );
+}
+
+const MS: u64 = 1_000_000;
+
+/// A memory store and a Redis store (on its own server) with `policies`, both on clocks at
+/// `t0` ms; the Redis store keeps its negative cache (the default).
+async fn pair(
+    server: &RedisServer,
+    policies: &[Policy],
+    t0_ms: u64,
+) -> (
+    MemoryStore<Key, ManualClock>,
+    RedisStore,
+    ManualClock,
+    Vec<PolicyId>,
+) {
+    let clock = ManualClock::new();
+    clock.set(t0_ms * MS);
+    let mut memory = MemoryStore::<Key, _>::with_clock(clock.clone());
+    let mut redis = RedisStore::builder()
+        .clock(clock.clone())
+        .deadline(Duration::from_secs(5))
+        .min_ttl(Duration::from_secs(3_600))
+        .standalone(&server.url())
+        .await
+        .expect("standalone");
+    let mut ids = Vec::new();
+    for p in policies {
+        ids.push(memory.register(p).expect("memory registers"));
+        assert_eq!(
+            redis.register(p).expect("redis registers"),
+            *ids.last().unwrap()
+        );
+    }
+    (memory, redis, clock, ids)
+}
+
+fn quota(limit: u32, period_ms: u64, burst: u32) -> Quota {
+    Quota::new(limit, Duration::from_millis(period_ms))
+        .and_then(|q| q.with_burst(burst))
+        .expect("valid quota")
+}
+
+/// One check on both stores; asserts they agree and returns the answer.
+async fn both(
+    memory: &MemoryStore<Key, ManualClock>,
+    redis: &RedisStore,
+    charges: &[(PolicyId, &Key, u64)],
+) -> Decisions {
+    let mem: Vec<Charge<'_, Key>> = charges
+        .iter()
+        .map(|&(p, k, c)| Charge::new(p, k, c))
+        .collect();
+    let red: Vec<OwnedCharge> = charges.iter().map(|&(p, k, c)| (p, k.clone(), c)).collect();
+    let m = memory.check_now(&mem).expect("memory decides");
+    let r = redis.check_async(&red).await.expect("redis decides");
+    assert_eq!(m, r, "memory and Redis differ on {charges:?}");
+    assert_eq!(redis.stats().degraded, 0, "the failure policy answered");
+    m
+}
+
+/// Issue 20 (one answer): a check that charges one policy and key twice is judged on the
+/// total, and refused as a whole: Redis admitted it (its report re-read each charge alone),
+/// while memory denied it with the `remaining` of a charge it had given back.
+#[tokio::test(flavor = "current_thread")]
+async fn a_duplicate_charge_is_refused_on_its_total_by_every_store() {
+    let server = RedisServer::start();
+    let policies = [Policy::new("api", quota(1, 1_000, 2))]; // T = 1 s, burst 2
+    let (memory, redis, _clock, ids) = pair(&server, &policies, 10_000).await;
+    let k = Key::from("dup");
+    // One unit used: one more fits, two do not.
+    assert!(both(&memory, &redis, &[(ids[0], &k, 1)]).await.is_allowed());
+    let d = both(&memory, &redis, &[(ids[0], &k, 1), (ids[0], &k, 1)]).await;
+    assert!(!d.is_allowed(), "{d:?}");
+    assert_eq!(d.retry_after(), Some(Duration::from_secs(1)));
+    // Nothing was charged: the state as it is (one unit left) on both rows.
+    assert_eq!(d.as_slice()[1].remaining(), 1);
+    assert!(both(&memory, &redis, &[(ids[0], &k, 1)]).await.is_allowed());
+    // A total above the burst can never fit, whatever each charge alone.
+    let fresh = Key::from("dup-total");
+    let d = both(&memory, &redis, &[(ids[0], &fresh, 1), (ids[0], &fresh, 2)]).await;
+    assert!(d.is_cannot_fit(), "{d:?}");
+}
+
+/// Issue 20 (one answer): the sliding-log script crashed on a duplicate charge (`attempt
+/// to perform arithmetic on field 'count'`), so the failure policy (fail open) decided.
+#[tokio::test(flavor = "current_thread")]
+async fn a_duplicate_sliding_log_charge_is_decided_by_the_script() {
+    let server = RedisServer::start();
+    let policies = [Policy::new("log", quota(2, 10_000, 2)).with_algorithm(Algorithm::SlidingLog)];
+    let (memory, redis, _clock, ids) = pair(&server, &policies, 10_000).await;
+    let k = Key::from("log");
+    let d = both(&memory, &redis, &[(ids[0], &k, 1), (ids[0], &k, 2)]).await;
+    assert!(d.is_cannot_fit(), "{d:?}");
+    assert_eq!(d.as_slice()[1].remaining(), 2);
+    // With one entry in the log, a duplicate whose total fits the limit but not the room.
+    assert!(both(&memory, &redis, &[(ids[0], &k, 1)]).await.is_allowed());
+    let d = both(&memory, &redis, &[(ids[0], &k, 1), (ids[0], &k, 1)]).await;
+    assert_eq!(d.retry_after(), Some(Duration::from_secs(10)));
+    assert_eq!(redis.stats().degraded, 0);
+}
+
+/// Issue 20 (one answer): a denial remembered by the negative cache survived a reservation
+/// that booked the key's next turn, so the next check's `retry_after` came out one turn
+/// too short.
+#[tokio::test(flavor = "current_thread")]
+async fn a_reservation_ends_a_remembered_denial() {
+    let server = RedisServer::start();
+    let policies = [Policy::new("api", quota(1, 1_000, 1))]; // T = tau = 1 s
+    let (memory, redis, clock, ids) = pair(&server, &policies, 10_000).await;
+    let k = Key::from("booked");
+    assert!(both(&memory, &redis, &[(ids[0], &k, 1)]).await.is_allowed());
+    let d = both(&memory, &redis, &[(ids[0], &k, 1)]).await;
+    assert_eq!(d.retry_after(), Some(Duration::from_secs(1)));
+    clock.set(10_100 * MS);
+    // The Delay mode books the next turn (at 11 s).
+    let max_wait = Duration::from_secs(5);
+    let m = memory
+        .reserve_now(&[Charge::new(ids[0], &k, 1)], max_wait)
+        .expect("memory reserves");
+    let r = redis
+        .reserve_async(&[(ids[0], k.clone(), 1)], max_wait)
+        .await
+        .expect("redis reserves");
+    assert_eq!(m, r);
+    assert!(r.is_allowed());
+    // The next check waits for the turn after the booked one: 11 s + 1 s - now.
+    let d = both(&memory, &redis, &[(ids[0], &k, 1)]).await;
+    assert_eq!(d.retry_after(), Some(Duration::from_millis(1_900)));
+}
