@@ -29,7 +29,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::get;
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
-use ratekeeper_axum::core::store::redis::RedisStore;
+use ratekeeper_axum::core::store::redis::{RedisStore, RedisStoreBuilder};
 use ratekeeper_axum::report::HeaderStyle;
 use ratekeeper_axum::{Mode, Policy, Quota, RateLimitLayer};
 
@@ -79,13 +79,23 @@ fn nz(n: u32) -> NonZeroU32 {
 /// When the Redis URL is invalid, a layer cannot be built, or another metrics recorder was
 /// installed first.
 pub async fn app(redis_url: &str) -> Result<Router, Box<dyn Error>> {
+    app_with(redis_url, RedisStore::builder()).await
+}
+
+/// [`app`] with the Redis store's other settings from `redis` (its decision deadline, say:
+/// 50 ms by default, a test on a loaded machine gives it more).
+///
+/// # Errors
+///
+/// As [`app`].
+pub async fn app_with(redis_url: &str, redis: RedisStoreBuilder) -> Result<Router, Box<dyn Error>> {
     let handle = metrics_handle()?;
     let per_ip = RateLimitLayer::builder()
         .policy(Policy::new("per-ip", Quota::per_second(nz(20))))
         .build()?;
     let daily = RateLimitLayer::builder()
         .policy(Policy::new("daily", Quota::per_day(nz(10_000))))
-        .store(RedisStore::builder().standalone(redis_url).await?)
+        .store(redis.standalone(redis_url).await?)
         .build()?;
     let candidate = RateLimitLayer::builder()
         .policy(Policy::new("candidate", Quota::per_minute(nz(5))))

@@ -16,9 +16,10 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::routing::get;
+use ratekeeper_axum::core::clock::{Clock, MonotonicClock};
 use ratekeeper_axum::core::store::MemoryStore;
 use ratekeeper_axum::core::throttle::{Throttle, ThrottleError};
-use ratekeeper_axum::{Key, Policy, Quota, RateLimitLayer};
+use ratekeeper_axum::{BuildError, Key, Policy, Quota, RateLimitLayer};
 
 /// The quota the upstream API enforces per client IP: 50 per second, burst 50.
 pub const UPSTREAM_QUOTA: Quota = Quota::per_second(match NonZeroU32::new(50) {
@@ -37,9 +38,26 @@ pub fn client_quota() -> Quota {
 
 /// Server side: `GET /api`, limited to [`UPSTREAM_QUOTA`] per client IP.
 pub fn upstream_app() -> Router {
-    Router::new()
-        .route("/api", get(|| async { "upstream answer\n" }))
-        .layer(RateLimitLayer::new(UPSTREAM_QUOTA))
+    upstream_routes().layer(RateLimitLayer::new(UPSTREAM_QUOTA))
+}
+
+/// [`upstream_app`] with its limiter's store on `clock` (a test passes a
+/// [`TokioClock`](ratekeeper_axum::core::throttle::TokioClock) to run under tokio's paused
+/// time).
+///
+/// # Errors
+///
+/// When the layer cannot be built (it cannot: the quota is valid).
+pub fn upstream_app_on<C: Clock>(clock: C) -> Result<Router, BuildError> {
+    let layer = RateLimitLayer::builder()
+        .policy(Policy::new("default", UPSTREAM_QUOTA))
+        .store(MemoryStore::<Key, C>::with_clock(clock))
+        .build()?;
+    Ok(upstream_routes().layer(layer))
+}
+
+fn upstream_routes() -> Router {
+    Router::new().route("/api", get(|| async { "upstream answer\n" }))
 }
 
 /// What the client saw.
@@ -74,8 +92,25 @@ pub async fn run_client(
     duration: Duration,
     workers: usize,
 ) -> Result<OutboundReport, Box<dyn std::error::Error + Send + Sync>> {
+    run_client_on(base, duration, workers, MonotonicClock::new()).await
+}
+
+/// [`run_client`] with the throttle's store on `clock` (a test passes a
+/// [`TokioClock`](ratekeeper_axum::core::throttle::TokioClock) to run under tokio's paused
+/// time, where `duration` and the report's `elapsed` are tokio time too).
+///
+/// # Errors
+///
+/// As [`run_client`].
+pub async fn run_client_on<C: Clock>(
+    base: &str,
+    duration: Duration,
+    workers: usize,
+    clock: C,
+) -> Result<OutboundReport, Box<dyn std::error::Error + Send + Sync>> {
     let policy = Policy::new("upstream", client_quota());
-    let throttle = Arc::new(Throttle::new(MemoryStore::<Key>::new(), &[policy])?);
+    let store = MemoryStore::<Key, C>::with_clock(clock);
+    let throttle = Arc::new(Throttle::new(store, &[policy])?);
     let client = reqwest::Client::builder().build()?;
     let counts = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);
     let start = tokio::time::Instant::now();

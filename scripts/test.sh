@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace: the README's test command, and what .ci/run calls.
 #
-#   scripts/test.sh                 # every test
-#   scripts/test.sh --test b26_e2e  # extra arguments go to `cargo test`
+#   scripts/test.sh                         # every test
+#   scripts/test.sh -p ratekeeper-tests --test redis   # extra arguments go to `cargo test`
+#
+# Every test binary runs even when an earlier one fails (`--no-fail-fast`); at the end a
+# summary names each binary that failed and its failing tests, and the exit status is
+# cargo's (0 only when everything passed).
 #
 # The Redis tests start their own redis-server processes on free loopback ports and fail (not
 # skip) without one, so this installs redis-server and redis-cli from Debian's packages when
@@ -18,4 +22,58 @@ if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; th
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server redis-tools
 fi
 
-exec cargo test --workspace --all-features "$@"
+log="$(mktemp "${TMPDIR:-/tmp}/ratekeeper-test.XXXXXX")"
+trap 'rm -f "$log"' EXIT
+
+status=0
+cargo test --workspace --all-features --no-fail-fast "$@" 2>&1 | tee "$log" || status=$?
+# `tee` succeeded; the pipeline's status is cargo's (pipefail).
+
+# One line per test binary: what ran, its counts, and the names of its failing tests. A
+# binary that started but printed no `test result` line crashed or was killed.
+summary="$(awk '
+    function flush() {
+        if (bin == "") return
+        if (result == "") { failed[++nf] = bin " -- no result (crashed or killed)" }
+        else if (result ~ /FAILED/) { failed[++nf] = bin " -- " result names }
+        nbins++
+        bin = ""; result = ""; names = ""
+    }
+    /^ *(Running|Doc-tests) / {
+        flush()
+        # "Running unittests src/lib.rs (target/debug/deps/ratekeeper_core-1f2e...)" names
+        # the source and, in the executable, the crate: "src/lib.rs (ratekeeper_core)".
+        bin = $0; sub(/^ *(Running|Doc-tests) /, "", bin)
+        exe = ""
+        if (match(bin, /\(.*\)$/)) {
+            exe = substr(bin, RSTART + 1, RLENGTH - 2); sub(/.*\//, "", exe); sub(/-[0-9a-f]+$/, "", exe)
+            bin = substr(bin, 1, RSTART - 2) " (" exe ")"
+        }
+        if ($0 ~ /Doc-tests/) bin = "doc-tests of " bin
+        infail = 0
+        next
+    }
+    /^failures:$/ { infail = 1; names = ""; next }
+    infail && /^    [^ ]/ { n = $0; sub(/^ +/, "", n); names = names "\n      " n; next }
+    /^test result: / {
+        result = $0; sub(/^test result: /, "", result); sub(/; finished in .*/, "", result)
+        infail = 0
+        next
+    }
+    END {
+        flush()
+        printf "== %d test binaries ran", nbins
+        if (nf == 0) { print ", none failed" }
+        else {
+            printf ", %d failed:\n", nf
+            for (i = 1; i <= nf; i++) print "  " failed[i]
+        }
+    }
+' "$log")"
+
+echo
+echo "$summary"
+if [ "$status" != 0 ] && ! grep -q '^ *\(Running\|Doc-tests\) ' "$log"; then
+    echo "== cargo failed before any test ran (build error?); exit status $status"
+fi
+exit "$status"

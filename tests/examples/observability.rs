@@ -6,6 +6,9 @@
 //! (counters of events that did not happen at 0; all but the fallback's, which this app does
 //! not use), and every metric the test finds is one the README's table names.
 
+use std::time::Duration;
+
+use ratekeeper_axum::core::store::redis::RedisStore;
 use ratekeeper_tests::TestServer;
 use ratekeeper_tests::redis::RedisServer;
 
@@ -53,7 +56,11 @@ fn readme_metrics() -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_are_scraped_with_their_labels() {
     let mut redis = RedisServer::start();
-    let app = observability::app(&redis.url()).await.unwrap();
+    // A deadline no round trip misses on a loaded machine (the default is 50 ms), so the
+    // counts below are the decisions' own, not the failure policy's. Once Redis is killed
+    // calls fail at once (connection refused), deadline or not.
+    let store = RedisStore::builder().deadline(Duration::from_secs(5));
+    let app = observability::app_with(&redis.url(), store).await.unwrap();
     let server = TestServer::start(app).await;
     let mut statuses = Vec::new();
     for _ in 0..8 {

@@ -94,10 +94,10 @@ fn assert_bounded(seen: &Seen, what: &str) {
     }
 }
 
-/// P1 (GCRA 1 per 1,000 ms, burst 10) and P2 (GCRA 100 per 60,000 ms, burst 10): Limit 10,
-/// Remaining 9..0 over ten requests, then a 429 with Limit 10 and Remaining 0.
+/// Case B37: P1 (GCRA 1 per 1,000 ms, burst 10) and P2 (GCRA 100 per 60,000 ms, burst 10):
+/// Limit 10, Remaining 9..0 over ten requests, then a 429 with Limit 10 and Remaining 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn b37_x_ratelimit_limit_is_the_burst() {
+async fn x_ratelimit_limit_is_the_burst() {
     for (name, q) in [("p1", quota(1, 1_000, 10)), ("p2", quota(100, 60_000, 10))] {
         let server = serve(Policy::new(name, q), HeaderStyle::XRateLimit).await;
         for i in 0..10u64 {
@@ -112,9 +112,9 @@ async fn b37_x_ratelimit_limit_is_the_burst() {
     }
 }
 
-/// The same in the IETF style: `"p1";q=10;w=10`, `"p2";q=10;w=6`, `r` from 9 to 0.
+/// Case B37: the same in the IETF style: `"p1";q=10;w=10`, `"p2";q=10;w=6`, `r` from 9 to 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn b37_ietf_q_is_the_burst_and_w_the_full_refill_time() {
+async fn ietf_q_is_the_burst_and_w_the_full_refill_time() {
     for (name, q, w) in [
         ("p1", quota(1, 1_000, 10), 10),
         ("p2", quota(100, 60_000, 10), 6),
@@ -141,9 +141,9 @@ async fn b37_ietf_q_is_the_burst_and_w_the_full_refill_time() {
     }
 }
 
-/// "10 per minute, burst 10": nothing changes where burst = limit.
+/// Case B37: "10 per minute, burst 10": nothing changes where burst = limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn b37_burst_equal_to_limit_keeps_limit_and_period() {
+async fn burst_equal_to_limit_keeps_limit_and_period() {
     let server = serve(Policy::new("m", quota(10, 60_000, 10)), HeaderStyle::Both).await;
     let seen = get(&server).await;
     assert_eq!(seen.x, Some((10, 9)));
@@ -152,10 +152,10 @@ async fn b37_burst_equal_to_limit_keeps_limit_and_period() {
     assert!(state.starts_with("\"m\";r=9;t="), "{state}");
 }
 
-/// The invariant on every response of every algorithm the layer takes, for quotas with the
-/// burst above, equal to and below the limit, in both header styles.
+/// Case B37: the invariant on every response of every algorithm the layer takes, for quotas
+/// with the burst above, equal to and below the limit, in both header styles.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn b37_remaining_never_exceeds_limit_for_any_algorithm() {
+async fn remaining_never_exceeds_limit_for_any_algorithm() {
     let algorithms = Algorithm::ALL
         .into_iter()
         .filter(|a| *a != Algorithm::Concurrency);
@@ -193,7 +193,7 @@ async fn b37_remaining_never_exceeds_limit_for_any_algorithm() {
 /// Case B37 names the leaky bucket with GCRA: the same exact values for P1 and P2 in both
 /// header styles (Limit and `q` 10, `w` 10 and 6, Remaining 9..0, then a 429 with Limit 10).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn b37_leaky_bucket_limit_is_the_burst() {
+async fn leaky_bucket_limit_is_the_burst() {
     for (name, q, w) in [
         ("p1", quota(1, 1_000, 10), 10),
         ("p2", quota(100, 60_000, 10), 6),

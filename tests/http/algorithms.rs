@@ -121,10 +121,10 @@ async fn every_algorithm_is_selectable_per_policy_over_http() {
     }
 }
 
-/// B07: fixed window 2 per 10 s; Reset as delta seconds and as epoch seconds; Retry-After
+/// Case B07: fixed window 2 per 10 s; Reset as delta seconds and as epoch seconds; Retry-After
 /// is delta seconds in both modes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn b07_reset_and_retry_after_delta_and_epoch() {
+async fn reset_and_retry_after_as_delta_and_epoch() {
     const E_SECS: u64 = 1_700_000_000;
     for format in [ResetFormat::DeltaSeconds, ResetFormat::UnixEpoch] {
         let clock = ManualClock::with_unix_origin(Duration::from_secs(E_SECS));
@@ -158,9 +158,9 @@ async fn b07_reset_and_retry_after_delta_and_epoch() {
     }
 }
 
-/// B10: cost 11 against burst 10 can never fit: 429 without Retry-After, state unchanged.
+/// Case B10: cost 11 against burst 10 can never fit: 429 without Retry-After, state unchanged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn b10_cost_larger_than_burst_never_fits() {
+async fn a_cost_larger_than_the_burst_never_fits() {
     let clock = ManualClock::new();
     let layer = RateLimitLayer::builder()
         .policy(Policy::new("b10", "10/s burst 10".parse().unwrap()))
@@ -208,10 +208,10 @@ async fn b10_cost_larger_than_burst_never_fits() {
     assert_eq!((s.status, s.remaining.as_deref()), (200, Some("8")));
 }
 
-/// B10 in wait mode: waiting for capacity with a cost above the burst fails at once and
+/// Case B10 in wait mode: waiting for capacity with a cost above the burst fails at once and
 /// never sleeps; the failed attempts move nothing.
 #[tokio::test(start_paused = true)]
-async fn b10_wait_mode_fails_at_once_and_never_sleeps() {
+async fn wait_mode_fails_at_once_and_never_sleeps_when_the_cost_cannot_fit() {
     let policy = Policy::new("b10", "10/s burst 10".parse().unwrap());
     let throttle = Throttle::new(MemoryStore::with_clock(TokioClock::new()), &[policy]).unwrap();
     let start = tokio::time::Instant::now();
@@ -241,10 +241,10 @@ async fn b10_wait_mode_fails_at_once_and_never_sleeps() {
     assert!(err.is_cannot_fit());
 }
 
-/// B13: limit 10 per 60 s; 10 requests at t = 59.9 s then 10 at t = 60.1 s, for every
+/// Case B13: limit 10 per 60 s; 10 requests at t = 59.9 s then 10 at t = 60.1 s, for every
 /// algorithm, over HTTP; and the most admitted in any 60 s span.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn b13_boundary_burst_every_algorithm() {
+async fn a_burst_at_the_window_boundary_for_every_algorithm() {
     struct Expect {
         algorithm: Algorithm,
         first_reset: u64,
@@ -338,9 +338,9 @@ async fn b13_boundary_burst_every_algorithm() {
     }
 }
 
-/// B11: zero, negative and huge configuration values.
+/// Case B11: zero, negative and huge configuration values.
 #[test]
-fn b11_zero_negative_and_huge_configuration_values() {
+fn zero_negative_and_huge_configuration_values() {
     // C1: rate 0 per 1,000 ms, burst 5.
     assert_eq!(
         Quota::new(0, Duration::from_secs(1)),
@@ -416,10 +416,10 @@ fn b11_zero_negative_and_huge_configuration_values() {
     }
 }
 
-/// B11 C7: 2,000,000,000 per 1,000 ms, burst 2,000,000,000; four threads each send
+/// Case B11 C7: 2,000,000,000 per 1,000 ms, burst 2,000,000,000; four threads each send
 /// 1,000,000 requests at the frozen time t = 0: all 4,000,000 are admitted.
 #[test]
-fn b11_c7_huge_rate_four_threads_at_frozen_time_all_admitted() {
+fn huge_rate_four_threads_at_frozen_time_all_admitted() {
     let quota = Quota::new(2_000_000_000, Duration::from_secs(1)).unwrap();
     let mut store = MemoryStore::with_clock(ManualClock::new());
     let id =
@@ -448,10 +448,10 @@ fn b11_c7_huge_rate_four_threads_at_frozen_time_all_admitted() {
     assert_eq!(d.as_slice()[0].remaining(), 2_000_000_000 - 4_000_001);
 }
 
-/// B17: leaky bucket (nginx `limit_req`, burst 0 = burst 1 here), 5,000 per second,
+/// Case B17: leaky bucket (nginx `limit_req`, burst 0 = burst 1 here), 5,000 per second,
 /// 25,000 requests 40,000 ns apart, on a nanosecond clock through the memory store.
 #[test]
-fn b17_leaky_bucket_nanosecond_timestamps_at_high_rate() {
+fn leaky_bucket_nanosecond_timestamps_at_high_rate() {
     let quota = "5000/s burst 1".parse::<Quota>().unwrap();
     assert_eq!(quota.emission_interval_nanos(), 200_000);
     let clock = ManualClock::new();

@@ -47,7 +47,7 @@ fn rpc(runs: &Arc<AtomicUsize>) -> Router {
 
 /// 3 POSTs, then 5 OPTIONS that look like preflights and carry the same JSON body; the
 /// statuses, in order.
-async fn b34_sequence(server: &TestServer) -> Vec<u16> {
+async fn preflight_sequence(server: &TestServer) -> Vec<u16> {
     let mut statuses = Vec::new();
     for _ in 0..3 {
         let res = server
@@ -74,11 +74,13 @@ async fn b34_sequence(server: &TestServer) -> Vec<u16> {
     statuses
 }
 
+/// Case B34: OPTIONS requests that look like preflights but reach the handler are counted
+/// like any request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn b34_made_up_preflights_are_counted_by_default() {
+async fn made_up_preflights_are_counted_by_default() {
     let runs = Arc::new(AtomicUsize::new(0));
     let server = TestServer::start(rpc(&runs).layer(limit(None))).await;
-    let statuses = b34_sequence(&server).await;
+    let statuses = preflight_sequence(&server).await;
     assert_eq!(statuses, [200, 200, 429, 429, 429, 429, 429, 429]);
     assert_eq!(
         runs.load(Ordering::SeqCst),
@@ -87,17 +89,20 @@ async fn b34_made_up_preflights_are_counted_by_default() {
     );
 }
 
+/// Case B34: the opt-in preflight exemption does not cover an OPTIONS request with a body.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn b34_the_opt_in_exemption_does_not_cover_a_preflight_with_a_body() {
+async fn the_opt_in_exemption_does_not_cover_a_preflight_with_a_body() {
     let runs = Arc::new(AtomicUsize::new(0));
     let server = TestServer::start(rpc(&runs).layer(limit(Some(true)))).await;
-    let statuses = b34_sequence(&server).await;
+    let statuses = preflight_sequence(&server).await;
     assert_eq!(statuses, [200, 200, 429, 429, 429, 429, 429, 429]);
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
 
+/// Cases B34 and B23: real preflights answered by a CORS layer outside the limiter are
+/// never counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn b34_real_preflights_answered_by_cors_outside_the_limiter_stay_free() {
+async fn real_preflights_answered_by_cors_outside_the_limiter_stay_free() {
     let origin = "https://app.example";
     let runs = Arc::new(AtomicUsize::new(0));
     let cors = CorsLayer::new()

@@ -583,9 +583,9 @@ async fn an_empty_api_key_counts_as_absent() {
 // Cases from CASES.md
 // ---------------------------------------------------------------------------------------
 
-/// B01: fixed window 3 per 60,000 ms; trusted proxies 10.0.0.0/8.
+/// Case B01: fixed window 3 per 60,000 ms; trusted proxies 10.0.0.0/8.
 #[tokio::test]
-async fn b01_spoofed_forwarded_for_and_trusted_proxies() {
+async fn spoofed_forwarded_for_and_trusted_proxies() {
     let (clock, store) = manual_store();
     let (log, key) = recording(ForwardedIp::trusting(["10.0.0.0/8".parse().unwrap()]));
     let layer = RateLimitLayer::builder()
@@ -634,9 +634,9 @@ async fn b01_spoofed_forwarded_for_and_trusted_proxies() {
     }
 }
 
-/// B02: fixed window 2 per 60,000 ms; IPv6 by /64, IPv4-mapped as IPv4.
+/// Case B02: fixed window 2 per 60,000 ms; IPv6 by /64, IPv4-mapped as IPv4.
 #[tokio::test]
-async fn b02_ipv6_prefix_and_ipv4_mapped_addresses() {
+async fn ipv6_prefix_and_ipv4_mapped_addresses() {
     let (clock, store) = manual_store();
     let (log, key) = recording(PeerIp::new());
     let layer = RateLimitLayer::builder()
@@ -674,9 +674,9 @@ async fn b02_ipv6_prefix_and_ipv4_mapped_addresses() {
     }
 }
 
-/// B23: fixed window 2 per 60,000 ms per IP; CORS for https://app.example.
+/// Case B23: fixed window 2 per 60,000 ms per IP; CORS for https://app.example.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn b23_cors_preflight_not_counted_and_429_readable() {
+async fn cors_preflight_not_counted_and_429_readable() {
     let origin = "https://app.example";
     let cors = || {
         CorsLayer::new()
@@ -757,9 +757,9 @@ async fn b23_cors_preflight_not_counted_and_429_readable() {
     }
 }
 
-/// B24: per-route fixed windows (login 3, avatar 1 per 60,000 ms) keyed by route template.
+/// Case B24: per-route fixed windows (login 3, avatar 1 per 60,000 ms) keyed by route template.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn b24_path_spellings_cannot_bypass_a_per_route_limit() {
+async fn path_spellings_cannot_bypass_a_per_route_limit() {
     let (clock, store) = manual_store();
     let layer = RateLimitLayer::builder()
         .policy(Policy::new("login", per_minute(3)).with_algorithm(Algorithm::FixedWindow))
@@ -823,9 +823,9 @@ async fn b24_path_spellings_cannot_bypass_a_per_route_limit() {
     assert_eq!(send("/users/2/avatar").await.unwrap().status(), 429);
 }
 
-/// B25: fixed window 3 per 60,000 ms per resolved key: user, validated API key, then IP.
+/// Case B25: fixed window 3 per 60,000 ms per resolved key: user, validated API key, then IP.
 #[tokio::test]
-async fn b25_api_key_and_user_extractors() {
+async fn api_key_and_user_extractors() {
     #[derive(Clone)]
     struct Principal(&'static str);
 

@@ -22,7 +22,7 @@ use ratekeeper_axum::core::store::redis::RedisStore;
 use ratekeeper_axum::key::{ForwardedIp, PeerAddr};
 use ratekeeper_axum::route::RouteTable;
 use ratekeeper_axum::{BuildError, Policy, Quota, RateLimitLayer};
-use ratekeeper_tests::redis::RedisServer;
+use ratekeeper_tests::redis::{DECISION_DEADLINE, RedisServer};
 use tower::{Layer, Service, ServiceExt, service_fn};
 use tracing_subscriber::fmt::MakeWriter;
 
@@ -432,8 +432,10 @@ fn a_shared_slots_outage_logs_once_not_per_request() {
     let mut server = RedisServer::start();
     let (logs, _guard) = capture("info");
     let slots = rt.block_on(async {
+        // The outage is a killed server (calls fail at once): the deadline only has to keep
+        // a slow round trip on a loaded machine from counting as an outage of its own.
         RedisStore::builder()
-            .deadline(Duration::from_millis(250))
+            .deadline(DECISION_DEADLINE)
             .on_failure(FailurePolicy::Allow)
             .standalone(&server.url())
             .await

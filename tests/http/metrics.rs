@@ -16,7 +16,7 @@ use ratekeeper_axum::core::store::redis::RedisStore;
 use ratekeeper_axum::core::store::{MemoryStore, Store};
 use ratekeeper_axum::rate_limit::{DECISIONS_TOTAL, Mode};
 use ratekeeper_axum::{GlobalKey, Key, Policy, Quota, RateLimitLayer};
-use ratekeeper_tests::redis::RedisServer;
+use ratekeeper_tests::redis::{DECISION_DEADLINE, RedisServer};
 use tower::{Service, ServiceExt, service_fn};
 
 /// `ratekeeper_decisions_total` (and `ratekeeper_degraded_total`, outcome `degraded`) by
@@ -135,7 +135,7 @@ async fn two_requests<St: Store<Key>>(store: St, case: Case) -> Vec<StatusCode> 
 async fn redis_store(server: &RedisServer, prefix: &str) -> RedisStore {
     RedisStore::builder()
         .prefix(prefix)
-        .deadline(Duration::from_secs(2))
+        .deadline(DECISION_DEADLINE)
         .standalone(&server.url())
         .await
         .expect("redis store")

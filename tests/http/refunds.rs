@@ -122,8 +122,9 @@ fn r1_500(remaining: u32) -> Seen {
     seen(500, remaining, None)
 }
 
+/// Case B26, fixed window: R1's refund after its window closed frees nothing; R4 is denied.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn b26_fixed_window_late_refund_frees_nothing() {
+async fn fixed_window_late_refund_frees_nothing() {
     let times = Times {
         r1: 59_000,
         r2_r3: 60_500,
@@ -138,8 +139,9 @@ async fn b26_fixed_window_late_refund_frees_nothing() {
     assert_eq!(r4, seen(429, 0, Some(58)));
 }
 
+/// Case B26, sliding log: R1's refund after its entry left the log frees nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn b26_sliding_log_late_refund_frees_nothing() {
+async fn sliding_log_late_refund_frees_nothing() {
     let times = Times {
         r1: 0,
         r2_r3: 60_500,
@@ -154,8 +156,10 @@ async fn b26_sliding_log_late_refund_frees_nothing() {
     assert_eq!(r4, seen(429, 0, Some(59)));
 }
 
+/// Case B26, sliding window counter: R1's refund after its window stopped counting frees
+/// nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn b26_sliding_window_counter_late_refund_frees_nothing() {
+async fn sliding_window_counter_late_refund_frees_nothing() {
     let times = Times {
         r1: 0,
         r2_r3: 120_500,
@@ -171,8 +175,10 @@ async fn b26_sliding_window_counter_late_refund_frees_nothing() {
     assert_eq!(r4, seen(429, 0, Some(88)));
 }
 
+/// Case B26, token bucket and leaky bucket: R1's refund after the bucket drained its charge
+/// frees nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn b26_token_bucket_and_leaky_bucket_late_refund_frees_nothing() {
+async fn token_bucket_and_leaky_bucket_late_refund_frees_nothing() {
     for algorithm in [Algorithm::Gcra, Algorithm::LeakyBucket] {
         // The bucket is full again at 120,000 ms, when R2 and R3 arrive and R1 answers.
         let times = Times {
@@ -190,8 +196,9 @@ async fn b26_token_bucket_and_leaky_bucket_late_refund_frees_nothing() {
     }
 }
 
+/// Case B26, control: a refund inside its charge's window still gives the charge back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn b26_control_in_window_refund_still_works() {
+async fn an_in_window_refund_still_works() {
     let times = Times {
         r1: 1_000,
         r2_r3: 1_500,

@@ -105,8 +105,10 @@ async fn run(server: TestServer, clock: &ManualClock, variant: &str) {
     );
 }
 
+/// Case B22: the 429's status, headers and JSON body survive every stack variant, each
+/// header once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn b22_status_and_headers_survive_every_stack() {
+async fn status_and_headers_survive_every_stack() {
     // Bare.
     let clock = ManualClock::new();
     let app = api().layer(layer(&[global(), route()], &clock));
@@ -139,8 +141,10 @@ async fn b22_status_and_headers_survive_every_stack() {
     run(TestServer::start(app).await, &clock, "nested").await;
 }
 
+/// Case B22 at the tower level: `BufferLayer` without `HandleErrorLayer` keeps the 429 and
+/// its headers.
 #[tokio::test]
-async fn b22_buffer_without_handle_error_keeps_the_429() {
+async fn a_buffer_without_handle_error_keeps_the_429() {
     // Without HandleErrorLayer the stack's error type is BoxError, which axum cannot serve;
     // at the tower level the 429 is still a response, not an error.
     let clock = ManualClock::new();

@@ -109,7 +109,7 @@ fn header<'h>(head: &'h str, name: &str) -> Option<&'h str> {
 /// Case B31: A gets 101 and keeps the session open; B (t=200 ms) and C (t=400 ms) get 429
 /// with `Retry-After: 1`; after A closes, the next upgrade gets 101.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn b31_upgrade_holds_its_slot_until_the_session_closes() {
+async fn an_upgrade_holds_its_slot_until_the_session_closes() {
     let addr = server(true).await;
     let (mut a, head) = upgrade(addr).await;
     assert_eq!(status(&head), 101, "{head}");
@@ -143,10 +143,10 @@ async fn b31_upgrade_holds_its_slot_until_the_session_closes() {
     assert_eq!(next, 101, "the slot came back after the session closed");
 }
 
-/// Without `keep`, the slot is freed once the 101 has gone: what the docs say a handler that
-/// does not keep the slot gets.
+/// Case B31: without `keep`, the slot is freed once the 101 has gone: what the docs say a
+/// handler that does not keep the slot gets.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn b31_without_keep_the_slot_ends_with_the_101() {
+async fn without_keep_the_slot_ends_with_the_101() {
     let addr = server(false).await;
     let (_a, head) = upgrade(addr).await;
     assert_eq!(status(&head), 101, "{head}");
@@ -162,11 +162,12 @@ async fn b31_without_keep_the_slot_ends_with_the_101() {
     assert_eq!(second, 101);
 }
 
-/// A `CONNECT` tunnel (HTTP/1.1 here; HTTP/2 extended CONNECT, RFC 8441, is how WebSockets
-/// run over HTTP/2) carries no `Upgrade` header field, yet its session also outlives the
-/// response: its handler gets an `UpgradeSlot` too and holds the slot until the tunnel closes.
+/// Case B31: a `CONNECT` tunnel (HTTP/1.1 here; HTTP/2 extended CONNECT, RFC 8441, is how
+/// WebSockets run over HTTP/2) carries no `Upgrade` header field, yet its session also outlives
+/// the response: its handler gets an `UpgradeSlot` too and holds the slot until the tunnel
+/// closes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn b31_connect_tunnel_holds_its_slot_until_the_tunnel_closes() {
+async fn a_connect_tunnel_holds_its_slot_until_the_tunnel_closes() {
     async fn tunnel(mut req: Request) -> Response {
         let permit = req
             .extensions()

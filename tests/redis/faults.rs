@@ -25,7 +25,7 @@ use ratekeeper_axum::StoreDegraded;
 use ratekeeper_axum::core::store::FailurePolicy;
 use ratekeeper_axum::core::store::redis::{RedisStore, RedisStoreBuilder};
 use ratekeeper_axum::{Key, KeyError, Policy, Quota, RateLimitLayer, RequestParts};
-use ratekeeper_tests::redis::{RedisCluster, RedisServer};
+use ratekeeper_tests::redis::{DECISION_DEADLINE, RedisCluster, RedisServer};
 use ratekeeper_tests::spawn;
 
 /// The decision deadline of every test here.
@@ -155,7 +155,7 @@ async fn sleep_until(start: Instant, at_ms: u64) {
 /// Case B18: 3 per 60 s on Redis, deadline 50 ms; Redis accepts connections and never
 /// answers (SIGSTOP) from t=0; R1..R5 at t = 0, 100, .., 400 ms; Redis recovers at
 /// t=1000 ms and R6 is decided by Redis.
-async fn b18(on_failure: FailurePolicy, local: Option<Policy>) -> Vec<Answer> {
+async fn redis_down_or_slow(on_failure: FailurePolicy, local: Option<Policy>) -> Vec<Answer> {
     let server = RedisServer::start();
     let mut builder = store(on_failure);
     if let Some(p) = local {
@@ -204,9 +204,10 @@ async fn b18(on_failure: FailurePolicy, local: Option<Policy>) -> Vec<Answer> {
     answers
 }
 
+/// Case B18 (a): fail open: R1..R5 pass as degraded decisions, with no made-up Remaining.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn b18_redis_down_or_slow_fail_open() {
-    let answers = b18(FailurePolicy::Allow, None).await;
+async fn redis_down_or_slow_fails_open() {
+    let answers = redis_down_or_slow(FailurePolicy::Allow, None).await;
     for a in &answers[..5] {
         assert_eq!(a.status, 200);
         // No Remaining made up from a failed call; the handler saw the degraded marker.
@@ -215,24 +216,25 @@ async fn b18_redis_down_or_slow_fail_open() {
     }
 }
 
+/// Case B18 (b): fail closed: R1..R5 get 503, with no made-up Remaining.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn b18_redis_down_or_slow_fail_closed() {
-    let answers = b18(FailurePolicy::Deny, None).await;
+async fn redis_down_or_slow_fails_closed() {
+    let answers = redis_down_or_slow(FailurePolicy::Deny, None).await;
     for a in &answers[..5] {
         assert_eq!(a.status, 503, "{a:?}");
         assert_eq!(a.remaining, None);
     }
 }
 
-/// B18 (c): the in-memory fallback is a fixed window of 2 per 60 000 ms.
+/// Case B18 (c): the in-memory fallback is a fixed window of 2 per 60 000 ms.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn b18_redis_down_or_slow_local_fallback() {
+async fn redis_down_or_slow_falls_back_to_the_local_limiter() {
     let local = Policy::new(
         "api",
         Quota::new(2, Duration::from_secs(60)).expect("quota"),
     )
     .with_algorithm(ratekeeper_axum::Algorithm::FixedWindow);
-    let answers = b18(FailurePolicy::Local, Some(local)).await;
+    let answers = redis_down_or_slow(FailurePolicy::Local, Some(local)).await;
     assert_eq!((answers[0].status, answers[0].remaining), (200, Some(1)));
     assert_eq!((answers[1].status, answers[1].remaining), (200, Some(0)));
     for a in &answers[2..5] {
@@ -240,9 +242,10 @@ async fn b18_redis_down_or_slow_local_fallback() {
     }
 }
 
+/// Case B18, degrade: R1..R5 are served by the axum fallback, with no made-up Remaining.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn b18_redis_down_or_slow_degrade_reaches_the_fallback_hook() {
-    let answers = b18(FailurePolicy::Degrade, None).await;
+async fn redis_down_or_slow_degrade_reaches_the_fallback_hook() {
+    let answers = redis_down_or_slow(FailurePolicy::Degrade, None).await;
     for a in &answers[..5] {
         assert_eq!((a.status, a.body.as_str()), (200, "fallback"), "{a:?}");
         assert_eq!(a.remaining, None);
@@ -385,7 +388,10 @@ async fn sigstop_for_two_seconds_fails_closed_within_deadline_then_recovers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn script_flush_reloads_the_script_without_errors() {
     let server = RedisServer::start();
+    // About reloading the script, not the deadline: a slow round trip on a loaded machine
+    // must not read as a failure.
     let mut store = store(FailurePolicy::Deny)
+        .deadline(DECISION_DEADLINE)
         .standalone(&server.url())
         .await
         .expect("store");
@@ -457,7 +463,12 @@ async fn cluster_failover_keeps_answering_and_recovers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_check_reaching_redis_after_its_deadline_charges_nothing() {
     let server = RedisServer::start();
+    // The paused call must outlive its deadline and the others must not: 2 s, which no
+    // round trip on a loaded machine takes (50 ms did: the warm-up read as a timeout).
+    // The queued script still reaches Redis after the deadline (the failure answer comes
+    // at the deadline, CONT 300 ms after it), so the stale guard is what keeps it idle.
     let mut store = store(FailurePolicy::Allow)
+        .deadline(Duration::from_secs(2))
         .breaker(1_000, Duration::from_millis(1))
         .standalone(&server.url())
         .await

@@ -9,7 +9,7 @@ use ratekeeper_axum::core::store::{
     Charge, Decisions, MemoryStore, PolicyId, Receipt, Refund, Store,
 };
 use ratekeeper_axum::{Algorithm, Key, Policy, Quota};
-use ratekeeper_tests::redis::{RedisCluster, RedisServer};
+use ratekeeper_tests::redis::{DECISION_DEADLINE, RedisCluster, RedisServer};
 
 const MS: u64 = 1_000_000;
 
@@ -275,7 +275,7 @@ async fn run_redis(
     let mut store = build(
         RedisStore::builder()
             .clock(clock.clone())
-            .deadline(Duration::from_secs(2))
+            .deadline(DECISION_DEADLINE)
             .min_ttl(MIN_TTL),
     )
     .await;
@@ -423,17 +423,7 @@ async fn conformance_sliding_log_and_reservations_memory_standalone_cluster() {
 
 /// Every `ttl:*` key on `server` with its PTTL.
 fn pttls(server: &RedisServer) -> Vec<(String, i64)> {
-    let keys = server.cli(&["KEYS", "ttl:*"]).expect("KEYS");
-    keys.lines()
-        .filter(|l| !l.is_empty())
-        .map(|k| {
-            let ttl = server
-                .cli(&["PTTL", k])
-                .and_then(|s| s.trim().parse().ok())
-                .expect("PTTL");
-            (k.to_owned(), ttl)
-        })
-        .collect()
+    server.key_ttls("ttl:*")
 }
 
 /// Sliding-log charges (allowed, denied, refunded), reservations (GCRA turns booked beyond
@@ -477,6 +467,9 @@ async fn ttl_workload(mut store: RedisStore) -> Vec<ratekeeper_axum::core::store
     let wait = Duration::from_secs(5);
     let mut delays = Vec::new();
     let mut last = None;
+    // Turns are booked on Redis's clock from the first reservation: the third is 1 000 ms
+    // after it, less the real time that passed until the third call (a loaded machine).
+    let booking = std::time::Instant::now();
     for _ in 0..3 {
         let d = store
             .reserve_async(&[(pace, k.clone(), 1)], wait)
@@ -486,7 +479,11 @@ async fn ttl_workload(mut store: RedisStore) -> Vec<ratekeeper_axum::core::store
         last = Some(d.receipt(0));
     }
     // The last turn is booked beyond the burst (TAT > now + tau); dropping it refunds it.
-    assert!(delays[2] >= Duration::from_millis(900), "{delays:?}");
+    let spent = booking.elapsed();
+    assert!(
+        delays[2] + spent >= Duration::from_millis(900),
+        "{delays:?} after {spent:?}"
+    );
     store
         .refund_async(&[((pace, k.clone(), 1), last.expect("receipt"))])
         .await
@@ -503,14 +500,18 @@ async fn ttl_workload(mut store: RedisStore) -> Vec<ratekeeper_axum::core::store
 
 fn assert_ttls(all: &[(String, i64)]) {
     let names: Vec<&str> = all.iter().map(|(k, _)| k.as_str()).collect();
-    for suffix in [":log", ":pace", ":leaky", ":conc:concurrency"] {
+    // The log (10 s window) and the held slots (renewed while held) outlive the read. The
+    // pace and shaper keys live 1 s and 400 ms after their last write, which a loaded
+    // machine can spend before the read: gone, they had a TTL (a key without one never
+    // goes); present, they are checked below like every key.
+    for suffix in [":log", ":conc:concurrency"] {
         assert!(
             names.iter().any(|k| k.ends_with(suffix)),
             "no key ending in {suffix}: {names:?}"
         );
     }
     for (k, ttl) in all {
-        assert!(*ttl > 0, "key {k} has PTTL {ttl}");
+        assert!(*ttl >= 0, "key {k} has PTTL {ttl}");
         // No key outlives its state: the log's window (10 s), the booked turns (1 s), the
         // shaper's queue (400 ms) and the slots' lease (900 ms).
         assert!(*ttl <= 10_000, "key {k} has PTTL {ttl}");
@@ -524,6 +525,7 @@ async fn every_key_of_the_new_scripts_has_a_ttl() {
     let server = RedisServer::start();
     let store = RedisStore::builder()
         .prefix("ttl")
+        .deadline(DECISION_DEADLINE)
         .standalone(&server.url())
         .await
         .expect("standalone");
@@ -536,6 +538,7 @@ async fn every_key_of_the_new_scripts_has_a_ttl() {
     let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
     let store = RedisStore::builder()
         .prefix("ttl")
+        .deadline(DECISION_DEADLINE)
         .cluster(&nodes)
         .await
         .expect("cluster");
@@ -547,9 +550,14 @@ async fn every_key_of_the_new_scripts_has_a_ttl() {
 
 /// The tower layer's Delay mode on the Redis store reserves exactly: five requests at once
 /// on GCRA (burst 1, T = 200 ms) with `max_wait` = 3T are booked the turns 0, T, 2T, 3T and
-/// reach the handler at those times (one round trip each, no re-check); the fifth, whose
-/// turn 4T lies beyond `max_wait`, is rejected at once (a final denial) instead of waiting
-/// and asking again.
+/// reach the handler no earlier than those times, with one round trip each (no re-check);
+/// the fifth, whose turn 4T lies beyond `max_wait`, gets a final denial and its 429 without
+/// asking again.
+///
+/// Decision time is a manual clock injected into the store (frozen at 0), so the booked
+/// turns and delays are exact whenever each request's round trip happens; the store calls
+/// are recorded by a [`Booked`] wrapper. The waits themselves are real sleeps, and a loaded
+/// machine can only make an entry later than its turn, never earlier.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delay_mode_on_redis_books_turns_and_rejects_beyond_max_wait_at_once() {
     use std::sync::{Arc, Mutex};
@@ -558,16 +566,19 @@ async fn delay_mode_on_redis_books_turns_and_rejects_beyond_max_wait_at_once() {
     use http::{Request, Response, StatusCode};
     use ratekeeper_axum::rate_limit::Mode;
     use ratekeeper_axum::{GlobalKey, RateLimitLayer};
+    use ratekeeper_tests::turns::Booked;
     use tower::{Service, ServiceExt, service_fn};
 
     let server = RedisServer::start();
     let t = Duration::from_millis(200);
-    let store = RedisStore::builder()
+    let redis = RedisStore::builder()
         .prefix("delay")
-        .deadline(Duration::from_secs(2))
+        .clock(ManualClock::new())
+        .deadline(DECISION_DEADLINE)
         .standalone(&server.url())
         .await
         .expect("redis store");
+    let (store, turns) = Booked::new(redis, Duration::from_micros(1));
     let layer = RateLimitLayer::builder()
         .policy(Policy::new("p", quota(1, 200, 1)))
         .key(GlobalKey)
@@ -591,36 +602,37 @@ async fn delay_mode_on_redis_books_turns_and_rejects_beyond_max_wait_at_once() {
     for _ in 0..5 {
         let future = svc.ready().await.unwrap().call(Request::new(()));
         tasks.push(tokio::spawn(async move {
-            let res = future.await.expect("infallible");
-            (res.status(), Instant::now())
+            future.await.expect("infallible").status()
         }));
     }
-    let mut answers = Vec::new();
+    let mut statuses = Vec::new();
     for task in tasks {
-        answers.push(task.await.expect("task"));
+        statuses.push(task.await.expect("task"));
     }
-    let statuses: Vec<StatusCode> = answers.iter().map(|a| a.0).collect();
     let served = statuses.iter().filter(|s| **s == StatusCode::OK).count();
-    let limited: Vec<Duration> = answers
+    let limited = statuses
         .iter()
-        .filter(|a| a.0 == StatusCode::TOO_MANY_REQUESTS)
-        .map(|a| a.1.duration_since(start))
-        .collect();
-    assert_eq!(served, 4, "{statuses:?}");
-    assert_eq!(limited.len(), 1, "{statuses:?}");
-    assert!(
-        limited[0] < t / 2,
-        "the request beyond max_wait waited {:?} before its 429",
-        limited[0]
-    );
+        .filter(|s| **s == StatusCode::TOO_MANY_REQUESTS)
+        .count();
+    assert_eq!((served, limited), (4, 1), "{statuses:?}");
+    // On the store's clock: one answer per request (nobody asked again), the turns booked
+    // exactly 0, T, 2T, 3T (receipts T apart), the fifth denied for good.
+    let booked = turns.log();
+    assert_eq!(booked.answers, 5, "{booked:?}");
+    assert_eq!(booked.errors, 0, "{booked:?}");
+    assert_eq!(booked.denials, [true], "{booked:?}");
+    let mut delays = booked.delays.clone();
+    delays.sort();
+    assert_eq!(delays, [Duration::ZERO, t, t * 2, t * 3], "{booked:?}");
+    assert_eq!(booked.min_spacing, Some(t), "{booked:?}");
+    // On the app's clock: nobody entered before its turn.
     let mut entries = entries.lock().unwrap().clone();
     entries.sort();
-    let jitter = Duration::from_millis(60);
     for (i, e) in entries.iter().enumerate() {
         let at = e.duration_since(start);
         let turn = t * u32::try_from(i).unwrap();
         assert!(
-            at + jitter / 3 >= turn && at <= turn + jitter,
+            at >= turn,
             "request {i} entered at {at:?}, its turn is {turn:?}"
         );
     }

@@ -17,6 +17,7 @@ pub mod flood;
 pub mod redis;
 pub mod slots;
 pub mod sweep;
+pub mod turns;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

@@ -5,29 +5,58 @@
 //! a message naming the fix (`apt-get install redis-server redis-tools`, which `.ci/run`
 //! does by itself).
 
+use std::collections::HashSet;
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-/// A free TCP port on 127.0.0.1 (bound, read, released).
+/// The decision deadline of every test store that checks *decisions* (not the failure
+/// policy): 30 s.
+///
+/// The stores' default (50 ms) is a production figure; on a test machine at load 25 (a
+/// parallel build beside the tests) one round trip can take longer, and a decision the
+/// failure policy answers proves nothing about the store's decisions. Tests *about*
+/// deadlines inject their own fault (a stopped or killed `redis-server`) and keep a short
+/// deadline of their own.
+pub const DECISION_DEADLINE: Duration = Duration::from_secs(30);
+
+/// Ports this process has handed out: the tests of one binary run concurrently, and a
+/// port the OS hands out twice (bound, released, bound again) must not start two servers
+/// on one port.
+static HANDED_OUT: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+
+/// A free TCP port on 127.0.0.1 (bound, read, released), never one this process handed out
+/// before.
 ///
 /// # Panics
 ///
 /// When no loopback port can be bound.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("bind 127.0.0.1:0")
+    for _ in 0..1_000 {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("bind 127.0.0.1:0");
+        let mut handed = HANDED_OUT.lock().unwrap_or_else(PoisonError::into_inner);
+        if handed.get_or_insert_with(HashSet::new).insert(port) {
+            return port;
+        }
+    }
+    panic!("no loopback port this process has not handed out yet");
 }
 
-/// A free port `p` such that `p + 10000` (Redis Cluster's bus port) is free too.
+/// A free port `p` such that `p + 10000` (Redis Cluster's bus port) is free too; both are
+/// marked handed out.
 fn free_cluster_port() -> u16 {
     for _ in 0..200 {
         let p = free_port();
         if p < 55_000 && TcpListener::bind(("127.0.0.1", p + 10_000)).is_ok() {
-            return p;
+            let mut handed = HANDED_OUT.lock().unwrap_or_else(PoisonError::into_inner);
+            if handed.get_or_insert_with(HashSet::new).insert(p + 10_000) {
+                return p;
+            }
         }
     }
     panic!("no free port pair (p, p + 10000) on 127.0.0.1");
@@ -49,24 +78,60 @@ impl RedisServer {
     ///
     /// When `redis-server` cannot be started or does not answer within 10 s.
     pub fn start() -> Self {
-        Self::start_on(free_port(), false)
+        Self::start_fresh(false)
     }
 
-    fn start_on(port: u16, cluster: bool) -> Self {
-        let dir =
-            std::env::temp_dir().join(format!("ratekeeper-redis-{}-{port}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("create redis dir");
-        let mut server = Self {
-            child: None,
-            port,
-            dir,
-            cluster,
-        };
-        server.spawn();
-        server
+    /// Starts a server (cluster-enabled or not) on a free port, and on another one should a process outside
+    /// this one take the port between [`free_port`] and the server's bind (other test runs
+    /// on the machine start servers too).
+    fn start_fresh(cluster: bool) -> Self {
+        let mut last = String::new();
+        for _ in 0..5 {
+            let port = if cluster {
+                free_cluster_port()
+            } else {
+                free_port()
+            };
+            let dir = std::env::temp_dir()
+                .join(format!("ratekeeper-redis-{}-{port}", std::process::id()));
+            std::fs::create_dir_all(&dir).expect("create redis dir");
+            let mut server = Self {
+                child: None,
+                port,
+                dir,
+                cluster,
+            };
+            match server.try_spawn() {
+                Ok(()) => return server,
+                Err(e) => last = e,
+            }
+        }
+        panic!("{last}");
     }
 
+    /// Starts `redis-server` on `self.port` and waits until it answers `PING`.
+    ///
+    /// # Panics
+    ///
+    /// As [`RedisServer::try_spawn`] fails.
     fn spawn(&mut self) {
+        if let Err(e) = self.try_spawn() {
+            panic!("{e}");
+        }
+    }
+
+    /// Starts `redis-server` on `self.port` and waits until it answers `PING` with its own
+    /// process id in `INFO` (not another server that holds the port).
+    ///
+    /// # Errors
+    ///
+    /// When the server exits at start (its port is taken) or another process answers on the
+    /// port.
+    ///
+    /// # Panics
+    ///
+    /// When `redis-server` cannot be started or does not answer within 10 s.
+    fn try_spawn(&mut self) -> Result<(), String> {
         let mut cmd = Command::new("redis-server");
         cmd.arg("--port")
             .arg(self.port.to_string())
@@ -88,14 +153,34 @@ impl RedisServer {
             )
         });
         self.child = Some(child);
-        self.wait_ready();
+        self.wait_ready()
     }
 
-    fn wait_ready(&self) {
+    fn wait_ready(&mut self) -> Result<(), String> {
         let start = Instant::now();
         while start.elapsed() < Duration::from_secs(10) {
+            let exited = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten());
+            if let Some(status) = exited {
+                self.child = None;
+                return Err(format!(
+                    "redis-server on port {} exited at start ({status}): the port is taken",
+                    self.port
+                ));
+            }
             if self.cli(&["PING"]).is_some_and(|o| o.trim() == "PONG") {
-                return;
+                let pid = self.pid().map(|p| format!("process_id:{p}"));
+                let info = self.cli(&["INFO", "server"]).unwrap_or_default();
+                if pid.is_some_and(|p| info.lines().any(|l| l.trim() == p)) {
+                    return Ok(());
+                }
+                self.kill();
+                return Err(format!(
+                    "another process answers on port {} (not the redis-server started here)",
+                    self.port
+                ));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -131,6 +216,33 @@ impl RedisServer {
         out.status
             .success()
             .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Every key matching `pattern` with its PTTL (ms; -1: no TTL), read in one script so
+    /// no key expires between being listed and being read (on a loaded machine two
+    /// `redis-cli` calls can be far apart).
+    ///
+    /// # Panics
+    ///
+    /// When the server does not answer or the reply does not parse.
+    pub fn key_ttls(&self, pattern: &str) -> Vec<(String, i64)> {
+        const SCRIPT: &str = "local r = {} \
+            for _, k in ipairs(redis.call('KEYS', ARGV[1])) do \
+            r[#r + 1] = k; r[#r + 1] = redis.call('PTTL', k) end return r";
+        let out = self
+            .cli(&["EVAL", SCRIPT, "0", pattern])
+            .unwrap_or_else(|| panic!("EVAL of KEYS and PTTL on port {}", self.port));
+        let lines: Vec<&str> = out.lines().filter(|l| !l.is_empty()).collect();
+        lines
+            .chunks(2)
+            .map(|pair| {
+                let ttl = pair
+                    .get(1)
+                    .and_then(|t| t.trim().parse().ok())
+                    .unwrap_or_else(|| panic!("no PTTL for {pair:?} in {out:?}"));
+                (pair[0].to_owned(), ttl)
+            })
+            .collect()
     }
 
     /// `kill -9` the server (it stays down until [`RedisServer::restart`]).
@@ -193,9 +305,7 @@ impl RedisCluster {
     ///
     /// When a server does not start or the cluster is not ok within 20 s.
     pub fn start() -> Self {
-        let nodes: Vec<RedisServer> = (0..6)
-            .map(|_| RedisServer::start_on(free_cluster_port(), true))
-            .collect();
+        let nodes: Vec<RedisServer> = (0..6).map(|_| RedisServer::start_fresh(true)).collect();
         let addrs: Vec<String> = nodes
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port()))

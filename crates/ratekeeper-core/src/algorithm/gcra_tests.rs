@@ -257,7 +257,7 @@ fn refunds_give_back_only_what_the_charge_still_holds() {
 /// read at t = 1,000 ms under "100 per 60,000 ms, burst 100", is clamped to now + tau:
 /// no wait longer than the new quota needs from empty (60 s), Reset at most 60 s.
 #[test]
-fn b27_state_from_an_old_quota_is_clamped_to_the_quota_in_force() {
+fn state_from_an_old_quota_is_clamped_to_the_quota_in_force() {
     let old = gcra(1, Duration::from_secs(3_600), 1);
     let (first, tat) = old.decide(0, 0, 1);
     assert!(first.is_allowed());
@@ -279,7 +279,7 @@ fn b27_state_from_an_old_quota_is_clamped_to_the_quota_in_force() {
 
 /// Case B37: a decision's limit is the capacity, so Remaining never exceeds it.
 #[test]
-fn b37_limit_is_the_burst() {
+fn a_decisions_limit_is_the_burst() {
     // P1: 1 per 1,000 ms, burst 10. P2: 100 per 60,000 ms, burst 10.
     for g in [
         gcra(1, Duration::from_secs(1), 10),

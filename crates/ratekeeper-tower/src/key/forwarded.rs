@@ -553,8 +553,10 @@ mod tests {
         ForwardedIp::trusting(["10.0.0.0/8".parse().unwrap()])
     }
 
+    /// Case B01: `X-Forwarded-For` counts only from a trusted proxy, and only its rightmost
+    /// untrusted address; anything unparsable falls back to the peer.
     #[test]
-    fn b01_keys() {
+    fn only_trusted_proxies_forwarded_for_counts() {
         let ip = trusting();
         let xff = "x-forwarded-for";
         assert_eq!(

@@ -252,8 +252,10 @@ async fn delay_reservations_are_all_or_nothing_across_policies() {
     assert_eq!(res.headers()["x-ratelimit-remaining"], "0");
 }
 
+/// Case B10: in Delay mode a cost above the burst is a 429 at once, without `Retry-After`
+/// and without sleeping.
 #[tokio::test(start_paused = true)]
-async fn b10_cost_above_burst_is_rejected_at_once_in_delay_mode() {
+async fn a_cost_above_the_burst_is_rejected_at_once_in_delay_mode() {
     let layer = RateLimitLayer::builder()
         .policy(Policy::new("default", Quota::per_second(NonZeroU32::MIN)))
         .key(GlobalKey)

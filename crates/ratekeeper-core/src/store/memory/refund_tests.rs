@@ -100,7 +100,7 @@ fn dropped_waiters_never_let_two_requests_in_closer_than_the_emission_interval()
 
 /// One algorithm's run of case B26 on the store (limit 2 per 60,000 ms): R1 at `r1`, R2 and
 /// R3 at `r23`, R1 refunded at `refund`, R4 at `r4`. Returns R4's decision.
-fn b26_run(policy: Policy, r1: u64, r23: u64, refund: u64, r4: u64) -> Decision {
+fn late_refund_run(policy: Policy, r1: u64, r23: u64, refund: u64, r4: u64) -> Decision {
     let (mut s, clock) = store();
     let p = s.register(&policy).unwrap();
     let k = Key::from("client");
@@ -120,34 +120,37 @@ fn b26_run(policy: Policy, r1: u64, r23: u64, refund: u64, r4: u64) -> Decision 
     s.check_now(&c).unwrap().as_slice()[0]
 }
 
+/// Case B26: for every algorithm, a refund that arrives after its charge expired (the window
+/// closed, the log entry left, the bucket drained it) gives back nothing.
 #[test]
-fn b26_a_refund_after_its_charge_expired_gives_back_nothing() {
+fn a_refund_after_its_charge_expired_gives_back_nothing() {
     let two = q(2, 60);
     let denied = |d: Decision| d.retry_after().expect("R4 must be denied");
     let fw = Policy::new("p", two).with_algorithm(Algorithm::FixedWindow);
-    let d = b26_run(fw, 59_000, 60_500, 61_000, 62_000);
+    let d = late_refund_run(fw, 59_000, 60_500, 61_000, 62_000);
     assert_eq!(denied(d), Duration::from_millis(58_000));
     assert_eq!(d.remaining(), 0);
     let log = Policy::new("p", two).with_algorithm(Algorithm::SlidingLog);
-    let d = b26_run(log, 0, 60_500, 61_000, 62_000);
+    let d = late_refund_run(log, 0, 60_500, 61_000, 62_000);
     // The entry of t = 60,500 leaves at 120,500.
     assert_eq!(denied(d), Duration::from_millis(58_500));
     let counter = Policy::new("p", two).with_algorithm(Algorithm::SlidingWindow);
-    let d = b26_run(counter, 0, 120_500, 121_000, 122_000);
+    let d = late_refund_run(counter, 0, 120_500, 121_000, 122_000);
     // Window 2 holds 2: the next window starts with previous = 2, and one more fits once
     // 2 * (1 - e) + 1 <= 2, e >= 0.5: 58 s + 30 s.
     assert_eq!(denied(d), Duration::from_millis(88_000));
     for algorithm in [Algorithm::Gcra, Algorithm::LeakyBucket] {
         // Burst 2, one unit per 30,000 ms.
         let bucket = Policy::new("p", two).with_algorithm(algorithm);
-        let d = b26_run(bucket, 0, 120_000, 120_000, 120_001);
+        let d = late_refund_run(bucket, 0, 120_000, 120_000, 120_001);
         assert_eq!(denied(d), Duration::from_millis(29_999), "{algorithm}");
         assert_eq!(d.remaining(), 0);
     }
 }
 
+/// Case B26, control: a refund inside its charge's window still gives the charge back.
 #[test]
-fn b26_control_an_in_window_refund_still_works() {
+fn an_in_window_refund_still_gives_back() {
     let (mut s, clock) = store();
     let p = s
         .register(&Policy::new("p", q(2, 60)).with_algorithm(Algorithm::FixedWindow))

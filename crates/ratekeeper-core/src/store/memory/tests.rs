@@ -156,8 +156,10 @@ fn window_algorithms_fall_back_to_check_and_retry() {
     );
 }
 
+/// Case B10: a reservation whose cost exceeds the burst can never fit: it fails at once,
+/// final and without a retry time, and leaves no state behind.
 #[test]
-fn b10_reserving_more_than_the_burst_fails_at_once() {
+fn reserving_more_than_the_burst_fails_at_once() {
     let (mut s, _) = store();
     let p = s
         .register(&Policy::new("p", q(1, 1).with_burst(1).unwrap()))
@@ -281,7 +283,7 @@ fn reset_forgets_a_key() {
 /// takes to refill after one request, so the last keys are idle) it holds 0; a returning
 /// key at t = 2,000 ms + S sees Remaining 9.
 #[test]
-fn b03_many_distinct_keys_bounded_and_evicted_unseen() {
+fn many_distinct_keys_stay_bounded_and_idle_ones_are_evicted() {
     const C: usize = 200_000;
     let clock = ManualClock::new();
     let mut s = MemoryStore::with_clock(clock.clone()).with_max_keys(NonZeroUsize::new(C).unwrap());

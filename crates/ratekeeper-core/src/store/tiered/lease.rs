@@ -189,6 +189,11 @@ impl LeaseState {
         ))
     }
 
+    /// Forgets the remembered denial (units went back to Redis).
+    pub(super) fn forget_denial(&mut self) {
+        self.deny = None;
+    }
+
     /// Remembers a Redis denial of `cost` at `now`, until its `retry_after` or for at most
     /// `bound` ns (the time in which units leased by other instances come back), whichever
     /// is sooner.

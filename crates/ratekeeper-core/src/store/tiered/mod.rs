@@ -61,7 +61,9 @@
 //!   a TTL. Its work per tick is bounded (4 096 leases; a larger backlog waits for the next
 //!   ticks). Each check also gives back its own key's expired units at once.
 //! - **Refunds** of locally spent units go back into the lease they came from (while it
-//!   lives); refunds of charges the Redis store made go to Redis.
+//!   lives; after that they free nothing); refunds of charges the Redis store made go to
+//!   Redis ([`TieredStore::refund_async`] waits for them), and the key's remembered denial
+//!   is forgotten, as the Redis store's negative cache forgets a refunded key.
 //! - **Failures**: a lease call that fails, times out or is skipped by the Redis store's
 //!   circuit breaker is answered by the Redis store's [`FailurePolicy`](super::FailurePolicy)
 //!   (allow, deny, local or degrade), exactly as a failed check; units already held keep
@@ -121,7 +123,10 @@
 //! # }
 //! # let url = format!("redis://127.0.0.1:{port}/");
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(async {
-//! let redis = RedisStore::builder().standalone(&url).await?;
+//! let redis = RedisStore::builder()
+//! #   .deadline(Duration::from_secs(5)) // the doc test on a loaded machine: no timeouts
+//!     .standalone(&url)
+//!     .await?;
 //! let mut store = TieredStore::builder()
 //!     .max_lease(NonZeroU32::new(50).unwrap())
 //!     .lease_period(Duration::from_millis(100))
@@ -277,6 +282,61 @@ impl TieredStore {
             return Ok(());
         }
         self.redis.refund_async(&returns).await
+    }
+
+    /// [`Store::refund`], waiting until the charges the Redis store made are back in Redis
+    /// (one script call per client key, within the Redis store's deadline) instead of
+    /// sending them in the background. Units spent from a lease go back into it at once, as
+    /// with [`Store::refund`].
+    ///
+    /// # Errors
+    ///
+    /// The Redis store's error for the part that goes to Redis (see
+    /// [`RedisStore::refund_async`]).
+    pub async fn refund_async(&self, refunds: &[Refund<'_, Key>]) -> Result<(), StoreError> {
+        let to_redis: Vec<(OwnedCharge, Receipt)> = self
+            .refund_local(refunds)
+            .into_iter()
+            .map(|r| {
+                (
+                    (r.charge.policy, r.charge.key.clone(), r.charge.cost),
+                    r.receipt,
+                )
+            })
+            .collect();
+        if to_redis.is_empty() {
+            return Ok(());
+        }
+        self.redis.refund_async(&to_redis).await
+    }
+
+    /// Gives units spent from a lease back into it; returns the refunds of charges the Redis
+    /// store made, for Redis. Either way the key's remembered denial is forgotten (as the
+    /// Redis store's negative cache forgets a refunded key): the units coming back may make
+    /// the next request fit.
+    fn refund_local<'a>(&self, refunds: &[Refund<'a, Key>]) -> Vec<Refund<'a, Key>> {
+        let now = self.inner.clock.now();
+        let mut to_redis = Vec::new();
+        for refund in refunds {
+            let Some(stamp) = refund.receipt.stamp() else {
+                continue;
+            };
+            let id = (refund.charge.policy, refund.charge.key.clone());
+            let lease = self.inner.leases.get(&id);
+            if stamp & LEASE_BIT != 0 {
+                if let Some(lease) = lease {
+                    lease
+                        .lock()
+                        .give_back(now, stamp & !LEASE_BIT, refund.charge.cost);
+                }
+            } else {
+                if let Some(lease) = lease {
+                    lease.lock().forget_denial();
+                }
+                to_redis.push(*refund);
+            }
+        }
+        to_redis
     }
 
     /// Starts one background renewal of `lease` (topping it up to `target`), unless one is
@@ -505,22 +565,7 @@ impl Store<Key> for TieredStore {
     /// lease's unused units already went back to Redis); charges the Redis store made are
     /// refunded there (see [`Store::refund`] of [`RedisStore`]).
     fn refund(&self, refunds: &[Refund<'_, Key>]) {
-        let now = self.inner.clock.now();
-        let mut to_redis = Vec::new();
-        for refund in refunds {
-            match refund.receipt.stamp() {
-                Some(stamp) if stamp & LEASE_BIT != 0 => {
-                    let id = (refund.charge.policy, refund.charge.key.clone());
-                    if let Some(lease) = self.inner.leases.get(&id) {
-                        lease
-                            .lock()
-                            .give_back(now, stamp & !LEASE_BIT, refund.charge.cost);
-                    }
-                }
-                Some(_) => to_redis.push(*refund),
-                None => {}
-            }
-        }
+        let to_redis = self.refund_local(refunds);
         if !to_redis.is_empty() {
             self.redis.refund(&to_redis);
         }
