@@ -28,7 +28,13 @@
 //!
 //! `RK_BENCH_INTERLEAVED_ONLY=1` skips criterion and runs only the interleaved pass.
 //! `RK_BENCH_CASE=<group>/<limiter> RK_BENCH_ITERS=<n>` runs one case `n` times without
-//! criterion (for `valgrind --tool=callgrind`, see `scripts/callgrind_store.sh`).
+//! criterion (for `valgrind --tool=callgrind`, see `scripts/callgrind_store.sh`). Its allow
+//! quota is 1 per hour with burst 4 000 000 instead: under valgrind, priming 100 000 keys
+//! takes seconds, so with 1 per second the keys primed first would go idle, be swept and be
+//! inserted again during the measured loop, and the two sides would do different work. With
+//! a 1-hour emission interval every key's TAT stays an hour ahead of the clock for the whole
+//! run (the mode refuses a run that took an hour or more), so the memory store never sweeps
+//! a key and both sides do the same steady-state update.
 
 use std::hint::black_box;
 use std::net::{IpAddr, Ipv4Addr};
@@ -45,6 +51,11 @@ use ratekeeper_core::{Key, Policy, Quota};
 const MANY: usize = 100_000;
 /// Allow quota: 1 per second (T = 1 s) with this burst, more than any run checks one key.
 const ALLOW_BURST: u32 = 1_000_000_000;
+/// Allow quota of the fixed-count (callgrind) mode: 1 per hour (T = 1 h) with this burst
+/// (`tau` = 4 * 10^6 h, within `u64::MAX` ns). A run checks one key at most this many times.
+const FIXED_ALLOW_BURST: u32 = 4_000_000;
+/// The fixed-count mode's emission interval: no key can go idle in a shorter run.
+const FIXED_ALLOW_PERIOD: Duration = Duration::from_secs(3600);
 
 /// One limiter under test: checks one unit for `key`, answers whether it was allowed.
 trait Limiter<K> {
@@ -159,6 +170,30 @@ impl Verdict {
         }
     }
 
+    /// The fixed-count mode's quota: allow is 1 per hour with burst [`FIXED_ALLOW_BURST`], so
+    /// no key goes idle during the run (deny is unchanged, 1 per hour).
+    fn ours_fixed(self) -> Quota {
+        match self {
+            Verdict::Allow => {
+                match Quota::per_hour(NonZeroU32::MIN).with_burst(FIXED_ALLOW_BURST) {
+                    Ok(q) => q,
+                    Err(err) => panic!("bench quota refused: {err}"),
+                }
+            }
+            Verdict::Deny => self.ours(),
+        }
+    }
+
+    /// Governor's side of [`Verdict::ours_fixed`].
+    fn governor_fixed(self) -> governor::Quota {
+        match self {
+            Verdict::Allow => {
+                governor::Quota::per_hour(NonZeroU32::MIN).allow_burst(nz(FIXED_ALLOW_BURST))
+            }
+            Verdict::Deny => self.governor(),
+        }
+    }
+
     fn name(self) -> &'static str {
         match self {
             Verdict::Allow => "allow",
@@ -238,14 +273,26 @@ impl Case {
         let keys: Vec<Key> = ips.iter().copied().map(Key::Ip).collect();
         let mut group = c.benchmark_group(self.group_name());
         // Interleave the pair the ratio is taken on between the reference rows.
-        bench_one(&mut group, "governor/u64", &governor_default(v), &u64s, v);
+        bench_one(
+            &mut group,
+            "governor/u64",
+            &governor_default(v.governor()),
+            &u64s,
+            v,
+        );
         bench_one(&mut group, "ratekeeper/u64", &Ours::new(v.ours()), &u64s, v);
-        bench_one(&mut group, "governor/IpAddr", &governor_default(v), &ips, v);
+        bench_one(
+            &mut group,
+            "governor/IpAddr",
+            &governor_default(v.governor()),
+            &ips,
+            v,
+        );
         bench_one(&mut group, "ratekeeper/Key", &Ours::new(v.ours()), &keys, v);
         bench_one(
             &mut group,
             "governor+foldhash/u64",
-            &governor_foldhash(v),
+            &governor_foldhash(v.governor()),
             &u64s,
             v,
         );
@@ -253,13 +300,15 @@ impl Case {
     }
 }
 
-fn governor_default<K: std::hash::Hash + Eq + Clone>(v: Verdict) -> DefaultKeyedRateLimiter<K> {
-    RateLimiter::keyed(v.governor())
+fn governor_default<K: std::hash::Hash + Eq + Clone>(
+    quota: governor::Quota,
+) -> DefaultKeyedRateLimiter<K> {
+    RateLimiter::keyed(quota)
 }
 
-fn governor_foldhash<K: std::hash::Hash + Eq + Clone>(v: Verdict) -> Foldhash<K> {
+fn governor_foldhash<K: std::hash::Hash + Eq + Clone>(quota: governor::Quota) -> Foldhash<K> {
     Foldhash(RateLimiter::dashmap_with_hasher(
-        v.governor(),
+        quota,
         foldhash::fast::RandomState::default(),
     ))
 }
@@ -343,11 +392,21 @@ fn interleaved() {
         let (u64s, ips) = (u64_keys(case.keys), ips(case.keys));
         let keys: Vec<Key> = ips.iter().copied().map(Key::Ip).collect();
         let mut limiters: Vec<Timed> = vec![
-            timed("governor/u64", governor_default(v), u64s.clone(), v),
+            timed(
+                "governor/u64",
+                governor_default(v.governor()),
+                u64s.clone(),
+                v,
+            ),
             timed("ratekeeper/u64", Ours::new(v.ours()), u64s.clone(), v),
-            timed("governor/IpAddr", governor_default(v), ips, v),
+            timed("governor/IpAddr", governor_default(v.governor()), ips, v),
             timed("ratekeeper/Key", Ours::new(v.ours()), keys, v),
-            timed("governor+foldhash/u64", governor_foldhash(v), u64s, v),
+            timed(
+                "governor+foldhash/u64",
+                governor_foldhash(v.governor()),
+                u64s,
+                v,
+            ),
         ];
         let mut ns: Vec<Vec<f64>> = vec![Vec::new(); limiters.len()];
         for round in 0..ROUNDS {
@@ -458,24 +517,35 @@ fn run_fixed(case: &str, iters: usize) {
         "deny-many" => (Verdict::Deny, MANY),
         _ => panic!("unknown group {group}"),
     };
+    // Priming checks each key 17 times at most; the rest of the burst is the measured loop's.
+    let per_key = iters.div_ceil(n) + 17;
+    if verdict == Verdict::Allow && per_key >= FIXED_ALLOW_BURST as usize {
+        panic!("RK_BENCH_ITERS={iters} checks a key more than the burst allows");
+    }
     fn go<K, L: Limiter<K>>(l: &L, keys: &[K], verdict: Verdict, iters: usize) {
+        let start = Instant::now();
         prime(l, keys, verdict);
         let allowed = measured_loop(l, keys, iters);
+        // An allow run shorter than one emission interval never lets a key go idle.
+        if verdict == Verdict::Allow && start.elapsed() >= FIXED_ALLOW_PERIOD {
+            panic!("the run took an hour or more: keys may have gone idle and been swept");
+        }
         println!("{allowed} of {iters} allowed");
     }
+    let (ours, gov) = (verdict.ours_fixed(), verdict.governor_fixed());
     match limiter {
-        "ratekeeper-u64" => go(&Ours::new(verdict.ours()), &u64_keys(n), verdict, iters),
+        "ratekeeper-u64" => go(&Ours::new(ours), &u64_keys(n), verdict, iters),
         "ratekeeper-Key" => {
             let keys: Vec<Key> = ips(n).into_iter().map(Key::Ip).collect();
-            go(&Ours::new(verdict.ours()), &keys, verdict, iters);
+            go(&Ours::new(ours), &keys, verdict, iters);
         }
         "ratekeeper-Key-2policies" => {
             let keys: Vec<Key> = ips(n).into_iter().map(Key::Ip).collect();
-            go(&OursTwo::new(verdict.ours()), &keys, verdict, iters);
+            go(&OursTwo::new(ours), &keys, verdict, iters);
         }
-        "governor-u64" => go(&governor_default(verdict), &u64_keys(n), verdict, iters),
-        "governor-IpAddr" => go(&governor_default(verdict), &ips(n), verdict, iters),
-        "governor+foldhash-u64" => go(&governor_foldhash(verdict), &u64_keys(n), verdict, iters),
+        "governor-u64" => go(&governor_default(gov), &u64_keys(n), verdict, iters),
+        "governor-IpAddr" => go(&governor_default(gov), &ips(n), verdict, iters),
+        "governor+foldhash-u64" => go(&governor_foldhash(gov), &u64_keys(n), verdict, iters),
         _ => panic!("unknown limiter {limiter}"),
     }
 }

@@ -7,6 +7,8 @@
 //!   scaled to nanoseconds (falling back to the OS monotonic clock).
 //! - [`ManualClock`] is set by tests; its clones share one time, so a test can hold a clone
 //!   while the limiter holds another.
+//! - `TokioClock` (feature `tokio`) reads tokio's clock, so it follows tokio's paused and
+//!   advanced time in tests.
 //!
 //! # Example
 //!
@@ -110,12 +112,12 @@ impl ManualClock {
 
     /// Sets the time to `at` after the origin (saturating at `u64::MAX` ns).
     pub fn set_elapsed(&self, at: Duration) {
-        self.set(u64::try_from(at.as_nanos()).unwrap_or(u64::MAX));
+        self.set(nanos(at));
     }
 
     /// Moves the time forward by `by` (saturating at `u64::MAX` ns).
     pub fn advance(&self, by: Duration) {
-        let by = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
+        let by = nanos(by);
         let _ = self
             .now
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |t| {
@@ -133,6 +135,50 @@ impl Clock for ManualClock {
     fn unix_now(&self) -> Duration {
         self.unix_origin
             .saturating_add(Duration::from_nanos(self.now()))
+    }
+}
+
+/// A clock reading [`tokio::time::Instant`](https://docs.rs/tokio/1/tokio/time/struct.Instant.html), so it follows tokio's paused and advanced time
+/// in tests. Nanoseconds since the clock was created.
+#[cfg(feature = "tokio")]
+#[derive(Debug, Clone, Copy)]
+pub struct TokioClock {
+    origin: tokio::time::Instant,
+}
+
+#[cfg(feature = "tokio")]
+impl TokioClock {
+    /// A clock whose origin is tokio's now.
+    pub fn new() -> Self {
+        Self {
+            origin: tokio::time::Instant::now(),
+        }
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl Default for TokioClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl Clock for TokioClock {
+    fn now(&self) -> u64 {
+        nanos(self.origin.elapsed())
+    }
+}
+
+/// A duration in whole nanoseconds, the unit of every time in this crate, saturating at
+/// `u64::MAX` ns (about 584 years) instead of overflowing.
+#[inline]
+pub(crate) const fn nanos(d: Duration) -> u64 {
+    let ns = d.as_nanos();
+    if ns > u64::MAX as u128 {
+        u64::MAX
+    } else {
+        ns as u64
     }
 }
 

@@ -8,7 +8,8 @@
 //! - [`Policy`]: a named quota plus an [`Algorithm`] (GCRA by default).
 //! - [`Decision`]: allowed / denied with an exact `retry_after` / can never fit, plus
 //!   `limit`, `remaining` and `reset_after` for headers.
-//! - [`clock`]: the [`Clock`](clock::Clock) trait, a monotonic clock and a manual clock.
+//! - [`clock`]: the [`Clock`](clock::Clock) trait, a monotonic clock and a manual clock (and,
+//!   with the `tokio` feature, a clock on tokio's time).
 //! - [`store`]: the [`Store`](store::Store) trait and the in-memory [`MemoryStore`](store::MemoryStore)
 //!   (and, with the `redis` feature, `store::redis::RedisStore`).
 //! - [`algorithm`]: GCRA (default), leaky bucket, fixed window, sliding log, sliding window
@@ -52,11 +53,11 @@
 // The links resolve only when the feature is on; without it the name is plain code.
 #![cfg_attr(
     feature = "tokio",
-    doc = "| `tokio` | [`throttle`]: async wait-for-capacity for outbound calls, and `TokioClock` |"
+    doc = "| `tokio` | [`throttle`]: async wait-for-capacity for outbound calls, and [`clock::TokioClock`] |"
 )]
 #![cfg_attr(
     not(feature = "tokio"),
-    doc = "| `tokio` | `throttle`: async wait-for-capacity for outbound calls, and `TokioClock` |"
+    doc = "| `tokio` | `throttle`: async wait-for-capacity for outbound calls, and `clock::TokioClock` |"
 )]
 #![cfg_attr(
     feature = "redis",

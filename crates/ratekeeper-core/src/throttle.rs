@@ -19,7 +19,8 @@
 //! ```
 //! use std::time::Duration;
 //! use ratekeeper_core::store::MemoryStore;
-//! use ratekeeper_core::throttle::{Throttle, ThrottleError, TokioClock};
+//! use ratekeeper_core::clock::TokioClock;
+//! use ratekeeper_core::throttle::{Throttle, ThrottleError};
 //! use ratekeeper_core::{Key, Policy};
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -48,36 +49,11 @@ use std::time::Duration;
 use smallvec::SmallVec;
 
 use crate::Policy;
-use crate::clock::Clock;
 use crate::store::{Charge, Checked, Decisions, PolicyId, Store, StoreError};
 
-/// A clock reading [`tokio::time::Instant`](https://docs.rs/tokio/1/tokio/time/struct.Instant.html), so it follows tokio's paused and advanced time
-/// in tests. Nanoseconds since the clock was created.
-#[derive(Debug, Clone, Copy)]
-pub struct TokioClock {
-    origin: tokio::time::Instant,
-}
-
-impl TokioClock {
-    /// A clock whose origin is tokio's now.
-    pub fn new() -> Self {
-        Self {
-            origin: tokio::time::Instant::now(),
-        }
-    }
-}
-
-impl Default for TokioClock {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Clock for TokioClock {
-    fn now(&self) -> u64 {
-        u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
-    }
-}
+/// The clock of [`crate::clock`] that follows tokio's time, also reachable here (its home is
+/// `ratekeeper_core::clock::TokioClock`).
+pub use crate::clock::TokioClock;
 
 /// Why [`Throttle::acquire`] gave up.
 #[derive(Debug, thiserror::Error)]

@@ -51,6 +51,9 @@
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
+#[macro_use]
+mod macros;
+
 pub mod adaptive;
 pub mod body;
 pub mod client;
@@ -69,6 +72,7 @@ pub mod rate_limit;
 pub mod report;
 pub mod request;
 pub mod route;
+mod type_name;
 
 pub use degraded::StoreDegraded;
 pub use error::BuildError;

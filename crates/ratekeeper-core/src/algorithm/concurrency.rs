@@ -2,7 +2,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::KeyedAlgorithm;
-use crate::store::Receipt;
+use crate::decision::Receipt;
 use crate::{Decision, Outcome, Quota};
 
 /// Keyed concurrency counter: at most `limit` units in flight per key.

@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use super::leaky_bucket::shaped_cas;
 use super::{KeyedAlgorithm, Reserved, Shaped};
-use crate::store::Receipt;
+use crate::clock::nanos;
+use crate::decision::Receipt;
 use crate::{Decision, Outcome, Quota};
 
 enum Verdict {
@@ -259,7 +260,7 @@ impl Gcra {
                 None,
             );
         }
-        let max_wait = u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX);
+        let max_wait = nanos(max_wait);
         let step = u64::try_from(u128::from(cost) * u128::from(self.t.get())).unwrap_or(u64::MAX);
         let new_tat = tat.saturating_add(step);
         let wait = new_tat.saturating_sub(self.tau).saturating_sub(now);

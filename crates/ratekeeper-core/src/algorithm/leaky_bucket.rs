@@ -2,7 +2,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::{Gcra, KeyedAlgorithm, Reserved, receipt};
-use crate::store::Receipt;
+use crate::clock::nanos;
+use crate::decision::Receipt;
 use crate::{Decision, Outcome, Quota};
 
 /// The leaky bucket, as a meter (police) and as a shaper (queue).
@@ -133,7 +134,7 @@ impl LeakyBucket {
         }
         let tat = self.gcra.in_force(stored_tat, now);
         let delay = tat - now;
-        let max_wait = u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX);
+        let max_wait = nanos(max_wait);
         let (decision, next) = self.gcra.decide(stored_tat, now, cost);
         match decision.outcome() {
             Outcome::Allowed if delay <= max_wait => (
@@ -242,9 +243,7 @@ pub(super) fn shaped_cas(state: &AtomicU64, f: impl Fn(u64) -> (Shaped, Option<u
         let reserved = Reserved {
             decision: shaped.decision,
             receipt: receipt(next),
-            delay: shaped
-                .delay
-                .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)),
+            delay: shaped.delay.map_or(0, nanos),
             exact: true,
         };
         let Some(next) = next else { return reserved };

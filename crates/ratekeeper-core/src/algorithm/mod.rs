@@ -131,7 +131,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use crate::store::Receipt;
+use crate::decision::Receipt;
 use crate::{Decision, Quota};
 
 /// Which algorithm a policy uses.

@@ -4,7 +4,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use super::{KeyedAlgorithm, lock, receipt};
-use crate::store::Receipt;
+use crate::decision::Receipt;
 use crate::{Decision, Outcome, Quota};
 
 #[cfg(test)]

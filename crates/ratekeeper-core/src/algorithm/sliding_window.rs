@@ -2,7 +2,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use super::{KeyedAlgorithm, lock, receipt};
-use crate::store::Receipt;
+use crate::decision::Receipt;
 use crate::{Decision, Outcome, Quota};
 
 /// Per-key state of a [`SlidingWindow`]: the index of the current window and the units

@@ -22,20 +22,7 @@ impl<S, K, C> AdaptiveConcurrency<S, K, C> {
         Self { inner, layer }
     }
 
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The inner service, consuming this one.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    define_inner_service_accessors!();
 
     /// A layer that builds services sharing this service's limits.
     pub fn layer(&self) -> AdaptiveConcurrencyLayer<K, C> {

@@ -58,43 +58,37 @@ impl<S, K> Polite<S, K> {
         Self { inner, layer }
     }
 
-    /// The inner service.
-    ///
-    /// ```
-    /// use ratekeeper_tower::client::Polite;
-    /// use tower::Layer;
-    ///
-    /// let client = Polite::layer().layer(7);
-    /// assert_eq!(*client.get_ref(), 7);
-    /// ```
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    ///
-    /// ```
-    /// use ratekeeper_tower::client::Polite;
-    /// use tower::Layer;
-    ///
-    /// let mut client = Polite::layer().layer(7);
-    /// *client.get_mut() += 1;
-    /// assert_eq!(client.into_inner(), 8);
-    /// ```
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The inner service, consuming this one.
-    ///
-    /// ```
-    /// use ratekeeper_tower::client::Polite;
-    /// use tower::Layer;
-    ///
-    /// assert_eq!(Polite::layer().layer("inner").into_inner(), "inner");
-    /// ```
-    pub fn into_inner(self) -> S {
-        self.inner
+    define_inner_service_accessors! {
+        get_ref: [
+            ///
+            /// ```
+            /// use ratekeeper_tower::client::Polite;
+            /// use tower::Layer;
+            ///
+            /// let client = Polite::layer().layer(7);
+            /// assert_eq!(*client.get_ref(), 7);
+            /// ```
+        ]
+        get_mut: [
+            ///
+            /// ```
+            /// use ratekeeper_tower::client::Polite;
+            /// use tower::Layer;
+            ///
+            /// let mut client = Polite::layer().layer(7);
+            /// *client.get_mut() += 1;
+            /// assert_eq!(client.into_inner(), 8);
+            /// ```
+        ]
+        into_inner: [
+            ///
+            /// ```
+            /// use ratekeeper_tower::client::Polite;
+            /// use tower::Layer;
+            ///
+            /// assert_eq!(Polite::layer().layer("inner").into_inner(), "inner");
+            /// ```
+        ]
     }
 
     /// The layer this service was made with; it shares this service's memory, so

@@ -22,20 +22,7 @@ impl<S, F> Fallback<S, F> {
         Self { inner, fallback }
     }
 
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The inner service, consuming this one.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    define_inner_service_accessors!();
 }
 
 impl<S: fmt::Debug, F> fmt::Debug for Fallback<S, F> {

@@ -170,7 +170,7 @@ pub trait KeyExtractor: Send + Sync + 'static {
     /// How the startup log names this extractor (default: its type without module paths,
     /// `Or<HeaderKey<Raw>, PeerIp>`).
     fn describe(&self) -> String {
-        crate::rate_limit::short_type_name::<Self>()
+        crate::type_name::short_type_name::<Self>()
     }
 
     /// Checks the extractor's own settings when a layer is built (for example

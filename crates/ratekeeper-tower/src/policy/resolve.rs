@@ -6,8 +6,8 @@ use http::Request;
 use ratekeeper_core::Policy;
 
 use super::Plan;
-use crate::RequestParts;
 use crate::error::BuildError;
+use crate::request::RequestParts;
 
 /// Chooses the policies a request is charged to.
 ///

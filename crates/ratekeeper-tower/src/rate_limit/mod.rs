@@ -104,12 +104,11 @@ mod tests;
 
 pub use crate::error::BuildError;
 pub use crate::fallback::{Fallback, FallbackFuture, FallbackLayer};
-pub(crate) use diag::short_type_name;
 pub use future::ResponseFuture;
 pub use layer::{RateLimitBuilder, RateLimitLayer};
 pub use meter::{DECISIONS_TOTAL, SHADOW_CHECKED_TOTAL, SHADOW_WOULD_REFUSE_TOTAL, USAGE_RATIO};
 pub use mode::Mode;
-/// Re-exported from `ratekeeper_core::throttle`: a clock on tokio's time, so a store follows
+/// Re-exported from `ratekeeper_core::clock`: a clock on tokio's time, so a store follows
 /// tokio's paused time in tests and [`Mode::Delay`] waits agree with store decisions.
-pub use ratekeeper_core::throttle::TokioClock;
+pub use ratekeeper_core::clock::TokioClock;
 pub use service::RateLimit;

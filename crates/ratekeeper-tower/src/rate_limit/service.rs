@@ -50,20 +50,7 @@ impl<S, K, Co, St, R> RateLimit<S, K, Co, St, R> {
         }
     }
 
-    /// The inner service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The inner service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// The inner service, consuming this one.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
+    define_inner_service_accessors!();
 }
 
 impl<S: Clone, K, Co, St, R> Clone for RateLimit<S, K, Co, St, R> {

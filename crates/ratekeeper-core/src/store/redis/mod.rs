@@ -357,9 +357,7 @@ impl fmt::Debug for RedisStore {
     }
 }
 
-pub(super) fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
+pub(super) use crate::clock::nanos;
 
 impl RedisStore {
     /// A builder with the defaults: prefix `rl`, deadline 50 ms, stale tolerance 100 ms,

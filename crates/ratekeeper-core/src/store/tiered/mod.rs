@@ -168,9 +168,7 @@ use super::redis::{OwnedCharge, RedisCheck, RedisStore};
 use super::{Charge, Checked, Decisions, PolicyId, Receipt, Refund, Store, StoreError};
 use crate::{Algorithm, Key, Policy};
 
-pub(super) fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
+pub(super) use crate::clock::nanos;
 
 /// Counters of one [`TieredStore`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

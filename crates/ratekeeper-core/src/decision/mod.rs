@@ -6,6 +6,11 @@
 //! "Denied now" ([`Outcome::Denied`]) and "can never fit" ([`Outcome::CannotFit`], cost larger
 //! than the burst) are different outcomes: the second has no retry time.
 //!
+//! A store answers a list of charges with [`Decisions`] (one [`Decision`] per charge, in
+//! charge order), each allowed charge with the [`Receipt`] of what it took, so that a refund
+//! gives back only that. The algorithms produce these values; the stores pass them on
+//! (`ratekeeper_core::store` re-exports [`Decisions`] and [`Receipt`]).
+//!
 //! # Example
 //!
 //! ```
@@ -26,8 +31,16 @@
 //! assert_eq!(never.retry_after(), None);
 //! ```
 
+mod decisions;
+mod receipt;
+
+pub use decisions::Decisions;
+pub use receipt::Receipt;
+
 use std::fmt;
 use std::time::Duration;
+
+use crate::clock::nanos;
 
 /// Allowed, denied for now, or never satisfiable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -68,15 +81,6 @@ enum Kind {
     Allowed,
     Denied,
     CannotFit,
-}
-
-const fn nanos(d: Duration) -> u64 {
-    let ns = d.as_nanos();
-    if ns > u64::MAX as u128 {
-        u64::MAX
-    } else {
-        ns as u64
-    }
 }
 
 impl Decision {

@@ -3,9 +3,10 @@
 use smallvec::SmallVec;
 
 use super::Receipt;
-#[cfg(doc)]
-use super::Store;
 use crate::Decision;
+use crate::clock::nanos;
+#[cfg(doc)]
+use crate::store::Store;
 
 /// The decisions for a list of charges, in the same order.
 ///
@@ -135,12 +136,7 @@ impl Decisions {
     #[must_use]
     pub const fn with_delay(mut self, delay: std::time::Duration) -> Self {
         // Saturates at u64::MAX ns, about 584 years.
-        let ns = delay.as_nanos();
-        self.delay_ns = if ns > u64::MAX as u128 {
-            u64::MAX
-        } else {
-            ns as u64
-        };
+        self.delay_ns = nanos(delay);
         self
     }
 
