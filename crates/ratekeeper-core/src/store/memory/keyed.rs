@@ -707,16 +707,19 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
                     return;
                 }
             }
-            match map.entry(own()) {
-                Entry::Occupied(state) => {
-                    self.release(1);
-                    self.algorithm.debit(state.get(), now, extra);
-                }
-                Entry::Vacant(vacant) => {
-                    let state = vacant.insert(A::State::default());
+            let debited = map.insert_with(own(), |state, inserted| {
+                if inserted {
                     self.keys_gauge().increment(1.0);
-                    self.algorithm.debit(&state, now, extra);
+                } else {
+                    self.release(1);
                 }
+                self.algorithm.debit(state, now, extra);
+            });
+            if debited.is_none() {
+                // The lane has no room left for the key (2^32 keys in one slab shard).
+                self.release(1);
+                self.algorithm.debit(&self.overflow, now, extra);
+                return;
             }
             self.after_insert(now);
         });
