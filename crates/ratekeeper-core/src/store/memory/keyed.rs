@@ -271,7 +271,7 @@ impl<K: Clone + 'static> FenceKey<K> {
     }
 }
 
-/// The insertion of a new key into a lane's map, for [`Keyed::check_new`].
+/// The insertion of a new key into a lane's map, for [`Keyed::check_new`] and [`Keyed::debit`].
 trait Insert<Q, S> {
     /// Runs `f` on the state of `q` under the map's write lock, with `true` when `q` was not
     /// held and has just been inserted with the default state; `None` when the map has no
