@@ -119,6 +119,10 @@ impl Fields {
 /// (fewer remaining, or as many and a later reset, compared as delta seconds; `now_secs`
 /// gives the Unix time for an earlier reset written as one) is put back, so the client sees
 /// the tighter of the two limits, as one consistent set.
+///
+/// The inserts return what they replaced, so the usual response (no earlier report) costs
+/// three inserts and three checks; the comparison is out of line.
+#[inline]
 fn single_policy(
     headers: &mut HeaderMap,
     fields: Fields,
@@ -137,9 +141,38 @@ fn single_policy(
     if !merge {
         return;
     }
+    if let (Some(old_limit), Some(old_remaining)) = (old_limit, old_remaining) {
+        let earlier = Earlier {
+            limit: old_limit,
+            remaining: old_remaining,
+            reset: old_reset,
+        };
+        keep_tighter(headers, fields, shown, reset, earlier, now_secs);
+    }
+}
+
+/// The fields an inner layer (or the handler) had written before this layer's report.
+struct Earlier {
+    limit: HeaderValue,
+    remaining: HeaderValue,
+    reset: Option<HeaderValue>,
+}
+
+/// The merge of [`single_policy`]: puts `earlier` back when it is a complete report and
+/// more restrictive than this layer's.
+#[cold]
+#[inline(never)]
+fn keep_tighter(
+    headers: &mut HeaderMap,
+    fields: Fields,
+    shown: Shown,
+    reset: Option<Reset>,
+    earlier: Earlier,
+    now_secs: impl FnOnce() -> u64,
+) {
     let (Some(prior_limit), Some(prior)) = (
-        old_limit.as_ref().and_then(parse_number),
-        old_remaining.as_ref().and_then(parse_number),
+        parse_number(&earlier.limit),
+        parse_number(&earlier.remaining),
     ) else {
         return;
     };
@@ -147,7 +180,7 @@ fn single_policy(
         // Not a consistent report (more remaining than its limit): this layer's replaces it.
         return;
     }
-    let prior_reset = match old_reset.as_ref().map(parse_number) {
+    let prior_reset = match earlier.reset.as_ref().map(parse_number) {
         None => 0,
         Some(None) => return,
         Some(Some(at)) if at >= EPOCH_RESET_FROM => {
@@ -163,16 +196,13 @@ fn single_policy(
     };
     let mine = u64::from(shown.remaining);
     if prior < mine || (prior == mine && prior_reset > reset.map_or(0, |r| r.delta)) {
-        let restore = fields
-            .names()
-            .into_iter()
-            .zip([old_limit, old_remaining, old_reset]);
-        for (name, old) in restore {
-            match old {
-                Some(value) => headers.insert(name, value),
-                None => headers.remove(name),
-            };
-        }
+        let [limit_name, remaining_name, reset_name] = fields.names();
+        headers.insert(limit_name, earlier.limit);
+        headers.insert(remaining_name, earlier.remaining);
+        match earlier.reset {
+            Some(value) => headers.insert(reset_name, value),
+            None => headers.remove(reset_name),
+        };
     }
 }
 
@@ -330,7 +360,7 @@ impl Reporter {
             HeaderStyle::Both => (true, true, false),
             HeaderStyle::None => (false, false, false),
         };
-        // Read at most once, and only for a Unix-time reset.
+        // Read at most once, and only for a Unix-time reset (or a merge with one).
         let unix_now = LazyCell::new(unix_now);
         let delta = ceil_secs(d.reset_after());
         if x {
@@ -341,8 +371,7 @@ impl Reporter {
             single_policy(headers, Fields::XRateLimit, shown, reset, merge, || {
                 unix_now.as_secs()
             });
-        }
-        if legacy {
+        } else if legacy {
             let reset = (!self.windowless).then_some(Reset {
                 value: delta,
                 delta,
