@@ -260,6 +260,45 @@ fn corrections_of_overflowed_charges_stay_on_the_overflow_state() {
     assert_eq!(remaining(&s, p, &a), 9);
 }
 
+/// A store with only the required methods (the memory store's), so `correct` is the
+/// trait's default.
+struct Plain(Mem);
+
+impl Store<Key> for Plain {
+    type Future = std::future::Ready<Result<Decisions, StoreError>>;
+
+    fn register(&mut self, policy: &Policy) -> Result<PolicyId, StoreError> {
+        self.0.register(policy)
+    }
+    fn check(&self, charges: &[Charge<'_, Key>]) -> Checked<Self::Future> {
+        self.0.check(charges)
+    }
+    fn refund(&self, refunds: &[Refund<'_, Key>]) {
+        self.0.refund(refunds);
+    }
+}
+
+/// The default `correct`: a give-back is a refund of the difference; an extra charge is a
+/// check, charged when it fits and lost when it does not (GCRA, 10 per hour, frozen).
+#[test]
+fn the_default_correct_refunds_and_checks() {
+    let (s, p, _clock) = store(Algorithm::Gcra, 10, 3_600);
+    let s = Plain(s);
+    let k = Key::Global;
+    let first = charged(&s.0, p, &k, 6, 2);
+    s.correct(&[first]);
+    assert_eq!(remaining(&s.0, p, &k), 8);
+    let second = charged(&s.0, p, &k, 2, 7);
+    s.correct(&[second]);
+    assert_eq!(remaining(&s.0, p, &k), 1);
+    let third = charged(&s.0, p, &k, 1, 3);
+    s.correct(&[third]);
+    // The 2 extra units did not fit in the 0 left: lost, so the bucket holds exactly 10
+    // (T = 360 s: the next unit waits one T, not three).
+    let d = s.0.check_now(&[Charge::new(p, &k, 1)]).unwrap();
+    assert_eq!(d.retry_after(), Some(Duration::from_secs(360)));
+}
+
 /// One request of a simulated run: its estimate and its true cost.
 #[derive(Debug, Clone, Copy)]
 struct Request {
