@@ -299,6 +299,47 @@ fn the_default_correct_refunds_and_checks() {
     assert_eq!(d.retry_after(), Some(Duration::from_secs(360)));
 }
 
+/// Four threads charge and correct 200 requests each on one key at once (the clock frozen,
+/// nothing refills, the quota holds them all): the compare-and-swap and locked paths of
+/// every algorithm lose no correction, so the key ends using the sum of the true costs.
+#[test]
+fn concurrent_corrections_leave_the_sum_of_true_costs() {
+    const THREADS: u64 = 4;
+    const EACH: u64 = 200;
+    for algorithm in METERED {
+        let capacity = u32::try_from(THREADS * EACH * (8 + 16)).unwrap();
+        let (s, p, clock) = store(algorithm, capacity, 3_600);
+        clock.set(1_800 * SEC);
+        let k = Key::from("client");
+        let totals: Vec<u64> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..THREADS)
+                .map(|t| {
+                    let (s, k) = (&s, &k);
+                    scope.spawn(move || {
+                        let mut total = 0;
+                        let mut open = Vec::new();
+                        for i in 0..EACH {
+                            let (estimate, actual) = (1 + (i * 7 + t) % 8, (i * 13 + t * 5) % 17);
+                            open.push(charged(s, p, k, estimate, actual));
+                            total += actual;
+                            // Correct in batches, latest first, while others charge.
+                            if i % 3 == 2 {
+                                s.correct(&open);
+                                open.clear();
+                            }
+                        }
+                        s.correct(&open);
+                        total
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let used = u64::from(capacity - remaining(&s, p, &k));
+        assert_eq!(used, totals.iter().sum::<u64>(), "{algorithm}");
+    }
+}
+
 /// One request of a simulated run: its estimate and its true cost.
 #[derive(Debug, Clone, Copy)]
 struct Request {
