@@ -1,6 +1,7 @@
 //! The in-memory store: [`MemoryStore`] (registration, all-or-nothing checks and
 //! reservations with receipts, refunds) over one key map per policy (`keyed`).
 
+mod ban;
 mod compact;
 mod keyed;
 mod staggered;
@@ -13,6 +14,7 @@ use std::sync::atomic::Ordering;
 
 use smallvec::SmallVec;
 
+use self::ban::Bans;
 use self::keyed::{Slot, with_keyed};
 use super::{Charge, Checked, Decisions, PolicyId, Receipt, Refund, Store, StoreError};
 use crate::algorithm::Reserved;
@@ -120,6 +122,10 @@ pub struct MemoryStore<K, C = MonotonicClock> {
     policies: Vec<(Policy, Slot<K>)>,
     clock: C,
     max_keys: usize,
+    /// Per policy (by index), its bans when it has a [`Ban`](crate::Ban).
+    bans: Vec<Option<Bans<K>>>,
+    /// Whether some policy has a ban: checks then take [`MemoryStore::with_bans`].
+    has_bans: bool,
 }
 
 impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K, MonotonicClock> {
@@ -146,6 +152,8 @@ where
             policies: Vec::new(),
             clock,
             max_keys: usize::MAX,
+            bans: Vec::new(),
+            has_bans: false,
         }
     }
 
@@ -172,6 +180,9 @@ where
         self.max_keys = max_keys.get();
         for (_, slot) in &mut self.policies {
             with_keyed!(slot, k => k.max_keys = max_keys.get());
+        }
+        for bans in self.bans.iter_mut().flatten() {
+            bans.max_keys = max_keys.get();
         }
         self
     }
@@ -211,7 +222,11 @@ where
     /// [`StoreError::UnknownPolicy`] when a charge names a policy this store never registered
     /// (nothing is charged then).
     pub fn check_now(&self, charges: &[Charge<'_, K>]) -> Result<Decisions, StoreError> {
-        self.check_at(charges, self.clock.now())
+        let now = self.clock.now();
+        if self.has_bans {
+            return self.with_bans(charges, now, None);
+        }
+        self.check_at(charges, now)
     }
 
     /// One charge (the common case) inlines into the caller so the decision and its receipt
@@ -263,6 +278,18 @@ where
     ) -> Result<Decisions, StoreError> {
         let max_wait = u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX);
         let now = self.clock.now();
+        if self.has_bans {
+            return self.with_bans(charges, now, Some(max_wait));
+        }
+        self.reserve_at(charges, now, max_wait)
+    }
+
+    fn reserve_at(
+        &self,
+        charges: &[Charge<'_, K>],
+        now: u64,
+        max_wait: u64,
+    ) -> Result<Decisions, StoreError> {
         self.all_or_nothing(
             charges,
             now,
@@ -387,6 +414,119 @@ where
         ))
     }
 
+    /// A check (`max_wait` `None`) or reservation of `charges` in a store where some policy
+    /// has a [`Ban`](crate::Ban):
+    ///
+    /// 1. a ban in force for a charge's key refuses the whole request and charges nothing:
+    ///    that charge reports [`Decision::banned`] (the ban ending last, when several are in
+    ///    force), the others their state as it is; a reservation's denial is final when the
+    ///    ban ends after `max_wait`;
+    /// 2. otherwise the charges are checked (or reserved) as without bans;
+    /// 3. a denial that refuses the request (every denial of a check; of a reservation, a
+    ///    final one or one whose `retry_after` is longer than `max_wait`) counts one refusal
+    ///    for every policy with a ban that denied (each policy and key once), and a refusal
+    ///    that starts a ban reports it ([`Decision::with_ban_started`]): `retry_after` is
+    ///    the longer of the ban and the quota's wait, `remaining` 0.
+    #[cold]
+    #[inline(never)]
+    fn with_bans(
+        &self,
+        charges: &[Charge<'_, K>],
+        now: u64,
+        max_wait: Option<u64>,
+    ) -> Result<Decisions, StoreError> {
+        let mut longest: Option<(usize, u64)> = None;
+        for (i, c) in charges.iter().enumerate() {
+            let ends = self.bans_of(c.policy)?.and_then(|b| b.ends_in(c.key, now));
+            if let Some(ends) = ends {
+                if longest.is_none_or(|(_, e)| ends > e) {
+                    longest = Some((i, ends));
+                }
+            }
+        }
+        if let Some((banned, ends)) = longest {
+            let mut report = SmallVec::<[Decision; 4]>::new();
+            for (i, c) in charges.iter().enumerate() {
+                let slot = self.slot(c.policy)?;
+                let state = with_keyed!(slot, k => k.peek(c.key, now, c.cost));
+                report.push(if i == banned {
+                    Decision::banned(state.limit(), std::time::Duration::from_nanos(ends))
+                } else {
+                    state
+                });
+            }
+            let is_final = max_wait.is_some_and(|w| ends > w);
+            return Ok(Decisions::new(report).with_final(is_final));
+        }
+        let decisions = match max_wait {
+            None => self.check_at(charges, now)?,
+            Some(w) => self.reserve_at(charges, now, w)?,
+        };
+        if decisions.is_allowed() {
+            return Ok(decisions);
+        }
+        let refuses = match max_wait {
+            None => true,
+            Some(w) => {
+                decisions.is_final()
+                    || decisions
+                        .retry_after()
+                        .is_some_and(|r| crate::clock::nanos(r) > w)
+            }
+        };
+        if !refuses {
+            return Ok(decisions);
+        }
+        let mut started = false;
+        let mut is_final = decisions.is_final();
+        let mut report = SmallVec::<[Decision; 4]>::new();
+        for (i, (c, d)) in charges.iter().zip(decisions.as_slice()).enumerate() {
+            let counted = d.is_denied()
+                && !d.is_cannot_fit()
+                && !charges[..i]
+                    .iter()
+                    .any(|p| p.policy == c.policy && p.key == c.key);
+            let bans = if counted {
+                self.bans_of(c.policy)?
+            } else {
+                None
+            };
+            match bans {
+                Some(bans) if bans.refuse(c.key, now) => {
+                    started = true;
+                    let ban = std::time::Duration::from_nanos(bans.duration());
+                    let wait = d.retry_after().unwrap_or_default().max(ban);
+                    is_final |= max_wait.is_some_and(|w| crate::clock::nanos(wait) > w);
+                    report.push(Decision::banned(d.limit(), wait).with_ban_started());
+                }
+                _ => report.push(*d),
+            }
+        }
+        if !started {
+            return Ok(decisions);
+        }
+        Ok(Decisions::new(report).with_final(is_final))
+    }
+
+    /// The bans of `policy` (`None`: it has no ban).
+    fn bans_of(&self, policy: PolicyId) -> Result<Option<&Bans<K>>, StoreError> {
+        self.slot(policy)?;
+        Ok(self.bans.get(policy.index()).and_then(Option::as_ref))
+    }
+
+    /// Keys with refusals being counted or a ban in force under `policy` (0 for a policy
+    /// without a ban). Keys whose ban ended stay counted until the next sweep.
+    pub fn ban_len(&self, policy: PolicyId) -> usize {
+        self.bans_of(policy).ok().flatten().map_or(0, Bans::len)
+    }
+
+    /// How long the ban of `key` under `policy` still lasts (`None`: no ban in force).
+    pub fn ban_ends_in(&self, policy: PolicyId, key: &K) -> Option<std::time::Duration> {
+        let bans = self.bans_of(policy).ok().flatten()?;
+        bans.ends_in(key, self.clock.now())
+            .map(std::time::Duration::from_nanos)
+    }
+
     /// Keys held across all policies.
     pub fn len(&self) -> usize {
         self.policies
@@ -406,9 +546,13 @@ where
         for (_, slot) in &self.policies {
             with_keyed!(slot, k => k.sweep(now));
         }
+        for bans in self.bans.iter().flatten() {
+            bans.sweep(now);
+        }
     }
 
-    /// Forgets `key` under `policy`: its next request sees a full budget.
+    /// Forgets `key` under `policy`: its next request sees a full budget, and a ban of the
+    /// key (or its count of refusals) under the policy ends.
     ///
     /// Receipts of charges made before the reset give back nothing afterwards (the reset
     /// forgot those charges; their refunds must not free the ones made since). Until every
@@ -419,6 +563,9 @@ where
         if let Ok(slot) = self.slot(policy) {
             let now = self.clock.now();
             with_keyed!(slot, k => k.reset(key, now));
+        }
+        if let Ok(Some(bans)) = self.bans_of(policy) {
+            bans.reset(key);
         }
     }
 
@@ -444,6 +591,9 @@ where
         let index = u32::try_from(self.policies.len())
             .map_err(|_| StoreError::UnknownPolicy(PolicyId::from_index(u32::MAX)))?;
         self.policies.push((policy.clone(), slot));
+        let bans = policy.ban().map(|ban| Bans::new(ban, self.max_keys));
+        self.has_bans |= bans.is_some();
+        self.bans.push(bans);
         Ok(PolicyId::from_index(index))
     }
 
@@ -452,6 +602,9 @@ where
     #[inline(always)]
     fn check(&self, charges: &[Charge<'_, K>]) -> Checked<Self::Future> {
         let now = self.clock.now();
+        if self.has_bans {
+            return Checked::Ready(self.with_bans(charges, now, None));
+        }
         // One charge: the decisions are built in place in the answer (wrapping the result of
         // `check_at` copied them, some 150 bytes).
         if let [only] = charges {
@@ -506,6 +659,8 @@ impl<K, C: fmt::Debug> fmt::Debug for MemoryStore<K, C> {
     }
 }
 
+#[cfg(test)]
+mod ban_tests;
 #[cfg(test)]
 mod edge_tests;
 #[cfg(test)]
