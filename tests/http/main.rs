@@ -6,6 +6,7 @@
 
 mod advertised_quota;
 mod algorithms;
+mod bans;
 mod cors;
 mod delay_drops;
 mod header_merge;

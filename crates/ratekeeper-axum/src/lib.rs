@@ -187,7 +187,7 @@ pub mod extract;
 
 pub use extract::{MissingRateLimitInfo, RateLimitInfo};
 pub use ratekeeper_core::{
-    self as core, Algorithm, Decision, Key, Outcome, Policy, PolicyError, Quota, QuotaError,
+    self as core, Algorithm, Ban, Decision, Key, Outcome, Policy, PolicyError, Quota, QuotaError,
     QuotaParseError,
 };
 /// A layer from a configuration file (feature `serde`; `toml` reads TOML).

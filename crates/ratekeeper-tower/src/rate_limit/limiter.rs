@@ -347,6 +347,9 @@ where
         degrade: bool,
         extensions: &mut Extensions,
     ) -> Verdict {
+        if decisions.starts_ban() {
+            self.note_bans(applied, decisions);
+        }
         match self.mode {
             Mode::Delay { max_wait } => {
                 let now = Instant::now();
@@ -383,6 +386,37 @@ where
             Verdict::Pass
         } else {
             Verdict::Answer(self.limited(applied, pk, decisions))
+        }
+    }
+
+    /// Each ban this answer started: counted ([`BANS_TOTAL`](super::meter::BANS_TOTAL)) and
+    /// logged at INFO, target `ratekeeper`, with the policy, the key (hashed unless raw keys
+    /// were asked for) and how long the ban lasts. A store reports a ban's start once, so
+    /// this runs once per ban, whatever the mode does with the request.
+    #[cold]
+    #[inline(never)]
+    fn note_bans(&self, applied: &Applied, decisions: &Decisions) {
+        for (entry, decision) in applied.entries.iter().zip(decisions.as_slice()) {
+            if !decision.starts_ban() {
+                continue;
+            }
+            let index = entry.index as usize;
+            self.meter.ban(index);
+            let policy = self.names().get(index).map_or("", |n| &**n);
+            let key = self
+                .diag
+                .key_text(entry.key.as_ref().unwrap_or(&applied.key));
+            let seconds = decision
+                .retry_after()
+                .map_or(0, ratekeeper_core::decision::ceil_secs);
+            tracing::info!(
+                target: "ratekeeper",
+                policy,
+                key,
+                seconds,
+                "key banned: the policy refused it as often as its ban allows; every request \
+                 of the key under this policy is refused for {seconds} s"
+            );
         }
     }
 
