@@ -132,6 +132,14 @@ impl NegativeCache {
             }
             let elapsed = Duration::from_nanos(now.saturating_sub(entry.at));
             let d = entry.decision;
+            if d.is_banned() {
+                // A ban in force: its end comes nearer, nothing else changes (and its start
+                // was reported once, by the answer remembered).
+                any_denied = true;
+                let left = d.retry_after().unwrap_or_default().saturating_sub(elapsed);
+                out.push(Decision::banned(d.limit(), left));
+                continue;
+            }
             let outcome = match d.outcome() {
                 Outcome::Denied { retry_after } => {
                     any_denied = true;
@@ -207,6 +215,14 @@ impl NegativeCache {
     ) {
         // Whatever the answer, it replaces what was remembered (and ends a probe).
         self.forget(charges.iter().map(|(p, k, _)| (*p, k)));
+        // A policy with a ban counts its refusals in Redis: a request charging one is
+        // remembered only when the answer is a ban (whose end nothing but a reset moves).
+        let banning = charges
+            .iter()
+            .any(|(p, ..)| policies.get(p.index()).is_some_and(|rp| rp.ban.is_some()));
+        if banning && !decisions.as_slice().iter().any(Decision::is_banned) {
+            return;
+        }
         if decisions.is_allowed() {
             if let ([charge], [decision]) = (charges, decisions.as_slice()) {
                 if let Some(denial) = implied_denial(charge, decision, policies) {
