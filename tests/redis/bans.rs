@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use ratekeeper_axum::core::clock::ManualClock;
 use ratekeeper_axum::core::store::redis::{OwnedCharge, RedisStore, RedisStoreBuilder};
-use ratekeeper_axum::core::store::{Charge, Decisions, MemoryStore, PolicyId, Store};
+use ratekeeper_axum::core::store::tiered::TieredStore;
+use ratekeeper_axum::core::store::{Charge, Checked, Decisions, MemoryStore, PolicyId, Store};
 use ratekeeper_axum::{Algorithm, Ban, Key, Policy, Quota};
 use ratekeeper_tests::redis::{DECISION_DEADLINE, RedisCluster, RedisServer};
 
@@ -267,4 +268,77 @@ async fn the_ban_key_shares_the_hash_tag_and_expires_with_the_ban() {
     clock.set(31_000 * MS);
     let after = b.check_async(&[(ib, dave.clone(), 1)]).await.unwrap();
     assert!(after.starts_ban(), "{after:?}");
+}
+
+/// The tiered store never leases a policy with a ban: a hot key spends leased units of its
+/// plain policy, while its policy with a ban goes to Redis every time, so a ban made through
+/// one instance refuses at once through another (no leased unit outlives it), until its
+/// exact end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tiered_store_honours_a_ban_made_through_another_instance() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new();
+    let plain = Policy::new("plain", Quota::per_second(NonZeroU32::new(1_000).unwrap()));
+    // 100 per second; banned for 10 s after 2 refusals within 1 s.
+    let banned = Policy::new("banned", Quota::per_second(NonZeroU32::new(100).unwrap())).with_ban(
+        Ban::after(NonZeroU32::new(2).unwrap(), Duration::from_secs(1))
+            .lasting(Duration::from_secs(10)),
+    );
+    let mut stores = Vec::new();
+    for _ in 0..2 {
+        let redis = RedisStore::builder()
+            .clock(clock.clone())
+            .deadline(DECISION_DEADLINE)
+            .min_ttl(Duration::from_secs(3_600))
+            .prefix("tiered-bans")
+            .standalone(&server.url())
+            .await
+            .expect("standalone");
+        let mut store = TieredStore::builder()
+            .max_lease(NonZeroU32::new(50).unwrap())
+            .build(redis)
+            .expect("tiered");
+        let ids = (
+            store.register(&plain).expect("plain"),
+            store.register(&banned).expect("banned"),
+        );
+        stores.push((store, ids));
+    }
+    let check = async |i: usize, banned_policy: bool| {
+        let (store, (p, b)) = &stores[i];
+        let id = if banned_policy { *b } else { *p };
+        let key = Key::from("hot");
+        match store.check(&[Charge::new(id, &key, 1)]) {
+            Checked::Ready(r) => r,
+            Checked::Pending(f) => f.await,
+        }
+        .expect("decides")
+    };
+    clock.set(5_000 * MS);
+    // Instance 0 takes the whole budget of "banned"; none of it is leased.
+    for _ in 0..100 {
+        assert!(check(0, true).await.is_allowed());
+        assert!(check(0, false).await.is_allowed());
+    }
+    let hot = Key::from("hot");
+    let (s0, (p0, b0)) = &stores[0];
+    assert_eq!(s0.held(*b0, &hot), 0, "a policy with a ban is never leased");
+    assert!(s0.held(*p0, &hot) > 0, "the plain policy leases");
+    // Two refusals through instance 1 ban the key; instance 0 is refused at once.
+    assert!(!check(1, true).await.is_allowed());
+    assert!(check(1, true).await.starts_ban());
+    clock.set(6_000 * MS);
+    let d = check(0, true).await;
+    assert!(d.as_slice()[0].is_banned(), "{d:?}");
+    assert_eq!(d.retry_after(), Some(Duration::from_secs(9)));
+    // The plain policy of the same key is not banned.
+    assert!(check(0, false).await.is_allowed());
+    clock.set(14_999 * MS);
+    assert_eq!(
+        check(1, true).await.retry_after(),
+        Some(Duration::from_millis(1))
+    );
+    clock.set(15_000 * MS);
+    assert!(check(0, true).await.is_allowed());
+    assert!(check(1, true).await.is_allowed());
 }

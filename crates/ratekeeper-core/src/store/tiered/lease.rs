@@ -20,6 +20,8 @@ pub(super) struct TierPolicy {
     pub(super) capacity: u32,
     /// Fixed window (else GCRA): leased units expire when their window ends.
     pub(super) fixed_window: bool,
+    /// The policy has a [`Ban`](crate::Ban): never leased, every check goes to Redis.
+    pub(super) ban: bool,
 }
 
 /// A lease and the single-flight lock of its renewals.
