@@ -119,7 +119,12 @@ use crate::{Decision, Policy};
 /// # Ok::<(), ratekeeper_core::store::StoreError>(())
 /// ```
 pub struct MemoryStore<K, C = MonotonicClock> {
+    /// The registered policies, while none has a ban (empty otherwise): the one-charge
+    /// check looks its policy up here, so a store without bans pays nothing for them.
     policies: Vec<(Policy, Slot<K>)>,
+    /// The registered policies once one has a ban (empty otherwise): a lookup of the
+    /// one-charge check misses `policies` and takes [`MemoryStore::with_bans`].
+    banning: Vec<(Policy, Slot<K>)>,
     clock: C,
     max_keys: usize,
     /// Per policy (by index), its bans when it has a [`Ban`](crate::Ban).
@@ -150,6 +155,7 @@ where
     pub fn with_clock(clock: C) -> Self {
         Self {
             policies: Vec::new(),
+            banning: Vec::new(),
             clock,
             max_keys: usize::MAX,
             bans: Vec::new(),
@@ -178,7 +184,7 @@ where
     /// overflowed decisions, so a small cap does not sweep on every request.
     pub fn with_max_keys(mut self, max_keys: NonZeroUsize) -> Self {
         self.max_keys = max_keys.get();
-        for (_, slot) in &mut self.policies {
+        for (_, slot) in self.policies.iter_mut().chain(&mut self.banning) {
             with_keyed!(slot, k => k.max_keys = max_keys.get());
         }
         for bans in self.bans.iter_mut().flatten() {
@@ -191,7 +197,7 @@ where
     /// summed over policies. Each is also counted by the [`metrics`] counter
     /// `ratekeeper_memory_store_overflowed_total` (label `policy`).
     pub fn overflowed(&self) -> u64 {
-        self.policies
+        self.registered()
             .iter()
             .map(|(_, slot)| with_keyed!(slot, k => k.overflowed.load(Ordering::Relaxed)))
             .sum()
@@ -202,8 +208,17 @@ where
         &self.clock
     }
 
+    /// The registered policies, in registration order.
+    fn registered(&self) -> &[(Policy, Slot<K>)] {
+        if self.has_bans {
+            &self.banning
+        } else {
+            &self.policies
+        }
+    }
+
     fn slot(&self, id: PolicyId) -> Result<&Slot<K>, StoreError> {
-        self.policies
+        self.registered()
             .get(id.index())
             .map(|(_, slot)| slot)
             .ok_or_else(|| StoreError::UnknownPolicy(id))
@@ -211,7 +226,7 @@ where
 
     /// The policy registered under `id`.
     pub fn policy(&self, id: PolicyId) -> Option<&Policy> {
-        self.policies.get(id.index()).map(|(p, _)| p)
+        self.registered().get(id.index()).map(|(p, _)| p)
     }
 
     /// Checks `charges` all-or-nothing at the clock's current time. Same as [`Store::check`]
@@ -222,17 +237,23 @@ where
     /// [`StoreError::UnknownPolicy`] when a charge names a policy this store never registered
     /// (nothing is charged then).
     pub fn check_now(&self, charges: &[Charge<'_, K>]) -> Result<Decisions, StoreError> {
-        let now = self.clock.now();
+        self.check_at(charges, self.clock.now())
+    }
+
+    /// A check at `now`: [`MemoryStore::with_bans`] when some policy has a ban, else
+    /// [`MemoryStore::check_plain`].
+    #[inline]
+    fn check_at(&self, charges: &[Charge<'_, K>], now: u64) -> Result<Decisions, StoreError> {
         if self.has_bans {
             return self.with_bans(charges, now, None);
         }
-        self.check_at(charges, now)
+        self.check_plain(charges, now)
     }
 
     /// One charge (the common case) inlines into the caller so the decision and its receipt
     /// are written in place; several charges go through [`MemoryStore::all_or_nothing`].
     #[inline]
-    fn check_at(&self, charges: &[Charge<'_, K>], now: u64) -> Result<Decisions, StoreError> {
+    fn check_plain(&self, charges: &[Charge<'_, K>], now: u64) -> Result<Decisions, StoreError> {
         if let [only] = charges {
             let (d, receipt) = self.check_one(only, now)?;
             return Ok(Decisions::one_with_receipt(d, receipt));
@@ -459,7 +480,7 @@ where
             return Ok(Decisions::new(report).with_final(is_final));
         }
         let decisions = match max_wait {
-            None => self.check_at(charges, now)?,
+            None => self.check_plain(charges, now)?,
             Some(w) => self.reserve_at(charges, now, w)?,
         };
         if decisions.is_allowed() {
@@ -529,7 +550,7 @@ where
 
     /// Keys held across all policies.
     pub fn len(&self) -> usize {
-        self.policies
+        self.registered()
             .iter()
             .map(|(_, slot)| with_keyed!(slot, k => k.len()))
             .sum()
@@ -543,7 +564,7 @@ where
     /// Evicts every idle key now (the store also does this by itself as keys are added).
     pub fn sweep(&self) {
         let now = self.clock.now();
-        for (_, slot) in &self.policies {
+        for (_, slot) in self.registered() {
             with_keyed!(slot, k => k.sweep(now));
         }
         for bans in self.bans.iter().flatten() {
@@ -588,11 +609,18 @@ where
     fn register(&mut self, policy: &Policy) -> Result<PolicyId, StoreError> {
         policy.validate()?;
         let slot = Slot::new(policy, self.max_keys);
-        let index = u32::try_from(self.policies.len())
+        let index = u32::try_from(self.bans.len())
             .map_err(|_| StoreError::UnknownPolicy(PolicyId::from_index(u32::MAX)))?;
-        self.policies.push((policy.clone(), slot));
         let bans = policy.ban().map(|ban| Bans::new(ban, self.max_keys));
-        self.has_bans |= bans.is_some();
+        if bans.is_some() && !self.has_bans {
+            self.has_bans = true;
+            self.banning = std::mem::take(&mut self.policies);
+        }
+        if self.has_bans {
+            self.banning.push((policy.clone(), slot));
+        } else {
+            self.policies.push((policy.clone(), slot));
+        }
         self.bans.push(bans);
         Ok(PolicyId::from_index(index))
     }
@@ -602,16 +630,14 @@ where
     #[inline(always)]
     fn check(&self, charges: &[Charge<'_, K>]) -> Checked<Self::Future> {
         let now = self.clock.now();
-        if self.has_bans {
-            return Checked::Ready(self.with_bans(charges, now, None));
-        }
         // One charge: the decisions are built in place in the answer (wrapping the result of
-        // `check_at` copied them, some 150 bytes).
+        // `check_at` copied them, some 150 bytes). Its policy is found in `policies` only
+        // while no policy has a ban; otherwise (or for an unknown policy) `check_at` decides.
         if let [only] = charges {
-            return Checked::Ready(
-                self.check_one(only, now)
-                    .map(|(d, receipt)| Decisions::one_with_receipt(d, receipt)),
-            );
+            if let Some((_, slot)) = self.policies.get(only.policy.index()) {
+                let (d, receipt) = with_keyed!(slot, k => k.check(only.key, now, only.cost));
+                return Checked::Ready(Ok(Decisions::one_with_receipt(d, receipt)));
+            }
         }
         Checked::Ready(self.check_at(charges, now))
     }
@@ -651,6 +677,7 @@ impl<K, C: fmt::Debug> fmt::Debug for MemoryStore<K, C> {
                 &self
                     .policies
                     .iter()
+                    .chain(&self.banning)
                     .map(|(p, _)| p.name())
                     .collect::<Vec<_>>(),
             )
