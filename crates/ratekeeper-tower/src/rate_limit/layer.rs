@@ -485,6 +485,11 @@ impl<K, Co, St, R> RateLimitBuilder<K, Co, St, R> {
         let mut ids = SmallVec::new();
         for p in policies {
             ids.push(store.register(p)?);
+            if p.ban().is_some() {
+                // The bans counter at 0 (a Prometheus series should exist before its first
+                // event); a no-op without a recorder installed.
+                metrics::counter!(super::BANS_TOTAL, "policy" => p.name().to_owned()).increment(0);
+            }
         }
         let mut reporter = Reporter::new(policies, settings.style, settings.reset);
         reporter.rejection = settings.rejection;

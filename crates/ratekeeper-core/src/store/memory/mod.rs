@@ -90,6 +90,15 @@ use crate::{Decision, Policy};
 /// would reach bit 63 (a clock or a tolerance beyond 2^63 ns, 292 years) gets
 /// [`Receipt::NONE`] or gives back nothing.
 ///
+/// **Bans.** A policy with a [`Ban`](crate::Ban) keeps a second, small map beside its key
+/// map: a key is in it while its refusals are being counted or its ban is in force, at most
+/// `max_keys` of them ([`MemoryStore::with_max_keys`]; a new key's refusals are not counted
+/// while the map is full and a sweep frees nothing), swept of ended bans and counts as keys
+/// are added (O(1) amortised) and by [`MemoryStore::sweep`]. A ban in force refuses the
+/// whole request before anything is charged; [`MemoryStore::reset`] ends it. A policy
+/// without a ban has no such map, and while no policy of the store has one, a check pays
+/// nothing for bans.
+///
 /// **Parameters in force.** A policy's quota is fixed when it is registered and its state
 /// lives only as long as the store, so state is always read under the quota that wrote it.
 /// A new quota means a new store (a restart, or a new layer): nothing written under the old

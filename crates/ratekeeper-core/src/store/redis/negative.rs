@@ -38,6 +38,12 @@
 //! when `remaining < cost` (until the window ends). Both are the answers Redis would give,
 //! under the same bound.
 //!
+//! **Bans.** A request charging a policy with a [`Ban`](crate::Ban) is remembered only when
+//! Redis answered with a ban ([`Decision::is_banned`]): until the ban's end (its row's hold is
+//! unbounded), its `retry_after` counting down, `remaining` 0, and never again as the start
+//! of the ban. Its other denials are not remembered: each refusal must reach Redis to be
+//! counted toward a ban.
+//!
 //! **One probe per key.** When a remembered denial runs out, the first request to see it
 //! goes to Redis (the probe) and the others of the same key on this instance wait for its
 //! answer, at most the store's deadline: a denial it brings back answers them too, an
