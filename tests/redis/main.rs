@@ -5,6 +5,7 @@
 //! through an outage, and the tiered (lease) store.
 
 mod bans;
+mod correct;
 mod differential;
 mod faults;
 mod fleet;
