@@ -105,6 +105,36 @@ impl<'a, K: ?Sized> Refund<'a, K> {
     }
 }
 
+/// A charge whose true cost became known after the decision (placeholder of the agreed API
+/// until the store implementations land).
+#[derive(Debug)]
+pub struct Correction<'a, K: ?Sized> {
+    /// The charge as it was made: `charge.cost` is what was charged (the estimate).
+    pub charge: Charge<'a, K>,
+    /// The receipt its decision carried ([`Decisions::receipts`]).
+    pub receipt: Receipt,
+    /// The true cost.
+    pub actual: u64,
+}
+
+impl<K: ?Sized> Clone for Correction<'_, K> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<K: ?Sized> Copy for Correction<'_, K> {}
+
+impl<'a, K: ?Sized> Correction<'a, K> {
+    /// A correction of `charge` (which took what `receipt` says) to `actual` units.
+    pub const fn new(charge: Charge<'a, K>, receipt: Receipt, actual: u64) -> Self {
+        Self {
+            charge,
+            receipt,
+            actual,
+        }
+    }
+}
+
 /// A store's answer: at once, or a future.
 #[derive(Debug)]
 pub enum Checked<F> {
@@ -331,6 +361,20 @@ pub trait Store<K: ?Sized>: Send + Sync + 'static {
     /// never a slot booked by a later reservation. Never fails visibly: a networked store
     /// logs and counts errors.
     fn refund(&self, refunds: &[Refund<'_, K>]);
+
+    /// Corrects charges whose true cost is now known: gives back `cost - actual` as far as
+    /// the receipt holds, or charges `actual - cost` more without refusing (placeholder).
+    fn correct(&self, corrections: &[Correction<'_, K>]) {
+        for c in corrections {
+            if c.actual < c.charge.cost {
+                let back = Charge::new(c.charge.policy, c.charge.key, c.charge.cost - c.actual);
+                self.refund(&[Refund::new(back, c.receipt)]);
+            } else if c.actual > c.charge.cost {
+                let extra = Charge::new(c.charge.policy, c.charge.key, c.actual - c.charge.cost);
+                let _ = self.check(&[extra]);
+            }
+        }
+    }
 
     /// Wall-clock time since the Unix epoch, for epoch-style reset headers.
     fn unix_now(&self) -> std::time::Duration {
