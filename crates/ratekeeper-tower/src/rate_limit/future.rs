@@ -294,12 +294,20 @@ where
                     let (mut parts, body) = res.into_parts();
                     // Read in place and dropped in place: taking the report out would copy
                     // it (decisions and charges, some 300 bytes) per response.
+                    let mut meter = None;
                     if let Some(settlement) = report.as_mut() {
-                        settlement.limiter.respond(&settlement.reported, &mut parts);
+                        if settlement.limiter.respond(&settlement.reported, &mut parts) {
+                            meter = Arc::clone(&settlement.limiter)
+                                .meter(&mut settlement.reported, &parts);
+                        }
                         settlement.unsettled = None;
                     }
                     *report = None;
-                    return Poll::Ready(Ok(Response::from_parts(parts, ResponseBody::inner(body))));
+                    let body = match meter {
+                        None => ResponseBody::inner(body),
+                        Some(meter) => ResponseBody::metered(body, meter),
+                    };
+                    return Poll::Ready(Ok(Response::from_parts(parts, body)));
                 }
                 KindProj::Answered { answer } => {
                     let answer = answer

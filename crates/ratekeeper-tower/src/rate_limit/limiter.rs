@@ -29,6 +29,7 @@ use crate::info::Info;
 use crate::key::{KeyError, KeyExtractor, PeerIp};
 use crate::policy::{AllPolicies, Applied, Plan, Resolve, Rules};
 use crate::report::{Reporter, trailers_only};
+use crate::usage::{Corrector, Metered, UsageRules};
 
 /// A response the layer writes itself (a 429, a 503 when the store fails closed, or a key
 /// error).
@@ -158,6 +159,8 @@ pub(crate) struct Limiter<K, Co, St, R = AllPolicies> {
     pub(crate) request_info: bool,
     /// The proxy warning and the decision events.
     pub(crate) diag: Diagnostics,
+    /// The policies settled from the response (a header, a trailer, the body).
+    pub(crate) usage: UsageRules,
 }
 
 impl<K, Co, St, R> Limiter<K, Co, St, R> {
@@ -475,6 +478,65 @@ where
         self.store
             .refund(&applied.all_refunds(&self.ids, decisions));
     }
+
+    /// At the response head, for a layer with usage rules: corrects the charges a response
+    /// header settles, and returns what the body must carry for the charges a trailer or
+    /// the body settles (taking the charges out of `reported`, which is settled then).
+    #[cold]
+    fn meter(
+        self: Arc<Self>,
+        reported: &mut Reported,
+        head: &http::response::Parts,
+    ) -> Option<Box<Metered>>
+    where
+        K: Send + Sync + 'static,
+        Co: Send + Sync + 'static,
+        R: Send + Sync + 'static,
+    {
+        let status = head.status;
+        let settle = &self.rules.settle;
+        let refunded = |index: u32| settle.iter().any(|(i, s)| *i == index && s.refunds(status));
+        let started = self
+            .usage
+            .start(&reported.applied, &reported.decisions, refunded, head);
+        if !started.now.is_empty() {
+            let receipts: SmallVec<[_; 2]> = reported.decisions.receipts().collect();
+            self.correct(&reported.applied, &receipts, &started.now);
+        }
+        if !started.counts_body() {
+            return None;
+        }
+        let applied = std::mem::take(&mut reported.applied);
+        let metered = started.into_metered(self, applied, &reported.decisions);
+        Some(Box::new(metered))
+    }
+}
+
+impl<K, Co, St, R> Corrector for Limiter<K, Co, St, R>
+where
+    K: Send + Sync + 'static,
+    Co: Send + Sync + 'static,
+    St: Store<Key>,
+    R: Send + Sync + 'static,
+{
+    fn correct(
+        &self,
+        applied: &Applied,
+        receipts: &[ratekeeper_core::store::Receipt],
+        actuals: &[(usize, u64)],
+    ) {
+        let corrections = crate::usage::corrections(applied, &self.ids, receipts, actuals);
+        if corrections.is_empty() {
+            return;
+        }
+        tracing::debug!(
+            target: crate::usage::USAGE_TARGET,
+            key = self.diag.key_text(&applied.key),
+            corrections = ?corrections.iter().map(|c| (c.charge.cost, c.actual)).collect::<SmallVec<[_; 2]>>(),
+            "settling rate-limit charges to their true cost (estimate, actual)"
+        );
+        self.store.correct(&corrections);
+    }
 }
 
 /// The key and cost of the charge whose decision the headers report (for the logs).
@@ -530,8 +592,15 @@ pub(crate) trait Erased<SF>: Send + Sync {
     fn recheck(&self, applied: &Applied, max_wait: Duration) -> Checked<SF>;
     /// [`Limiter::release`].
     fn release(&self, applied: &Applied, decisions: &Decisions);
-    /// [`Limiter::settle`], then [`Limiter::headers`].
-    fn respond(&self, reported: &Reported, parts: &mut http::response::Parts);
+    /// [`Limiter::settle`], then [`Limiter::headers`]; `true` when the layer settles some
+    /// policy from the response ([`Erased::meter`] then).
+    fn respond(&self, reported: &Reported, parts: &mut http::response::Parts) -> bool;
+    /// [`Limiter::meter`].
+    fn meter(
+        self: Arc<Self>,
+        reported: &mut Reported,
+        head: &http::response::Parts,
+    ) -> Option<Box<Metered>>;
     /// [`Limiter::settle`] without a response (see [`NO_RESPONSE`] and [`FAILED`]).
     fn settle_status(&self, reported: &Reported, status: StatusCode);
     /// [`Reporter::grpc_call`].
@@ -549,10 +618,10 @@ pub(crate) const FAILED: u16 = 500;
 
 impl<K, Co, St, R> Erased<St::Future> for Limiter<K, Co, St, R>
 where
-    K: Send + Sync,
-    Co: Send + Sync,
+    K: Send + Sync + 'static,
+    Co: Send + Sync + 'static,
     St: Store<Key>,
-    R: Send + Sync,
+    R: Send + Sync + 'static,
 {
     fn verdict(
         &self,
@@ -574,9 +643,18 @@ where
         Limiter::release(self, applied, decisions);
     }
 
-    fn respond(&self, reported: &Reported, parts: &mut http::response::Parts) {
+    fn respond(&self, reported: &Reported, parts: &mut http::response::Parts) -> bool {
         self.settle(reported, parts.status);
         self.headers(reported, &mut parts.headers);
+        !self.usage.is_empty()
+    }
+
+    fn meter(
+        self: Arc<Self>,
+        reported: &mut Reported,
+        head: &http::response::Parts,
+    ) -> Option<Box<Metered>> {
+        Limiter::meter(self, reported, head)
     }
 
     fn grpc_call(&self, version: http::Version, headers: &HeaderMap) -> Option<HeaderValue> {
