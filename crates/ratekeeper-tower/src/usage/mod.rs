@@ -146,6 +146,8 @@
 //! fit".
 
 mod metered;
+#[cfg(test)]
+mod tests;
 
 use std::fmt;
 use std::sync::Arc;
