@@ -198,7 +198,7 @@ pub use ratekeeper_tower::report::HeaderStyle;
 pub use ratekeeper_tower::{
     self as tower, BuildError, GlobalKey, KeyError, KeyExtractor, PeerIp, RateLimit,
     RateLimitBuilder, RateLimitLayer, RequestParts, StoreDegraded, adaptive, concurrency, cors,
-    cost, degraded, fallback, info, key, policy, rate_limit, report, route,
+    cost, degraded, fallback, info, key, policy, rate_limit, report, route, usage,
 };
 // Polite HTTP clients: a layer that waits as servers announce.
 pub use ratekeeper_tower::client;
