@@ -18,3 +18,4 @@ mod refunds;
 mod stacks;
 mod trust;
 mod upgrades;
+mod usage;
