@@ -27,7 +27,7 @@
 //! | source | settled when | missing or not a decimal `u64` |
 //! |---|---|---|
 //! | [`Usage::header`] | the response head arrives | the estimate is kept |
-//! | [`Usage::trailer`] | the body's trailers arrive, else at its end or drop | the estimate is kept |
+//! | [`Usage::trailer`] | the body ends or is dropped (with the trailer, if it came) | the estimate is kept |
 //! | [`Usage::body`] | the body ends, fails or is dropped | (the [`Tally`] always answers) |
 //!
 //! A kept estimate is logged at DEBUG (target `ratekeeper::usage`); nothing on this path
@@ -185,9 +185,9 @@ impl Usage {
     }
 
     /// The true cost is the trailer `name` of the response body (HTTP/2 or chunked HTTP/1.1
-    /// trailers, gRPC-style), a decimal `u64`. The charge is settled when the trailers
-    /// arrive; a body that ends, fails or is dropped without that trailer (or with a value
-    /// that is not a decimal `u64`) keeps the estimate (logged at DEBUG).
+    /// trailers, gRPC-style), a decimal `u64`. The charge is settled when the body ends, fails
+    /// or is dropped, with the trailer if it came; without it (or with a value that is not a
+    /// decimal `u64`) the estimate is kept (logged at DEBUG).
     pub fn trailer(name: HeaderName) -> Self {
         Self {
             source: Source::Trailer(name),
