@@ -22,7 +22,7 @@ proptest! {
     // Few cases, and a failure shrinks for a minute at most (each failing step waits
     // `SETTLE_WAIT`).
     #![proptest_config(ProptestConfig {
-        cases: 6,
+        cases: 12,
         max_shrink_time: 60_000,
         ..ProptestConfig::default()
     })]
