@@ -408,3 +408,22 @@ fn usage_sources_print_what_they_read() {
         "Usage::body(..)"
     );
 }
+
+#[cfg(feature = "axum")]
+#[tokio::test]
+async fn a_counted_body_turned_into_axums_body_is_still_counted() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let layer = builder()
+        .usage("tokens", bytes_tally(Arc::clone(&seen)))
+        .build()
+        .unwrap();
+    let mut svc = layer.layer(service_fn(|_req: Request<()>| async {
+        Ok::<_, Infallible>(Response::new(axum::body::Body::from("twelve bytes")))
+    }));
+    let res = svc.ready().await.unwrap().call(ask(300)).await.unwrap();
+    let body = axum::body::Body::from(res.into_body());
+    let bytes = axum::body::to_bytes(body, 64).await.unwrap();
+    assert_eq!(&bytes[..], b"twelve bytes");
+    assert_eq!(seen.lock().unwrap().last().map(String::as_str), Some("end"));
+    assert_eq!(tokens_left(&mut svc).await, 1000 - 12);
+}
