@@ -19,3 +19,4 @@ mod refunds;
 mod stacks;
 mod trust;
 mod upgrades;
+mod usage;

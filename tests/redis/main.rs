@@ -13,6 +13,7 @@ mod scale;
 mod slots;
 mod store;
 mod tiered;
+mod usage;
 
 // The `distributed` example app itself, not a copy (the `store` and `tiered` modules drive
 // it); its `main` and the items no module uses are dead code here.

@@ -29,6 +29,8 @@
 //! The charge is taken when the request is admitted, so concurrent requests cannot overshoot;
 //! the headers of that response show the state before the refund. When the inner service
 //! fails with an error (no status) or the response future is dropped, the charge is kept.
+//! A charge whose true cost follows the response (a header, a trailer, the streamed body) is
+//! corrected to it by a [`usage`](crate::usage) rule, unless its settle rule gave it back.
 //!
 //! # Example: ban for 15 minutes after 10 failed logins
 //!

@@ -97,7 +97,9 @@
 //! ```
 //!
 //! Each file imports only files to its right. `limiter` uses `policy`, `report`, `key`,
-//! `cost`, `info` and `degraded`; `fallback.rs` puts the independent [`Fallback`]
+//! `cost`, `info`, `degraded` and `usage` (a charge settled from the response: the
+//! settlement hands the response body what it must count, `body.rs` carries it until the
+//! body ends); `fallback.rs` puts the independent [`Fallback`]
 //! middleware (`crate::fallback`) behind the rate limit. None of those imports `rate_limit`.
 
 mod answer;
