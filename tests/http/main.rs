@@ -6,6 +6,7 @@
 
 mod advertised_quota;
 mod algorithms;
+mod bans;
 mod cors;
 mod delay_drops;
 mod header_merge;
@@ -18,3 +19,4 @@ mod refunds;
 mod stacks;
 mod trust;
 mod upgrades;
+mod usage;
