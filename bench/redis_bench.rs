@@ -361,6 +361,15 @@ enum Caller {
         names: Vec<String>,
         params: [u64; 3],
     },
+    /// The same command written by hand: one `redis::Cmd` (no argument list of its own),
+    /// sent with `send_packed_command`, the reply read as a `redis::Value` (the script is
+    /// loaded first). The leanest client call, for information.
+    BareCmd {
+        conn: redis::aio::MultiplexedConnection,
+        hash: String,
+        names: Vec<String>,
+        params: [u64; 3],
+    },
     /// The same on a `ConnectionManager`, cloned per call (the bare side of the throughput
     /// table).
     BareManager(Subject),
@@ -383,6 +392,19 @@ impl Caller {
                 Self::Bare {
                     conn,
                     script: limiter_script(),
+                    names,
+                    params,
+                }
+            }
+            "bare-cmd" => {
+                let (names, params) = bare_arguments(&prefix);
+                let mut conn = redis::Client::open(url)?
+                    .get_multiplexed_async_connection()
+                    .await?;
+                let hash = limiter_script().load_async(&mut conn).await?;
+                Self::BareCmd {
+                    conn,
+                    hash,
                     names,
                     params,
                 }
@@ -424,6 +446,30 @@ impl Caller {
                     .arg(-1);
                 let reply: Result<Vec<i64>, _> = invocation.invoke_async(conn).await;
                 reply.is_ok_and(|r| r.get(2) == Some(&0))
+            }
+            Self::BareCmd {
+                conn,
+                hash,
+                names,
+                params,
+            } => {
+                let mut cmd = redis::Cmd::with_capacity(14, 200);
+                cmd.arg("EVALSHA")
+                    .arg(hash.as_str())
+                    .arg(1)
+                    .arg(&names[i])
+                    .arg("")
+                    .arg("")
+                    .arg("check")
+                    .arg(0)
+                    .arg(1)
+                    .arg(params[0])
+                    .arg(params[1])
+                    .arg(params[2])
+                    .arg(1)
+                    .arg(-1);
+                let reply = conn.send_packed_command(&cmd).await;
+                matches!(reply, Ok(redis::Value::Array(v)) if v.get(2) == Some(&redis::Value::Int(0)))
             }
             Self::BareManager(subject) => subject.decide(i, keys).await,
             Self::Store(store, id) => decided(store.check(&[Charge::new(*id, &keys[i], 1)])).await,

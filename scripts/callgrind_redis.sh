@@ -5,7 +5,7 @@
 # arguments, same kind of connection, one redis-server of their own.
 #
 #   scripts/callgrind_redis.sh                    # bare, store, tiered
-#   scripts/callgrind_redis.sh bare store         # chosen kinds (also: bare-manager)
+#   scripts/callgrind_redis.sh bare store         # chosen kinds (also bare-cmd, bare-manager)
 #   N=20000 ROWS=many scripts/callgrind_redis.sh  # decisions per run; 10 000 keys in turn
 #
 # Each kind runs `bench/redis_bench.rs` in its fixed-count mode (RK_COUNT, RK_KIND): one
@@ -32,8 +32,10 @@
 #
 # The bare side is what a user writes: `redis::Script::prepare_invoke`, `.key`/`.arg`,
 # `invoke_async` on a `MultiplexedConnection` made with the store's settings and owned by
-# the caller. `bare-manager` is the same on a cloned `ConnectionManager` (the bare side of
-# `scripts/redis_bench.sh`).
+# the caller: the baseline of the ratios. For information: `bare-cmd`, the same command
+# written by hand into one `redis::Cmd`, sent with `send_packed_command` and read as a
+# `redis::Value` (the leanest client call, what the store itself does), and `bare-manager`,
+# `redis::Script` on a cloned `ConnectionManager` (the bare side of `scripts/redis_bench.sh`).
 #
 # Needs valgrind and redis-server. KEEP=dir keeps each profile as dir/<kind>.<scope>.out
 # (for callgrind_annotate).
