@@ -218,6 +218,17 @@ impl Group {
         refund
     }
 
+    /// Marks the keys whose charge index in the request passes `is_debit` as extra charges
+    /// of a [`Mode::Correct`] call (their cost is charged without refusing; the others give
+    /// back their cost by their receipt).
+    pub(super) fn mark_debits(&mut self, is_debit: impl Fn(usize) -> bool) {
+        for charge in &mut self.charges {
+            if is_debit(charge.slot) {
+                charge.stamp = DEBIT;
+            }
+        }
+    }
+
     /// The number of charges.
     pub(super) fn len(&self) -> usize {
         self.charges.len()
@@ -246,6 +257,9 @@ fn stamp_of(receipt: Receipt) -> i64 {
         .map_or(-1, |s| i64::try_from(s).unwrap_or(i64::MAX))
 }
 
+/// The stamp of a key in a [`Mode::Correct`] call that charges its cost without refusing.
+const DEBIT: i64 = -2;
+
 /// What a script call does (`ARGV[3]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Mode {
@@ -255,6 +269,9 @@ pub(super) enum Mode {
     Peek,
     /// Give back what each receipt still holds.
     Refund,
+    /// Settle corrections: per key, give back by the receipt, or charge without refusing
+    /// (a key marked by [`Group::mark_debits`]).
+    Correct,
     /// Reserve every key or none for a request that may wait up to this many µs (the
     /// Delay mode); each key's stamp says how its policy reserves.
     Reserve(u64),
@@ -267,6 +284,7 @@ impl Mode {
             Self::Check => cmd.arg("check"),
             Self::Peek => cmd.arg("peek"),
             Self::Refund => cmd.arg("refund"),
+            Self::Correct => cmd.arg("correct"),
             Self::Reserve(max_wait_us) => cmd.arg(format!("reserve:{max_wait_us}")),
         };
     }
@@ -490,7 +508,7 @@ impl ScriptRunner {
         };
         // ARGV[2]: the stale guard (Redis TIME µs), "" for none.
         let stale = match mode {
-            Mode::Refund => None,
+            Mode::Refund | Mode::Correct => None,
             Mode::Check | Mode::Peek | Mode::Reserve(_) => self.guard.limit(sent),
         };
         match stale {
