@@ -337,10 +337,12 @@ impl<F: Future> Future for Counted<F> {
     }
 }
 
-/// One poll of the measured caller (the symbol the callgrind script toggles on).
+/// One poll of the measured caller (the symbol the callgrind script toggles on). The poll is
+/// a real call that returns here (`black_box` keeps it from becoming a tail jump, which
+/// callgrind would not see as this function running).
 #[inline(never)]
 fn counted_poll<F: Future>(future: Pin<&mut F>, cx: &mut Context<'_>) -> Poll<F::Output> {
-    future.poll(cx)
+    std::hint::black_box(future.poll(cx))
 }
 
 /// Runs the measured loop on the current-thread runtime: everything the runtime thread does
@@ -348,7 +350,7 @@ fn counted_poll<F: Future>(future: Pin<&mut F>, cx: &mut Context<'_>) -> Poll<F:
 /// inside this function (the callgrind script's `thread` scope).
 #[inline(never)]
 fn runtime_block<F: Future>(runtime: &tokio::runtime::Runtime, future: F) -> F::Output {
-    runtime.block_on(future)
+    std::hint::black_box(runtime.block_on(future))
 }
 
 /// What one fixed-count run decides with: one caller, its own connection or store.

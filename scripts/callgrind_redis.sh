@@ -67,11 +67,16 @@ for kind in "${kinds[@]}"; do
             thread) toggle='*runtime_block*' ;;
         esac
         out="$tmp/$kind.$scope.out"
-        ir=$(RK_COUNT=$N RK_KIND=$kind RK_ROWS=$ROWS valgrind --tool=callgrind \
-            --toggle-collect="$toggle" --callgrind-out-file="$out" "$bin" 2>&1 >"$tmp/stdout" |
-            sed -n 's/.*Collected : \([0-9]*\).*/\1/p')
+        RK_COUNT=$N RK_KIND=$kind RK_ROWS=$ROWS valgrind --tool=callgrind \
+            --toggle-collect="$toggle" --callgrind-out-file="$out" "$bin" \
+            >"$tmp/stdout" 2>"$tmp/stderr" ||
+            { echo "$kind: the run failed:" >&2; tail -5 "$tmp/stderr" >&2; exit 1; }
+        ir=$(sed -n 's/.*Collected : \([0-9]*\).*/\1/p' "$tmp/stderr")
         grep -qx "$N of $N allowed" "$tmp/stdout" && grep -qx "0 degraded" "$tmp/stdout" ||
             { echo "$kind: expected $N of $N allowed and 0 degraded, got: $(cat "$tmp/stdout")" >&2; exit 1; }
+        # A toggle function that never ran (inlined, or a tail jump) would count nothing.
+        [ "${ir:-0}" -gt "$N" ] ||
+            { echo "$kind: callgrind collected ${ir:-nothing} in $toggle" >&2; exit 1; }
         per[$kind.$scope]=$(echo "$ir / $N" | bc -l)
         printf '%-14s %-7s %14d %14.0f\n' "$kind" "$scope" "$ir" "${per[$kind.$scope]}"
         if [ -n "${KEEP:-}" ]; then
