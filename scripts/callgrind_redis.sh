@@ -70,7 +70,7 @@ for kind in "${kinds[@]}"; do
         RK_COUNT=$N RK_KIND=$kind RK_ROWS=$ROWS valgrind --tool=callgrind \
             --toggle-collect="$toggle" --callgrind-out-file="$out" "$bin" \
             >"$tmp/stdout" 2>"$tmp/stderr" ||
-            { echo "$kind: the run failed:" >&2; tail -5 "$tmp/stderr" >&2; exit 1; }
+            { echo "$kind: the run failed:" >&2; grep -v '^==' "$tmp/stderr" | tail -5 >&2; exit 1; }
         ir=$(sed -n 's/.*Collected : \([0-9]*\).*/\1/p' "$tmp/stderr")
         grep -qx "$N of $N allowed" "$tmp/stdout" && grep -qx "0 degraded" "$tmp/stdout" ||
             { echo "$kind: expected $N of $N allowed and 0 degraded, got: $(cat "$tmp/stdout")" >&2; exit 1; }
