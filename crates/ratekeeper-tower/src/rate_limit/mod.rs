@@ -92,6 +92,7 @@
 //! and `limiter` uses `policy`, `report`, `key`, `cost` and `degraded`, none of which
 //! imports `rate_limit`.
 
+mod admin;
 mod diag;
 mod future;
 mod layer;
@@ -104,6 +105,7 @@ mod tests;
 
 pub use crate::error::BuildError;
 pub use crate::fallback::{Fallback, FallbackFuture, FallbackLayer};
+pub use admin::{Admin, AdminError, Usage};
 pub use future::ResponseFuture;
 pub use layer::{RateLimitBuilder, RateLimitLayer};
 pub use meter::{DECISIONS_TOTAL, SHADOW_CHECKED_TOTAL, SHADOW_WOULD_REFUSE_TOTAL, USAGE_RATIO};

@@ -422,6 +422,56 @@ where
         }
     }
 
+    /// Forgets `key` under `policy`, or under every policy (`None`), and reports the state
+    /// afterwards (see [`MemoryStore::peek_now`]): one decision for `Some(policy)`, one per
+    /// policy in registration order for `None`. Same as [`Store::reset`] without the
+    /// [`Checked`] wrapper; see [`MemoryStore::reset`] for what happens to receipts from
+    /// before the reset.
+    ///
+    /// A concurrency-counter policy forgets the permits the key holds: the key can take
+    /// its whole limit again at once, and the release of a permit taken before the reset
+    /// gives back nothing (so permits still in flight and permits leaked by a lost response
+    /// are never counted twice, and never free a permit taken since).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::UnknownPolicy`] when `policy` was never registered (nothing is reset).
+    pub fn reset_now(&self, policy: Option<PolicyId>, key: &K) -> Result<Decisions, StoreError> {
+        let now = self.clock.now();
+        match policy {
+            Some(id) => {
+                let slot = self.slot(id)?;
+                with_keyed!(slot, k => k.reset(key, now));
+                Ok(Decisions::one(with_keyed!(slot, k => k.peek(key, now, 0))))
+            }
+            None => {
+                for (_, slot) in &self.policies {
+                    with_keyed!(slot, k => k.reset(key, now));
+                }
+                Ok(Decisions::new(self.policies.iter().map(
+                    |(_, slot)| with_keyed!(slot, k => k.peek(key, now, 0)),
+                )))
+            }
+        }
+    }
+
+    /// `key`'s state under `policy` at the clock's current time, charging nothing: the
+    /// decision of a free probe (cost 0). `limit`, `remaining` (whole cost-1 requests that
+    /// would pass now) and `reset_after` (time until the budget is full again) are the
+    /// state's, read where a check of the key would charge (its own state, or the shared
+    /// overflow state while [`MemoryStore::with_max_keys`] keys are held and the key has
+    /// none); the outcome is allowed. Same as [`Store::peek`] without the [`Checked`]
+    /// wrapper. Inserts nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::UnknownPolicy`] when `policy` was never registered.
+    pub fn peek_now(&self, policy: PolicyId, key: &K) -> Result<Decision, StoreError> {
+        let slot = self.slot(policy)?;
+        let now = self.clock.now();
+        Ok(with_keyed!(slot, k => k.peek(key, now, 0)))
+    }
+
     /// Whether `key` holds state of its own under `policy`. A key that does not behaves as
     /// absent, or shares the overflow state while `max_keys` keys are held
     /// ([`MemoryStore::with_max_keys`]); an unknown policy holds nothing.
@@ -473,6 +523,16 @@ where
         Checked::Ready(self.reserve_now(charges, max_wait))
     }
 
+    /// See [`MemoryStore::peek_now`].
+    fn peek(&self, policy: PolicyId, key: &K) -> Checked<Self::Future> {
+        Checked::Ready(self.peek_now(policy, key).map(Decisions::one))
+    }
+
+    /// See [`MemoryStore::reset_now`].
+    fn reset(&self, policy: Option<PolicyId>, key: &K) -> Checked<Self::Future> {
+        Checked::Ready(self.reset_now(policy, key))
+    }
+
     /// Gives back latest charge first (the reverse of `refunds`' order), so a request that
     /// charged one policy and key twice gets both back: its later charge is the latest.
     fn refund(&self, refunds: &[Refund<'_, K>]) {
@@ -512,5 +572,7 @@ mod edge_tests;
 mod lane_tests;
 #[cfg(test)]
 mod refund_tests;
+#[cfg(test)]
+mod reset_tests;
 #[cfg(test)]
 mod tests;

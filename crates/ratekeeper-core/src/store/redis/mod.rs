@@ -270,6 +270,7 @@ mod lease;
 mod link;
 pub(crate) use lease::LeaseGrant;
 mod negative;
+mod reset;
 mod script;
 mod shared;
 mod slots;
@@ -693,6 +694,16 @@ impl Store<Key> for RedisStore {
         runtime.spawn(async move {
             let _ = refund_groups(&shared, &groups).await;
         });
+    }
+
+    /// See [`RedisStore::peek_async`].
+    fn peek(&self, policy: PolicyId, key: &Key) -> Checked<Self::Future> {
+        self.peek_owned(policy, key)
+    }
+
+    /// See [`RedisStore::reset_async`].
+    fn reset(&self, policy: Option<PolicyId>, key: &Key) -> Checked<Self::Future> {
+        self.reset_owned(policy, key)
     }
 
     /// Redis `TIME` as learned from the latest reply (advanced on the app's monotonic clock),

@@ -225,6 +225,8 @@ pub(super) enum Mode {
     Peek,
     /// Give back what each receipt still holds.
     Refund,
+    /// Forget every key and fence the receipts handed out before (see `limiter.lua`).
+    Reset,
     /// Reserve every key or none for a request that may wait up to this many µs (the
     /// Delay mode); each key's stamp says how its policy reserves.
     Reserve(u64),
@@ -236,6 +238,7 @@ impl Mode {
             Self::Check => "check".to_owned(),
             Self::Peek => "peek".to_owned(),
             Self::Refund => "refund".to_owned(),
+            Self::Reset => "reset".to_owned(),
             Self::Reserve(max_wait_us) => format!("reserve:{max_wait_us}"),
         }
     }
@@ -385,7 +388,7 @@ impl ScriptRunner {
     ///
     /// A check or peek carries the stale guard (a call reaching Redis after its caller gave up
     /// does nothing and fails with [`StoreError::Timeout`]); a refund always applies (it gives
-    /// back a charge that did happen). Every reply teaches the guard Redis's time.
+    /// back a charge that did happen), and so does a reset (an operator asked for it). Every reply teaches the guard Redis's time.
     pub(super) async fn call(&self, group: &Group, mode: Mode) -> Result<Vec<Row>, StoreError> {
         let rows = self.call_raw(group, mode).await?;
         parse_rows(group, &rows)
@@ -447,7 +450,7 @@ impl ScriptRunner {
             .map_or_else(String::new, |c| (c.now() / 1_000).to_string());
         let sent = self.app_micros();
         let stale = match mode {
-            Mode::Refund => None,
+            Mode::Refund | Mode::Reset => None,
             Mode::Check | Mode::Peek | Mode::Reserve(_) => self.guard.limit(sent),
         }
         .map_or_else(String::new, |g| g.to_string());

@@ -154,6 +154,7 @@
 mod builder;
 mod inner;
 mod lease;
+mod reset;
 
 pub use self::builder::{TieredConfigError, TieredStoreBuilder};
 
@@ -569,6 +570,16 @@ impl Store<Key> for TieredStore {
         if !to_redis.is_empty() {
             self.redis.refund(&to_redis);
         }
+    }
+
+    /// See [`TieredStore::peek_async`].
+    fn peek(&self, policy: PolicyId, key: &Key) -> Checked<Self::Future> {
+        self.peek_owned(policy, key)
+    }
+
+    /// See [`TieredStore::reset_async`].
+    fn reset(&self, policy: Option<PolicyId>, key: &Key) -> Checked<Self::Future> {
+        self.reset_owned(policy, key)
     }
 
     fn unix_now(&self) -> Duration {
