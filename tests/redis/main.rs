@@ -7,6 +7,7 @@
 mod differential;
 mod faults;
 mod fleet;
+mod reset;
 mod scale;
 mod slots;
 mod store;

@@ -232,6 +232,16 @@ pub struct Usage {
     pub decision: Decision,
 }
 
+impl Usage {
+    /// The state `decision` of the policy named `policy`.
+    pub fn new(policy: impl Into<String>, decision: Decision) -> Self {
+        Self {
+            policy: policy.into(),
+            decision,
+        }
+    }
+}
+
 /// Why an [`Admin`] call failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

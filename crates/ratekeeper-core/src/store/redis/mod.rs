@@ -57,6 +57,12 @@
 //!   lies ahead of now, `min(cost * T, min(receipt, TAT) - now)`, never below now; the fixed
 //!   window only in the window it counted in; the sliding window counter from the current
 //!   count in that window, from the previous count in the next, and nothing later.
+//! - **Peek and reset.** [`RedisStore::peek_async`] reads a key's state without writing
+//!   (the script's `peek` mode); [`RedisStore::reset_async`] forgets a key under one policy
+//!   or all of them in one atomic call and writes a **fence** beside each state
+//!   (`<state key>#reset`, same hash tag), so that a receipt handed out before the reset
+//!   gives back nothing after it, from any instance (see [`RedisStore::reset_async`] for
+//!   the bound and how long the fence lives).
 //! - **TTL on every write** (`SET ... PX`) equal to the time until the state equals "absent"
 //!   (GCRA: `TAT - now`; fixed window: until the window ends; rounded up to a ms), so idle
 //!   keys disappear and no key is ever left without a TTL. A denial writes nothing.

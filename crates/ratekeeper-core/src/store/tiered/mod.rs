@@ -64,6 +64,11 @@
 //!   lives; after that they free nothing); refunds of charges the Redis store made go to
 //!   Redis ([`TieredStore::refund_async`] waits for them), and the key's remembered denial
 //!   is forgotten, as the Redis store's negative cache forgets a refunded key.
+//! - **Peek and reset**: [`TieredStore::peek_async`] is the Redis store's peek with the units
+//!   this instance holds added to `remaining`; [`TieredStore::reset_async`] drops this
+//!   instance's lease of the key (its units are not spent nor given back) and resets the
+//!   key in Redis, whose fence makes every later return of a lease taken before the reset
+//!   give back nothing.
 //! - **Failures**: a lease call that fails, times out or is skipped by the Redis store's
 //!   circuit breaker is answered by the Redis store's [`FailurePolicy`](super::FailurePolicy)
 //!   (allow, deny, local or degrade), exactly as a failed check; units already held keep

@@ -48,7 +48,10 @@ impl TieredStore {
     /// a lease taken before the reset gives anything back). Receipts of units spent from the
     /// dropped lease give back nothing. Other instances drop their leases of the key only
     /// when these expire (the lease TTL): until then they may spend up to one lease each of
-    /// units leased before the reset, the over-admission bound of the tiered store.
+    /// units leased before the reset, within the over-admission bound of the tiered store;
+    /// and a denial one of them remembers for the key goes on being answered until it runs
+    /// out (at most the lease TTL plus one lease period), as the Redis store's negative
+    /// cache does.
     ///
     /// # Errors
     ///
