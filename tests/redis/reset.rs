@@ -328,11 +328,12 @@ async fn a_tiered_reset_drops_the_lease_and_fences_returns() {
     let after = a.reset_async(Some(p), &key).await.expect("reset");
     assert_eq!(after.as_slice()[0].remaining(), 20);
     assert_eq!(a.held(p, &key), 0, "the lease is dropped");
-    // B returns its lease, taken before the reset: the fence makes it give back nothing.
-    b.shutdown().await.expect("b returns its units");
     assert_eq!(a.peek_async(p, &key).await.expect("peek").remaining(), 20);
-    // The other handle sees the reset too.
-    assert_eq!(b.peek_async(p, &key).await.expect("peek").remaining(), 20);
+    // The other handle sees the reset in Redis (it still holds its own lease).
+    let shared = b.redis().peek_async(p, &key).await.expect("peek");
+    assert_eq!(shared.remaining(), 20);
+    assert_eq!(b.held(p, &key), held_b);
+    // A gets the whole burst, exactly: no unit of its dropped lease is spent.
     for n in 0..20 {
         assert!(
             check(&a, p, &key).await.is_allowed(),
@@ -341,6 +342,13 @@ async fn a_tiered_reset_drops_the_lease_and_fences_returns() {
     }
     assert!(
         !check(&a, p, &key).await.is_allowed(),
-        "more than the burst: a stale unit was spent or returned"
+        "a stale unit was spent"
+    );
+    // B returns its lease, taken before the reset: the fence makes it give back nothing.
+    b.shutdown().await.expect("b returns its units");
+    assert_eq!(a.peek_async(p, &key).await.expect("peek").remaining(), 0);
+    assert!(
+        !check(&a, p, &key).await.is_allowed(),
+        "a lease taken before the reset gave units back"
     );
 }
