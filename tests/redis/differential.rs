@@ -12,13 +12,14 @@ use std::time::Duration;
 
 use proptest::collection::vec;
 use proptest::prelude::any;
-use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
+use proptest::test_runner::TestCaseError;
 use ratekeeper_core::clock::ManualClock;
 use ratekeeper_core::store::redis::{OwnedCharge, RedisStore};
 use ratekeeper_core::store::{Charge, Decisions, MemoryStore, PolicyId, Store};
 use ratekeeper_core::{Algorithm, Key, Policy, Quota};
 use ratekeeper_tests::differential::{Pair, sequence, start_ns};
 use ratekeeper_tests::redis::RedisServer;
+use ratekeeper_tests::sweep::seeded_runner;
 
 /// Sequences per run (times `SWEEP_CASES`).
 const CASES: u32 = 1_000;
@@ -33,27 +34,7 @@ fn memory_and_redis_answer_every_sequence_alike() {
         .enable_all()
         .build()
         .expect("runtime");
-    let factor: u32 = std::env::var("SWEEP_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1);
-    let seed: u64 = std::env::var("SWEEP_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0x6469_6666_6572_656e);
-    let mut bytes = [0u8; 32];
-    for (i, chunk) in bytes.chunks_mut(8).enumerate() {
-        chunk.copy_from_slice(&seed.wrapping_add(i as u64).to_le_bytes());
-    }
-    let config = Config {
-        cases: CASES.saturating_mul(factor),
-        failure_persistence: None,
-        rng_algorithm: RngAlgorithm::ChaCha,
-        max_shrink_iters: 500,
-        ..Config::default()
-    };
-    let mut runner =
-        TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &bytes));
+    let (mut runner, seed) = seeded_runner(CASES, 0x6469_6666_6572_656e, 500);
     let case = AtomicU64::new(0);
     let compared = AtomicU64::new(0);
     let result = runner.run(&vec(any::<u8>(), 0..MAX_STEPS * 12), |data| {

@@ -45,6 +45,36 @@ mod edges;
 
 pub use edges::{compact_keys, config_document, polite_headers, refund_receipts};
 
+/// A proptest runner with a fixed seed, so every run checks the same inputs and a failure
+/// reproduces: `cases` cases (times the `SWEEP_CASES` environment variable, default 1) from
+/// `default_seed` (or the number in `SWEEP_SEED`), shrinking at most `max_shrink_iters` times.
+/// Returns the runner and the seed it used (to name in a failure).
+pub fn seeded_runner(
+    cases: u32,
+    default_seed: u64,
+    max_shrink_iters: u32,
+) -> (proptest::test_runner::TestRunner, u64) {
+    use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+    let env = |name: &str| std::env::var(name).ok();
+    let factor: u32 = env("SWEEP_CASES").and_then(|v| v.parse().ok()).unwrap_or(1);
+    let seed: u64 = env("SWEEP_SEED")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default_seed);
+    let mut bytes = [0u8; 32];
+    for (i, chunk) in bytes.chunks_mut(8).enumerate() {
+        chunk.copy_from_slice(&seed.wrapping_add(i as u64).to_le_bytes());
+    }
+    let config = Config {
+        cases: cases.saturating_mul(factor),
+        failure_persistence: None,
+        rng_algorithm: RngAlgorithm::ChaCha,
+        max_shrink_iters,
+        ..Config::default()
+    };
+    let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &bytes);
+    (TestRunner::new_with_rng(config, rng), seed)
+}
+
 /// Reads structured values from fuzzer bytes; reads past the end give zeros.
 #[derive(Debug)]
 pub struct Gen<'a> {

@@ -8,32 +8,11 @@
 
 use proptest::collection::vec;
 use proptest::prelude::any;
-use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use ratekeeper_tests::sweep;
 
 /// Runs `target` on `cases` byte strings (up to `max_len` bytes) from the fixed seed.
 fn run(name: &str, cases: u32, max_len: usize, target: fn(&[u8])) {
-    let factor: u32 = std::env::var("SWEEP_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1);
-    let seed: u64 = std::env::var("SWEEP_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0x7261_7465_6b65_6570);
-    let mut bytes = [0u8; 32];
-    for (i, chunk) in bytes.chunks_mut(8).enumerate() {
-        chunk.copy_from_slice(&seed.wrapping_add(i as u64).to_le_bytes());
-    }
-    let config = Config {
-        cases: cases.saturating_mul(factor),
-        failure_persistence: None,
-        rng_algorithm: RngAlgorithm::ChaCha,
-        max_shrink_iters: 2_000,
-        ..Config::default()
-    };
-    let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &bytes);
-    let mut runner = TestRunner::new_with_rng(config, rng);
+    let (mut runner, seed) = sweep::seeded_runner(cases, 0x7261_7465_6b65_6570, 2_000);
     let result = runner.run(&vec(any::<u8>(), 0..max_len), |data| {
         target(&data);
         Ok(())

@@ -132,6 +132,9 @@ impl KeyedAlgorithm for Concurrency {
         false
     }
 
+    /// A permit is a permit: a correction of a permit count only gives back.
+    fn debit(&self, _state: &AtomicU64, _now: u64, _extra: u64) {}
+
     fn is_idle(&self, state: &AtomicU64, _now: u64) -> bool {
         state.load(Ordering::Acquire) == 0
     }

@@ -74,6 +74,9 @@ pub struct FixedWindowState {
 pub struct FixedWindow {
     window: u64,
     limit: u32,
+    /// Read the stored count as is, debt included (the memory store), rather than clamped
+    /// to the limit.
+    keeps_debt: bool,
 }
 
 impl FixedWindow {
@@ -82,7 +85,16 @@ impl FixedWindow {
         Self {
             window: quota.period_nanos(),
             limit: quota.limit(),
+            keeps_debt: false,
         }
+    }
+
+    /// This window reading a stored count as is rather than clamped to the limit, so that a
+    /// debt left by [`FixedWindow::debited`] counts in full (for a store whose quota never
+    /// changes, where a count above the limit can only be a debt).
+    pub(crate) const fn keeping_debt(mut self) -> Self {
+        self.keeps_debt = true;
+        self
     }
 
     /// The window length `W` in nanoseconds (never 0).
@@ -100,10 +112,12 @@ impl FixedWindow {
     fn current(&self, state: FixedWindowState, now: u64) -> FixedWindowState {
         let window = now / self.window;
         if state.window == window {
-            FixedWindowState {
-                window,
-                count: state.count.min(u64::from(self.limit)),
-            }
+            let count = if self.keeps_debt {
+                state.count
+            } else {
+                state.count.min(u64::from(self.limit))
+            };
+            FixedWindowState { window, count }
         } else {
             FixedWindowState { window, count: 0 }
         }
@@ -149,7 +163,7 @@ impl FixedWindow {
         if cost == 0 {
             return (self.report(Outcome::Allowed, s, now), None);
         }
-        if cost <= limit - s.count {
+        if cost <= limit.saturating_sub(s.count) {
             let next = FixedWindowState {
                 window: s.window,
                 count: s.count + cost,
@@ -206,6 +220,33 @@ impl FixedWindow {
         }
     }
 
+    /// The state after charging `extra` units at `now` without refusing (a correction whose
+    /// true cost came out higher than its estimate): `count += extra` in the window of
+    /// `now` (saturating). The count may exceed the limit: the window refuses until it
+    /// ends. A window built by [`FixedWindow::new`] reads a count above the limit as the
+    /// limit (the quota in force), so a give-back then starts from the limit.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratekeeper_core::algorithm::{FixedWindow, FixedWindowState};
+    /// use ratekeeper_core::Quota;
+    ///
+    /// let fw = FixedWindow::new(&Quota::new(10, Duration::from_secs(60))?);
+    /// let s = 1_000_000_000;
+    /// let charged = FixedWindowState { window: 0, count: 8 };
+    /// assert_eq!(fw.debited(charged, 59 * s, 5), FixedWindowState { window: 0, count: 13 });
+    /// // Charged at the time of the correction: in the next window, from 0.
+    /// assert_eq!(fw.debited(charged, 61 * s, 5), FixedWindowState { window: 1, count: 5 });
+    /// # Ok::<(), ratekeeper_core::QuotaError>(())
+    /// ```
+    pub fn debited(&self, state: FixedWindowState, now: u64, extra: u64) -> FixedWindowState {
+        let s = self.current(state, now);
+        FixedWindowState {
+            window: s.window,
+            count: s.count.saturating_add(extra),
+        }
+    }
+
     /// Whether `state` equals "absent" at `now` (nothing charged in the current window).
     pub fn is_idle(&self, state: FixedWindowState, now: u64) -> bool {
         self.current(state, now).count == 0
@@ -232,6 +273,11 @@ impl KeyedAlgorithm for FixedWindow {
         let mut s = lock(state);
         *s = self.refunded(*s, now, cost, stamp);
         false
+    }
+
+    fn debit(&self, state: &Self::State, now: u64, extra: u64) {
+        let mut s = lock(state);
+        *s = self.debited(*s, now, extra);
     }
 
     fn is_idle(&self, state: &Self::State, now: u64) -> bool {
@@ -314,5 +360,32 @@ mod tests {
         let d = run(&fw, &mut s, u64::MAX, 1);
         // Window 1 ends at 2 * (2^64 - 1) ns, beyond u64: saturates.
         assert_eq!(d.retry_after(), Some(Duration::from_nanos(u64::MAX)));
+    }
+
+    /// A debit past the limit refuses until the window ends; the memory store's reading
+    /// keeps the debt whole for a later give-back.
+    #[test]
+    fn a_debt_refuses_until_the_window_ends() {
+        let quota = Quota::new(4, Duration::from_millis(100)).unwrap();
+        let (clamped, kept) = (
+            FixedWindow::new(&quota),
+            FixedWindow::new(&quota).keeping_debt(),
+        );
+        let s = kept.debited(FixedWindowState::default(), 10 * MS, 7);
+        for fw in [clamped, kept] {
+            let d = fw.peek(s, 20 * MS, 1);
+            assert_eq!(d.retry_after(), Some(Duration::from_millis(80)));
+            assert_eq!(d.remaining(), 0);
+        }
+        assert_eq!(kept.refunded(s, 20 * MS, 2, 0).count, 5);
+        assert_eq!(clamped.refunded(s, 20 * MS, 2, 0).count, 2);
+        // Charged at the time of the debit: the next window starts from it.
+        assert_eq!(
+            kept.debited(s, 100 * MS, 1),
+            FixedWindowState {
+                window: 1,
+                count: 1
+            }
+        );
     }
 }

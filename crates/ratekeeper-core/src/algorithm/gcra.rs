@@ -323,6 +323,48 @@ impl Gcra {
     /// ```
     #[inline]
     pub fn refunded(&self, stored_tat: u64, now: u64, cost: u64, stamp: u64) -> u64 {
+        if stored_tat > now && stored_tat != stamp && stored_tat.saturating_sub(self.tau) > now {
+            return stored_tat;
+        }
+        self.given_back(stored_tat, now, cost, stamp)
+    }
+
+    /// The TAT after a correction gives back `cost` units of the charge whose receipt stamp
+    /// is `stamp` (a charge whose true cost came out lower than its estimate): the rules of
+    /// [`Gcra::refunded`] without the third one. A TAT beyond `now + tau` is then read as a
+    /// debt left by extra charges ([`Gcra::debited`]), which the give-back pays off, rather
+    /// than as turns booked by reservations:
+    ///
+    /// ```text
+    /// stored <= now      : unchanged                  // drained: the charge holds nothing
+    /// stored == stamp    : stored - n * T             // the latest charge
+    /// otherwise          : stored - min(n * T, min(stamp, stored) - now)
+    /// ```
+    ///
+    /// A Delay-mode reservation waiting beyond the tolerance keeps its own turn; the units
+    /// given back may go to a later request before it (they are the corrected charge's own,
+    /// so the quota holds).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratekeeper_core::algorithm::Gcra;
+    /// use ratekeeper_core::Quota;
+    ///
+    /// // 10 per 10 s, burst 10: T = 1 s, tau = 10 s. An estimate of 5 at t = 0 (TAT 5 s),
+    /// // then 11 units charged on top by another correction: TAT 16 s, 6 s beyond
+    /// // now + tau (a debt of 6 units).
+    /// let gcra = Gcra::new(&Quota::new(10, Duration::from_secs(10))?);
+    /// let s = 1_000_000_000;
+    /// let (_, tat) = gcra.decide(0, 0, 5);
+    /// let stamp = tat.unwrap();
+    /// let in_debt = gcra.debited(stamp, 0, 11);
+    /// assert_eq!(in_debt, 16 * s);
+    /// // The estimate was 3 too high: 3 s of the debt are paid off.
+    /// assert_eq!(gcra.given_back(in_debt, 0, 3, stamp), 13 * s);
+    /// # Ok::<(), ratekeeper_core::QuotaError>(())
+    /// ```
+    #[inline]
+    pub fn given_back(&self, stored_tat: u64, now: u64, cost: u64, stamp: u64) -> u64 {
         if stored_tat <= now {
             return stored_tat;
         }
@@ -330,11 +372,18 @@ impl Gcra {
         if stored_tat == stamp {
             return stamp.saturating_sub(step);
         }
-        if stored_tat.saturating_sub(self.tau) > now {
-            return stored_tat;
-        }
         let undrained = stamp.min(stored_tat).saturating_sub(now);
         stored_tat - step.min(undrained)
+    }
+
+    /// The TAT after charging `extra` units at `now` without refusing (a correction whose
+    /// true cost came out higher than its estimate): `max(stored, now) + extra * T`
+    /// (saturating). The TAT may go beyond `now + tau`: the debt is waited out, a later
+    /// charge of `n` passing once `TAT + n * T - tau <= now`.
+    #[inline]
+    pub fn debited(&self, stored_tat: u64, now: u64, extra: u64) -> u64 {
+        let step = u64::try_from(u128::from(extra) * u128::from(self.t.get())).unwrap_or(u64::MAX);
+        stored_tat.max(now).saturating_add(step)
     }
 }
 
@@ -401,6 +450,22 @@ impl KeyedAlgorithm for Gcra {
                 (next != tat).then_some(next)
             })
             .is_ok_and(|tat| tat != stamp)
+    }
+
+    /// As [`KeyedAlgorithm::refund`], by [`Gcra::given_back`].
+    fn give_back(&self, state: &AtomicU64, now: u64, cost: u64, stamp: u64) -> bool {
+        state
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |tat| {
+                let next = self.given_back(tat, now, cost, stamp);
+                (next != tat).then_some(next)
+            })
+            .is_ok_and(|tat| tat != stamp)
+    }
+
+    fn debit(&self, state: &AtomicU64, now: u64, extra: u64) {
+        let _ = state.fetch_update(Ordering::AcqRel, Ordering::Acquire, |tat| {
+            Some(self.debited(tat, now, extra))
+        });
     }
 
     fn is_idle(&self, state: &AtomicU64, now: u64) -> bool {

@@ -295,3 +295,40 @@ fn a_decisions_limit_is_the_burst() {
         assert_eq!((d.limit(), d.remaining()), (10, 0));
     }
 }
+
+/// A correction's give-back reads a TAT beyond the tolerance as a debt and pays it off,
+/// where a refund keeps it (it would be turns booked by reservations); both give back only
+/// the undrained part of their own charge, and the latest charge comes off whole.
+#[test]
+fn a_give_back_pays_off_a_debt_a_refund_keeps_booked_turns() {
+    // 10 per 10 s, burst 10: T = 1 s, tau = 10 s.
+    let g = gcra(10, Duration::from_secs(10), 10);
+    let (_, tat) = g.decide(0, 0, 4);
+    let stamp = tat.unwrap();
+    let in_debt = g.debited(stamp, 0, 10);
+    assert_eq!(in_debt, 14 * S);
+    assert_eq!(g.refunded(in_debt, 0, 3, stamp), in_debt);
+    assert_eq!(g.given_back(in_debt, 0, 3, stamp), 11 * S);
+    // At 2 s half the charge drained: only its undrained 2 s come back.
+    assert_eq!(g.given_back(in_debt, 2 * S, 4, stamp), 12 * S);
+    // The latest charge: undone whole, as a refund does.
+    assert_eq!(
+        g.given_back(stamp, 0, 4, stamp),
+        g.refunded(stamp, 0, 4, stamp)
+    );
+    // Drained: nothing.
+    assert_eq!(g.given_back(3 * S, 5 * S, 1, 3 * S), 3 * S);
+}
+
+/// An extra charge starts from `now` on an idle bucket, stacks on a busy one, and
+/// saturates rather than overflowing.
+#[test]
+fn a_debit_is_charged_from_now_and_saturates() {
+    let g = gcra(10, Duration::from_secs(10), 10);
+    assert_eq!(g.debited(0, 5 * S, 3), 8 * S);
+    assert_eq!(g.debited(20 * S, 5 * S, 3), 23 * S);
+    assert_eq!(g.debited(u64::MAX - S, 0, u64::MAX), u64::MAX);
+    // Then refused for exactly the debt: 23 s + 1 s - 10 s = 14 s, 9 s after 5 s.
+    let (d, _) = g.decide_from(23 * S, 5 * S, 1);
+    assert_eq!(d.retry_after(), Some(Duration::from_secs(9)));
+}

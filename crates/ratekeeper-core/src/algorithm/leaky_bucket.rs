@@ -180,6 +180,41 @@ impl LeakyBucket {
         self.gcra.refunded(stored_tat, now, cost, stamp)
     }
 
+    /// The state after charging `extra` units at `now` without refusing (a correction):
+    /// [`Gcra::debited`]. The bucket may overflow; the meter and the shaper refuse until it
+    /// has leaked below its depth again.
+    pub fn debited(&self, stored_tat: u64, now: u64, extra: u64) -> u64 {
+        self.gcra.debited(stored_tat, now, extra)
+    }
+
+    /// The shaper's denial of a bucket in debt (`tat > now + tau`, `0 < cost <= burst`):
+    /// `retry_after = max(tat + n * T - tau - now, tat - now - max_wait)`, both read
+    /// from the stored TAT.
+    fn in_debt(
+        &self,
+        tat: u64,
+        now: u64,
+        cost: u64,
+        max_wait: u64,
+    ) -> Option<(Shaped, Option<u64>)> {
+        let tau = self.gcra.tolerance_nanos();
+        if tat <= now.saturating_add(tau) || cost == 0 {
+            return None;
+        }
+        let decision = self.gcra.peek_from(tat, now, cost);
+        let room_wait = decision.retry_after()?;
+        let queue_wait = Duration::from_nanos((tat - now).saturating_sub(max_wait));
+        let denied = Decision::new(
+            Outcome::Denied {
+                retry_after: room_wait.max(queue_wait),
+            },
+            decision.limit(),
+            decision.remaining(),
+            decision.reset_after(),
+        );
+        Some((Shaped::new(denied, None), None))
+    }
+
     /// Whether the bucket is empty at `now` ("absent").
     pub const fn is_idle(&self, stored_tat: u64, now: u64) -> bool {
         stored_tat <= now
@@ -200,6 +235,14 @@ impl KeyedAlgorithm for LeakyBucket {
 
     fn refund(&self, state: &AtomicU64, now: u64, cost: u64, stamp: u64) -> bool {
         KeyedAlgorithm::refund(&self.gcra, state, now, cost, stamp)
+    }
+
+    fn give_back(&self, state: &AtomicU64, now: u64, cost: u64, stamp: u64) -> bool {
+        KeyedAlgorithm::give_back(&self.gcra, state, now, cost, stamp)
+    }
+
+    fn debit(&self, state: &AtomicU64, now: u64, extra: u64) {
+        KeyedAlgorithm::debit(&self.gcra, state, now, extra);
     }
 
     fn is_idle(&self, state: &AtomicU64, now: u64) -> bool {
@@ -226,10 +269,14 @@ impl KeyedAlgorithm for LeakyBucket {
         self.gcra.stale(bound, now)
     }
 
-    /// The shaper ([`LeakyBucket::shape`]), applied atomically.
+    /// The shaper ([`LeakyBucket::shape`]), applied atomically. The shaper never queues
+    /// beyond the tolerance, so a TAT beyond `now + tau` here is a debt left by a
+    /// correction ([`LeakyBucket::debited`]): it is read as stored, not clamped, and the
+    /// denial waits it out exactly.
     fn reserve(&self, state: &AtomicU64, now: u64, cost: u64, max_wait: u64) -> Reserved {
         shaped_cas(state, |tat| {
-            self.shape(tat, now, cost, Duration::from_nanos(max_wait))
+            self.in_debt(tat, now, cost, max_wait)
+                .unwrap_or_else(|| self.shape(tat, now, cost, Duration::from_nanos(max_wait)))
         })
     }
 }

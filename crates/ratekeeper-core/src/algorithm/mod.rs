@@ -77,6 +77,25 @@
 //! | sliding log | the entry's timestamp | at most `n` units of that entry, while `ts + W > now`; nothing once it expired |
 //! | concurrency | the time of the check (a store may use it to tell lives of a key apart) | `min(n, held)`: a permit is a permit |
 //!
+//! # Corrections: give back, or charge the extra without refusing
+//!
+//! When a charge's true cost becomes known after its decision
+//! ([`Store::correct`](crate::store::Store::correct)), a lower cost gives back the
+//! difference by the refund rules above, and a higher one is charged at the time of the
+//! correction without refusing, so the state may go beyond the capacity (a debt):
+//!
+//! | algorithm | extra `x` at `now` | later requests |
+//! |---|---|---|
+//! | GCRA, leaky bucket | `TAT = max(TAT, now) + x * T` ([`Gcra::debited`]) | refused until `TAT + n * T - tau <= now`: each unit of debt waits `T` |
+//! | fixed window | `count += x` in the window of `now` | refused until the window ends |
+//! | sliding window counter | `current += x` in the window of `now` | the estimate counts the debt, in its window and weighted in the next |
+//! | sliding log | `x` units in an entry stamped `now` | refused until enough units expired, oldest first |
+//! | concurrency | nothing (a permit is a permit) | |
+//!
+//! A give-back pays a debt off: GCRA and the leaky bucket read a TAT beyond the tolerance as
+//! a debt ([`Gcra::given_back`]), and the memory store reads window counts above the limit
+//! as they are.
+//!
 //! # Parameters in force
 //!
 //! Every algorithm reads stored state under the quota it was built with, clamped so that a
@@ -269,6 +288,20 @@ pub(crate) trait KeyedAlgorithm: Send + Sync + 'static {
     /// [`KeyedAlgorithm::headroom`] has passed the store evicts by
     /// [`KeyedAlgorithm::is_idle_strict`].
     fn refund(&self, state: &Self::State, now: u64, cost: u64, stamp: u64) -> bool;
+
+    /// Gives back `cost` units of the charge with receipt `stamp` for a correction (its
+    /// true cost came out lower than its estimate): the rules of
+    /// [`KeyedAlgorithm::refund`], whose answer it returns; GCRA and the leaky bucket read a
+    /// TAT beyond the tolerance as a debt to pay off ([`Gcra::given_back`]).
+    fn give_back(&self, state: &Self::State, now: u64, cost: u64, stamp: u64) -> bool {
+        self.refund(state, now, cost, stamp)
+    }
+
+    /// Charges `extra` units at `now` without refusing (a correction whose true cost came
+    /// out higher than its estimate): the state may go beyond the capacity, a debt that
+    /// later checks wait out. The concurrency counter charges nothing (a permit is a
+    /// permit, whatever the request cost).
+    fn debit(&self, state: &Self::State, now: u64, extra: u64);
 
     /// Whether the state equals "absent" at `now`, so the key can be evicted unseen: no
     /// receipt it handed out can take anything from a state created later (unless a

@@ -345,6 +345,39 @@ impl SlidingLog {
         }
     }
 
+    /// Charges `extra` units at `now` without refusing (a correction whose true cost came
+    /// out higher than its estimate): they join the newest entry when it is stamped `now`
+    /// or later, else a new entry stamped `now`. The live units may exceed the limit: the
+    /// log refuses until enough of them expired, oldest first (an entry more per
+    /// correction, beyond the `limit` entries a log otherwise holds).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ratekeeper_core::algorithm::{SlidingLog, SlidingLogState};
+    /// use ratekeeper_core::Quota;
+    ///
+    /// let log = SlidingLog::new(&Quota::new(2, Duration::from_secs(60))?);
+    /// let s = 1_000_000_000;
+    /// let mut state = SlidingLogState::new();
+    /// log.decide(&mut state, 0, 1);
+    /// log.debit(&mut state, 10 * s, 2); // 3 units live, 1 over the limit
+    /// // Both the first entry (at 60 s) and the debit (at 70 s) must leave for one unit.
+    /// let wait = log.peek(&state, 20 * s, 1).retry_after();
+    /// assert_eq!(wait, Some(Duration::from_secs(50)));
+    /// # Ok::<(), ratekeeper_core::QuotaError>(())
+    /// ```
+    pub fn debit(&self, state: &mut SlidingLogState, now: u64, extra: u64) {
+        self.prune(state, now);
+        if extra == 0 {
+            return;
+        }
+        let total = state.total().wrapping_add(extra);
+        match state.entries.back_mut() {
+            Some((ts, end)) if *ts >= now => *end = total,
+            _ => state.entries.push_back((now, total)),
+        }
+    }
+
     /// Whether `state` equals "absent" at `now` (every entry has expired).
     pub fn is_idle(&self, state: &SlidingLogState, now: u64) -> bool {
         state
@@ -369,6 +402,10 @@ impl KeyedAlgorithm for SlidingLog {
     fn refund(&self, state: &Self::State, now: u64, cost: u64, stamp: u64) -> bool {
         SlidingLog::refund(self, &mut lock(state), now, cost, stamp);
         false
+    }
+
+    fn debit(&self, state: &Self::State, now: u64, extra: u64) {
+        SlidingLog::debit(self, &mut lock(state), now, extra);
     }
 
     fn is_idle(&self, state: &Self::State, now: u64) -> bool {

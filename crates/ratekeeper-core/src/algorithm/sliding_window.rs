@@ -72,6 +72,9 @@ pub struct SlidingWindowState {
 pub struct SlidingWindow {
     window: u64,
     limit: u32,
+    /// Read the stored counts as they are, debt included (the memory store), rather than
+    /// clamped to the limit.
+    keeps_debt: bool,
 }
 
 impl SlidingWindow {
@@ -80,7 +83,17 @@ impl SlidingWindow {
         Self {
             window: quota.period_nanos(),
             limit: quota.limit(),
+            keeps_debt: false,
         }
+    }
+
+    /// This counter reading stored counts as they are rather than clamped to the limit, so
+    /// that a debt left by [`SlidingWindow::debited`] counts in full, in its window and
+    /// weighted in the next (for a store whose quota never changes, where a count above the
+    /// limit can only be a debt).
+    pub(crate) const fn keeping_debt(mut self) -> Self {
+        self.keeps_debt = true;
+        self
     }
 
     /// The window length `W` in nanoseconds.
@@ -97,7 +110,11 @@ impl SlidingWindow {
     #[inline]
     fn current(&self, s: SlidingWindowState, now: u64) -> SlidingWindowState {
         let window = now / self.window;
-        let cap = u64::from(self.limit);
+        let cap = if self.keeps_debt {
+            u64::MAX
+        } else {
+            u64::from(self.limit)
+        };
         if s.window == window {
             SlidingWindowState {
                 window,
@@ -202,7 +219,7 @@ impl SlidingWindow {
         let elapsed = self.elapsed(&s, now);
         if self.fits(&s, elapsed, cost) {
             let next = SlidingWindowState {
-                current: s.current + cost,
+                current: s.current.saturating_add(cost),
                 ..s
             };
             (self.report(Outcome::Allowed, &next, now), Some(next))
@@ -253,6 +270,19 @@ impl SlidingWindow {
         }
     }
 
+    /// The state after charging `extra` units at `now` without refusing (a correction whose
+    /// true cost came out higher than its estimate): `current += extra` in the window of
+    /// `now` (saturating). The counts may exceed the limit: the estimate refuses until
+    /// enough of them has aged out. A counter built by [`SlidingWindow::new`] reads counts
+    /// above the limit as the limit (the quota in force).
+    pub fn debited(&self, state: SlidingWindowState, now: u64, extra: u64) -> SlidingWindowState {
+        let s = self.current(state, now);
+        SlidingWindowState {
+            current: s.current.saturating_add(extra),
+            ..s
+        }
+    }
+
     /// Whether `state` equals "absent" at `now` (both counts have aged out).
     pub fn is_idle(&self, state: SlidingWindowState, now: u64) -> bool {
         let s = self.current(state, now);
@@ -280,6 +310,11 @@ impl KeyedAlgorithm for SlidingWindow {
         let mut s = lock(state);
         *s = self.refunded(*s, now, cost, stamp);
         false
+    }
+
+    fn debit(&self, state: &Self::State, now: u64, extra: u64) {
+        let mut s = lock(state);
+        *s = self.debited(*s, now, extra);
     }
 
     fn is_idle(&self, state: &Self::State, now: u64) -> bool {
@@ -349,5 +384,32 @@ mod tests {
         assert_eq!(d.reset_after(), Duration::from_millis(200));
         assert!(sw.is_idle(s, 200 * MS));
         assert!(!sw.is_idle(s, 199 * MS));
+    }
+
+    /// A debit past the limit: the quota-in-force reading counts it as the limit; the
+    /// memory store's reading keeps it, in its window and weighted in the next.
+    #[test]
+    fn a_debt_is_kept_whole_only_when_keeping_debt() {
+        let quota = Quota::new(4, Duration::from_millis(100)).unwrap();
+        let (clamped, kept) = (
+            SlidingWindow::new(&quota),
+            SlidingWindow::new(&quota).keeping_debt(),
+        );
+        let s = clamped.debited(SlidingWindowState::default(), 10 * MS, 6);
+        assert_eq!(
+            s,
+            SlidingWindowState {
+                window: 0,
+                current: 6,
+                previous: 0
+            }
+        );
+        // At 150 ms: previous 6 weighs 3 (kept) or 2 (clamped to 4) of the estimate.
+        assert_eq!(kept.peek(s, 150 * MS, 1).remaining(), 1);
+        assert_eq!(clamped.peek(s, 150 * MS, 1).remaining(), 2);
+        // A give-back of 3 from the debt leaves 3 counted (kept), not 1.
+        let back = kept.refunded(s, 50 * MS, 3, 0);
+        assert_eq!(back.current, 3);
+        assert_eq!(clamped.refunded(s, 50 * MS, 3, 0).current, 1);
     }
 }

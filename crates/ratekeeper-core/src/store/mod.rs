@@ -105,6 +105,66 @@ impl<'a, K: ?Sized> Refund<'a, K> {
     }
 }
 
+/// A charge whose true cost became known after its decision (the tokens a response
+/// generated, say): the charge as it was made, the receipt its decision carried
+/// ([`Decisions::receipts`]) and the true cost. [`Store::correct`] settles it.
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use ratekeeper_core::store::{Charge, Correction, MemoryStore, Store};
+/// use ratekeeper_core::{Key, Policy, Quota};
+///
+/// let mut store = MemoryStore::<Key>::new();
+/// let tokens = store.register(&Policy::new("tokens", Quota::per_hour(NonZeroU32::new(1_000).unwrap())))?;
+/// let key = Key::from("alice");
+/// // Reserve an estimate of 100 tokens; the response turns out to use 40.
+/// let charge = Charge::new(tokens, &key, 100);
+/// let decisions = store.check_now(&[charge])?;
+/// assert_eq!(decisions.as_slice()[0].remaining(), 900);
+/// store.correct(&[Correction::new(charge, decisions.receipt(0), 40)]);
+/// let probe = store.check_now(&[Charge::new(tokens, &key, 0)])?;
+/// assert_eq!(probe.as_slice()[0].remaining(), 960);
+/// # Ok::<(), ratekeeper_core::store::StoreError>(())
+/// ```
+#[derive(Debug)]
+pub struct Correction<'a, K: ?Sized> {
+    /// The charge as it was made: `charge.cost` is what was charged (the estimate).
+    pub charge: Charge<'a, K>,
+    /// The receipt its decision carried ([`Decisions::receipts`]).
+    pub receipt: Receipt,
+    /// The true cost, in the policy's units.
+    pub actual: u64,
+}
+
+impl<K: ?Sized> Clone for Correction<'_, K> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<K: ?Sized> Copy for Correction<'_, K> {}
+
+impl<'a, K: ?Sized> Correction<'a, K> {
+    /// A correction of `charge` (which took what `receipt` says) to the true cost `actual`.
+    pub const fn new(charge: Charge<'a, K>, receipt: Receipt, actual: u64) -> Self {
+        Self {
+            charge,
+            receipt,
+            actual,
+        }
+    }
+
+    /// Units to give back: `cost - actual` when the estimate was too high, else 0.
+    pub const fn give_back(&self) -> u64 {
+        self.charge.cost.saturating_sub(self.actual)
+    }
+
+    /// Units to charge on top, without refusing: `actual - cost` when the estimate was too
+    /// low, else 0.
+    pub const fn extra(&self) -> u64 {
+        self.actual.saturating_sub(self.charge.cost)
+    }
+}
+
 /// A store's answer: at once, or a future.
 #[derive(Debug)]
 pub enum Checked<F> {
@@ -376,6 +436,48 @@ pub trait Store<K: ?Sized>: Send + Sync + 'static {
     /// never a slot booked by a later reservation. Never fails visibly: a networked store
     /// logs and counts errors.
     fn refund(&self, refunds: &[Refund<'_, K>]);
+
+    /// Corrects charges whose true cost is now known (a cost read from the response), each
+    /// on the state its [`Receipt`] says it was made on:
+    ///
+    /// - `actual < cost`: gives back `cost - actual` units, as far as the receipt says the
+    ///   charge still holds them (the rules of [`Store::refund`]: nothing once its window
+    ///   closed or the bucket drained it).
+    /// - `actual > cost`: charges `actual - cost` units at the time of the correction
+    ///   **without refusing**: the request was already served. The key may go over its
+    ///   limit (a debt); later requests are refused until it is paid off, as if the charge
+    ///   had been made in full (a token bucket waits `debt × T` longer; a window stays full
+    ///   until enough units leave it).
+    /// - `actual == cost`: nothing.
+    ///
+    /// Never fails visibly: a networked store logs and counts errors, as for refunds.
+    ///
+    /// **Bound.** Per key, with estimates charged (and refused when they do not fit) before
+    /// each request and corrections of at most `C` extra units each, the units admitted
+    /// beyond the quota are at most `R × C`, where `R` is the number of requests in flight
+    /// (charged, not yet corrected): an extra charge is never refused, so the quota can only
+    /// be overrun by what the requests in flight under-estimated, and the debt they leave
+    /// is waited out by later requests. With estimates that are upper bounds (corrections
+    /// only give back) nothing is admitted beyond the quota.
+    ///
+    /// The default gives back through [`Store::refund`] with a charge of `cost - actual`
+    /// units and charges the extra through [`Store::check`] with a charge of
+    /// `actual - cost` units, so an extra charge that does not fit is **lost** (and one that
+    /// needs I/O is dropped unawaited); every store in this crate overrides it with a
+    /// forced charge.
+    fn correct(&self, corrections: &[Correction<'_, K>]) {
+        for c in corrections {
+            let give_back = c.give_back();
+            if give_back > 0 {
+                let charge = Charge::new(c.charge.policy, c.charge.key, give_back);
+                self.refund(&[Refund::new(charge, c.receipt)]);
+            }
+            let extra = c.extra();
+            if extra > 0 {
+                let _ = self.check(&[Charge::new(c.charge.policy, c.charge.key, extra)]);
+            }
+        }
+    }
 
     /// Wall-clock time since the Unix epoch, for epoch-style reset headers.
     fn unix_now(&self) -> std::time::Duration {

@@ -1,7 +1,7 @@
 //! Degraded-response fallback: a service that answers limited requests instead of a 429.
 //!
-//! [`RateLimitLayer::with_fallback`](crate::RateLimitLayer::with_fallback) makes a
-//! [`FallbackLayer`]: the rate limit in front, then [`Fallback`], which sends the requests
+//! [`RateLimitLayer::with_fallback`](crate::RateLimitLayer::with_fallback) puts the rate limit
+//! in front and [`Fallback`] behind it, which sends the requests
 //! the rate limit denied (and, under the store failure policy
 //! [`FailurePolicy::Degrade`](ratekeeper_core::store::FailurePolicy::Degrade), the requests it
 //! could not decide) to the fallback service and every other request to the inner service.
@@ -51,9 +51,7 @@
 //! ```
 
 mod future;
-mod layer;
 mod service;
 
 pub use future::FallbackFuture;
-pub use layer::FallbackLayer;
 pub use service::Fallback;

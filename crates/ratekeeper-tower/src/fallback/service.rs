@@ -9,7 +9,8 @@ use super::FallbackFuture;
 use crate::degraded::{Degrade, StoreDegraded};
 
 /// Routes requests the rate limit denied to the fallback service, the others to the inner
-/// service. Built by [`FallbackLayer`](super::FallbackLayer); it sits between
+/// service. Built by the layer of
+/// [`RateLimitLayer::with_fallback`](crate::RateLimitLayer::with_fallback); it sits between
 /// [`RateLimit`](crate::RateLimit) and the inner service.
 #[derive(Clone)]
 pub struct Fallback<S, F> {
@@ -73,77 +74,18 @@ where
 mod tests {
     use std::convert::Infallible;
     use std::future::{Future, Ready, ready};
-    use std::num::NonZeroU32;
     use std::pin::pin;
     use std::task::Waker;
 
-    use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
-    use ratekeeper_core::Quota;
     use tower::service_fn;
-    use tower_layer::Layer;
 
     use super::*;
     use crate::report::RATELIMIT_DEGRADED;
-    use crate::{GlobalKey, RateLimitLayer};
-
-    /// `ratekeeper_degraded_total{policy="default"}` from a debugging recorder.
-    fn degraded(snapshotter: &Snapshotter) -> Option<DebugValue> {
-        snapshotter
-            .snapshot()
-            .into_vec()
-            .into_iter()
-            .find(|(key, ..)| {
-                let key = key.key();
-                key.name() == "ratekeeper_degraded_total"
-                    && key
-                        .labels()
-                        .any(|l| l.key() == "policy" && l.value() == "default")
-            })
-            .map(|(.., value)| value)
-    }
 
     fn answer(
         text: &'static str,
     ) -> impl Fn(Request<()>) -> Ready<Result<Response<String>, Infallible>> + Clone {
         move |_req| ready(Ok(Response::new(text.to_owned())))
-    }
-
-    #[test]
-    fn degraded_responses_are_marked_and_counted() {
-        let recorder = DebuggingRecorder::new();
-        let snapshotter = recorder.snapshotter();
-        let layer = RateLimitLayer::builder()
-            .quota(Quota::per_minute(NonZeroU32::MIN))
-            .key(GlobalKey)
-            .build()
-            .unwrap()
-            .with_fallback(service_fn(answer("cached")));
-        let mut svc = layer.layer(service_fn(answer("fresh")));
-        metrics::with_local_recorder(&recorder, || {
-            for (want, degraded) in [("fresh", false), ("cached", true), ("cached", true)] {
-                let future = pin!(svc.call(Request::new(())));
-                let mut cx = Context::from_waker(Waker::noop());
-                let Poll::Ready(Ok(res)) = future.poll(&mut cx) else {
-                    panic!("ready services answer at once");
-                };
-                assert_eq!(res.status(), 200);
-                assert_eq!(
-                    res.headers().get(&RATELIMIT_DEGRADED).is_some(),
-                    degraded,
-                    "{want}"
-                );
-                assert_eq!(res.headers()["x-ratelimit-remaining"], "0");
-                let body = res.into_body();
-                let mut body = pin!(body);
-                let Poll::Ready(Some(Ok(frame))) =
-                    http_body::Body::poll_frame(body.as_mut(), &mut cx)
-                else {
-                    panic!("a full body");
-                };
-                assert_eq!(frame.into_data().unwrap(), want);
-            }
-        });
-        assert_eq!(degraded(&snapshotter), Some(DebugValue::Counter(2)));
     }
 
     #[test]

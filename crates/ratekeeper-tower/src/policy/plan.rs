@@ -29,7 +29,7 @@ pub(crate) struct Entry {
 /// at once, its headers and [`Info`](crate::info::Info) show one decision for the policy, and
 /// when the sum is larger than the policy's capacity the request can never be allowed. It is
 /// then answered at once, like any cost larger than the capacity: a `429` without
-/// `Retry-After`, and no waiting in [`Mode::Delay`](crate::rate_limit::Mode::Delay) (checked
+/// `Retry-After`, and no waiting in Delay mode ([`RateLimitBuilder::mode`](crate::RateLimitBuilder::mode); checked
 /// one after the other, each part could fit while the whole never does, and the request
 /// would be told to retry for ever). Charges of one policy under different keys
 /// (`charge_with` another key) are separate budgets and stay separate charges.

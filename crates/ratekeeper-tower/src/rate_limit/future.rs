@@ -1,35 +1,221 @@
-//! The response future: a state machine over a request the layer holds. It makes no decision
-//! itself: every store answer goes to [`Limiter::verdict`](super::limiter::Limiter::verdict)
-//! (through [`Erased`]), and the verdict picks the next state.
+//! The response future, and the one transition that turns a store's answer into what happens
+//! to a request. The transition ([`Held::next`]) asks the limiter for the verdict
+//! ([`Erased::verdict`]) and picks the next state, for both ways a store answers: inside
+//! `call` (the memory store: the service and the limiter are borrowed, nothing is cloned or
+//! built unless the request must wait) and in the response future (an async store, a
+//! Delay-mode wait: the future owns them). The future itself only moves between states.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
-use std::time::Duration;
 
 use http::{Request, Response};
 use pin_project_lite::pin_project;
 use ratekeeper_core::store::{Checked, Decisions, StoreError};
-use tokio::time::{Instant, Sleep};
+use tokio::time::Sleep;
 use tower_service::Service;
 
-use super::limiter::{Answer, Erased, FAILED, NO_RESPONSE, Reported, Verdict, store_failed};
+use super::answer::{Answer, Refusal};
+use super::limiter::{Erased, FAILED, NO_RESPONSE, Respond, Verdict, store_failed};
+use super::ticket::Ticket;
 use crate::body::ResponseBody;
-use crate::policy::Applied;
 
-/// A request the layer still holds: waiting for an async store, or for capacity in
-/// [`Mode::Delay`](super::Mode::Delay).
-pub(crate) struct Pending<S, Req, SF> {
-    pub(crate) inner: S,
+/// The ready inner service of a held request: borrowed from the service in `call`, or owned
+/// by the response future.
+pub(crate) trait Ready<S> {
+    /// The service, to call.
+    fn service(&mut self) -> &mut S;
+    /// The service, owned, to go with the request into the response future.
+    fn into_owned(self) -> S;
+}
+
+impl<S: Clone> Ready<S> for &mut S {
+    #[inline]
+    fn service(&mut self) -> &mut S {
+        self
+    }
+
+    /// Takes the ready service and leaves a fresh clone in its place (see the tower-service
+    /// docs, "Be careful when cloning inner services").
+    fn into_owned(self) -> S {
+        let clone = self.clone();
+        std::mem::replace(self, clone)
+    }
+}
+
+impl<S> Ready<S> for S {
+    #[inline]
+    fn service(&mut self) -> &mut S {
+        self
+    }
+
+    fn into_owned(self) -> S {
+        self
+    }
+}
+
+/// The limiter of a held request: borrowed (its concrete type, so the verdict is inlined) in
+/// `call`, or shared as a trait object by the response future.
+pub(crate) trait Share<SF> {
+    /// The limiter's type as this holder sees it.
+    type Limiter: Erased<SF> + ?Sized;
+    /// The limiter, to ask for a verdict.
+    fn limiter(&self) -> &Self::Limiter;
+    /// The limiter, shared, for the response future.
+    fn share(self) -> Arc<dyn Erased<SF>>;
+    /// The limiter, shared, for a settlement.
+    fn responder(self) -> Arc<dyn Respond>;
+}
+
+impl<SF, L: Erased<SF> + 'static> Share<SF> for &Arc<L> {
+    type Limiter = L;
+
+    #[inline]
+    fn limiter(&self) -> &L {
+        self
+    }
+
+    fn share(self) -> Arc<dyn Erased<SF>> {
+        Arc::clone(self) as _
+    }
+
+    #[inline]
+    fn responder(self) -> Arc<dyn Respond> {
+        Arc::clone(self) as _
+    }
+}
+
+impl<SF> Share<SF> for Arc<dyn Erased<SF>> {
+    type Limiter = dyn Erased<SF>;
+
+    #[inline]
+    fn limiter(&self) -> &Self::Limiter {
+        &**self
+    }
+
+    fn share(self) -> Arc<dyn Erased<SF>> {
+        self
+    }
+
+    #[inline]
+    fn responder(self) -> Arc<dyn Respond> {
+        self.responder()
+    }
+}
+
+/// A request on its way to the inner service: the request, its ticket, its ready inner
+/// service (`I`, a [`Ready`]) and its limiter (`L`, a [`Share`]).
+pub(crate) struct Held<I, Req, L> {
+    pub(crate) inner: I,
     pub(crate) req: Req,
-    pub(crate) applied: Applied,
-    pub(crate) pk: Option<Arc<str>>,
-    pub(crate) limiter: Arc<dyn Erased<SF>>,
-    /// Set at the first Delay-mode denial: the request is rejected after it.
-    pub(crate) deadline: Option<Instant>,
-    /// The inner service is a [`Fallback`](crate::fallback::Fallback): route denials to it.
-    pub(crate) degrade: bool,
+    pub(crate) ticket: Ticket,
+    pub(crate) limiter: L,
+}
+
+/// A request the response future holds: waiting for an async store, or for capacity in
+/// [`Mode::Delay`](super::Mode::Delay).
+pub(crate) type Pending<S, Req, SF> = Held<S, Req, Arc<dyn Erased<SF>>>;
+
+impl<I, ReqB, L> Held<I, Request<ReqB>, L> {
+    /// The one transition: the verdict on the store's answer (`result`), and the state it
+    /// leads to. A store error goes to [`store_failed`]; every answer gets its form from the
+    /// ticket's [`Refusal`].
+    #[inline]
+    pub(crate) fn next<S, SF>(
+        mut self,
+        result: Result<Decisions, StoreError>,
+    ) -> ResponseFuture<S::Future, S, Request<ReqB>, SF>
+    where
+        I: Ready<S>,
+        L: Share<SF>,
+        S: Service<Request<ReqB>>,
+    {
+        let decisions = match result {
+            Ok(decisions) => decisions,
+            Err(err) => return self.failed(&err),
+        };
+        let verdict =
+            self.limiter
+                .limiter()
+                .verdict(&mut self.ticket, &decisions, self.req.extensions_mut());
+        match verdict {
+            Verdict::Pass => self.pass(decisions),
+            Verdict::Answer(answer) => ResponseFuture::refused(answer, &self.ticket.refusal),
+            Verdict::Wait => ResponseFuture {
+                kind: Kind::Reserved {
+                    sleep: tokio::time::sleep(decisions.delay()),
+                    reservation: Reservation {
+                        pending: Some((self.hold(), decisions)),
+                    },
+                },
+            },
+            Verdict::Retry(wait) => ResponseFuture {
+                kind: Kind::Waiting {
+                    sleep: tokio::time::sleep(wait),
+                    pending: Some(self.hold()),
+                },
+            },
+        }
+    }
+
+    /// The store could not decide: on without headers, or the 503.
+    #[cold]
+    fn failed<S, SF>(mut self, err: &StoreError) -> ResponseFuture<S::Future, S, Request<ReqB>, SF>
+    where
+        I: Ready<S>,
+        S: Service<Request<ReqB>>,
+    {
+        match store_failed(err, self.req.extensions_mut()) {
+            None => ResponseFuture::unchecked(self.inner.service().call(self.req)),
+            Some(answer) => ResponseFuture::refused(answer, &self.ticket.refusal),
+        }
+    }
+
+    /// Calls the inner service; the ticket and `decisions` settle after its response.
+    #[inline]
+    pub(crate) fn pass<S, SF>(
+        self,
+        decisions: Decisions,
+    ) -> ResponseFuture<S::Future, S, Request<ReqB>, SF>
+    where
+        I: Ready<S>,
+        L: Share<SF>,
+        S: Service<Request<ReqB>>,
+    {
+        let Self {
+            mut inner,
+            req,
+            ticket,
+            limiter,
+        } = self;
+        ResponseFuture {
+            kind: Kind::Called {
+                future: inner.service().call(req),
+                report: Some(Settlement {
+                    limiter: limiter.responder(),
+                    ticket,
+                    decisions,
+                    unsettled: Some(NO_RESPONSE),
+                }),
+            },
+        }
+    }
+
+    /// The request, its ticket, the ready inner service and the limiter, owned, for the
+    /// response future.
+    pub(crate) fn hold<S, SF>(self) -> Pending<S, Request<ReqB>, SF>
+    where
+        I: Ready<S>,
+        L: Share<SF>,
+    {
+        Held {
+            inner: self.inner.into_owned(),
+            req: self.req,
+            ticket: self.ticket,
+            limiter: self.limiter.share(),
+        }
+    }
 }
 
 /// A [`Mode::Delay`](super::Mode::Delay) reservation: charged, waiting for its turn.
@@ -43,39 +229,42 @@ struct Reservation<S, Req, SF> {
 impl<S, Req, SF> Drop for Reservation<S, Req, SF> {
     fn drop(&mut self) {
         if let Some((pending, decisions)) = self.pending.take() {
-            pending.limiter.release(&pending.applied, &decisions);
+            pending.limiter.release(&pending.ticket, &decisions);
         }
     }
 }
 
-/// The report of a request the inner service answers, settled exactly once: by the
-/// response's status, or, when there is none, on drop: as a 500 when the inner service failed
-/// ([`FAILED`]), as a 499 when the future was dropped before the answer ([`NO_RESPONSE`]: the
-/// client went away). A charge whose settle rule would give it back for that status is
-/// refunded, so a cancelled request does not spend a failed-login budget.
-pub(crate) struct Settlement<SF> {
-    limiter: Arc<dyn Erased<SF>>,
-    reported: Reported,
+/// A request the inner service answers, settled exactly once: by the response's status, or,
+/// when there is none, on drop: as a 500 when the inner service failed ([`FAILED`]), as a 499
+/// when the future was dropped before the answer ([`NO_RESPONSE`]: the client went away). A
+/// charge whose settle rule would give it back for that status is refunded, so a cancelled
+/// request does not spend a failed-login budget.
+///
+/// It owns the request's ticket and decisions and has no type parameter, so it can move on
+/// with the response.
+pub(crate) struct Settlement {
+    limiter: Arc<dyn Respond>,
+    ticket: Ticket,
+    decisions: Decisions,
     /// The status to settle with on drop; `None` once settled.
     unsettled: Option<u16>,
 }
 
-impl<SF> Settlement<SF> {
-    fn new(limiter: Arc<dyn Erased<SF>>, reported: Reported) -> Self {
-        Self {
-            limiter,
-            reported,
-            unsettled: Some(NO_RESPONSE),
-        }
+impl Settlement {
+    /// Settles by the response's status and adds the rate-limit headers to it.
+    #[inline]
+    fn respond(&mut self, parts: &mut http::response::Parts) {
+        self.limiter.respond(&self.ticket, &self.decisions, parts);
+        self.unsettled = None;
     }
 }
 
-impl<SF> Drop for Settlement<SF> {
+impl Drop for Settlement {
     fn drop(&mut self) {
         if let Some(code) = self.unsettled.take() {
             let status =
                 http::StatusCode::from_u16(code).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
-            self.limiter.settle_status(&self.reported, status);
+            self.limiter.settle(&self.ticket, &self.decisions, status);
         }
     }
 }
@@ -96,7 +285,7 @@ pin_project! {
         Called {
             #[pin]
             future: F,
-            report: Option<Settlement<SF>>,
+            report: Option<Settlement>,
         },
         // The layer answers itself (429, 503, or a key error).
         Answered {
@@ -126,15 +315,8 @@ pin_project! {
 }
 
 impl<F, S, Req, SF> ResponseFuture<F, S, Req, SF> {
-    pub(crate) fn called(future: F, limiter: Arc<dyn Erased<SF>>, reported: Reported) -> Self {
-        Self {
-            kind: Kind::Called {
-                future,
-                report: Some(Settlement::new(limiter, reported)),
-            },
-        }
-    }
-
+    /// Straight to the inner service, without headers or settlement (exempt, or the store
+    /// failed open).
     pub(crate) fn unchecked(future: F) -> Self {
         Self {
             kind: Kind::Called {
@@ -144,14 +326,17 @@ impl<F, S, Req, SF> ResponseFuture<F, S, Req, SF> {
         }
     }
 
-    pub(crate) fn answered(answer: Answer) -> Self {
+    /// The layer answers: `answer` in the form `refusal` gives it (the only place an answer
+    /// gets its form).
+    pub(crate) fn refused(answer: Answer, refusal: &Refusal) -> Self {
         Self {
             kind: Kind::Answered {
-                answer: Some(answer),
+                answer: Some(refusal.answer(answer)),
             },
         }
     }
 
+    /// An async store is deciding on the held request.
     pub(crate) fn checking(check: SF, pending: Pending<S, Req, SF>) -> Self {
         Self {
             kind: Kind::Checking {
@@ -160,109 +345,11 @@ impl<F, S, Req, SF> ResponseFuture<F, S, Req, SF> {
             },
         }
     }
-}
 
-impl<F, S, ReqB, SF> ResponseFuture<F, S, Request<ReqB>, SF>
-where
-    S: Service<Request<ReqB>, Future = F>,
-{
-    /// Continues a held request after the verdict on its decisions.
-    pub(crate) fn after(
-        pending: Pending<S, Request<ReqB>, SF>,
-        verdict: Verdict,
-        decisions: Decisions,
-    ) -> Self {
+    /// What a state answers when polled again after it handed its request on.
+    fn completed() -> Self {
         Self {
-            kind: pending.next(verdict, decisions),
-        }
-    }
-}
-
-impl<S, ReqB, SF> Pending<S, Request<ReqB>, SF>
-where
-    S: Service<Request<ReqB>>,
-{
-    /// Asks the limiter for the verdict on a store's answer, then moves on.
-    fn decide(
-        mut self,
-        result: Result<Decisions, StoreError>,
-    ) -> Kind<S::Future, S, Request<ReqB>, SF> {
-        match result {
-            Ok(decisions) => {
-                let verdict = self.limiter.verdict(
-                    &self.applied,
-                    self.pk.as_deref(),
-                    &decisions,
-                    &mut self.deadline,
-                    self.degrade,
-                    self.req.extensions_mut(),
-                );
-                self.next(verdict, decisions)
-            }
-            Err(err) => match store_failed(&err, self.req.extensions_mut()) {
-                None => {
-                    let Self { mut inner, req, .. } = self;
-                    Kind::Called {
-                        future: inner.call(req),
-                        report: None,
-                    }
-                }
-                Some(answer) => {
-                    let grpc = self
-                        .limiter
-                        .grpc_call(self.req.version(), self.req.headers());
-                    Kind::Answered {
-                        answer: Some(answer.for_request(grpc)),
-                    }
-                }
-            },
-        }
-    }
-
-    /// The state a verdict on `decisions` leads to.
-    fn next(self, verdict: Verdict, decisions: Decisions) -> Kind<S::Future, S, Request<ReqB>, SF> {
-        match verdict {
-            Verdict::Pass => self.pass(decisions),
-            Verdict::Answer(answer) => {
-                let grpc = self
-                    .limiter
-                    .grpc_call(self.req.version(), self.req.headers());
-                Kind::Answered {
-                    answer: Some(answer.for_request(grpc)),
-                }
-            }
-            Verdict::Wait => Kind::Reserved {
-                sleep: tokio::time::sleep(decisions.delay()),
-                reservation: Reservation {
-                    pending: Some((self, decisions)),
-                },
-            },
-            Verdict::Retry(wait) => Kind::Waiting {
-                sleep: tokio::time::sleep(wait),
-                pending: Some(self),
-            },
-        }
-    }
-
-    fn pass(self, decisions: Decisions) -> Kind<S::Future, S, Request<ReqB>, SF> {
-        let Self {
-            mut inner,
-            req,
-            applied,
-            pk,
-            limiter,
-            ..
-        } = self;
-        Kind::Called {
-            future: inner.call(req),
-            report: Some(Settlement::new(
-                limiter,
-                Reported {
-                    decisions,
-                    applied,
-                    pk,
-                },
-            )),
+            kind: Kind::Answered { answer: None },
         }
     }
 }
@@ -277,8 +364,8 @@ where
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         loop {
-            let mut this = self.as_mut().project();
-            let next = match this.kind.as_mut().project() {
+            let this = self.as_mut().project();
+            let next = match this.kind.project() {
                 KindProj::Called { future, report } => {
                     let res = match ready!(future.poll(cx)) {
                         Ok(res) => res,
@@ -292,11 +379,10 @@ where
                         }
                     };
                     let (mut parts, body) = res.into_parts();
-                    // Read in place and dropped in place: taking the report out would copy
-                    // it (decisions and charges, some 300 bytes) per response.
+                    // Read in place and dropped in place: taking the settlement out would
+                    // copy it (ticket and decisions, some 300 bytes) per response.
                     if let Some(settlement) = report.as_mut() {
-                        settlement.limiter.respond(&settlement.reported, &mut parts);
-                        settlement.unsettled = None;
+                        settlement.respond(&mut parts);
                     }
                     *report = None;
                     return Poll::Ready(Ok(Response::from_parts(parts, ResponseBody::inner(body))));
@@ -313,37 +399,29 @@ where
                 KindProj::Checking { check, pending } => {
                     let result = ready!(check.poll(cx));
                     match pending.take() {
-                        Some(pending) => pending.decide(result),
-                        None => Kind::Answered { answer: None },
+                        Some(pending) => pending.next(result),
+                        None => Self::completed(),
                     }
                 }
                 KindProj::Reserved { sleep, reservation } => {
                     ready!(sleep.poll(cx));
                     match reservation.pending.take() {
                         Some((pending, decisions)) => pending.pass(decisions),
-                        None => Kind::Answered { answer: None },
+                        None => Self::completed(),
                     }
                 }
                 KindProj::Waiting { sleep, pending } => {
                     ready!(sleep.poll(cx));
                     match pending.take() {
-                        Some(pending) => {
-                            let left = pending.deadline.map_or(Duration::ZERO, |d| {
-                                d.saturating_duration_since(Instant::now())
-                            });
-                            match pending.limiter.recheck(&pending.applied, left) {
-                                Checked::Ready(result) => pending.decide(result),
-                                Checked::Pending(check) => Kind::Checking {
-                                    check,
-                                    pending: Some(pending),
-                                },
-                            }
-                        }
-                        None => Kind::Answered { answer: None },
+                        Some(pending) => match pending.limiter.recheck(&pending.ticket) {
+                            Checked::Ready(result) => pending.next(result),
+                            Checked::Pending(check) => Self::checking(check, pending),
+                        },
+                        None => Self::completed(),
                     }
                 }
             };
-            this.kind.set(next);
+            self.set(next);
         }
     }
 }

@@ -1,18 +1,17 @@
-//! The one owner of the request path: [`Limiter`] builds a request's charges, calls the
+//! The one owner of the request path: [`Limiter`] makes a request's [`Ticket`], calls the
 //! store, turns the store's answer into a [`Verdict`] (with the metrics and logs of that
 //! decision), renders headers and 429s, and settles after the response.
 //!
-//! Both ways a store answers go through the same [`Limiter::verdict`]: at once (the memory
-//! store, inside `call`, statically dispatched and inlined) and later (an async store, from
-//! the response future, through the object-safe [`Erased`] face, so the future does not carry
-//! the key, cost and resolver types). The response future only moves between states.
+//! Both ways a store answers go through the same [`Erased::verdict`]: at once (the memory
+//! store, inside `call`, on the concrete limiter, inlined) and later (an async store, from
+//! the response future, on the trait object, so the future does not carry the key, cost and
+//! resolver types). Which state follows a verdict is decided in one place, the response
+//! future's transition.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::header::{CACHE_CONTROL, CONTENT_TYPE};
-use http::{Extensions, HeaderMap, HeaderValue, Request, StatusCode};
+use http::{Extensions, HeaderMap, Request, StatusCode};
 use ratekeeper_core::Key;
 use ratekeeper_core::store::{
     Charge, Checked, Decisions, FailurePolicy, PolicyId, Store, StoreError,
@@ -20,99 +19,17 @@ use ratekeeper_core::store::{
 use smallvec::SmallVec;
 use tokio::time::Instant;
 
+use super::answer::{Answer, Refusal};
 use super::diag::{DECISION_TARGET, Diagnostics};
 use super::meter::Meter;
 use super::mode::Mode;
+use super::ticket::Ticket;
 use crate::cost::Cost;
 use crate::degraded::{Degrade, StoreDegraded};
 use crate::info::Info;
-use crate::key::{KeyError, KeyExtractor, PeerIp};
+use crate::key::{KeyExtractor, PeerIp};
 use crate::policy::{AllPolicies, Applied, Plan, Resolve, Rules};
-use crate::report::{Reporter, trailers_only};
-
-/// A response the layer writes itself (a 429, a 503 when the store fails closed, or a key
-/// error).
-#[derive(Debug)]
-pub(crate) struct Answer {
-    pub(crate) status: StatusCode,
-    pub(crate) headers: HeaderMap,
-    pub(crate) body: Bytes,
-    /// For a 429: the layer's policy names and the index of the one the headers report, to
-    /// name it in a gRPC answer.
-    pub(crate) policy: Option<(Arc<[Box<str>]>, usize)>,
-}
-
-impl Answer {
-    /// A plain-text answer.
-    fn text(status: StatusCode, body: Bytes) -> Self {
-        let mut headers = HeaderMap::new();
-        headers.insert(
-            CONTENT_TYPE,
-            HeaderValue::from_static("text/plain; charset=utf-8"),
-        );
-        Self {
-            status,
-            headers,
-            body,
-            policy: None,
-        }
-    }
-
-    /// This answer as the request can read it: unchanged, or for a gRPC call to a layer that
-    /// serves gRPC (`grpc`, from [`Reporter::grpc_call`]) a trailers-only response with the
-    /// matching gRPC status (see [`trailers_only`]). Called on the answer path only.
-    pub(crate) fn for_request(mut self, grpc: Option<HeaderValue>) -> Self {
-        let Some(content_type) = grpc else {
-            return self;
-        };
-        let policy = self
-            .policy
-            .as_ref()
-            .and_then(|(names, i)| names.get(*i))
-            .map(|n| &**n);
-        let (status, body) = trailers_only(
-            self.status,
-            &mut self.headers,
-            &self.body,
-            policy,
-            content_type,
-        );
-        self.status = status;
-        self.body = body;
-        self
-    }
-
-    /// The answer to a request the layer could not key (`400` for a missing key, `500` for a
-    /// misconfiguration, with an error log line).
-    pub(crate) fn key_error(err: &KeyError) -> Self {
-        let status = err.status();
-        let message = if status.is_server_error() {
-            tracing::error!(error = %err, "rate limiter cannot key the request");
-            "rate limiter misconfigured: no key for this request\n".to_owned()
-        } else {
-            tracing::debug!(error = %err, "request has no rate-limit key");
-            format!("{err}\n")
-        };
-        Self::text(status, Bytes::from(message))
-    }
-
-    /// What a response future answers when polled after it completed.
-    pub(crate) fn polled_after_completion() -> Self {
-        Self::text(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            Bytes::from_static(b"response future polled after completion\n"),
-        )
-    }
-}
-
-/// What the headers of one response report: the decisions, the charges they came from (to
-/// name the policies and settle after the response) and the hashed partition key.
-#[derive(Debug)]
-pub(crate) struct Reported {
-    pub(crate) decisions: Decisions,
-    pub(crate) applied: Applied,
-    pub(crate) pk: Option<Arc<str>>,
-}
+use crate::report::Reporter;
 
 /// What the layer does with a request once the store decided. Every verdict but
 /// [`Verdict::Retry`] is final and was counted once in `ratekeeper_decisions_total`. The
@@ -122,7 +39,8 @@ pub(crate) struct Reported {
 pub(crate) enum Verdict {
     /// Call the inner service; report the decisions on its response and settle after it.
     Pass,
-    /// Answer without calling the inner service.
+    /// Answer without calling the inner service (in HTTP form: the ticket's [`Refusal`]
+    /// gives it its final form).
     Answer(Answer),
     /// [`Mode::Delay`], reserved: already charged; sleep [`Decisions::delay`], then pass with
     /// the decisions without a second check. A drop before then gives the charges back.
@@ -131,14 +49,14 @@ pub(crate) enum Verdict {
     Retry(Duration),
 }
 
-/// What the layer does before the store: exempt, fail, or charge.
+/// What the layer does before the store: exempt, refuse, or charge.
 pub(crate) enum Prepared {
     /// Not limited: straight to the inner service, no headers.
     Exempt,
-    /// No key could be found.
-    Failed(KeyError),
-    /// Check these charges.
-    Charge(Applied),
+    /// No key could be found: this answer, in the form the refusal gives it.
+    Failed(Answer, Refusal),
+    /// Check the ticket's charges.
+    Charge(Ticket),
 }
 
 /// The state of one rate limit, shared (behind an `Arc`) by its layer, every service the
@@ -166,9 +84,10 @@ impl<K, Co, St, R> Limiter<K, Co, St, R> {
         &self.reporter.names
     }
 
-    /// Exemptions, key, cost and resolver for one request: its charges.
+    /// Exemptions, key, cost and resolver for one request: its [`Ticket`]. `fallback` says
+    /// the inner service is a [`Fallback`](crate::fallback::Fallback) (denials go to it).
     #[inline]
-    pub(crate) fn prepare<B>(&self, req: &Request<B>) -> Prepared
+    pub(crate) fn prepare<B>(&self, req: &Request<B>, fallback: bool) -> Prepared
     where
         K: KeyExtractor,
         Co: Cost,
@@ -201,22 +120,33 @@ impl<K, Co, St, R> Limiter<K, Co, St, R> {
         let mut plan = Plan::new(&self.reporter.names, &key, cost);
         self.resolver.resolve(req, &mut plan);
         let (entries, exempt, error) = plan.finish();
-        if let Some(err) = key_error {
-            // Only an explicit exemption lets a request without a key through: a resolver
-            // that charges nothing for the stand-in key must not open a bypass.
-            return if exempt {
-                Prepared::Exempt
-            } else {
-                Prepared::Failed(err)
-            };
+        // Only an explicit exemption lets a request without a key through: a resolver that
+        // charges nothing for the stand-in key must not open a bypass.
+        if exempt && key_error.is_some() {
+            return Prepared::Exempt;
         }
-        if let Some(err) = error {
-            return Prepared::Failed(err);
+        if let Some(err) = key_error.or(error) {
+            return Prepared::Failed(Answer::key_error(&err), self.refusal(req, fallback));
         }
         if exempt || entries.is_empty() {
             return Prepared::Exempt;
         }
-        Prepared::Charge(Applied { key, entries })
+        Prepared::Charge(Ticket {
+            pk: self.reporter.pk(&key),
+            charges: Applied { key, entries },
+            deadline: None,
+            refusal: self.refusal(req, fallback),
+        })
+    }
+
+    /// Where a refusal of `req` goes: to the fallback (denials only) or an answer, in gRPC
+    /// form for a gRPC call to a layer that serves gRPC.
+    #[inline]
+    fn refusal<B>(&self, req: &Request<B>, fallback: bool) -> Refusal {
+        Refusal {
+            fallback,
+            grpc: self.reporter.grpc_call(req.version(), req.headers()),
+        }
     }
 
     /// Counts a final decision in the metrics and writes its DEBUG event (target
@@ -230,10 +160,42 @@ impl<K, Co, St, R> Limiter<K, Co, St, R> {
         }
     }
 
-    /// The `pk` parameter of the IETF headers for this request's key.
-    #[inline]
-    pub(crate) fn pk(&self, applied: &Applied) -> Option<Arc<str>> {
-        self.reporter.pk(&applied.key)
+    fn insert_info(&self, applied: &Applied, decisions: &Decisions, extensions: &mut Extensions) {
+        extensions.insert(Info::new(
+            self.names().clone(),
+            applied.indices(),
+            decisions.clone(),
+        ));
+    }
+
+    /// The name of the policy whose decision the headers report.
+    fn deciding_name(&self, applied: &Applied, decisions: &Decisions) -> &str {
+        decisions
+            .deciding()
+            .and_then(|i| applied.entries.get(i))
+            .and_then(|e| self.names().get(e.index as usize))
+            .map_or("", |n| &**n)
+    }
+
+    /// The "cost can never fit" warning, once per layer (every other denial, and the later
+    /// cannot-fit ones, are DEBUG events).
+    fn log_denial(&self, applied: &Applied, decisions: &Decisions) {
+        if decisions.is_cannot_fit() {
+            let (key, cost) = denied_charge(applied, decisions);
+            let policy = self.deciding_name(applied, decisions);
+            let key = self.diag.key_text(key);
+            if self.diag.first_cannot_fit() {
+                tracing::warn!(
+                    key,
+                    cost,
+                    policy,
+                    "request cost is larger than the policy's burst; it can never be allowed \
+                     (logged once per layer; later ones at DEBUG)"
+                );
+            } else {
+                tracing::debug!(key, cost, policy, "request cost can never fit the burst");
+            }
+        }
     }
 }
 
@@ -266,73 +228,23 @@ where
         }
     }
 
-    /// Reserves a waiting request's charges again, waiting at most `max_wait`
-    /// (check-and-retry, for stores or algorithms that cannot reserve).
-    pub(crate) fn recheck(&self, applied: &Applied, max_wait: Duration) -> Checked<St::Future> {
-        self.store.reserve(&applied.charges(&self.ids), max_wait)
-    }
-
-    /// The one rule that turns a store's decisions into what happens to the request, for
-    /// the memory store (inside `call`) and async stores (from the response future) alike
-    /// (a store error goes to [`store_failed`] instead).
-    ///
-    /// Counts the decision once in `ratekeeper_decisions_total` when the verdict is final
-    /// (everything but [`Verdict::Retry`]: a Delay-mode request that re-checks after sleeping
-    /// is counted by its last answer only), writes one DEBUG event per decision (target
-    /// `ratekeeper::decision`; the layer's first "cost can never fit" case also at WARN;
-    /// shadow-mode overruns also at DEBUG, target `ratekeeper::shadow`), and marks
-    /// the request's `extensions` for what comes after it ([`Info`], the fallback marker,
-    /// [`StoreDegraded`]). `deadline` is the request's Delay-mode deadline (set at its first
-    /// denial); `degrade` says the inner service is a fallback.
-    #[inline]
-    pub(crate) fn verdict(
-        &self,
-        applied: &Applied,
-        pk: Option<&str>,
-        decisions: &Decisions,
-        deadline: &mut Option<Instant>,
-        degrade: bool,
-        extensions: &mut Extensions,
-    ) -> Verdict {
-        if !decisions.is_allowed() {
-            return self.denied(applied, pk, decisions, deadline, degrade, extensions);
-        }
-        if !decisions.delay().is_zero() {
-            return self.reserved(applied, pk, decisions, extensions);
-        }
-        self.record(applied, decisions);
-        if self.request_info {
-            self.insert_info(applied, decisions, extensions);
-        }
-        Verdict::Pass
-    }
-
-    fn insert_info(&self, applied: &Applied, decisions: &Decisions, extensions: &mut Extensions) {
-        extensions.insert(Info::new(
-            self.names().clone(),
-            applied.indices(),
-            decisions.clone(),
-        ));
-    }
-
     /// A Delay-mode reservation: counted (allowed) now, the request waits for its turn.
     #[cold]
     fn reserved(
         &self,
-        applied: &Applied,
-        pk: Option<&str>,
+        ticket: &Ticket,
         decisions: &Decisions,
         extensions: &mut Extensions,
     ) -> Verdict {
-        self.record(applied, decisions);
+        self.record(&ticket.charges, decisions);
         if tokio::runtime::Handle::try_current().is_err() {
             // Cannot wait outside a tokio runtime: give the reservation back and reject.
-            self.release(applied, decisions);
-            return Verdict::Answer(self.limited(applied, pk, decisions));
+            self.give_back(ticket, decisions);
+            return Verdict::Answer(self.limited(ticket, decisions));
         }
         tracing::debug!(delay = ?decisions.delay(), "delay mode: capacity reserved, waiting for its turn");
         if self.request_info {
-            self.insert_info(applied, decisions, extensions);
+            self.insert_info(&ticket.charges, decisions, extensions);
         }
         Verdict::Wait
     }
@@ -340,17 +252,17 @@ where
     #[inline]
     fn denied(
         &self,
-        applied: &Applied,
-        pk: Option<&str>,
+        ticket: &mut Ticket,
         decisions: &Decisions,
-        deadline: &mut Option<Instant>,
-        degrade: bool,
         extensions: &mut Extensions,
     ) -> Verdict {
+        let applied = &ticket.charges;
         match self.mode {
             Mode::Delay { max_wait } => {
                 let now = Instant::now();
-                let deadline = *deadline.get_or_insert_with(|| saturating_deadline(now, max_wait));
+                let deadline = *ticket
+                    .deadline
+                    .get_or_insert_with(|| saturating_deadline(now, max_wait));
                 // A final denial (the store reserved exactly) cannot pass in time.
                 if let Some(wait) = decisions.retry_after() {
                     if !decisions.is_final()
@@ -377,51 +289,24 @@ where
         }
         self.record(applied, decisions);
         self.log_denial(applied, decisions);
-        if degrade {
+        if ticket.refusal.fallback {
             extensions.insert(Degrade::limited(self.deciding_name(applied, decisions)));
             self.insert_info(applied, decisions, extensions);
             Verdict::Pass
         } else {
-            Verdict::Answer(self.limited(applied, pk, decisions))
-        }
-    }
-
-    /// The name of the policy whose decision the headers report.
-    fn deciding_name(&self, applied: &Applied, decisions: &Decisions) -> &str {
-        decisions
-            .deciding()
-            .and_then(|i| applied.entries.get(i))
-            .and_then(|e| self.names().get(e.index as usize))
-            .map_or("", |n| &**n)
-    }
-
-    /// The "cost can never fit" warning, once per layer (every other denial, and the later
-    /// cannot-fit ones, are DEBUG events).
-    fn log_denial(&self, applied: &Applied, decisions: &Decisions) {
-        if decisions.is_cannot_fit() {
-            let (key, cost) = denied_charge(applied, decisions);
-            let policy = self.deciding_name(applied, decisions);
-            let key = self.diag.key_text(key);
-            if self.diag.first_cannot_fit() {
-                tracing::warn!(
-                    key,
-                    cost,
-                    policy,
-                    "request cost is larger than the policy's burst; it can never be allowed \
-                     (logged once per layer; later ones at DEBUG)"
-                );
-            } else {
-                tracing::debug!(key, cost, policy, "request cost can never fit the burst");
-            }
+            Verdict::Answer(self.limited(ticket, decisions))
         }
     }
 
     /// The 429 for a denial.
-    fn limited(&self, applied: &Applied, pk: Option<&str>, decisions: &Decisions) -> Answer {
+    fn limited(&self, ticket: &Ticket, decisions: &Decisions) -> Answer {
+        let applied = &ticket.charges;
         let policies = applied.policy_indices();
-        let (status, headers, body) = self
-            .reporter
-            .limited(decisions, &policies, pk, || self.store.unix_now());
+        let (status, headers, body) =
+            self.reporter
+                .limited(decisions, &policies, ticket.pk.as_deref(), || {
+                    self.store.unix_now()
+                });
         let deciding = decisions
             .deciding()
             .and_then(|i| applied.entries.get(i))
@@ -434,19 +319,19 @@ where
         }
     }
 
-    /// Adds the rate-limit headers of `reported` to a response.
+    /// Adds the rate-limit headers of a passed request's decisions to its response.
     #[inline]
-    pub(crate) fn headers(&self, reported: &Reported, headers: &mut HeaderMap) {
+    fn headers(&self, ticket: &Ticket, decisions: &Decisions, headers: &mut HeaderMap) {
         // Only the IETF fields and several policies need the list.
         let policies: SmallVec<[usize; 2]> = if self.reporter.needs_policy_indices() {
-            reported.applied.policy_indices()
+            ticket.charges.policy_indices()
         } else {
             SmallVec::new()
         };
         self.reporter.headers(
-            &reported.decisions,
+            decisions,
             &policies,
-            reported.pk.as_deref(),
+            ticket.pk.as_deref(),
             || self.store.unix_now(),
             headers,
         );
@@ -456,9 +341,9 @@ where
     /// `status`, each with the receipt its decision carried (so a charge whose window closed
     /// or that the bucket drained gives back nothing).
     #[inline]
-    pub(crate) fn settle(&self, reported: &Reported, status: StatusCode) {
-        let applied = &reported.applied;
-        let refunds = applied.refunds(&self.rules, &self.ids, &reported.decisions, status);
+    fn settle_charges(&self, ticket: &Ticket, decisions: &Decisions, status: StatusCode) {
+        let applied = &ticket.charges;
+        let refunds = applied.refunds(&self.rules, &self.ids, decisions, status);
         if !refunds.is_empty() {
             tracing::debug!(key = self.diag.key_text(&applied.key), %status, "refunding rate-limit charge after the response");
             self.store.refund(&refunds);
@@ -467,7 +352,8 @@ where
 
     /// Gives back a Delay-mode reservation dropped before it proceeded, as far as the
     /// receipts in `decisions` say its charges still hold (never a later reservation's slot).
-    pub(crate) fn release(&self, applied: &Applied, decisions: &Decisions) {
+    fn give_back(&self, ticket: &Ticket, decisions: &Decisions) {
+        let applied = &ticket.charges;
         tracing::debug!(
             key = self.diag.key_text(&applied.key),
             "refunding a dropped delay-mode reservation"
@@ -499,43 +385,51 @@ pub(crate) fn store_failed(err: &StoreError, extensions: &mut Extensions) -> Opt
     };
     if action == FailurePolicy::Deny {
         tracing::debug!(error = %err, "rate-limit store could not decide; answering 503 (fail closed)");
-        let mut answer = Answer::text(
-            StatusCode::SERVICE_UNAVAILABLE,
-            Bytes::from_static(b"rate limiter unavailable\n"),
-        );
-        answer
-            .headers
-            .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
-        return Some(answer);
+        return Some(Answer::unavailable());
     }
     tracing::debug!(error = %err, %action, "rate-limit store could not decide; the request goes on without rate-limit headers");
     extensions.insert(StoreDegraded { action });
     None
 }
 
-/// The limiter as the response future sees it after `call` returned: the same functions,
-/// without the key, cost and resolver types.
-pub(crate) trait Erased<SF>: Send + Sync {
-    /// [`Limiter::verdict`].
+/// The limiter as a settlement sees it: what happens after the inner service answered (or
+/// did not). No type parameter, so a settlement can move into a response body.
+pub(crate) trait Respond: Send + Sync {
+    /// Settles the ticket by the response's status, then adds the rate-limit headers of
+    /// `decisions` to the response.
+    fn respond(&self, ticket: &Ticket, decisions: &Decisions, parts: &mut http::response::Parts);
+    /// Settles the ticket without a response (see [`NO_RESPONSE`] and [`FAILED`]).
+    fn settle(&self, ticket: &Ticket, decisions: &Decisions, status: StatusCode);
+}
+
+/// The limiter as the request path sees it: in `call` statically (the concrete [`Limiter`],
+/// inlined), in the response future as a trait object (so the future does not carry the
+/// key, cost and resolver types).
+pub(crate) trait Erased<SF>: Respond {
+    /// The one rule that turns a store's decisions into what happens to the request, for the
+    /// memory store (inside `call`) and async stores (from the response future) alike (a
+    /// store error goes to [`store_failed`] instead).
+    ///
+    /// Counts the decision once in `ratekeeper_decisions_total` when the verdict is final
+    /// (everything but [`Verdict::Retry`]: a Delay-mode request that re-checks after sleeping
+    /// is counted by its last answer only), writes one DEBUG event per decision (target
+    /// `ratekeeper::decision`; the layer's first "cost can never fit" case also at WARN;
+    /// shadow-mode overruns also at DEBUG, target `ratekeeper::shadow`), marks the request's
+    /// `extensions` for what comes after it ([`Info`], the fallback marker), and sets the
+    /// ticket's Delay-mode deadline at its first denial.
     fn verdict(
         &self,
-        applied: &Applied,
-        pk: Option<&str>,
+        ticket: &mut Ticket,
         decisions: &Decisions,
-        deadline: &mut Option<Instant>,
-        degrade: bool,
         extensions: &mut Extensions,
     ) -> Verdict;
-    /// [`Limiter::recheck`].
-    fn recheck(&self, applied: &Applied, max_wait: Duration) -> Checked<SF>;
-    /// [`Limiter::release`].
-    fn release(&self, applied: &Applied, decisions: &Decisions);
-    /// [`Limiter::settle`], then [`Limiter::headers`].
-    fn respond(&self, reported: &Reported, parts: &mut http::response::Parts);
-    /// [`Limiter::settle`] without a response (see [`NO_RESPONSE`] and [`FAILED`]).
-    fn settle_status(&self, reported: &Reported, status: StatusCode);
-    /// [`Reporter::grpc_call`].
-    fn grpc_call(&self, version: http::Version, headers: &HeaderMap) -> Option<HeaderValue>;
+    /// Reserves a waiting request's charges again, for what is left until its deadline
+    /// (check-and-retry, for stores or algorithms that cannot reserve).
+    fn recheck(&self, ticket: &Ticket) -> Checked<SF>;
+    /// Gives back a Delay-mode reservation dropped before it proceeded.
+    fn release(&self, ticket: &Ticket, decisions: &Decisions);
+    /// This limiter as a settlement holds it.
+    fn responder(self: Arc<Self>) -> Arc<dyn Respond>;
 }
 
 /// The status a charge is settled with when the response future is dropped before the inner
@@ -547,44 +441,64 @@ pub(crate) const NO_RESPONSE: u16 = 499;
 /// response: `500`, as hyper answers such a request.
 pub(crate) const FAILED: u16 = 500;
 
-impl<K, Co, St, R> Erased<St::Future> for Limiter<K, Co, St, R>
+impl<K, Co, St, R> Respond for Limiter<K, Co, St, R>
 where
     K: Send + Sync,
     Co: Send + Sync,
     St: Store<Key>,
     R: Send + Sync,
 {
+    #[inline]
+    fn respond(&self, ticket: &Ticket, decisions: &Decisions, parts: &mut http::response::Parts) {
+        self.settle_charges(ticket, decisions, parts.status);
+        self.headers(ticket, decisions, &mut parts.headers);
+    }
+
+    fn settle(&self, ticket: &Ticket, decisions: &Decisions, status: StatusCode) {
+        self.settle_charges(ticket, decisions, status);
+    }
+}
+
+impl<K, Co, St, R> Erased<St::Future> for Limiter<K, Co, St, R>
+where
+    K: Send + Sync + 'static,
+    Co: Send + Sync + 'static,
+    St: Store<Key>,
+    R: Send + Sync + 'static,
+{
+    #[inline]
     fn verdict(
         &self,
-        applied: &Applied,
-        pk: Option<&str>,
+        ticket: &mut Ticket,
         decisions: &Decisions,
-        deadline: &mut Option<Instant>,
-        degrade: bool,
         extensions: &mut Extensions,
     ) -> Verdict {
-        Limiter::verdict(self, applied, pk, decisions, deadline, degrade, extensions)
+        if !decisions.is_allowed() {
+            return self.denied(ticket, decisions, extensions);
+        }
+        if !decisions.delay().is_zero() {
+            return self.reserved(ticket, decisions, extensions);
+        }
+        self.record(&ticket.charges, decisions);
+        if self.request_info {
+            self.insert_info(&ticket.charges, decisions, extensions);
+        }
+        Verdict::Pass
     }
 
-    fn recheck(&self, applied: &Applied, max_wait: Duration) -> Checked<St::Future> {
-        Limiter::recheck(self, applied, max_wait)
+    fn recheck(&self, ticket: &Ticket) -> Checked<St::Future> {
+        let left = ticket.deadline.map_or(Duration::ZERO, |d| {
+            d.saturating_duration_since(Instant::now())
+        });
+        self.store.reserve(&ticket.charges.charges(&self.ids), left)
     }
 
-    fn release(&self, applied: &Applied, decisions: &Decisions) {
-        Limiter::release(self, applied, decisions);
+    fn release(&self, ticket: &Ticket, decisions: &Decisions) {
+        self.give_back(ticket, decisions);
     }
 
-    fn respond(&self, reported: &Reported, parts: &mut http::response::Parts) {
-        self.settle(reported, parts.status);
-        self.headers(reported, &mut parts.headers);
-    }
-
-    fn grpc_call(&self, version: http::Version, headers: &HeaderMap) -> Option<HeaderValue> {
-        self.reporter.grpc_call(version, headers)
-    }
-
-    fn settle_status(&self, reported: &Reported, status: StatusCode) {
-        self.settle(reported, status);
+    fn responder(self: Arc<Self>) -> Arc<dyn Respond> {
+        self
     }
 }
 

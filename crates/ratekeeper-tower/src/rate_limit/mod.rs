@@ -77,23 +77,32 @@
 
 //! # Structure
 //!
-//! One owner decides: the private `Limiter` (`limiter.rs`) builds a request's charges, calls
-//! the store, gives the verdict (pass, answer, wait, degrade) with its metrics and logs,
-//! renders, and settles after the response. [`RateLimit::call`](tower_service::Service::call)
-//! and the [`ResponseFuture`] (a state machine, for stores that answer later and for
-//! Delay-mode waits) both ask it for the verdict. Imports run one way:
+//! One request, one ticket: `call` asks the private `Limiter` (`limiter.rs`) to `prepare`
+//! the request into a `Ticket` (`ticket.rs`: key and charges, partition key, Delay-mode
+//! deadline, and where a refusal goes, `answer.rs`), which then moves through the path
+//! until its settlement after the response. One transition (`Held::next` in `future.rs`)
+//! asks the limiter for the verdict on the store's answer and picks what follows (call the
+//! inner service, answer, wait), both inside `call` (the memory store: nothing is held or
+//! cloned) and in the [`ResponseFuture`] (an async store, Delay-mode waits). Every answer
+//! gets its form (HTTP or gRPC) from the ticket's refusal, in one function. Imports run one
+//! way:
 //!
 //! ```text
-//! layer ──> service ──> future ──> limiter ──> mode, meter
-//!   │          └──────────────────────^
-//!   └─────────────────────────────────^
+//! builder ──> layer ──> service ──> future ──> limiter ──> ticket ──> answer
+//! fallback ─────┘                                 └──> mode, meter, diag
 //! ```
 //!
-//! and `limiter` uses `policy`, `report`, `key`, `cost` and `degraded`, none of which
-//! imports `rate_limit`.
+//! Each file imports only files to its right. `limiter` uses `policy`, `report`, `key`,
+//! `cost`, `info` and `degraded`; `fallback.rs` puts the independent [`Fallback`]
+//! middleware (`crate::fallback`) behind the rate limit. None of those imports `rate_limit`.
+//! Beside the request path, `admin.rs` ([`Admin`], made by the layer) reads the limiter's
+//! store, policy ids and names, and imports nothing else of `rate_limit`.
 
 mod admin;
+mod answer;
+mod builder;
 mod diag;
+mod fallback;
 mod future;
 mod layer;
 mod limiter;
@@ -102,12 +111,15 @@ mod mode;
 mod service;
 #[cfg(test)]
 mod tests;
+mod ticket;
 
 pub use crate::error::BuildError;
-pub use crate::fallback::{Fallback, FallbackFuture, FallbackLayer};
+pub use crate::fallback::{Fallback, FallbackFuture};
 pub use admin::{Admin, AdminError, Usage};
+pub use builder::RateLimitBuilder;
+pub use fallback::FallbackLayer;
 pub use future::ResponseFuture;
-pub use layer::{RateLimitBuilder, RateLimitLayer};
+pub use layer::RateLimitLayer;
 pub use meter::{DECISIONS_TOTAL, SHADOW_CHECKED_TOTAL, SHADOW_WOULD_REFUSE_TOTAL, USAGE_RATIO};
 pub use mode::Mode;
 /// Re-exported from `ratekeeper_core::clock`: a clock on tokio's time, so a store follows

@@ -7,12 +7,12 @@ use ratekeeper_core::Key;
 use ratekeeper_core::store::{Checked, Store};
 use tower_service::Service;
 
-use super::future::{Pending, ResponseFuture};
-use super::limiter::{Answer, Limiter, Prepared, Reported, Verdict, store_failed};
+use super::future::{Held, ResponseFuture};
+use super::limiter::{Limiter, Prepared};
 use crate::body::ResponseBody;
 use crate::cost::Cost;
 use crate::key::{KeyExtractor, PeerIp};
-use crate::policy::{AllPolicies, Applied, Resolve};
+use crate::policy::{AllPolicies, Resolve};
 
 /// The rate-limiting service: decides in `call`, answers a denied request with a 429 (a gRPC
 /// call with `RESOURCE_EXHAUSTED`, see [`report`](crate::report#grpc)) without
@@ -29,8 +29,8 @@ pub struct RateLimit<
     inner: S,
     pub(super) limiter: Arc<Limiter<K, Co, St, R>>,
     /// The inner service is a [`Fallback`](crate::fallback::Fallback): denied requests go to
-    /// it.
-    degrade: bool,
+    /// it (see the ticket's refusal).
+    fallback: bool,
 }
 
 impl<S, K, Co, St, R> RateLimit<S, K, Co, St, R> {
@@ -38,15 +38,15 @@ impl<S, K, Co, St, R> RateLimit<S, K, Co, St, R> {
         Self {
             inner,
             limiter,
-            degrade: false,
+            fallback: false,
         }
     }
 
-    pub(crate) fn degrading(inner: S, limiter: Arc<Limiter<K, Co, St, R>>) -> Self {
+    pub(crate) fn with_fallback(inner: S, limiter: Arc<Limiter<K, Co, St, R>>) -> Self {
         Self {
             inner,
             limiter,
-            degrade: true,
+            fallback: true,
         }
     }
 
@@ -58,7 +58,7 @@ impl<S: Clone, K, Co, St, R> Clone for RateLimit<S, K, Co, St, R> {
         Self {
             inner: self.inner.clone(),
             limiter: Arc::clone(&self.limiter),
-            degrade: self.degrade,
+            fallback: self.fallback,
         }
     }
 }
@@ -92,90 +92,23 @@ where
     // Out of line on purpose: inlined into a caller (axum's `MapIntoResponse`), the future
     // was built on the stack and then copied into place, some 100 instructions per request.
     #[inline(never)]
-    fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
-        let limiter = &*self.limiter;
-        let applied = match limiter.prepare(&req) {
-            Prepared::Charge(applied) => applied,
+    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+        let ticket = match self.limiter.prepare(&req, self.fallback) {
+            Prepared::Charge(ticket) => ticket,
             Prepared::Exempt => return ResponseFuture::unchecked(self.inner.call(req)),
-            Prepared::Failed(err) => {
-                return ResponseFuture::answered(
-                    Answer::key_error(&err)
-                        .for_request(limiter.reporter.grpc_call(req.version(), req.headers())),
-                );
-            }
+            Prepared::Failed(answer, refusal) => return ResponseFuture::refused(answer, &refusal),
         };
-        let pk = limiter.pk(&applied);
-        match limiter.check(&applied) {
-            Checked::Ready(Ok(decisions)) => {
-                let mut deadline = None;
-                let verdict = limiter.verdict(
-                    &applied,
-                    pk.as_deref(),
-                    &decisions,
-                    &mut deadline,
-                    self.degrade,
-                    req.extensions_mut(),
-                );
-                match verdict {
-                    Verdict::Pass => ResponseFuture::called(
-                        self.inner.call(req),
-                        self.limiter.clone(),
-                        Reported {
-                            decisions,
-                            applied,
-                            pk,
-                        },
-                    ),
-                    Verdict::Answer(answer) => {
-                        let grpc = limiter.reporter.grpc_call(req.version(), req.headers());
-                        ResponseFuture::answered(answer.for_request(grpc))
-                    }
-                    verdict @ (Verdict::Wait | Verdict::Retry(_)) => {
-                        let mut pending = self.hold(req, applied, pk);
-                        pending.deadline = deadline;
-                        ResponseFuture::after(pending, verdict, decisions)
-                    }
-                }
-            }
-            Checked::Ready(Err(err)) => match store_failed(&err, req.extensions_mut()) {
-                None => ResponseFuture::unchecked(self.inner.call(req)),
-                Some(answer) => {
-                    let grpc = limiter.reporter.grpc_call(req.version(), req.headers());
-                    ResponseFuture::answered(answer.for_request(grpc))
-                }
-            },
-            Checked::Pending(check) => ResponseFuture::checking(check, self.hold(req, applied, pk)),
-        }
-    }
-}
-
-impl<S, K, Co, St, R> RateLimit<S, K, Co, St, R>
-where
-    S: Clone,
-    K: Send + Sync + 'static,
-    Co: Send + Sync + 'static,
-    St: Store<Key>,
-    R: Send + Sync + 'static,
-{
-    /// Hands the request, with the ready inner service, to the response future; this service
-    /// keeps a fresh clone (see the tower-service docs, "Be careful when cloning inner
-    /// services").
-    fn hold<Req>(
-        &mut self,
-        req: Req,
-        applied: Applied,
-        pk: Option<Arc<str>>,
-    ) -> Pending<S, Req, St::Future> {
-        let clone = self.inner.clone();
-        let inner = std::mem::replace(&mut self.inner, clone);
-        Pending {
-            inner,
+        let check = self.limiter.check(&ticket.charges);
+        let held = Held {
+            inner: &mut self.inner,
             req,
-            applied,
-            pk,
-            limiter: self.limiter.clone(),
-            deadline: None,
-            degrade: self.degrade,
+            ticket,
+            limiter: &self.limiter,
+        };
+        match check {
+            // The memory store: the verdict at once, on the borrowed service and limiter.
+            Checked::Ready(result) => held.next(result),
+            Checked::Pending(check) => ResponseFuture::checking(check, held.hold()),
         }
     }
 }

@@ -219,7 +219,7 @@ pub static RATELIMIT_REMAINING: HeaderName = names::RATELIMIT_REMAINING;
 /// `RateLimit-Reset` (drafts -00 to -03, delta seconds; [`HeaderStyle::IetfLegacy`]).
 pub static RATELIMIT_RESET: HeaderName = names::RATELIMIT_RESET;
 /// `RateLimit-Degraded`: set on a response that a degraded-response fallback produced
-/// instead of a 429 (see [`crate::rate_limit::Fallback`]). Its value is a Structured Field
+/// instead of a 429 (see [`crate::fallback::Fallback`]). Its value is a Structured Field
 /// String (RFC 9651 §3.3.3) naming the policy that limited the request, e.g.
 /// `RateLimit-Degraded: "burst"`, or `"store-unavailable"` when the store could not decide.
 /// This field is ratekeeper's own, not part of any standard.

@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 use smallvec::SmallVec;
 
 use self::keyed::{Slot, with_keyed};
-use super::{Charge, Checked, Decisions, PolicyId, Receipt, Refund, Store, StoreError};
+use super::{Charge, Checked, Correction, Decisions, PolicyId, Receipt, Refund, Store, StoreError};
 use crate::algorithm::Reserved;
 use crate::clock::{Clock, MonotonicClock};
 use crate::{Decision, Policy};
@@ -545,6 +545,27 @@ where
         }
     }
 
+    /// Each correction on the state its receipt names (latest first, as refunds): a
+    /// give-back by the refund rules, except that a token bucket or leaky bucket beyond its
+    /// tolerance is read as a debt and paid off; an extra charge forced on the state a
+    /// check of the key would charge now. The concurrency counter only gives back (a
+    /// permit is a permit, whatever the request cost).
+    fn correct(&self, corrections: &[Correction<'_, K>]) {
+        let now = self.clock.now();
+        for c in corrections.iter().rev() {
+            let charge = c.charge;
+            if let Ok(slot) = self.slot(charge.policy) {
+                let (back, extra) = (c.give_back(), c.extra());
+                if back > 0 {
+                    with_keyed!(slot, k => k.give_back(charge.key, now, back, c.receipt));
+                }
+                if extra > 0 {
+                    with_keyed!(slot, k => k.debit(charge.key, now, extra));
+                }
+            }
+        }
+    }
+
     fn unix_now(&self) -> std::time::Duration {
         self.clock.unix_now()
     }
@@ -566,6 +587,8 @@ impl<K, C: fmt::Debug> fmt::Debug for MemoryStore<K, C> {
     }
 }
 
+#[cfg(test)]
+mod correct_tests;
 #[cfg(test)]
 mod edge_tests;
 #[cfg(test)]

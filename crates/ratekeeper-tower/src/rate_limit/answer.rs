@@ -1,0 +1,113 @@
+//! [`Answer`]: a response the layer writes itself, and [`Refusal`]: where a request goes
+//! when the layer refuses it, which also gives the answer its form (HTTP, or a gRPC
+//! trailers-only response).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::{CACHE_CONTROL, CONTENT_TYPE};
+use http::{HeaderMap, HeaderValue, StatusCode};
+
+use crate::key::KeyError;
+use crate::report::trailers_only;
+
+/// A response the layer writes itself (a 429, a 503 when the store fails closed, or a key
+/// error), in HTTP form until [`Refusal::answer`] gives it the form the request reads.
+#[derive(Debug)]
+pub(crate) struct Answer {
+    pub(crate) status: StatusCode,
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: Bytes,
+    /// For a 429: the layer's policy names and the index of the one the headers report, to
+    /// name it in a gRPC answer.
+    pub(crate) policy: Option<(Arc<[Box<str>]>, usize)>,
+}
+
+impl Answer {
+    /// A plain-text answer.
+    fn text(status: StatusCode, body: Bytes) -> Self {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        Self {
+            status,
+            headers,
+            body,
+            policy: None,
+        }
+    }
+
+    /// The answer to a request the layer could not key (`400` for a missing key, `500` for a
+    /// misconfiguration, with an error log line).
+    pub(crate) fn key_error(err: &KeyError) -> Self {
+        let status = err.status();
+        let message = if status.is_server_error() {
+            tracing::error!(error = %err, "rate limiter cannot key the request");
+            "rate limiter misconfigured: no key for this request\n".to_owned()
+        } else {
+            tracing::debug!(error = %err, "request has no rate-limit key");
+            format!("{err}\n")
+        };
+        Self::text(status, Bytes::from(message))
+    }
+
+    /// The `503 Service Unavailable` of a store that could not decide and fails closed.
+    pub(crate) fn unavailable() -> Self {
+        let mut answer = Self::text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            Bytes::from_static(b"rate limiter unavailable\n"),
+        );
+        answer
+            .headers
+            .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        answer
+    }
+
+    /// What a response future answers when polled after it completed.
+    pub(crate) fn polled_after_completion() -> Self {
+        Self::text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            Bytes::from_static(b"response future polled after completion\n"),
+        )
+    }
+}
+
+/// Where a request goes when the layer refuses it, decided once in `call` from the layer's
+/// settings and the request's version and `content-type`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Refusal {
+    /// A denial goes to the inner service, a [`Fallback`](crate::fallback::Fallback), marked
+    /// for it, instead of getting a 429. Other answers (a 503, a key error) stay answers.
+    pub(crate) fallback: bool,
+    /// The request is a gRPC call to a layer that serves gRPC: answers are trailers-only
+    /// responses with this `content-type` (see [`trailers_only`]).
+    pub(crate) grpc: Option<HeaderValue>,
+}
+
+impl Refusal {
+    /// `answer` in the form the request reads: unchanged, or for a gRPC call a trailers-only
+    /// response with the matching gRPC status. Every answer of the layer goes through here,
+    /// once.
+    pub(crate) fn answer(&self, mut answer: Answer) -> Answer {
+        let Some(content_type) = self.grpc.clone() else {
+            return answer;
+        };
+        let policy = answer
+            .policy
+            .as_ref()
+            .and_then(|(names, i)| names.get(*i))
+            .map(|n| &**n);
+        let (status, body) = trailers_only(
+            answer.status,
+            &mut answer.headers,
+            &answer.body,
+            policy,
+            content_type,
+        );
+        answer.status = status;
+        answer.body = body;
+        answer
+    }
+}

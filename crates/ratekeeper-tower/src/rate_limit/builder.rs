@@ -1,0 +1,441 @@
+//! [`RateLimitBuilder`]: policies, key, cost, store, headers and mode, checked into a
+//! [`RateLimitLayer`].
+
+use std::fmt;
+use std::sync::Arc;
+
+use ratekeeper_core::store::{MemoryStore, Store};
+use ratekeeper_core::{Algorithm, Key, Policy, Quota};
+use smallvec::SmallVec;
+
+use super::diag::{self, Diagnostics, short_type_name};
+use super::layer::RateLimitLayer;
+use super::limiter::Limiter;
+use super::meter::Meter;
+use super::mode::Mode;
+use crate::error::BuildError;
+use crate::key::PeerIp;
+use crate::policy::{AllPolicies, CheckPolicies, Rules, Settle};
+use crate::report::{HeaderStyle, PartitionKey, Rejection, Reporter, ResetFormat};
+
+/// Everything a [`RateLimitBuilder`] holds that does not change its type, moved as a whole when a
+/// strategy (key, cost, store, resolver) is swapped.
+#[derive(Default)]
+struct Settings {
+    policies: Vec<Policy>,
+    fixed_cost: Option<u64>,
+    style: HeaderStyle,
+    reset: ResetFormat,
+    mode: Mode,
+    rejection: Option<Arc<dyn Rejection>>,
+    partition_key: Option<PartitionKey>,
+    request_info: bool,
+    rules: Rules,
+    settle: Vec<(String, Settle)>,
+    quiet_forwarded: bool,
+    raw_keys: bool,
+    grpc: bool,
+}
+
+impl RateLimitLayer {
+    /// A builder for several policies, another key, cost, store or header style.
+    pub fn builder() -> RateLimitBuilder {
+        RateLimitBuilder::new()
+    }
+}
+
+/// Builds a [`RateLimitLayer`]: policies, key extractor, cost, store, headers.
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use ratekeeper_core::{Policy, Quota};
+/// use ratekeeper_tower::{GlobalKey, RateLimitLayer};
+///
+/// let layer = RateLimitLayer::builder()
+///     .policy(Policy::new("burst", Quota::per_second(NonZeroU32::new(50).unwrap())))
+///     .policy(Policy::new("daily", Quota::per_day(NonZeroU32::new(10_000).unwrap())))
+///     .key(GlobalKey)
+///     .build()?;
+/// assert_eq!(layer.policy_ids().len(), 2);
+/// # Ok::<(), ratekeeper_tower::BuildError>(())
+/// ```
+pub struct RateLimitBuilder<K = PeerIp, Co = u64, St = MemoryStore<Key>, R = AllPolicies> {
+    settings: Settings,
+    key: K,
+    cost: Co,
+    store: St,
+    resolver: R,
+}
+
+impl RateLimitBuilder {
+    /// Peer-IP key, cost 1, memory store, `X-RateLimit-*` headers, no policy yet.
+    pub fn new() -> Self {
+        Self {
+            settings: Settings {
+                fixed_cost: Some(1),
+                ..Settings::default()
+            },
+            key: PeerIp::new(),
+            cost: 1,
+            store: MemoryStore::new(),
+            resolver: AllPolicies,
+        }
+    }
+}
+
+impl Default for RateLimitBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<K, Co, St, R> RateLimitBuilder<K, Co, St, R> {
+    /// Adds a policy. Every policy is checked on every request, all-or-nothing, with its own
+    /// algorithm ([`Policy::with_algorithm`]; GCRA by default).
+    pub fn policy(mut self, policy: Policy) -> Self {
+        self.settings.policies.push(policy);
+        self
+    }
+
+    /// Adds a GCRA policy named `"default"` with `quota`.
+    pub fn quota(self, quota: Quota) -> Self {
+        self.policy(Policy::new("default", quota))
+    }
+
+    /// Sets the key extractor.
+    pub fn key<K2>(self, key: K2) -> RateLimitBuilder<K2, Co, St, R> {
+        let Self {
+            settings,
+            cost,
+            store,
+            resolver,
+            ..
+        } = self;
+        RateLimitBuilder {
+            settings,
+            key,
+            cost,
+            store,
+            resolver,
+        }
+    }
+
+    /// Sets a fixed cost per request, in units (checked against every policy's capacity when
+    /// the layer is built).
+    pub fn cost(self, cost: u64) -> RateLimitBuilder<K, u64, St, R> {
+        self.cost_fn(cost)
+    }
+
+    /// Sets the cost of each request, in units (see [`crate::cost::Cost`]). When the cost is
+    /// the same for every request ([`Cost::fixed`](crate::cost::Cost::fixed) is `Some`),
+    /// [`build`](Self::build) refuses 0 and a cost above a policy's capacity; a cost computed
+    /// per request above the capacity gets the "cost can never fit" 429.
+    pub fn cost_fn<Co2: crate::cost::Cost>(self, cost: Co2) -> RateLimitBuilder<K, Co2, St, R> {
+        let Self {
+            mut settings,
+            key,
+            store,
+            resolver,
+            ..
+        } = self;
+        settings.fixed_cost = cost.fixed();
+        RateLimitBuilder {
+            settings,
+            key,
+            cost,
+            store,
+            resolver,
+        }
+    }
+
+    /// Sets the store (default: a new [`MemoryStore`]).
+    pub fn store<St2>(self, store: St2) -> RateLimitBuilder<K, Co, St2, R> {
+        let Self {
+            settings,
+            key,
+            cost,
+            resolver,
+            ..
+        } = self;
+        RateLimitBuilder {
+            settings,
+            key,
+            cost,
+            store,
+            resolver,
+        }
+    }
+
+    /// Sets the policy resolver (default [`AllPolicies`]): which policies each request is
+    /// charged to, with which key and cost. See [`crate::policy`] and
+    /// [`crate::route::RouteTable`].
+    pub fn resolver<R2>(self, resolver: R2) -> RateLimitBuilder<K, Co, St, R2> {
+        let Self {
+            settings,
+            key,
+            cost,
+            store,
+            ..
+        } = self;
+        RateLimitBuilder {
+            settings,
+            key,
+            cost,
+            store,
+            resolver,
+        }
+    }
+
+    /// Sets the rate-limit header style (default [`HeaderStyle::XRateLimit`]).
+    pub fn headers(mut self, style: HeaderStyle) -> Self {
+        self.settings.style = style;
+        self
+    }
+
+    /// Sets how reset values are written (default [`ResetFormat::DeltaSeconds`]).
+    pub fn reset_format(mut self, reset: ResetFormat) -> Self {
+        self.settings.reset = reset;
+        self
+    }
+
+    /// Sets what happens to a request over the limit (default [`Mode::Reject`]).
+    pub fn mode(mut self, mode: Mode) -> Self {
+        self.settings.mode = mode;
+        self
+    }
+
+    /// Replaces the default problem+json 429 with `rejection` (see
+    /// [`Rejection`](crate::report::Rejection)). The layer still adds the rate-limit headers,
+    /// `Retry-After` and `Cache-Control: no-store` to its response.
+    pub fn rejection<J: Rejection>(mut self, rejection: J) -> Self {
+        self.settings.rejection = Some(Arc::new(rejection));
+        self
+    }
+
+    /// Whether allowed requests carry an [`Info`](crate::info::Info) extension (default
+    /// `false`; the axum `RateLimitInfo` extractor reads it, so turn it on for handlers that
+    /// extract it). Off, an allowed request costs no extension (no allocation, map insert or
+    /// copy of the decisions). Requests let through over the limit (shadow mode,
+    /// fallback) always carry it; in shadow mode, requests under the limit carry it only
+    /// when this is on.
+    pub fn request_info(mut self, on: bool) -> Self {
+        self.settings.request_info = on;
+        self
+    }
+
+    /// Adds a hashed partition key (`pk`) to the IETF headers (see
+    /// [`PartitionKey`](crate::report::PartitionKey)). Off by default.
+    pub fn partition_key(mut self, partition_key: PartitionKey) -> Self {
+        self.settings.partition_key = Some(partition_key);
+        self
+    }
+
+    /// Settles the named policy's charge once the response status is known (see
+    /// [`Settle`]). Checked at build time: the policy must exist.
+    pub fn settle(mut self, policy: &str, settle: Settle) -> Self {
+        self.settings.settle.push((policy.to_owned(), settle));
+        self
+    }
+
+    /// Exempts requests that look like CORS preflights (see
+    /// [`cors::is_preflight`](crate::cors::is_preflight): `OPTIONS` with `Origin` and
+    /// `Access-Control-Request-Method`, and no body). Default `false`: every request that
+    /// reaches this layer is counted.
+    ///
+    /// The exemption is **client-controlled**: any client can send those headers, so on a
+    /// route whose handler also answers `OPTIONS` (a catch-all, a JSON-RPC endpoint) it
+    /// opens a way around the limit. Prefer a `tower_http::cors::CorsLayer` *outside* this
+    /// layer: it answers real preflights itself, so they never reach the limiter and stay
+    /// free (see [`crate::cors`]).
+    pub fn exempt_preflight(mut self, exempt: bool) -> Self {
+        self.settings.rules.exempt_preflight = exempt;
+        self
+    }
+
+    /// Peers inside these networks (for example monitoring or an internal network) are not
+    /// limited. Matched against the TCP peer, never a forwarded header. Peer and networks are
+    /// compared in the normal form of [`normalize_ip`](crate::key::normalize_ip): IPv4-mapped
+    /// and well-known NAT64 (`64:ff9b::/96`) spellings are IPv4, so `::ffff:192.0.2.0/120`
+    /// and `192.0.2.0/24` are the same network and match `192.0.2.7` in either spelling.
+    pub fn exempt_networks(mut self, networks: impl IntoIterator<Item = ipnet::IpNet>) -> Self {
+        // Normalised in `build`, with the NAT64 prefixes set by then.
+        self.settings.rules.exempt_networks.extend(networks);
+        self
+    }
+
+    /// Also reads peer addresses inside `prefix`, your NAT64 translator's network-specific
+    /// prefix, as the IPv4 address they embed when matching
+    /// [`exempt_networks`](Self::exempt_networks) (the well-known `64:ff9b::/96` always is).
+    /// Set the same prefix on the key extractor ([`PeerIp::nat64`](crate::key::PeerIp::nat64),
+    /// [`ForwardedIp::nat64`](crate::key::ForwardedIp::nat64)) so that keys agree.
+    pub fn nat64(mut self, prefix: crate::key::Nat64Prefix) -> Self {
+        self.settings.rules.nat64.push(prefix);
+        self
+    }
+
+    /// Requests whose key (from the layer's key extractor) is one of `keys` are not limited.
+    /// An address key is compared in the normal form of the IP extractors
+    /// ([`normalize_ip`](crate::key::normalize_ip)), as they write it.
+    pub fn exempt_keys(mut self, keys: impl IntoIterator<Item = Key>) -> Self {
+        let keys = keys.into_iter().map(|key| match key {
+            Key::Ip(ip) => Key::Ip(crate::key::normalize_ip(ip, &[])),
+            key => key,
+        });
+        self.settings.rules.exempt_keys.extend(keys);
+        self
+    }
+
+    /// Whether to warn (once, at WARN, target `ratekeeper`) when a request keyed by its peer
+    /// address ([`PeerIp`], see [`KeyExtractor::keys_by_peer`](crate::key::KeyExtractor::keys_by_peer))
+    /// arrives from a private or loopback peer with an `X-Forwarded-For` or `Forwarded`
+    /// header: a reverse proxy is in front, and every client behind it shares its budget. The
+    /// warning names the fix, [`ForwardedIp`](crate::key::ForwardedIp). The layer looks at the
+    /// first 4,096 requests from private peers (a proxy adds the header to every request, so
+    /// it shows itself among them) and then stops looking, so the watch costs nothing in
+    /// the long run. Default `true`; turn it off when one budget for the proxy is what you
+    /// want.
+    pub fn warn_forwarded(mut self, on: bool) -> Self {
+        self.settings.quiet_forwarded = !on;
+        self
+    }
+
+    /// Whether the per-decision DEBUG events (target `ratekeeper::decision`) and the other
+    /// log lines that name a key write the raw key (an IP address, an API key) instead of its
+    /// hash (`h:` and 16 hex digits of SHA-256 of the key). Default `false`: keys are
+    /// pseudonymous in logs.
+    pub fn log_raw_keys(mut self, on: bool) -> Self {
+        self.settings.raw_keys = on;
+        self
+    }
+
+    /// Whether this layer serves gRPC (tonic, gRPC-Web): a refused gRPC call then gets a
+    /// gRPC answer, a trailers-only response with HTTP `200 OK` and `grpc-status: 8`
+    /// (`RESOURCE_EXHAUSTED`), which gRPC clients read (see [`report`](crate::report#grpc)).
+    ///
+    /// A gRPC call is recognised by its protocol's grammar: `content-type: application/grpc`
+    /// (or `application/grpc+<format>`) on an HTTP/2 request, or a gRPC-Web content type
+    /// (`application/grpc-web`, `application/grpc-web-text`, with an optional
+    /// `+<format>`) on any HTTP version. Default `false`: every refusal is an HTTP status
+    /// (429, 503, 400, 500) whatever the request's `content-type` says, so a client of a
+    /// plain HTTP service cannot turn its own 429 into a 200 that access logs and proxies do
+    /// not count as a refusal.
+    pub fn grpc(mut self, on: bool) -> Self {
+        self.settings.grpc = on;
+        self
+    }
+
+    /// Registers the policies with the store and builds the layer.
+    ///
+    /// Logs one INFO event (target `ratekeeper`) naming the policies (name, quota,
+    /// algorithm), the key extractor, the store, the header style and the mode, so the
+    /// limits in force are in the startup log.
+    ///
+    /// # Errors
+    ///
+    /// [`BuildError`] when there is no policy, a name is reused or invalid, the key
+    /// extractor refuses its settings ([`KeyExtractor::check`](crate::key::KeyExtractor::check):
+    /// a header name that is not a valid field name), the store
+    /// refuses a policy, a fixed cost is 0 or larger than a policy's burst, or the resolver
+    /// refuses the policies (a [`RouteTable`](crate::route::RouteTable) route template that
+    /// can never match, an unknown policy name, a route cost above a burst).
+    pub fn build(self) -> Result<RateLimitLayer<K, Co, St, R>, BuildError>
+    where
+        K: crate::key::KeyExtractor,
+        St: Store<Key>,
+        R: CheckPolicies,
+    {
+        let Self {
+            mut settings,
+            key,
+            cost,
+            mut store,
+            resolver,
+        } = self;
+        let policies = &settings.policies;
+        if policies.is_empty() {
+            return Err(BuildError::NoPolicy);
+        }
+        for (i, p) in policies.iter().enumerate() {
+            if policies[..i].iter().any(|q| q.name() == p.name()) {
+                return Err(BuildError::DuplicatePolicy(p.name().to_owned()));
+            }
+        }
+        if let Some(p) = policies
+            .iter()
+            .find(|p| p.algorithm() == Algorithm::Concurrency)
+        {
+            return Err(BuildError::ConcurrencyPolicy(p.name().to_owned()));
+        }
+        if let Some(cost) = settings.fixed_cost {
+            if cost == 0 {
+                return Err(BuildError::ZeroCost);
+            }
+            if let Some(p) = policies.iter().find(|p| cost > u64::from(p.capacity())) {
+                return Err(BuildError::CostExceedsBurst {
+                    policy: p.name().to_owned(),
+                    cost,
+                    burst: p.capacity(),
+                });
+            }
+        }
+        for (name, settle) in &settings.settle {
+            let index = policies
+                .iter()
+                .position(|p| p.name() == name)
+                .and_then(|i| u32::try_from(i).ok())
+                .ok_or_else(|| BuildError::UnknownPolicy(name.clone()))?;
+            settings.rules.settle.push((index, *settle));
+        }
+        let exempt = std::mem::take(&mut settings.rules.exempt_networks);
+        settings.rules.exempt_networks = crate::key::normalize_nets(exempt, &settings.rules.nat64);
+        key.check()?;
+        resolver.check(policies)?;
+        let mut ids = SmallVec::new();
+        for p in policies {
+            ids.push(store.register(p)?);
+        }
+        let mut reporter = Reporter::new(policies, settings.style, settings.reset);
+        reporter.rejection = settings.rejection;
+        reporter.partition_key = settings.partition_key;
+        reporter.grpc = settings.grpc;
+        diag::built(
+            policies,
+            &key.describe(),
+            &short_type_name::<St>(),
+            settings.style,
+            settings.mode,
+        );
+        let diag = Diagnostics::new(
+            !settings.quiet_forwarded && key.keys_by_peer(),
+            settings.raw_keys,
+        );
+        Ok(RateLimitLayer::from_limiter(Limiter {
+            store,
+            ids,
+            diag,
+            meter: Meter::new(reporter.names.clone(), settings.mode == Mode::Shadow),
+            reporter,
+            key,
+            cost,
+            resolver,
+            rules: settings.rules,
+            mode: settings.mode,
+            request_info: settings.request_info,
+        }))
+    }
+}
+
+impl<K, Co, St, R> fmt::Debug for RateLimitBuilder<K, Co, St, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = &self.settings;
+        f.debug_struct("RateLimitBuilder")
+            .field("policies", &s.policies)
+            .field("style", &s.style)
+            .field("reset", &s.reset)
+            .field("mode", &s.mode)
+            .field("custom_rejection", &s.rejection.is_some())
+            .field("partition_key", &s.partition_key)
+            .field("request_info", &s.request_info)
+            .finish_non_exhaustive()
+    }
+}
