@@ -4,6 +4,7 @@
 //! concurrency slots, faults (kill, pause, flush, failover), a fleet of instances at start and
 //! through an outage, and the tiered (lease) store.
 
+mod correct;
 mod differential;
 mod faults;
 mod fleet;

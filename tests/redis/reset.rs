@@ -1,8 +1,8 @@
 //! Reset and peek on the shared stores (Redis standalone, Redis Cluster, tiered), on
 //! injected time: a peek charges nothing, a reset gives the key its whole burst back
-//! exactly, a refund of a receipt from before the reset gives back nothing, a reset of one
-//! policy leaves the other's state, and a second store handle on the same server sees the
-//! reset. The tiered store also drops its lease of the key, and a lease taken before the
+//! exactly, a refund or a correction of a receipt from before the reset gives back nothing,
+//! a reset of one policy leaves the other's state, and a second store handle on the same
+//! server sees the reset. The tiered store also drops its lease of the key, and a lease taken before the
 //! reset and returned after it by another instance gives nothing back.
 
 use std::num::NonZeroU32;
@@ -11,7 +11,9 @@ use std::time::Duration;
 use ratekeeper_axum::core::clock::ManualClock;
 use ratekeeper_axum::core::store::redis::{RedisStore, RedisStoreBuilder};
 use ratekeeper_axum::core::store::tiered::TieredStore;
-use ratekeeper_axum::core::store::{Charge, Checked, Decisions, PolicyId, Receipt, Refund, Store};
+use ratekeeper_axum::core::store::{
+    Charge, Checked, Correction, Decisions, PolicyId, Receipt, Refund, Store,
+};
 use ratekeeper_axum::{Algorithm, Decision, Key, Policy, Quota};
 use ratekeeper_tests::redis::{DECISION_DEADLINE, RedisCluster, RedisServer};
 
@@ -22,9 +24,12 @@ const NOW_NS: u64 = 1_767_225_600_000_000_000;
 /// injected timeline.
 const MIN_TTL: Duration = Duration::from_secs(3_600);
 
-/// Stores whose refunds can be awaited (the trait's `refund` sends in the background).
+/// Stores whose refunds and corrections can be awaited (the trait's methods send in the
+/// background).
 trait Refunds: Store<Key> {
     async fn refund_now(&self, policy: PolicyId, key: &Key, receipt: Receipt);
+    /// Corrects a charge of 1 unit with `receipt` to a true cost of 0 (a give-back).
+    async fn give_back_now(&self, policy: PolicyId, key: &Key, receipt: Receipt);
 }
 
 impl Refunds for RedisStore {
@@ -33,6 +38,12 @@ impl Refunds for RedisStore {
             .await
             .expect("refund reaches Redis");
     }
+
+    async fn give_back_now(&self, policy: PolicyId, key: &Key, receipt: Receipt) {
+        self.correct_async(&[((policy, key.clone(), 1), receipt, 0)])
+            .await
+            .expect("correction reaches Redis");
+    }
 }
 
 impl Refunds for TieredStore {
@@ -40,6 +51,12 @@ impl Refunds for TieredStore {
         self.refund_async(&[Refund::new(Charge::new(policy, key, 1), receipt)])
             .await
             .expect("refund reaches Redis");
+    }
+
+    async fn give_back_now(&self, policy: PolicyId, key: &Key, receipt: Receipt) {
+        self.correct_async(&[Correction::new(Charge::new(policy, key, 1), receipt, 0)])
+            .await
+            .expect("correction reaches Redis");
     }
 }
 
@@ -160,6 +177,7 @@ async fn reset_and_peek<S: Refunds>(a: &S, b: &S, ids: &[PolicyId], what: &str) 
         let receipt = first.receipt(0);
         assert!(receipt.is_some(), "{what} {p:?}: a receipt");
         a.refund_now(p, &key, receipt).await;
+        a.give_back_now(p, &key, receipt).await;
         assert_eq!(
             peek(a, p, &key).await.remaining(),
             0,

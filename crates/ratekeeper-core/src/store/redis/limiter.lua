@@ -17,9 +17,9 @@
 -- ARGV[2]   stale guard in Redis TIME µs, or '': a call that reaches Redis after it does
 --           nothing (its caller already gave up on it). The caller computes it in the Redis
 --           time domain from the server time of earlier replies, never from its own clock.
--- ARGV[3]   'check' (all-or-nothing charge), 'peek' (no write), 'refund', 'reset' (forget
---           the keys and fence their receipts; see below), or 'reserve:<max_wait µs>'
---           (all-or-nothing reservation for the Delay mode; see below).
+-- ARGV[3]   'check' (all-or-nothing charge), 'peek' (no write), 'refund', 'correct' (see
+--           below), 'reset' (forget the keys and fence their receipts; see below), or
+--           'reserve:<max_wait µs>' (all-or-nothing reservation for the Delay mode; see below).
 -- ARGV[4]   least PX of a write in ms ('0': none; see RedisStoreBuilder::min_ttl).
 -- ARGV[5+6(i-1) .. 10+6(i-1)]  algorithm, p1, p2, p3, cost, stamp, where algorithm 1 = GCRA
 --           (p1 = T, the emission interval in µs; p2 = tau = burst * T in µs; p3 = burst) and
@@ -654,6 +654,127 @@ if mode == 'refund' then
   -- twice gets both back (its later charge is the latest booking).
   for i = n, 1, -1 do
     refund(i)
+  end
+  return peek_all()
+end
+
+-- 'correct': settles charges whose true cost is now known (Store::correct), latest first
+-- like 'refund'. Per key, the stamp says what to do with `cost` units:
+--   stamp >= 0 (or -1: none): give back `cost` units of the charge with that receipt, by the
+--     refund rules, except that the state is read with its debt: a GCRA TAT beyond
+--     now + tau is a debt left by extra charges, paid off (no "a later reservation waits"
+--     rule), and a window count above the limit is kept whole, not read as the limit;
+--   stamp -2 ('debit'): charge `cost` units at now without refusing, the twin of the
+--     algorithms' `debited`: GCRA TAT = max(TAT, now) + cost * T; windows: count += cost in
+--     the window of now; sliding log: cost units in an entry stamped now (merged into the
+--     newest when it is stamped now or later). The state may go beyond the capacity; PX
+--     follows it as for any write.
+-- Fixed windows and counters as stored, rolled to the window of now, never clamped.
+local function with_debt(i)
+  local st = load(i)
+  local w = math.floor(now / param(i, 2))
+  if algo(i) == 2 then
+    if st[1] == w then
+      return {w, st[2]}
+    end
+    return {w, 0}
+  end
+  if st[1] == w then
+    return {w, st[2], st[3]}
+  elseif st[1] + 1 == w then
+    return {w, 0, st[2]}
+  end
+  return {w, 0, 0}
+end
+
+local function give_back(i)
+  local cost, s = cost_of(i), stamp_of(i)
+  if s < 0 or cost <= 0 then
+    return
+  end
+  if fenced(i, s) then
+    return
+  end
+  if algo(i) == 4 then
+    refund(i)
+    return
+  end
+  if algo(i) == 1 then
+    local st = load(i)
+    if st <= now then
+      return
+    end
+    local give = cost * param(i, 2)
+    if st ~= s then
+      give = math.min(give, math.max(math.min(s, st) - now, 0))
+    end
+    if give > 0 then
+      st = math.max(st - give, now)
+      cache[KEYS[i]] = st
+      store(i, st)
+    end
+    return
+  end
+  local st = with_debt(i)
+  local changed = false
+  if algo(i) == 2 then
+    if st[1] == s and st[2] > 0 then
+      st = {st[1], math.max(st[2] - cost, 0)}
+      changed = true
+    end
+  elseif st[1] == s and st[2] > 0 then
+    st = {st[1], math.max(st[2] - cost, 0), st[3]}
+    changed = true
+  elseif st[1] == s + 1 and st[3] > 0 then
+    st = {st[1], st[2], math.max(st[3] - cost, 0)}
+    changed = true
+  end
+  if changed then
+    cache[KEYS[i]] = st
+    store(i, st)
+  end
+end
+
+local function debit(i)
+  local cost = cost_of(i)
+  if cost <= 0 then
+    return
+  end
+  local st
+  if algo(i) == 1 then
+    st = math.max(load(i), now) + cost * param(i, 2)
+  elseif algo(i) == 4 then
+    local log = load(i)
+    local last = log.newest
+    local newest
+    if log.first and last[1] >= now then
+      newest = {last[1], last[2] + cost, last[3] + cost}
+    else
+      local total = 0
+      if last then
+        total = last[3]
+      end
+      newest = {now, cost, total + cost}
+    end
+    -- Written, then read again from the set (its ranks changed).
+    store(i, {newest = newest})
+    cache[KEYS[i]] = nil
+    return
+  else
+    st = with_debt(i)
+    st[2] = st[2] + cost
+  end
+  cache[KEYS[i]] = st
+  store(i, st)
+end
+
+if mode == 'correct' then
+  for i = n, 1, -1 do
+    if stamp_of(i) == -2 then
+      debit(i)
+    else
+      give_back(i)
+    end
   end
   return peek_all()
 end

@@ -63,6 +63,14 @@
 //!   (`<state key>#reset`, same hash tag), so that a receipt handed out before the reset
 //!   gives back nothing after it, from any instance (see [`RedisStore::reset_async`] for
 //!   the bound and how long the fence lives).
+//! - **Corrections** ([`Store::correct`], [`RedisStore::correct_async`]): one script call
+//!   (`correct` mode) per client key. A give-back follows the refund rules on the state
+//!   with its debt (a GCRA TAT beyond `now + tau` is paid off, not kept for a waiting
+//!   reservation; a window count above the limit is kept whole); an extra charge of `x`
+//!   units is forced at the time of the correction, never refused: GCRA
+//!   `TAT = max(TAT, now) + x * T`, windows `count += x` in the current window, the sliding
+//!   log `x` units stamped now. The state may go beyond the capacity and later requests
+//!   wait the debt out (checks read a window count above the limit as the limit).
 //! - **TTL on every write** (`SET ... PX`) equal to the time until the state equals "absent"
 //!   (GCRA: `TAT - now`; fixed window: until the window ends; rounded up to a ms), so idle
 //!   keys disappear and no key is ever left without a TTL. A denial writes nothing.
@@ -207,8 +215,9 @@
 //! sliding window frees a unit of `remaining` or a log entry expires), with the answer Redis
 //! would give then, headers included. An allowed lone charge that took the last units is
 //! remembered as the denial it implies (GCRA, leaky bucket, fixed window). A charge, a
-//! reservation or a refund sent through this store forgets the entries of its keys;
-//! charges by other instances only keep a denial a denial; a refund by another instance
+//! reservation, a refund or a correction sent through this store forgets the entries of its
+//! keys; charges by other instances only keep a denial a denial; a refund or a give-back by
+//! another instance
 //! can free a key sooner, and the remembered denial then lasts at most until the state it
 //! was read from would have freed the key by itself. When a remembered denial runs out, one
 //! request per key probes Redis and the others of that key on this instance wait for its
@@ -294,9 +303,9 @@ use std::time::Duration;
 use failure::Failover;
 use negative::Lookup;
 use script::{Group, RedisPolicy};
-use shared::{Shared, refund_groups};
+use shared::{Shared, correct_groups, refund_groups};
 
-use super::{Charge, Checked, Decisions, PolicyId, Receipt, Refund, Store, StoreError};
+use super::{Charge, Checked, Correction, Decisions, PolicyId, Receipt, Refund, Store, StoreError};
 use crate::{Key, Policy};
 
 /// Largest state span the Redis store accepts (GCRA tolerance `burst * T`, fixed-window
@@ -463,6 +472,58 @@ impl RedisStore {
             cache.forget(refunds.iter().map(|((p, k, _), _)| (*p, k)));
         }
         refund_groups(&self.shared, &groups).await
+    }
+
+    /// Corrects charges whose true cost is now known and waits for Redis: the async form of
+    /// [`Store::correct`], with the same rules. Each correction is the charge as it was made,
+    /// the receipt its decision carried and the true cost. One script call per client key
+    /// gives back (by the receipt: nothing for [`Receipt::NONE`]) or charges the extra
+    /// without refusing; corrections to the estimate itself are not sent.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::UnknownPolicy`] for an unregistered policy (nothing is sent), the Redis
+    /// error of a failed call (the other groups are still sent), [`StoreError::Timeout`]
+    /// after the deadline.
+    pub async fn correct_async(
+        &self,
+        corrections: &[(OwnedCharge, Receipt, u64)],
+    ) -> Result<(), StoreError> {
+        let groups = self.correction_groups(
+            corrections
+                .iter()
+                .map(|((p, k, c), r, actual)| (*p, k, *c, *r, *actual)),
+        )?;
+        if let Some(cache) = &self.shared.negative {
+            cache.forget(corrections.iter().map(|((p, k, _), _, _)| (*p, k)));
+        }
+        correct_groups(&self.shared, &groups).await
+    }
+
+    /// Groups corrections `(policy, key, cost, receipt, actual)` by client key: each one a
+    /// give-back of `cost - actual` by its receipt (none without a receipt) or an extra
+    /// charge of `actual - cost` (marked with [`Group::mark_debits`]).
+    fn correction_groups<'k>(
+        &self,
+        corrections: impl Iterator<Item = (PolicyId, &'k Key, u64, Receipt, u64)>,
+    ) -> Result<Vec<Group>, StoreError> {
+        let settled: Vec<(PolicyId, &Key, u64, Receipt, bool)> = corrections
+            .filter_map(|(policy, key, cost, receipt, actual)| {
+                if actual > cost {
+                    Some((policy, key, actual - cost, receipt, true))
+                } else if actual < cost && receipt.is_some() {
+                    Some((policy, key, cost - actual, receipt, false))
+                } else {
+                    None
+                }
+            })
+            .collect();
+        let mut groups =
+            self.groups(settled.iter().map(|&(p, k, units, r, _)| (p, k, units, r)))?;
+        for group in &mut groups {
+            group.mark_debits(|slot| settled.get(slot).is_some_and(|s| s.4));
+        }
+        Ok(groups)
     }
 
     /// Groups charges by client key (one hash tag, one atomic script call each), keeping
@@ -710,6 +771,39 @@ impl Store<Key> for RedisStore {
     /// See [`RedisStore::reset_async`].
     fn reset(&self, policy: Option<PolicyId>, key: &Key) -> Checked<Self::Future> {
         self.reset_owned(policy, key)
+    }
+
+    /// Spawns the correction on the current tokio runtime (dropped with a warning outside
+    /// one), within the decision deadline, a failure counted and logged as for refunds; see
+    /// [`RedisStore::correct_async`] for the rules. Every algorithm the store runs gives back
+    /// by the receipt and charges the extra without refusing. The window algorithms' checks
+    /// read a count above the limit as the limit (the quota in force, which a changed
+    /// deployment may have lowered), so a debt in a fixed window refuses until the window
+    /// ends, and in a sliding window counter weighs at most the limit in the next window;
+    /// corrections themselves give back from the count with its debt.
+    fn correct(&self, corrections: &[Correction<'_, Key>]) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!("redis store correction outside a tokio runtime; dropped");
+            return;
+        };
+        let groups = match self.correction_groups(corrections.iter().map(|c| {
+            let charge = c.charge;
+            (charge.policy, charge.key, charge.cost, c.receipt, c.actual)
+        })) {
+            Ok(groups) if groups.is_empty() => return,
+            Ok(groups) => groups,
+            Err(err) => {
+                tracing::warn!(error = %err, "redis store correction of an unknown policy; dropped");
+                return;
+            }
+        };
+        if let Some(cache) = &self.shared.negative {
+            cache.forget(corrections.iter().map(|c| (c.charge.policy, c.charge.key)));
+        }
+        let shared = Arc::clone(&self.shared);
+        runtime.spawn(async move {
+            let _ = correct_groups(&shared, &groups).await;
+        });
     }
 
     /// Redis `TIME` as learned from the latest reply (advanced on the app's monotonic clock),

@@ -210,11 +210,25 @@ impl Group {
         }
     }
 
+    /// Marks the keys whose charge index in the request passes `is_debit` as extra charges
+    /// of a [`Mode::Correct`] call (their cost is charged without refusing; the others give
+    /// back their cost by their receipt).
+    pub(super) fn mark_debits(&mut self, is_debit: impl Fn(usize) -> bool) {
+        for (stamp, &slot) in self.stamps.iter_mut().zip(&self.slots) {
+            if is_debit(slot) {
+                *stamp = DEBIT;
+            }
+        }
+    }
+
     /// The number of charges.
     pub(super) fn len(&self) -> usize {
         self.keys.len()
     }
 }
+
+/// The stamp of a key in a [`Mode::Correct`] call that charges its cost without refusing.
+const DEBIT: i64 = -2;
 
 /// What a script call does (`ARGV[3]`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -225,6 +239,9 @@ pub(super) enum Mode {
     Peek,
     /// Give back what each receipt still holds.
     Refund,
+    /// Settle corrections: per key, give back by the receipt, or charge without refusing
+    /// (a key marked by [`Group::mark_debits`]).
+    Correct,
     /// Forget every key and fence the receipts handed out before (see `limiter.lua`).
     Reset,
     /// Reserve every key or none for a request that may wait up to this many µs (the
@@ -238,6 +255,7 @@ impl Mode {
             Self::Check => "check".to_owned(),
             Self::Peek => "peek".to_owned(),
             Self::Refund => "refund".to_owned(),
+            Self::Correct => "correct".to_owned(),
             Self::Reset => "reset".to_owned(),
             Self::Reserve(max_wait_us) => format!("reserve:{max_wait_us}"),
         }
@@ -450,7 +468,7 @@ impl ScriptRunner {
             .map_or_else(String::new, |c| (c.now() / 1_000).to_string());
         let sent = self.app_micros();
         let stale = match mode {
-            Mode::Refund | Mode::Reset => None,
+            Mode::Refund | Mode::Correct | Mode::Reset => None,
             Mode::Check | Mode::Peek | Mode::Reserve(_) => self.guard.limit(sent),
         }
         .map_or_else(String::new, |g| g.to_string());

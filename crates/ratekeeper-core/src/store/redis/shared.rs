@@ -312,16 +312,29 @@ pub(super) fn place(results: &mut [Option<Row>], group: &Group, rows: Vec<Row>) 
 /// Sends each refund group within the deadline; counts and logs failures and returns the
 /// first.
 pub(super) async fn refund_groups(shared: &Shared, groups: &[Group]) -> Result<(), StoreError> {
+    settle_groups(shared, groups, Mode::Refund).await
+}
+
+/// Sends each correction group within the deadline, as [`refund_groups`].
+pub(super) async fn correct_groups(shared: &Shared, groups: &[Group]) -> Result<(), StoreError> {
+    settle_groups(shared, groups, Mode::Correct).await
+}
+
+async fn settle_groups(shared: &Shared, groups: &[Group], mode: Mode) -> Result<(), StoreError> {
     let mut first = None;
     for group in groups {
-        let call = shared.script.call(group, Mode::Refund);
+        let call = shared.script.call(group, mode);
         let result = match tokio::time::timeout(shared.deadline, call).await {
             Ok(Ok(_)) => continue,
             Ok(Err(err)) => err,
             Err(_) => StoreError::Timeout,
         };
         shared.count_error();
-        tracing::debug!(error = %result, "redis store refund failed");
+        if mode == Mode::Correct {
+            tracing::debug!(error = %result, "redis store correction failed");
+        } else {
+            tracing::debug!(error = %result, "redis store refund failed");
+        }
         first.get_or_insert(result);
     }
     first.map_or(Ok(()), Err)

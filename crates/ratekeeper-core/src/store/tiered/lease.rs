@@ -74,6 +74,9 @@ pub(super) struct LeaseState {
     pub(super) last_used: u64,
     /// When the sweeper visits this lease next (0: no visit owed).
     pub(super) visit_at: u64,
+    /// The generation that ended last and the receipt of its latest grant: a correction's
+    /// give-back of units spent from it goes to Redis by that receipt.
+    ended: Option<(u64, Receipt)>,
 }
 
 impl LeaseState {
@@ -134,6 +137,7 @@ impl LeaseState {
     pub(super) fn take(&mut self) -> Option<Unused> {
         let units = std::mem::take(&mut self.units);
         let receipt = std::mem::take(&mut self.receipt);
+        self.end_generation(receipt);
         self.generation = 0;
         (units > 0 && receipt.is_some()).then_some(Unused { units, receipt })
     }
@@ -206,7 +210,9 @@ impl LeaseState {
     }
 
     /// Adds a grant of `granted` units taken at `now`; the lease lives until `expires_at`.
-    /// Starts a new generation when no lease was live.
+    /// Starts a new generation when no lease was live (none yet, ended, or expired); a live
+    /// lease that ran dry keeps its generation, so the units spent from it can still come
+    /// back into it.
     pub(super) fn add(
         &mut self,
         now: u64,
@@ -216,7 +222,8 @@ impl LeaseState {
         expires_at: u64,
         generation: impl FnOnce() -> u64,
     ) {
-        if self.held(now) == 0 {
+        if self.generation == 0 || now >= self.expires_at {
+            self.end_generation(self.receipt);
             self.units = 0;
             self.generation = generation();
         }
@@ -226,6 +233,28 @@ impl LeaseState {
         self.remaining = decision.remaining();
         self.reset_at = now.saturating_add(super::nanos(decision.reset_after()));
         self.deny = None;
+    }
+
+    /// Remembers the generation ending now with the receipt of its latest grant.
+    fn end_generation(&mut self, receipt: Receipt) {
+        if self.generation != 0 && receipt.is_some() {
+            self.ended = Some((self.generation, receipt));
+        }
+    }
+
+    /// The receipt of the latest grant of `generation` when it is the generation that ended
+    /// last (the units spent from it are charged in Redis under that grant).
+    pub(super) fn ended_grant(&self, generation: u64) -> Option<Receipt> {
+        self.ended
+            .and_then(|(g, receipt)| (g == generation).then_some(receipt))
+    }
+
+    /// Spends up to `units` held units without a decision (a correction's extra charge):
+    /// how many it took (at most what is held).
+    pub(super) fn consume(&mut self, now: u64, units: u64) -> u64 {
+        let taken = self.held(now).min(units);
+        self.units -= taken;
+        taken
     }
 
     /// Gives `cost` units spent from generation `generation` back to the lease, when it is
@@ -305,5 +334,35 @@ mod tests {
         assert!(s.is_idle(1_010 * MS, 1_000 * MS));
         s.prefetching = true;
         assert!(!s.is_idle(2_000 * MS, 1_000 * MS), "a renewal in flight");
+    }
+
+    /// A live lease that ran dry keeps its generation when renewed, so units spent from it
+    /// still come back into it; a lease that ended remembers the receipt of its latest grant
+    /// for the correction of units spent from it; an extra charge spends at most what is
+    /// held.
+    #[test]
+    fn a_dry_lease_keeps_its_generation_and_an_ended_one_its_grant() {
+        let allowed = Decision::new(Outcome::Allowed, 10, 7, Duration::from_secs(1));
+        let mut s = LeaseState::default();
+        s.add(0, 3, allowed, Receipt::new(42), 1_000 * MS, || 1);
+        let policy = TierPolicy {
+            limit: 10,
+            capacity: 10,
+            fixed_window: false,
+        };
+        let (_, spent) = s.spend(MS, 3, policy).expect("held");
+        s.add(2 * MS, 2, allowed, Receipt::new(43), 1_000 * MS, || 2);
+        assert!(s.give_back(3 * MS, spent.stamp().expect("stamp") & !LEASE_BIT, 1));
+        assert_eq!(s.held(3 * MS), 3);
+        assert_eq!(s.consume(3 * MS, 5), 3);
+        assert_eq!(s.held(3 * MS), 0);
+        assert!(s.ended_grant(1).is_none(), "generation 1 is still live");
+        // Expired, then renewed: a new generation; the ended one keeps its latest grant.
+        s.add(1_000 * MS, 4, allowed, Receipt::new(44), 2_000 * MS, || 2);
+        assert!(!s.give_back(1_001 * MS, 1, 1));
+        assert_eq!(s.ended_grant(1), Some(Receipt::new(43)));
+        assert_eq!(s.take().map(|u| u.units), Some(4));
+        assert_eq!(s.ended_grant(2), Some(Receipt::new(44)));
+        assert!(s.ended_grant(1).is_none(), "only the last ended lease");
     }
 }

@@ -69,6 +69,12 @@
 //!   instance's lease of the key (its units are not spent nor given back) and resets the
 //!   key in Redis, whose fence makes every later return of a lease taken before the reset
 //!   give back nothing.
+//! - **Corrections** ([`Store::correct`]): a give-back of locally spent units goes back into
+//!   their lease while it lives; once it ended (the key's last ended lease), to Redis by the
+//!   receipt of that lease's latest grant, which gives back what the grant still holds
+//!   there; a give-back of the Redis store's charges goes to Redis; an
+//!   extra charge spends the units this instance holds for the key first and charges the
+//!   rest in Redis without refusing ([`TieredStore::correct_async`] waits for it).
 //! - **Failures**: a lease call that fails, times out or is skipped by the Redis store's
 //!   circuit breaker is answered by the Redis store's [`FailurePolicy`](super::FailurePolicy)
 //!   (allow, deny, local or degrade), exactly as a failed check; units already held keep
@@ -171,7 +177,7 @@ use std::time::Duration;
 use self::inner::{Inner, give_back, start_sweeper};
 use self::lease::{LEASE_BIT, Lease, TierPolicy};
 use super::redis::{OwnedCharge, RedisCheck, RedisStore};
-use super::{Charge, Checked, Decisions, PolicyId, Receipt, Refund, Store, StoreError};
+use super::{Charge, Checked, Correction, Decisions, PolicyId, Receipt, Refund, Store, StoreError};
 use crate::{Algorithm, Key, Policy};
 
 pub(super) use crate::clock::nanos;
@@ -340,6 +346,90 @@ impl TieredStore {
                     lease.lock().forget_denial();
                 }
                 to_redis.push(*refund);
+            }
+        }
+        to_redis
+    }
+
+    /// [`Store::correct`], waiting until the part that goes to Redis is there (one script
+    /// call per client key, within the Redis store's deadline) instead of sending it in the
+    /// background. Give-backs of units spent from a lease go back into it at once, and
+    /// extra charges spend held units first, as with [`Store::correct`].
+    ///
+    /// # Errors
+    ///
+    /// The Redis store's error for the part that goes to Redis (see
+    /// [`RedisStore::correct_async`]).
+    pub async fn correct_async(
+        &self,
+        corrections: &[Correction<'_, Key>],
+    ) -> Result<(), StoreError> {
+        let to_redis: Vec<(OwnedCharge, Receipt, u64)> = self
+            .correct_local(corrections)
+            .into_iter()
+            .map(|c| {
+                let charge = c.charge;
+                (
+                    (charge.policy, charge.key.clone(), charge.cost),
+                    c.receipt,
+                    c.actual,
+                )
+            })
+            .collect();
+        if to_redis.is_empty() {
+            return Ok(());
+        }
+        self.redis.correct_async(&to_redis).await
+    }
+
+    /// Settles corrections locally where their units are: a give-back of units spent from a
+    /// lease goes back into it while it lives, and to Redis by the receipt of its latest
+    /// grant once it ended (the last ended lease of the key only; before that, nothing); an
+    /// extra charge spends held units first.
+    /// Returns what Redis must settle: give-backs of charges the Redis store made, and the
+    /// part of each extra charge the lease did not cover (as a correction of a 0-unit charge
+    /// without a receipt). A key given units back forgets its remembered denial.
+    fn correct_local<'a>(&self, corrections: &[Correction<'a, Key>]) -> Vec<Correction<'a, Key>> {
+        let now = self.inner.clock.now();
+        let mut to_redis = Vec::new();
+        for c in corrections {
+            let charge = c.charge;
+            let lease = self.inner.leases.get(&(charge.policy, charge.key.clone()));
+            let (back, extra) = (c.give_back(), c.extra());
+            if back > 0 {
+                match c.receipt.stamp() {
+                    Some(stamp) if stamp & LEASE_BIT != 0 => {
+                        let generation = stamp & !LEASE_BIT;
+                        let ended = lease.as_ref().and_then(|lease| {
+                            let mut state = lease.lock();
+                            if state.give_back(now, generation, back) {
+                                None
+                            } else {
+                                state.ended_grant(generation)
+                            }
+                        });
+                        if let Some(grant) = ended {
+                            // Its lease ended: the units are charged in Redis under the
+                            // grant, which gives back what it still holds.
+                            let spent = Charge::new(charge.policy, charge.key, back);
+                            to_redis.push(Correction::new(spent, grant, 0));
+                        }
+                    }
+                    Some(_) => {
+                        if let Some(lease) = &lease {
+                            lease.lock().forget_denial();
+                        }
+                        to_redis.push(*c);
+                    }
+                    None => {}
+                }
+            }
+            if extra > 0 {
+                let covered = lease.as_ref().map_or(0, |l| l.lock().consume(now, extra));
+                if covered < extra {
+                    let rest = Charge::new(charge.policy, charge.key, 0);
+                    to_redis.push(Correction::new(rest, Receipt::NONE, extra - covered));
+                }
             }
         }
         to_redis
@@ -585,6 +675,18 @@ impl Store<Key> for TieredStore {
     /// See [`TieredStore::reset_async`].
     fn reset(&self, policy: Option<PolicyId>, key: &Key) -> Checked<Self::Future> {
         self.reset_owned(policy, key)
+    }
+
+    /// Give-backs of units spent from a lease go back into it while it lives, and to Redis by
+    /// the receipt of its latest grant once it ended (for the key's last ended lease; older
+    /// ones give back nothing); give-backs of charges the Redis store made go to Redis. An
+    /// extra charge spends the units this instance holds for the key first, and the rest is
+    /// charged in Redis without refusing (see [`Store::correct`] of [`RedisStore`]).
+    fn correct(&self, corrections: &[Correction<'_, Key>]) {
+        let to_redis = self.correct_local(corrections);
+        if !to_redis.is_empty() {
+            self.redis.correct(&to_redis);
+        }
     }
 
     fn unix_now(&self) -> Duration {
