@@ -77,8 +77,9 @@ fn a_peek_charges_nothing() {
     assert!(!s.holds(PolicyId::from_index(0), &Key::from("nobody")));
 }
 
-/// After a reset of one policy the key gets its whole burst back, exactly; a refund of a
-/// receipt from before the reset gives back nothing; the other policy keeps its state.
+/// After a reset of one policy the key gets its whole burst back, exactly; a refund or a
+/// correction of a receipt from before the reset gives back nothing; the other policy keeps
+/// its state.
 #[test]
 fn a_reset_gives_back_the_whole_burst_and_leaves_other_policies() {
     let (s, ids, other, _) = store();
@@ -105,6 +106,12 @@ fn a_reset_gives_back_the_whole_burst_and_leaves_other_policies() {
         assert!(
             !check(&s, p, &k).is_allowed(),
             "{p:?}: the old refund gave back"
+        );
+        // Nor does a correction's give-back of it.
+        Store::correct(&s, &[Correction::new(Charge::new(p, &k, 1), receipt, 0)]);
+        assert!(
+            !check(&s, p, &k).is_allowed(),
+            "{p:?}: the old correction gave back"
         );
         assert_eq!(
             peek(&s, other, &k).remaining(),
