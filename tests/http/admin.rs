@@ -181,3 +181,72 @@ fn the_readme_shows_the_admin_recipe() {
         "README.md and tests/http/recipes/admin_route.rs differ"
     );
 }
+
+/// A store of one's own that implements only the trait's required methods: the admin
+/// handle peeks through the default method (a free probe) and reports a reset as
+/// unsupported, a store error, not an unknown policy.
+#[tokio::test]
+async fn the_admin_handle_works_with_a_store_of_ones_own() {
+    use std::future::Ready;
+
+    use ratekeeper_axum::core::store::{
+        Charge, Checked, Decisions, MemoryStore, PolicyId, Refund, Store, StoreError,
+    };
+    use ratekeeper_axum::{GlobalKey, Key};
+
+    struct Mine(MemoryStore<Key>);
+    impl Store<Key> for Mine {
+        type Future = Ready<Result<Decisions, StoreError>>;
+        fn register(&mut self, policy: &Policy) -> Result<PolicyId, StoreError> {
+            self.0.register(policy)
+        }
+        fn check(&self, charges: &[Charge<'_, Key>]) -> Checked<Self::Future> {
+            self.0.check(charges)
+        }
+        fn refund(&self, refunds: &[Refund<'_, Key>]) {
+            self.0.refund(refunds);
+        }
+    }
+
+    let limit = RateLimitLayer::builder()
+        .policy(Policy::new(
+            "api",
+            Quota::per_minute(NonZeroU32::new(3).expect("3")),
+        ))
+        .key(GlobalKey)
+        .store(Mine(MemoryStore::new()))
+        .build()
+        .expect("layer");
+    let server = TestServer::start(
+        Router::new()
+            .route("/api", get(|| async { "ok" }))
+            .layer(limit.clone()),
+    )
+    .await;
+    assert_eq!(
+        server.get("/api").send().await.expect("request").status(),
+        StatusCode::OK
+    );
+    let admin = limit.admin();
+    assert_eq!(admin.policies().collect::<Vec<_>>(), ["api"]);
+    for _ in 0..2 {
+        let state = admin.peek("api", &Key::Global).await.expect("peek");
+        assert_eq!((state.limit(), state.remaining()), (3, 2));
+    }
+    let err = admin
+        .reset("api", &Key::Global)
+        .await
+        .expect_err("no reset");
+    assert!(!err.is_unknown_policy());
+    assert!(matches!(
+        err,
+        ratekeeper_axum::rate_limit::AdminError::Store(StoreError::UnsupportedOperation(_))
+    ));
+    assert!(
+        admin
+            .reset("nope", &Key::Global)
+            .await
+            .expect_err("unknown")
+            .is_unknown_policy()
+    );
+}
