@@ -71,7 +71,8 @@ impl<K, Co, St, R> RateLimitLayer<K, Co, St, R> {
         Arc::clone(&self.limiter)
     }
 
-    /// The store, to inspect or reset keys (for example [`MemoryStore::reset`]).
+    /// The store, for calls of its own (for example [`MemoryStore::reset`]).
+    /// [`RateLimitLayer::admin`] peeks at and resets keys by policy name, with any store.
     pub fn store(&self) -> &St {
         &self.limiter.store
     }
