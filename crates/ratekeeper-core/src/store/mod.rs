@@ -414,7 +414,11 @@ pub trait Store<K: ?Sized>: Send + Sync + 'static {
     /// registered policy in registration order for `None`.
     ///
     /// Receipts of charges made before a reset give back nothing after it, so a refund that
-    /// arrives late never frees a charge made since.
+    /// arrives late never frees a charge made since. For a concurrency-counter policy this
+    /// means the permits held at the reset (requests still running, or permits leaked by
+    /// lost responses) are forgotten: the key can take its whole limit again at once, and
+    /// the release of a permit taken before the reset frees nothing, so no permit is ever
+    /// released twice nor frees one taken since.
     ///
     /// The default method cannot reset: it answers
     /// [`StoreError::UnsupportedOperation`] (a store of your own overrides it to support

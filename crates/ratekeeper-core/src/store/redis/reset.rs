@@ -63,6 +63,10 @@ impl RedisStore {
     /// A reset reaches Redis even after the deadline (like a refund): a call that timed out
     /// may still have been applied.
     ///
+    /// Concurrency limits shared through Redis are [`RedisSlots`](super::RedisSlots), not
+    /// policies of this store: a reset leaves them alone (their leases are released by their
+    /// holders or expire by themselves).
+    ///
     /// # Errors
     ///
     /// [`StoreError::UnknownPolicy`] for an unregistered policy (nothing is reset);
