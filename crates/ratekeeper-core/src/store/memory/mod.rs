@@ -437,22 +437,23 @@ where
     ///
     /// [`StoreError::UnknownPolicy`] when `policy` was never registered (nothing is reset).
     pub fn reset_now(&self, policy: Option<PolicyId>, key: &K) -> Result<Decisions, StoreError> {
-        let now = self.clock.now();
-        match policy {
+        let ids: SmallVec<[PolicyId; 4]> = match policy {
             Some(id) => {
-                let slot = self.slot(id)?;
-                with_keyed!(slot, k => k.reset(key, now));
-                Ok(Decisions::one(with_keyed!(slot, k => k.peek(key, now, 0))))
+                self.slot(id)?;
+                SmallVec::from_elem(id, 1)
             }
-            None => {
-                for (_, slot) in &self.policies {
-                    with_keyed!(slot, k => k.reset(key, now));
-                }
-                Ok(Decisions::new(self.policies.iter().map(
-                    |(_, slot)| with_keyed!(slot, k => k.peek(key, now, 0)),
-                )))
-            }
+            None => (0..self.policies.len())
+                .filter_map(|i| u32::try_from(i).ok())
+                .map(PolicyId::from_index)
+                .collect(),
+        };
+        for &id in &ids {
+            self.reset(id, key);
         }
+        ids.iter()
+            .map(|&id| self.peek_now(id, key))
+            .collect::<Result<SmallVec<[Decision; 4]>, _>>()
+            .map(Decisions::new)
     }
 
     /// `key`'s state under `policy` at the clock's current time, charging nothing: the
