@@ -470,3 +470,52 @@ async fn an_extra_charge_sets_the_ttl_its_state_needs() {
         }
     }
 }
+
+/// A give-back of units spent from a lease that has since expired goes to Redis by the
+/// receipt of the lease's grant: once the lease's unused units are back too, a plain Redis
+/// store sees exactly the true costs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_give_back_after_its_lease_expired_goes_to_redis_by_the_grant() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new();
+    clock.set(1_000_000 * MS);
+    let build = async |b: RedisStoreBuilder| b.standalone(&server.url()).await.expect("standalone");
+    // 100 per 10 000 000 s: T = 100 000 s, nothing drains while the test runs.
+    let gcra = policy(Algorithm::Gcra, 100, 10_000_000_000);
+    let redis = handle(Algorithm::Gcra, &clock, &build).await;
+    let mut store = TieredStore::builder()
+        .max_lease(std::num::NonZeroU32::new(10).expect("non-zero"))
+        .lease_ttl(Duration::from_secs(1))
+        .build(redis)
+        .expect("tiered");
+    let id = store.register(&gcra).expect("register");
+    let key = Key::from("client");
+    let mut spent_locally = None;
+    for _ in 0..6 {
+        let d = match store.check(&[Charge::new(id, &key, 2)]) {
+            Checked::Ready(r) => r,
+            Checked::Pending(f) => f.await,
+        }
+        .expect("decides");
+        assert!(d.is_allowed());
+        if d.receipt(0).stamp().is_some_and(|s| s >= 1 << 63) {
+            spent_locally = Some(d.receipt(0));
+        }
+    }
+    let receipt = spent_locally.expect("some units were spent from the lease");
+    clock.set(1_002_000 * MS); // the lease expired
+    let charge = Charge::new(id, &key, 2);
+    store
+        .correct_async(&[Correction::new(charge, receipt, 0)])
+        .await
+        .expect("corrects");
+    store.shutdown().await.expect("unused units back to Redis");
+    let mut plain = handle(Algorithm::Gcra, &clock, &build).await;
+    let plain_id = plain.register(&gcra).expect("register");
+    let d = plain
+        .check_async(&[(plain_id, key, 0)])
+        .await
+        .expect("decides");
+    // 6 charges of 2, one of them corrected to 0: 10 units used.
+    assert_eq!(d.as_slice()[0].remaining(), 90, "{d:?}");
+}

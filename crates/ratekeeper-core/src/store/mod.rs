@@ -442,35 +442,46 @@ pub trait Store<K: ?Sized>: Send + Sync + 'static {
     fn refund(&self, refunds: &[Refund<'_, K>]);
 
     /// Corrects charges whose true cost is now known (a cost read from the response), each
-    /// on the state its [`Receipt`] says it was made on:
+    /// on the state its [`Receipt`] says it was made on (latest correction first, as
+    /// refunds):
     ///
     /// - `actual < cost`: gives back `cost - actual` units, as far as the receipt says the
     ///   charge still holds them (the rules of [`Store::refund`]: nothing once its window
-    ///   closed or the bucket drained it).
+    ///   closed, its log entry expired or the bucket drained it). A give-back pays off a debt
+    ///   (below) first: a token bucket whose TAT lies beyond its tolerance is read as in
+    ///   debt, not as holding turns booked by waiting reservations.
     /// - `actual > cost`: charges `actual - cost` units at the time of the correction
     ///   **without refusing**: the request was already served. The key may go over its
-    ///   limit (a debt); later requests are refused until it is paid off, as if the charge
-    ///   had been made in full (a token bucket waits `debt × T` longer; a window stays full
-    ///   until enough units leave it).
+    ///   capacity (a debt); later requests are refused until it is paid off, as if the
+    ///   charge had been made in full: a token bucket or leaky bucket waits `T` (the
+    ///   emission interval) more per unit of debt, a fixed window stays full until it ends,
+    ///   a sliding log until enough units expired, a sliding window counter counts the
+    ///   debt in its estimate (the Redis store's checks count at most the limit there). The
+    ///   concurrency counter charges nothing: a permit is
+    ///   a permit, whatever the request cost, so its corrections only give back.
     /// - `actual == cost`: nothing.
     ///
     /// Never fails visibly: a networked store logs and counts errors, as for refunds.
     ///
-    /// **Bound.** Per key, with estimates charged (and refused when they do not fit) before
-    /// each request and corrections of at most `C` extra units each, the units admitted
-    /// beyond the quota are at most `R × C`, where `R` is the number of requests in flight
-    /// (charged, not yet corrected): an extra charge is never refused, so the quota can only
-    /// be overrun by what the requests in flight under-estimated, and the debt they leave
-    /// is waited out by later requests. With estimates that are upper bounds (corrections
-    /// only give back) nothing is admitted beyond the quota.
+    /// **Bound.** Per key, with each request's estimate charged before it runs (refused
+    /// when it does not fit) and corrected once when it ends, by at most `C` extra units,
+    /// the units used beyond what the quota admits are at most `R × C`, where `R` is the
+    /// most requests in flight (charged, not yet corrected) at once. Why: the last request
+    /// admitted was admitted because the units charged then (the true costs of the
+    /// requests already corrected, the estimates of those in flight, its own estimate) fit
+    /// the quota; what is used in the end differs from that by the corrections of the
+    /// requests then in flight, at most `R` of them, each adding at most `C`. An extra
+    /// charge is never refused, so this is the only overshoot, and the debt it leaves is
+    /// waited out by later requests. With estimates that are upper bounds (corrections only
+    /// give back) nothing is used beyond the quota.
     ///
     /// The default gives back through [`Store::refund`] with a charge of `cost - actual`
     /// units and charges the extra through [`Store::check`] with a charge of
     /// `actual - cost` units, so an extra charge that does not fit is **lost** (and one that
-    /// needs I/O is dropped unawaited); every store in this crate overrides it with a
-    /// forced charge.
+    /// needs I/O is dropped unawaited), and a refund's own rules apply to a debt; every
+    /// store in this crate overrides it with a forced charge.
     fn correct(&self, corrections: &[Correction<'_, K>]) {
-        for c in corrections {
+        for c in corrections.iter().rev() {
             let give_back = c.give_back();
             if give_back > 0 {
                 let charge = Charge::new(c.charge.policy, c.charge.key, give_back);

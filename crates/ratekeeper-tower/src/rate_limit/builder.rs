@@ -206,7 +206,7 @@ impl<K, Co, St, R> RateLimitBuilder<K, Co, St, R> {
 
     /// Replaces the default problem+json 429 with `rejection` (see
     /// [`Rejection`](crate::report::Rejection)). The layer still adds the rate-limit headers,
-    /// `Retry-After` and `Cache-Control: no-store` to its response.
+    /// `Retry-After`, `Cache-Control: no-store` and `Content-Length` to its response.
     pub fn rejection<J: Rejection>(mut self, rejection: J) -> Self {
         self.settings.rejection = Some(Arc::new(rejection));
         self

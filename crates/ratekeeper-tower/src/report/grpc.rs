@@ -11,6 +11,9 @@ use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Version};
 
+/// The start of every gRPC media type, in lower case.
+const PREFIX: &[u8] = b"application/grpc";
+
 /// `grpc-status`.
 static GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
 /// `grpc-message`.
@@ -40,14 +43,19 @@ const RETRY_INFO_TYPE_URL: &str = "type.googleapis.com/google.rpc.RetryInfo";
 #[inline]
 pub(crate) fn grpc_content_type(version: Version, headers: &HeaderMap) -> Option<HeaderValue> {
     let value = headers.get(CONTENT_TYPE)?;
-    let bytes = value.as_bytes();
+    let bytes = value.as_bytes().trim_ascii_start();
+    // Every gRPC media type starts with `application/grpc` (16 bytes): most requests of a
+    // layer that serves gRPC end here, without splitting or lower-casing anything.
+    let (prefix, _) = bytes.split_at_checked(PREFIX.len())?;
+    if !prefix.eq_ignore_ascii_case(PREFIX) {
+        return None;
+    }
     let media = bytes
         .split(|&b| b == b';')
         .next()
         .unwrap_or_default()
         .trim_ascii();
-    let media = media.to_ascii_lowercase();
-    let subtype = media.strip_prefix(b"application/")?;
+    let subtype = media.get(b"application/".len()..)?;
     let (base, format) = match subtype.iter().position(|&b| b == b'+') {
         Some(plus) => (&subtype[..plus], Some(&subtype[plus + 1..])),
         None => (subtype, None),
@@ -60,10 +68,10 @@ pub(crate) fn grpc_content_type(version: Version, headers: &HeaderMap) -> Option
     }) {
         return None;
     }
-    let ok = match base {
-        b"grpc" => version == Version::HTTP_2,
-        b"grpc-web" | b"grpc-web-text" => true,
-        _ => false,
+    let ok = if base.eq_ignore_ascii_case(b"grpc") {
+        version == Version::HTTP_2
+    } else {
+        base.eq_ignore_ascii_case(b"grpc-web") || base.eq_ignore_ascii_case(b"grpc-web-text")
     };
     ok.then(|| value.clone())
 }

@@ -2,7 +2,6 @@
 
 use std::cell::LazyCell;
 use std::fmt::Write as _;
-use std::sync::OnceLock;
 use std::time::{Duration, UNIX_EPOCH};
 
 use http::{HeaderMap, HeaderName, HeaderValue};
@@ -119,6 +118,10 @@ impl Fields {
 /// (fewer remaining, or as many and a later reset, compared as delta seconds; `now_secs`
 /// gives the Unix time for an earlier reset written as one) is put back, so the client sees
 /// the tighter of the two limits, as one consistent set.
+///
+/// The inserts return what they replaced, so the usual response (no earlier report) costs
+/// three inserts and three checks; the comparison is out of line.
+#[inline]
 fn single_policy(
     headers: &mut HeaderMap,
     fields: Fields,
@@ -137,9 +140,38 @@ fn single_policy(
     if !merge {
         return;
     }
+    if let (Some(old_limit), Some(old_remaining)) = (old_limit, old_remaining) {
+        let earlier = Earlier {
+            limit: old_limit,
+            remaining: old_remaining,
+            reset: old_reset,
+        };
+        keep_tighter(headers, fields, shown, reset, earlier, now_secs);
+    }
+}
+
+/// The fields an inner layer (or the handler) had written before this layer's report.
+struct Earlier {
+    limit: HeaderValue,
+    remaining: HeaderValue,
+    reset: Option<HeaderValue>,
+}
+
+/// The merge of [`single_policy`]: puts `earlier` back when it is a complete report and
+/// more restrictive than this layer's.
+#[cold]
+#[inline(never)]
+fn keep_tighter(
+    headers: &mut HeaderMap,
+    fields: Fields,
+    shown: Shown,
+    reset: Option<Reset>,
+    earlier: Earlier,
+    now_secs: impl FnOnce() -> u64,
+) {
     let (Some(prior_limit), Some(prior)) = (
-        old_limit.as_ref().and_then(parse_number),
-        old_remaining.as_ref().and_then(parse_number),
+        parse_number(&earlier.limit),
+        parse_number(&earlier.remaining),
     ) else {
         return;
     };
@@ -147,7 +179,7 @@ fn single_policy(
         // Not a consistent report (more remaining than its limit): this layer's replaces it.
         return;
     }
-    let prior_reset = match old_reset.as_ref().map(parse_number) {
+    let prior_reset = match earlier.reset.as_ref().map(parse_number) {
         None => 0,
         Some(None) => return,
         Some(Some(at)) if at >= EPOCH_RESET_FROM => {
@@ -163,16 +195,13 @@ fn single_policy(
     };
     let mine = u64::from(shown.remaining);
     if prior < mine || (prior == mine && prior_reset > reset.map_or(0, |r| r.delta)) {
-        let restore = fields
-            .names()
-            .into_iter()
-            .zip([old_limit, old_remaining, old_reset]);
-        for (name, old) in restore {
-            match old {
-                Some(value) => headers.insert(name, value),
-                None => headers.remove(name),
-            };
-        }
+        let [limit_name, remaining_name, reset_name] = fields.names();
+        headers.insert(limit_name, earlier.limit);
+        headers.insert(remaining_name, earlier.remaining);
+        match earlier.reset {
+            Some(value) => headers.insert(reset_name, value),
+            None => headers.remove(reset_name),
+        };
     }
 }
 
@@ -330,7 +359,7 @@ impl Reporter {
             HeaderStyle::Both => (true, true, false),
             HeaderStyle::None => (false, false, false),
         };
-        // Read at most once, and only for a Unix-time reset.
+        // Read at most once, and only for a Unix-time reset (or a merge with one).
         let unix_now = LazyCell::new(unix_now);
         let delta = ceil_secs(d.reset_after());
         if x {
@@ -341,8 +370,7 @@ impl Reporter {
             single_policy(headers, Fields::XRateLimit, shown, reset, merge, || {
                 unix_now.as_secs()
             });
-        }
-        if legacy {
+        } else if legacy {
             let reset = (!self.windowless).then_some(Reset {
                 value: delta,
                 delta,
@@ -403,36 +431,76 @@ impl Reporter {
     }
 }
 
-/// Header values for 0..SMALL_NUMBERS are made once per process and cloned for free.
+/// Header values for `0..SMALL_NUMBERS` are made at compile time and cloned for free.
 const SMALL_NUMBERS: usize = 1024;
 
-/// A header value holding `n` in decimal: a clone of a precomputed static value below 1024
-/// (no allocation, no shared counter), otherwise a fresh one.
+/// The decimal digits of `0..SMALL_NUMBERS`, one after the other: 10 one-digit, 90
+/// two-digit, 900 three-digit and 24 four-digit numbers.
+const DIGITS_LEN: usize = 10 + 90 * 2 + 900 * 3 + (SMALL_NUMBERS - 1000) * 4;
+
+/// Every number below [`SMALL_NUMBERS`] as ASCII digits, concatenated.
+static DIGITS: [u8; DIGITS_LEN] = {
+    let mut out = [0u8; DIGITS_LEN];
+    let mut at = 0;
+    let mut n = 0;
+    while n < SMALL_NUMBERS {
+        let width = decimal_width(n);
+        let mut rest = n;
+        let mut i = width;
+        while i > 0 {
+            i -= 1;
+            out[at + i] = b'0' + (rest % 10) as u8;
+            rest /= 10;
+        }
+        at += width;
+        n += 1;
+    }
+    out
+};
+
+/// The number of decimal digits of `n` (below 10 000).
+const fn decimal_width(n: usize) -> usize {
+    match n {
+        0..=9 => 1,
+        10..=99 => 2,
+        100..=999 => 3,
+        _ => 4,
+    }
+}
+
+/// A header value for each number below [`SMALL_NUMBERS`], pointing into [`DIGITS`]: a
+/// clone copies four words, with no allocation and no shared counter, and no lazy set-up is
+/// checked per use.
+static SMALL: [HeaderValue; SMALL_NUMBERS] = {
+    const ZERO: HeaderValue = HeaderValue::from_static("0");
+    let mut out = [ZERO; SMALL_NUMBERS];
+    let mut at = 0;
+    let mut n = 0;
+    while n < SMALL_NUMBERS {
+        let width = decimal_width(n);
+        let (_, tail) = DIGITS.split_at(at);
+        let (digits, _) = tail.split_at(width);
+        let text = match std::str::from_utf8(digits) {
+            Ok(text) => text,
+            // ASCII digits are UTF-8; a failure here stops the build, not a request.
+            Err(_) => panic!("digits are UTF-8"),
+        };
+        std::mem::forget(std::mem::replace(
+            &mut out[n],
+            HeaderValue::from_static(text),
+        ));
+        at += width;
+        n += 1;
+    }
+    out
+};
+
+/// A header value holding `n` in decimal: a clone of a value made at compile time below
+/// 1024, otherwise a fresh one.
 #[inline]
 pub(super) fn number(n: u64) -> HeaderValue {
-    static SMALL: OnceLock<Vec<HeaderValue>> = OnceLock::new();
-    let small = SMALL.get_or_init(|| {
-        // One string of all the digits, leaked once (about 3 KiB) so that the values are
-        // `'static` and cloning them touches no reference count.
-        let mut text = String::new();
-        let mut ends = Vec::with_capacity(SMALL_NUMBERS);
-        for i in 0..SMALL_NUMBERS {
-            text.push_str(itoa::Buffer::new().format(i));
-            ends.push(text.len());
-        }
-        let text: &'static str = Box::leak(text.into_boxed_str());
-        let mut start = 0;
-        ends.into_iter()
-            .map(|end| {
-                let digits = text.get(start..end).unwrap_or("0");
-                start = end;
-                HeaderValue::from_static(digits)
-            })
-            .collect()
-    });
-    usize::try_from(n)
-        .ok()
-        .and_then(|i| small.get(i))
-        .cloned()
-        .unwrap_or_else(|| HeaderValue::from(n))
+    match usize::try_from(n).ok().and_then(|i| SMALL.get(i)) {
+        Some(value) => value.clone(),
+        None => HeaderValue::from(n),
+    }
 }

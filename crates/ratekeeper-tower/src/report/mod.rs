@@ -26,8 +26,8 @@
 //! - 429 responses carry `Cache-Control: no-store` (RFC 6585 §4) and, by default
 //!   ([`ProblemJson`]), an RFC 9457 `application/problem+json` body with the quota-exceeded type
 //!   of the draft and `violated-policies`. A [`Rejection`] replaces the body; the layer still
-//!   sets the rate-limit headers, `Retry-After` and `Cache-Control` on whatever it returns, each
-//!   exactly once.
+//!   sets the rate-limit headers, `Retry-After`, `Cache-Control` and `Content-Length` (the
+//!   body's length in bytes) on whatever it returns, each exactly once.
 //!
 //! Every header is written with `insert`, never `append`, so each appears once. A 429's
 //! rate-limit fields replace whatever the [`Rejection`] set. On a response from the inner

@@ -96,7 +96,12 @@ impl<'a> Limited<'a> {
 
     /// The RFC 9457 problem details document of the default rejection.
     pub fn problem_json(&self) -> Bytes {
-        let retry_secs = self.retry_after_secs();
+        self.problem_json_after(self.retry_after_secs())
+    }
+
+    /// [`Limited::problem_json`] with its [`Limited::retry_after_secs`], when the caller has
+    /// them already.
+    pub(super) fn problem_json_after(&self, retry_secs: Option<u64>) -> Bytes {
         // The usual case, one policy denied with a retry time: its precomputed parts.
         if let Some(secs) = retry_secs {
             let parts = self.single_violated().and_then(|i| self.problems.get(i));
@@ -253,8 +258,9 @@ impl ProblemParts {
 /// [`ProblemJson`]. Closures `Fn(&Limited<'_>) -> Response<Bytes>` are rejections.
 ///
 /// The status is the one you return (use [`Limited::status`]); the layer then sets the
-/// rate-limit headers, `Retry-After` and `Cache-Control: no-store` on the response, replacing
-/// any you set, so none is lost and none appears twice.
+/// rate-limit headers, `Retry-After`, `Cache-Control: no-store` and `Content-Length` (the
+/// length of your body) on the response, replacing any you set, so none is lost and none
+/// appears twice.
 pub trait Rejection: Send + Sync + 'static {
     /// The response for `limited`.
     fn reject(&self, limited: &Limited<'_>) -> Response<Bytes>;
@@ -278,8 +284,8 @@ impl Rejection for ProblemJson {
     fn reject(&self, limited: &Limited<'_>) -> Response<Bytes> {
         let mut res = Response::new(limited.problem_json());
         *res.status_mut() = limited.status();
-        // Room for the 6 headers of a 429 (this one, 3 rate-limit headers, `Retry-After`,
-        // `Cache-Control`) without growing the map.
+        // Room for the 7 headers of a 429 (this one, 3 rate-limit headers, `Retry-After`,
+        // `Cache-Control`, `Content-Length`) without growing the map.
         *res.headers_mut() = HeaderMap::with_capacity(8);
         res.headers_mut().insert(
             CONTENT_TYPE,

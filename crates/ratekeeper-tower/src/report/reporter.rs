@@ -5,13 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{CACHE_CONTROL, RETRY_AFTER};
+use http::header::{CACHE_CONTROL, CONTENT_LENGTH, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue, StatusCode};
 use ratekeeper_core::store::Decisions;
 use ratekeeper_core::{Key, Policy};
 
 use super::headers::{advertised_quota, join_items, number};
-use super::template::template_429;
+use super::template::{Recent429, template_429};
 use super::{
     HeaderStyle, Limited, PartitionKey, ProblemJson, ProblemParts, Rejection, ResetFormat,
 };
@@ -40,6 +40,8 @@ pub(crate) struct Reporter {
     /// placeholder numbers (see [`Reporter::limited`]); `None` if the map does not keep
     /// them in that order.
     pub(super) template_429: Option<HeaderMap>,
+    /// The last usual 429, while 429s repeat it.
+    pub(super) recent_429: Recent429,
     /// The layer serves gRPC: a gRPC call's refusal is a trailers-only gRPC answer (see
     /// [`grpc_content_type`](super::grpc_content_type)).
     pub(crate) grpc: bool,
@@ -114,6 +116,7 @@ impl Reporter {
             partition_key: None,
             rejection: None,
             template_429: template_429(),
+            recent_429: Recent429::default(),
             grpc: false,
         }
     }
@@ -144,7 +147,8 @@ impl Reporter {
     }
 
     /// The 429 for a denial: the rejection's response, then the rate-limit headers,
-    /// `Retry-After` (unless the cost can never fit) and `Cache-Control: no-store`.
+    /// `Retry-After` (unless the cost can never fit), `Cache-Control: no-store` and
+    /// `Content-Length`.
     pub(crate) fn limited(
         &self,
         decisions: &Decisions,
@@ -173,6 +177,8 @@ impl Reporter {
                 headers.remove(RETRY_AFTER);
             }
         }
+        // The body is complete: its length is known here (and the usual 429 sends it too).
+        headers.insert(CONTENT_LENGTH, number(body.len() as u64));
         (parts.status, headers, body)
     }
 }

@@ -248,6 +248,86 @@ fn custom_rejection_keeps_status_and_gets_headers_once() {
     assert_eq!(headers[&X_RATELIMIT_LIMIT], "10");
 }
 
+/// A 429 the layer writes states its body's length, once, on the usual path and on the
+/// general one; a rejection's own (wrong) `Content-Length` is replaced.
+#[test]
+fn every_429_carries_the_length_of_its_body() {
+    use http::header::CONTENT_LENGTH;
+
+    let d = Decision::new(
+        Outcome::Denied {
+            retry_after: Duration::from_millis(2_500),
+        },
+        10,
+        0,
+        Duration::from_secs(60),
+    );
+    let ds = Decisions::new([d]);
+    let usual = reporter();
+    let mut custom = reporter();
+    custom.rejection = Some(Arc::new(|l: &Limited<'_>| {
+        let mut res = Response::new(Bytes::from_static(b"slow down"));
+        *res.status_mut() = l.status();
+        res.headers_mut()
+            .insert(CONTENT_LENGTH, HeaderValue::from_static("9999"));
+        res
+    }));
+    let mut windowless = reporter();
+    windowless.windowless = true;
+    for r in [usual, custom, windowless] {
+        let (_, headers, body) = r.limited(&ds, &[0], None, || Duration::ZERO);
+        assert_eq!(headers.get_all(CONTENT_LENGTH).iter().count(), 1);
+        assert_eq!(headers[CONTENT_LENGTH], body.len().to_string().as_str());
+    }
+}
+
+/// A usual 429 answered again with the same numbers (kept from the last one) is the one
+/// rendered anew, field for field and byte for byte, and a change of any number renders
+/// again.
+#[test]
+fn a_repeated_429_is_the_one_rendered_anew() {
+    let denied = |retry_ms: u64, remaining: u32, reset_ms: u64| {
+        Decisions::new([Decision::new(
+            Outcome::Denied {
+                retry_after: Duration::from_millis(retry_ms),
+            },
+            10,
+            remaining,
+            Duration::from_millis(reset_ms),
+        )])
+    };
+    let fields = |h: &HeaderMap| {
+        h.iter()
+            .map(|(n, v)| format!("{n}: {}", v.to_str().unwrap()))
+            .collect::<Vec<_>>()
+    };
+    let kept = reporter();
+    // (decisions, whether an answer is kept after it)
+    for (i, (ds, holds)) in [
+        (denied(2_500, 0, 60_000), false),
+        (denied(2_500, 0, 60_000), true),
+        (denied(2_500, 0, 60_000), true),
+        (denied(2_500, 0, 60_000), true),
+        (denied(3_500, 0, 60_000), false),
+        (denied(3_500, 0, 60_000), true),
+        (denied(3_500, 1, 60_000), false),
+        (denied(3_500, 1, 61_000), false),
+        (denied(3_500, 1, 61_000), true),
+        (denied(3_500, 1, 61_000), true),
+        (denied(2_500, 0, 60_000), false),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let fresh = reporter().limited(&ds, &[0], None, || Duration::ZERO);
+        let again = kept.limited(&ds, &[0], None, || Duration::ZERO);
+        assert_eq!(fields(&again.1), fields(&fresh.1), "#{i}");
+        assert_eq!(again.2, fresh.2, "#{i}");
+        assert_eq!(again.0, fresh.0, "#{i}");
+        assert_eq!(kept.recent_429.holds_an_answer(), holds, "#{i}");
+    }
+}
+
 #[test]
 fn an_earlier_more_restrictive_report_is_kept() {
     let r = reporter();

@@ -260,6 +260,86 @@ fn corrections_of_overflowed_charges_stay_on_the_overflow_state() {
     assert_eq!(remaining(&s, p, &a), 9);
 }
 
+/// A store with only the required methods (the memory store's), so `correct` is the
+/// trait's default.
+struct Plain(Mem);
+
+impl Store<Key> for Plain {
+    type Future = std::future::Ready<Result<Decisions, StoreError>>;
+
+    fn register(&mut self, policy: &Policy) -> Result<PolicyId, StoreError> {
+        self.0.register(policy)
+    }
+    fn check(&self, charges: &[Charge<'_, Key>]) -> Checked<Self::Future> {
+        self.0.check(charges)
+    }
+    fn refund(&self, refunds: &[Refund<'_, Key>]) {
+        self.0.refund(refunds);
+    }
+}
+
+/// The default `correct`: a give-back is a refund of the difference; an extra charge is a
+/// check, charged when it fits and lost when it does not (GCRA, 10 per hour, frozen).
+#[test]
+fn the_default_correct_refunds_and_checks() {
+    let (s, p, _clock) = store(Algorithm::Gcra, 10, 3_600);
+    let s = Plain(s);
+    let k = Key::Global;
+    let first = charged(&s.0, p, &k, 6, 2);
+    s.correct(&[first]);
+    assert_eq!(remaining(&s.0, p, &k), 8);
+    let second = charged(&s.0, p, &k, 2, 7);
+    s.correct(&[second]);
+    assert_eq!(remaining(&s.0, p, &k), 1);
+    let third = charged(&s.0, p, &k, 1, 3);
+    s.correct(&[third]);
+    // The 2 extra units did not fit in the 0 left: lost, so the bucket holds exactly 10
+    // (T = 360 s: the next unit waits one T, not three).
+    let d = s.0.check_now(&[Charge::new(p, &k, 1)]).unwrap();
+    assert_eq!(d.retry_after(), Some(Duration::from_secs(360)));
+}
+
+/// Four threads charge and correct 200 requests each on one key at once (the clock frozen,
+/// nothing refills, the quota holds them all): the compare-and-swap and locked paths of
+/// every algorithm lose no correction, so the key ends using the sum of the true costs.
+#[test]
+fn concurrent_corrections_leave_the_sum_of_true_costs() {
+    const THREADS: u64 = 4;
+    const EACH: u64 = 200;
+    for algorithm in METERED {
+        let capacity = u32::try_from(THREADS * EACH * (8 + 16)).unwrap();
+        let (s, p, clock) = store(algorithm, capacity, 3_600);
+        clock.set(1_800 * SEC);
+        let k = Key::from("client");
+        let totals: Vec<u64> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..THREADS)
+                .map(|t| {
+                    let (s, k) = (&s, &k);
+                    scope.spawn(move || {
+                        let mut total = 0;
+                        let mut open = Vec::new();
+                        for i in 0..EACH {
+                            let (estimate, actual) = (1 + (i * 7 + t) % 8, (i * 13 + t * 5) % 17);
+                            open.push(charged(s, p, k, estimate, actual));
+                            total += actual;
+                            // Correct in batches, latest first, while others charge.
+                            if i % 3 == 2 {
+                                s.correct(&open);
+                                open.clear();
+                            }
+                        }
+                        s.correct(&open);
+                        total
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let used = u64::from(capacity - remaining(&s, p, &k));
+        assert_eq!(used, totals.iter().sum::<u64>(), "{algorithm}");
+    }
+}
+
 /// One request of a simulated run: its estimate and its true cost.
 #[derive(Debug, Clone, Copy)]
 struct Request {

@@ -79,6 +79,11 @@ use crate::{Decision, Policy};
 /// reservation. [`Receipt::NONE`] gives back nothing. The all-or-nothing rollback of a
 /// multi-policy check or reservation uses the receipts it has just taken.
 ///
+/// [`Store::correct`] settles a charge whose true cost became known later: a give-back by
+/// the refund rules (paying off a debt first), an extra charge forced, never refused, on
+/// the state a check of the key would charge now (so the key may go into debt, which later
+/// requests wait out; window counts above the limit are kept whole).
+///
 /// A refund lands on the state its charge was made on, in the same life, whatever happened
 /// to the key in between: a charge on the shared overflow state (see
 /// [`MemoryStore::with_max_keys`]) goes back there even once the key holds a state of its

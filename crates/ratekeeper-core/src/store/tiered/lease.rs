@@ -242,9 +242,13 @@ impl LeaseState {
         }
     }
 
-    /// The receipt of the latest grant of `generation` when it is the generation that ended
-    /// last (the units spent from it are charged in Redis under that grant).
-    pub(super) fn ended_grant(&self, generation: u64) -> Option<Receipt> {
+    /// The receipt of the latest grant of `generation` (the units spent from it are
+    /// charged in Redis under that grant) when it is this lease's generation (live or
+    /// expired) or the generation that ended last.
+    pub(super) fn grant_of(&self, generation: u64) -> Option<Receipt> {
+        if generation != 0 && generation == self.generation && self.receipt.is_some() {
+            return Some(self.receipt);
+        }
         self.ended
             .and_then(|(g, receipt)| (g == generation).then_some(receipt))
     }
@@ -356,13 +360,20 @@ mod tests {
         assert_eq!(s.held(3 * MS), 3);
         assert_eq!(s.consume(3 * MS, 5), 3);
         assert_eq!(s.held(3 * MS), 0);
-        assert!(s.ended_grant(1).is_none(), "generation 1 is still live");
-        // Expired, then renewed: a new generation; the ended one keeps its latest grant.
+        assert_eq!(
+            s.grant_of(1),
+            Some(Receipt::new(43)),
+            "the live lease's grant"
+        );
+        // Expired: nothing comes back into it; its grant is still the one to give back by.
+        assert!(!s.give_back(1_000 * MS, 1, 1));
+        assert_eq!(s.grant_of(1), Some(Receipt::new(43)));
+        // Renewed: a new generation; the ended one keeps its latest grant.
         s.add(1_000 * MS, 4, allowed, Receipt::new(44), 2_000 * MS, || 2);
         assert!(!s.give_back(1_001 * MS, 1, 1));
-        assert_eq!(s.ended_grant(1), Some(Receipt::new(43)));
+        assert_eq!(s.grant_of(1), Some(Receipt::new(43)));
         assert_eq!(s.take().map(|u| u.units), Some(4));
-        assert_eq!(s.ended_grant(2), Some(Receipt::new(44)));
-        assert!(s.ended_grant(1).is_none(), "only the last ended lease");
+        assert_eq!(s.grant_of(2), Some(Receipt::new(44)));
+        assert!(s.grant_of(1).is_none(), "only the last ended lease");
     }
 }

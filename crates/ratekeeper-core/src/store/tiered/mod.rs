@@ -70,11 +70,12 @@
 //!   key in Redis, whose fence makes every later return of a lease taken before the reset
 //!   give back nothing.
 //! - **Corrections** ([`Store::correct`]): a give-back of locally spent units goes back into
-//!   their lease while it lives; once it ended (the key's last ended lease), to Redis by the
-//!   receipt of that lease's latest grant, which gives back what the grant still holds
-//!   there; a give-back of the Redis store's charges goes to Redis; an
-//!   extra charge spends the units this instance holds for the key first and charges the
-//!   rest in Redis without refusing ([`TieredStore::correct_async`] waits for it).
+//!   their lease while it lives; once it expired (the key's current or last ended lease),
+//!   to Redis by the receipt of that lease's latest grant, which gives back what the grant
+//!   still holds there; a give-back of the Redis store's charges goes to Redis. An extra
+//!   charge spends the units this instance holds for the key first and charges the rest in
+//!   Redis without refusing ([`TieredStore::correct_async`] waits for it). A request is
+//!   corrected by the instance that served it (a lease's receipts mean nothing elsewhere).
 //! - **Failures**: a lease call that fails, times out or is skipped by the Redis store's
 //!   circuit breaker is answered by the Redis store's [`FailurePolicy`](super::FailurePolicy)
 //!   (allow, deny, local or degrade), exactly as a failed check; units already held keep
@@ -384,8 +385,8 @@ impl TieredStore {
 
     /// Settles corrections locally where their units are: a give-back of units spent from a
     /// lease goes back into it while it lives, and to Redis by the receipt of its latest
-    /// grant once it ended (the last ended lease of the key only; before that, nothing); an
-    /// extra charge spends held units first.
+    /// grant once it expired (the key's current or last ended lease only; before that,
+    /// nothing); an extra charge spends held units first.
     /// Returns what Redis must settle: give-backs of charges the Redis store made, and the
     /// part of each extra charge the lease did not cover (as a correction of a 0-unit charge
     /// without a receipt). A key given units back forgets its remembered denial.
@@ -405,12 +406,12 @@ impl TieredStore {
                             if state.give_back(now, generation, back) {
                                 None
                             } else {
-                                state.ended_grant(generation)
+                                state.grant_of(generation)
                             }
                         });
                         if let Some(grant) = ended {
-                            // Its lease ended: the units are charged in Redis under the
-                            // grant, which gives back what it still holds.
+                            // Its lease expired or ended: the units are charged in Redis
+                            // under the grant, which gives back what it still holds.
                             let spent = Charge::new(charge.policy, charge.key, back);
                             to_redis.push(Correction::new(spent, grant, 0));
                         }
@@ -678,8 +679,8 @@ impl Store<Key> for TieredStore {
     }
 
     /// Give-backs of units spent from a lease go back into it while it lives, and to Redis by
-    /// the receipt of its latest grant once it ended (for the key's last ended lease; older
-    /// ones give back nothing); give-backs of charges the Redis store made go to Redis. An
+    /// the receipt of its latest grant once it expired (for the key's current or last ended
+    /// lease; older ones give back nothing); give-backs of charges the Redis store made go to Redis. An
     /// extra charge spends the units this instance holds for the key first, and the rest is
     /// charged in Redis without refusing (see [`Store::correct`] of [`RedisStore`]).
     fn correct(&self, corrections: &[Correction<'_, Key>]) {
