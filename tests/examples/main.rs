@@ -8,6 +8,7 @@
 mod adaptive;
 mod from_config;
 mod grpc;
+mod llm_tokens;
 mod observability;
 mod outbound_throttle;
 mod polite_client;

@@ -7,6 +7,7 @@
 mod admin;
 mod advertised_quota;
 mod algorithms;
+mod bans;
 mod cors;
 mod delay_drops;
 mod header_merge;
@@ -19,3 +20,4 @@ mod refunds;
 mod stacks;
 mod trust;
 mod upgrades;
+mod usage;

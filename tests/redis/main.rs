@@ -4,6 +4,7 @@
 //! concurrency slots, faults (kill, pause, flush, failover), a fleet of instances at start and
 //! through an outage, and the tiered (lease) store.
 
+mod bans;
 mod correct;
 mod differential;
 mod faults;
@@ -13,6 +14,7 @@ mod scale;
 mod slots;
 mod store;
 mod tiered;
+mod usage;
 
 // The `distributed` example app itself, not a copy (the `store` and `tiered` modules drive
 // it); its `main` and the items no module uses are dead code here.

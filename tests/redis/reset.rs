@@ -2,12 +2,13 @@
 //! injected time: a peek charges nothing, a reset gives the key its whole burst back
 //! exactly, a refund or a correction of a receipt from before the reset gives back nothing,
 //! a reset of one policy leaves the other's state, and a second store handle on the same
-//! server sees the reset. The tiered store also drops its lease of the key, and a lease taken before the
+//! server sees the reset; a reset ends a ban, which a peek reports. The tiered store also drops its lease of the key, and a lease taken before the
 //! reset and returned after it by another instance gives nothing back.
 
 use std::num::NonZeroU32;
 use std::time::Duration;
 
+use ratekeeper_axum::core::Ban;
 use ratekeeper_axum::core::clock::ManualClock;
 use ratekeeper_axum::core::store::redis::{RedisStore, RedisStoreBuilder};
 use ratekeeper_axum::core::store::tiered::TieredStore;
@@ -221,6 +222,43 @@ async fn own_negative_cache_is_forgotten(store: &RedisStore, p: PolicyId, what: 
     );
 }
 
+/// A ban made through one handle shows in the other's peek; that handle's reset ends it
+/// (and the count of refusals), and the first handle is admitted again at once.
+async fn a_reset_ends_a_ban(a: &RedisStore, b: &RedisStore, p: PolicyId, what: &str) {
+    let key = Key::from("mallory");
+    assert!(check(a, p, &key).await.is_allowed());
+    assert!(!check(a, p, &key).await.is_allowed());
+    let started = check(a, p, &key).await.as_slice()[0];
+    assert!(started.starts_ban(), "{what}: {started:?}");
+    let banned = peek(b, p, &key).await;
+    assert!(banned.is_banned(), "{what}: {banned:?}");
+    assert_eq!(
+        banned.retry_after(),
+        Some(Duration::from_secs(900)),
+        "{what}"
+    );
+    let after = reset(b, Some(p), &key).await.as_slice()[0];
+    assert!(
+        after.is_allowed() && !after.is_banned(),
+        "{what}: {after:?}"
+    );
+    assert_eq!(after.remaining(), 1, "{what}");
+    assert!(!peek(a, p, &key).await.is_banned(), "{what}");
+    assert!(check(a, p, &key).await.is_allowed(), "{what}: still banned");
+    assert!(
+        !check(a, p, &key).await.as_slice()[0].starts_ban(),
+        "{what}: count kept"
+    );
+    assert!(check(a, p, &key).await.as_slice()[0].starts_ban(), "{what}");
+}
+
+/// One login a minute, banned for 15 minutes after 2 refusals within a minute.
+fn login() -> Policy {
+    let ban = Ban::after(NonZeroU32::new(2).expect("2"), Duration::from_secs(60))
+        .lasting(Duration::from_secs(900));
+    Policy::new("login", per_minute(1)).with_ban(ban)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reset_and_peek_on_redis_standalone() {
     let server = RedisServer::start();
@@ -246,6 +284,18 @@ async fn reset_and_peek_on_redis_standalone() {
         .expect("c");
     let ids = register(&mut cached, &policies);
     own_negative_cache_is_forgotten(&cached, ids[0], "standalone").await;
+
+    let mut a = builder(&clock, "rp-ban", false)
+        .standalone(&url)
+        .await
+        .expect("a");
+    let mut b = builder(&clock, "rp-ban", false)
+        .standalone(&url)
+        .await
+        .expect("b");
+    let p = register(&mut a, &[login()])[0];
+    assert_eq!(register(&mut b, &[login()])[0], p);
+    a_reset_ends_a_ban(&a, &b, p, "standalone").await;
 
     // Every fence has a TTL (no key is ever left without one).
     for (key, ttl) in server.key_ttls("rp*") {
@@ -279,6 +329,18 @@ async fn reset_and_peek_on_redis_cluster() {
         .expect("c");
     let ids = register(&mut cached, &policies);
     own_negative_cache_is_forgotten(&cached, ids[0], "cluster").await;
+
+    let mut a = builder(&clock, "rpc-ban", false)
+        .cluster(&nodes)
+        .await
+        .expect("a");
+    let mut b = builder(&clock, "rpc-ban", false)
+        .cluster(&nodes)
+        .await
+        .expect("b");
+    let p = register(&mut a, &[login()])[0];
+    assert_eq!(register(&mut b, &[login()])[0], p);
+    a_reset_ends_a_ban(&a, &b, p, "cluster").await;
 }
 
 async fn tiered(url: &str, clock: &ManualClock, prefix: &str) -> TieredStore {

@@ -16,6 +16,7 @@ pub mod fleet;
 pub mod flood;
 pub mod redis;
 pub mod slots;
+pub mod streams;
 pub mod sweep;
 pub mod turns;
 

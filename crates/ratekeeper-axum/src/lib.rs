@@ -161,6 +161,7 @@
 //! | clients behind a load balancer or proxy | [`key::ForwardedIp`], which trusts `X-Forwarded-For` / `Forwarded` only from proxies you list | |
 //! | an API key | [`key::HeaderKey`], validated to a principal so rotated or empty keys get no fresh budget | |
 //! | a cheaper answer (a stale cache) instead of a 429 on one route | [`RateLimitLayer::with_fallback`] on that route only: `.route("/prices", get(prices).route_layer(layer))`; under `Router::layer` the fallback would also answer a limited client's 404s and 405s | `degraded_fallback` |
+//! | a cost known only from the response (the tokens a model generated, a streamed answer) | the estimate charged first, then settled with [`RateLimitBuilder::usage`] from a header, a trailer or the streamed body ([`usage`]) | `llm_tokens` |
 //! | limits from a configuration file | `config::LayerConfig::from_toml` (features `serde` and `toml`) | `from_config` |
 //! | metrics for Prometheus, usage analysis | the `metrics` crate's names in [`rate_limit`] (`ratekeeper_decisions_total`, `ratekeeper_usage_ratio`, ...) and an exporter | `observability` |
 //! | one budget shared by many app instances | the Redis store, feature `redis`: `core::store::redis::RedisStore` | `distributed` |
@@ -187,7 +188,7 @@ pub mod extract;
 
 pub use extract::{MissingRateLimitInfo, RateLimitInfo};
 pub use ratekeeper_core::{
-    self as core, Algorithm, Decision, Key, Outcome, Policy, PolicyError, Quota, QuotaError,
+    self as core, Algorithm, Ban, Decision, Key, Outcome, Policy, PolicyError, Quota, QuotaError,
     QuotaParseError,
 };
 /// A layer from a configuration file (feature `serde`; `toml` reads TOML).
@@ -198,7 +199,7 @@ pub use ratekeeper_tower::report::HeaderStyle;
 pub use ratekeeper_tower::{
     self as tower, BuildError, GlobalKey, KeyError, KeyExtractor, PeerIp, RateLimit,
     RateLimitBuilder, RateLimitLayer, RequestParts, StoreDegraded, adaptive, concurrency, cors,
-    cost, degraded, fallback, info, key, policy, rate_limit, report, route,
+    cost, degraded, fallback, info, key, policy, rate_limit, report, route, usage,
 };
 // Polite HTTP clients: a layer that waits as servers announce.
 pub use ratekeeper_tower::client;

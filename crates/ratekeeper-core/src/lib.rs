@@ -89,5 +89,5 @@ pub mod throttle;
 pub use algorithm::Algorithm;
 pub use decision::{Decision, Outcome};
 pub use key::Key;
-pub use policy::{Policy, PolicyError};
+pub use policy::{Ban, Policy, PolicyError};
 pub use quota::{Quota, QuotaError, QuotaParseError};

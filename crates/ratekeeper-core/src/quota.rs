@@ -353,6 +353,35 @@ fn unit_nanos(unit: &str) -> Option<u64> {
     })
 }
 
+/// A duration written as `<count><unit>` (`"15m"`, `"900 s"`, `"1h"`, `"1500ms"`; the units of
+/// a quota's period, count required): its ns, or `None` when it does not parse or overflows.
+pub(crate) fn parse_duration_nanos(input: &str) -> Option<u64> {
+    let (count, unit) = split_number(input.trim());
+    parse_int(count)?.checked_mul(unit_nanos(unit.trim())?)
+}
+
+/// Writes `ns` in the largest unit that divides it (`15min`, `90s`, `1500ms`), a form
+/// [`parse_duration_nanos`] reads back.
+pub(crate) fn write_duration_nanos(f: &mut fmt::Formatter<'_>, ns: u64) -> fmt::Result {
+    let (per, unit) = DISPLAY_UNITS
+        .iter()
+        .copied()
+        .find(|(per, _)| ns % per == 0)
+        .unwrap_or((1, "ns"));
+    write!(f, "{}{unit}", ns / per)
+}
+
+/// Units `Display` writes, largest first.
+const DISPLAY_UNITS: [(u64, &str); 7] = [
+    (86_400 * NS_PER_SEC, "day"),
+    (3_600 * NS_PER_SEC, "h"),
+    (60 * NS_PER_SEC, "min"),
+    (NS_PER_SEC, "s"),
+    (1_000_000, "ms"),
+    (1_000, "us"),
+    (1, "ns"),
+];
+
 impl FromStr for Quota {
     type Err = QuotaParseError;
 

@@ -10,6 +10,10 @@
 //! derive a cost from a value the client controls (a header, a query parameter) without a
 //! floor of 1, or the client can make every request free.
 //!
+//! A cost known only once the response is (the tokens a model generated) is charged here as
+//! an estimate, and settled to its true cost with
+//! [`RateLimitBuilder::usage`](crate::RateLimitBuilder::usage) (see [`usage`](crate::usage)).
+//!
 //! # Example
 //!
 //! ```

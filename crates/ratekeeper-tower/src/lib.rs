@@ -20,7 +20,8 @@
 //! answering limited requests with another service, [`degraded`] for the markers on requests
 //! the store could not decide, [`RequestParts`] for the request view closure strategies get,
 //! [`report`] for the headers and 429 bodies clients see, [`info`] for reading the decision in a handler and
-//! [`concurrency`] for the keyed concurrency limit, [`adaptive`] for a concurrency limit
+//! [`usage`] for charges settled from the response (tokens a model generated, read from a
+//! header, a trailer or the streamed body), [`concurrency`] for the keyed concurrency limit, [`adaptive`] for a concurrency limit
 //! found from latency, with priority partitions. For the other side, [`client`] makes an HTTP
 //! client wait when a server says nothing is left.
 //!
@@ -73,6 +74,7 @@ pub mod report;
 pub mod request;
 pub mod route;
 mod type_name;
+pub mod usage;
 
 pub use degraded::StoreDegraded;
 pub use error::BuildError;

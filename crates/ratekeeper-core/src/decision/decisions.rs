@@ -176,6 +176,12 @@ impl Decisions {
         }
     }
 
+    /// Whether some decision started a [`Ban`](crate::Ban) ([`Decision::starts_ban`]).
+    #[inline]
+    pub fn starts_ban(&self) -> bool {
+        self.as_slice().iter().any(Decision::starts_ban)
+    }
+
     /// Whether some policy said the cost can never fit.
     #[inline]
     pub fn is_cannot_fit(&self) -> bool {

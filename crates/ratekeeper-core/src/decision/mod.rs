@@ -81,6 +81,10 @@ enum Kind {
     Allowed,
     Denied,
     CannotFit,
+    /// Denied by a ban in force (see [`crate::Ban`]).
+    Banned,
+    /// Denied, and this refusal started a ban.
+    BanStarted,
 }
 
 impl Decision {
@@ -149,10 +153,48 @@ impl Decision {
         match self.kind {
             Kind::Allowed => Outcome::Allowed,
             Kind::CannotFit => Outcome::CannotFit,
-            Kind::Denied => Outcome::Denied {
+            Kind::Denied | Kind::Banned | Kind::BanStarted => Outcome::Denied {
                 retry_after: Duration::from_nanos(self.retry_after_ns),
             },
         }
+    }
+
+    /// A denial by a [`Ban`](crate::Ban) in force that ends in `ends_in`: `retry_after` and
+    /// `reset_after` are `ends_in` (saturating at `u64::MAX` ns), `remaining` is 0.
+    pub const fn banned(limit: u32, ends_in: Duration) -> Self {
+        let ns = nanos(ends_in);
+        Self {
+            retry_after_ns: ns,
+            reset_after_ns: ns,
+            limit,
+            remaining: 0,
+            kind: Kind::Banned,
+        }
+    }
+
+    /// The same decision marked as the refusal that started a ban (see
+    /// [`Decision::starts_ban`]); a decision that allows or can never fit stays as it is.
+    #[must_use]
+    pub const fn with_ban_started(mut self) -> Self {
+        if matches!(self.kind, Kind::Denied | Kind::Banned) {
+            self.kind = Kind::BanStarted;
+        }
+        self
+    }
+
+    /// Whether the denial comes from a [`Ban`](crate::Ban): one in force, or the one this
+    /// refusal started.
+    #[inline]
+    pub const fn is_banned(&self) -> bool {
+        matches!(self.kind, Kind::Banned | Kind::BanStarted)
+    }
+
+    /// Whether this refusal started a [`Ban`](crate::Ban): true for exactly one decision per
+    /// ban (a store reports the start once; later refusals of the ban are
+    /// [`Decision::is_banned`] only), so it is what to count and log a ban by.
+    #[inline]
+    pub const fn starts_ban(&self) -> bool {
+        matches!(self.kind, Kind::BanStarted)
     }
 
     /// Whether the request passes.
@@ -201,12 +243,17 @@ impl Decision {
 
 impl fmt::Debug for Decision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Decision")
-            .field("outcome", &self.outcome())
+        let mut d = f.debug_struct("Decision");
+        d.field("outcome", &self.outcome())
             .field("limit", &self.limit)
             .field("remaining", &self.remaining)
-            .field("reset_after", &self.reset_after())
-            .finish()
+            .field("reset_after", &self.reset_after());
+        match self.kind {
+            Kind::Banned => d.field("ban", &"in force"),
+            Kind::BanStarted => d.field("ban", &"started"),
+            _ => &mut d,
+        }
+        .finish()
     }
 }
 

@@ -277,8 +277,10 @@ pub enum FailurePolicy {
     /// unused burst when the outage began gets it back only at the share's rate. Until `N`
     /// is known (no configuration and no reply from Redis yet) it answers as
     /// [`FailurePolicy::Deny`]. Its decisions carry normal headers (the share's limit and
-    /// remaining). The store answers these itself, so an HTTP layer that ever sees
-    /// `FailSoft` in a [`StoreError::Failed`] treats it as [`FailurePolicy::Allow`].
+    /// remaining). A policy's [`Ban`](crate::Ban) is kept whole in its share: each instance
+    /// counts the refusals it makes and bans on its own until the shared store answers. The
+    /// store answers these itself, so an HTTP layer that ever sees `FailSoft` in a
+    /// [`StoreError::Failed`] treats it as [`FailurePolicy::Allow`].
     FailSoft,
     /// The degraded-response fallback serves the request. The tower layer passes the request
     /// to the inner service with a `StoreDegraded` request extension (defined by the tower

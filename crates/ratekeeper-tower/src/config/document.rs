@@ -51,8 +51,9 @@ impl LayerConfig {
         };
         for (i, p) in policies.iter().enumerate() {
             if let Err(e) = p.validate() {
+                let field = if e.is_ban() { "ban" } else { "name" };
                 return Some((
-                    vec![Field("policies".into()), Index(i), Field("name".into())],
+                    vec![Field("policies".into()), Index(i), Field(field.into())],
                     e.to_string(),
                 ));
             }

@@ -32,6 +32,10 @@
 //! name = "login"
 //! quota = "5/m"
 //! algorithm = "sliding_window"  # gcra (default), leaky_bucket, fixed_window, sliding_window, sliding_log
+//! # Optional: once this policy refused a client `after` times within `within`, every request
+//! # of the client under it is refused for `duration` (see `Ban`). Durations: "500ms",
+//! # "30s", "15m", "1h", "1d"; whole µs, at most 365 days.
+//! ban = { after = 3, within = "1m", duration = "15m" }
 //!
 //! [[routes]]
 //! method = "GET"

@@ -276,3 +276,79 @@ async fn a_nat64_prefix_applies_to_keys_and_exemptions() {
         assert!(err.message().contains(says), "{err}");
     }
 }
+
+/// A policy's `ban` reads from TOML, builds a layer that bans, and a bad ban is an error
+/// naming its field.
+#[tokio::test]
+async fn a_ban_reads_from_toml_and_bad_bans_name_their_field() {
+    use std::time::Duration;
+    use tower::{Layer, ServiceExt};
+    let doc = "key = { kind = \"global\" }\n[[policies]]\nname = \"login\"\nquota = \"1/m\"\n\
+               ban = { after = 2, within = \"1m\", duration = \"15m\" }\n";
+    let config = LayerConfig::from_toml("x.toml", doc).unwrap();
+    let ban = config.policies[0].ban().copied().unwrap();
+    assert_eq!(ban.refusals().get(), 2);
+    assert_eq!(ban.within(), Duration::from_secs(60));
+    assert_eq!(ban.duration(), Duration::from_secs(900));
+    let svc = config
+        .build()
+        .unwrap()
+        .layer(tower::service_fn(|_req: http::Request<()>| async {
+            Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+        }));
+    let retry_after = |res: &http::Response<_>| {
+        res.headers()
+            .get("retry-after")
+            .map(|v| v.to_str().unwrap().to_owned())
+    };
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let res = svc.clone().oneshot(http::Request::new(())).await.unwrap();
+        seen.push((res.status().as_u16(), retry_after(&res)));
+    }
+    // One allowed; the first refusal waits for the quota (60 s), the second bans for 15 min.
+    assert_eq!(seen[0], (200, None));
+    assert_eq!(seen[1], (429, Some("60".to_owned())));
+    assert_eq!(seen[2], (429, Some("900".to_owned())));
+    assert_eq!(seen[3], (429, Some("900".to_owned())));
+
+    let policy = "[[policies]]\nname = \"login\"\nquota = \"1/h\"\n";
+    for (ban, field, says) in [
+        (
+            "{ after = 2, within = \"0s\", duration = \"15m\" }",
+            "policies[0].ban",
+            "`within` is zero",
+        ),
+        (
+            "{ after = 2, within = \"1m\", duration = \"400d\" }",
+            "policies[0].ban",
+            "`duration` is longer than 365 days",
+        ),
+        (
+            "{ after = 2, within = \"1 fortnight\", duration = \"15m\" }",
+            "policies[0].ban.within",
+            "invalid duration \"1 fortnight\"",
+        ),
+        (
+            "{ after = 0, within = \"1m\", duration = \"15m\" }",
+            "policies[0].ban.after",
+            "",
+        ),
+        (
+            "{ after = 2, within = \"1m\" }",
+            "policies[0].ban",
+            "missing field `duration`",
+        ),
+        (
+            "{ after = 2, within = \"1m\", duration = \"1m\", for = \"1m\" }",
+            "policies[0].ban.for",
+            "unknown field `for`",
+        ),
+    ] {
+        let doc = format!("{policy}ban = {ban}\n");
+        let err = LayerConfig::from_toml("x.toml", &doc).unwrap_err();
+        assert_eq!(err.field(), field, "{err}");
+        assert_eq!(err.line(), Some(4), "{err}");
+        assert!(err.message().contains(says), "{err}");
+    }
+}

@@ -29,6 +29,67 @@
 //! The charge is taken when the request is admitted, so concurrent requests cannot overshoot;
 //! the headers of that response show the state before the refund. When the inner service
 //! fails with an error (no status) or the response future is dropped, the charge is kept.
+//! A charge whose true cost follows the response (a header, a trailer, the streamed body) is
+//! corrected to it by a [`usage`](crate::usage) rule, unless its settle rule gave it back.
+//!
+//! # Example: ban for 15 minutes after 10 failed logins
+//!
+//! A [`Ban`](ratekeeper_core::Ban) refuses a key for longer than its policy's window once the
+//! policy has refused it often enough. With a settle rule that keeps only the charges of
+//! `401`s, the policy's refusals are "too many failed logins": a quota of 10 per 15 minutes
+//! (the sliding log counts exactly the last 15 minutes), counting only `401`s, refuses the
+//! attempt after 10 failures within 15 minutes, and a ban after 1 refusal then refuses
+//! every attempt of that client, right password or not, for 15 minutes from that refusal
+//! (`Retry-After` = the ban's end, counted down; attempts during the ban do not extend
+//! it). Successful logins cost nothing. Each ban is counted in
+//! [`BANS_TOTAL`](crate::rate_limit::BANS_TOTAL) and logged once.
+//!
+//! ```
+//! use std::num::NonZeroU32;
+//! use std::time::Duration;
+//! use axum::http::{Request, Response, StatusCode};
+//! use ratekeeper_core::{Algorithm, Ban, Policy};
+//! use ratekeeper_tower::key::HeaderKey;
+//! use ratekeeper_tower::policy::Settle;
+//! use ratekeeper_tower::RateLimitLayer;
+//! use tower::{ServiceBuilder, ServiceExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let fifteen_minutes = Duration::from_secs(15 * 60);
+//! let layer = RateLimitLayer::builder()
+//!     .policy(
+//!         Policy::new("login", "10/15min".parse()?)
+//!             .with_algorithm(Algorithm::SlidingLog)
+//!             .with_ban(Ban::after(NonZeroU32::MIN, fifteen_minutes).lasting(fifteen_minutes)),
+//!     )
+//!     .settle("login", Settle::COUNT_UNAUTHORIZED)
+//!     .key(HeaderKey::raw("x-user")) // or the peer IP (the default)
+//!     .build()?;
+//! let login = ServiceBuilder::new().layer(layer).service_fn(|req: Request<()>| async move {
+//!     let right = req.headers().get("x-password").is_some_and(|p| p == "right");
+//!     let status = if right { StatusCode::OK } else { StatusCode::UNAUTHORIZED };
+//!     let mut res = Response::new(String::new());
+//!     *res.status_mut() = status;
+//!     Ok::<_, std::convert::Infallible>(res)
+//! });
+//! let attempt = |password: &'static str| {
+//!     let req = Request::post("/login")
+//!         .header("x-user", "alice")
+//!         .header("x-password", password)
+//!         .body(())
+//!         .unwrap();
+//!     login.clone().oneshot(req)
+//! };
+//! for _ in 0..10 {
+//!     assert_eq!(attempt("wrong").await?.status(), StatusCode::UNAUTHORIZED);
+//! }
+//! let banned = attempt("right").await?;
+//! assert_eq!(banned.status(), StatusCode::TOO_MANY_REQUESTS);
+//! assert_eq!(banned.headers()["retry-after"], "900");
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! # Example: tiers
 //!

@@ -112,7 +112,7 @@ impl<St: Store<Key>> Admin<St> {
     /// [`Store::peek`], a [`Decision`] whose `limit`, `remaining` (whole cost-1 requests
     /// that would pass now) and `reset_after` (time until the budget is full again) are the
     /// state's, and whose outcome is allowed unless the store refuses every request of the
-    /// key.
+    /// key (a ban in force, [`Decision::is_banned`], with the time until it ends).
     ///
     /// # Errors
     ///
@@ -143,9 +143,9 @@ impl<St: Store<Key>> Admin<St> {
     }
 
     /// Forgets `key`'s charges under the policy named `policy` (its next request sees the
-    /// whole burst) and answers the state afterwards. The store's [`Store::reset`]: receipts
-    /// of charges made before it give back nothing after it; the other policies' state of
-    /// the key is left as it is.
+    /// whole burst, and a ban of the key under the policy ends) and answers the state
+    /// afterwards. The store's [`Store::reset`]: receipts of charges made before it give
+    /// back nothing after it; the other policies' state of the key is left as it is.
     ///
     /// # Errors
     ///

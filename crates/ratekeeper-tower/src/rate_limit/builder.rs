@@ -17,6 +17,7 @@ use crate::error::BuildError;
 use crate::key::PeerIp;
 use crate::policy::{AllPolicies, CheckPolicies, Rules, Settle};
 use crate::report::{HeaderStyle, PartitionKey, Rejection, Reporter, ResetFormat};
+use crate::usage::{Usage, UsageRules};
 
 /// Everything a [`RateLimitBuilder`] holds that does not change its type, moved as a whole when a
 /// strategy (key, cost, store, resolver) is swapped.
@@ -32,6 +33,7 @@ struct Settings {
     request_info: bool,
     rules: Rules,
     settle: Vec<(String, Settle)>,
+    usage: Vec<(String, Usage)>,
     quiet_forwarded: bool,
     raw_keys: bool,
     grpc: bool,
@@ -237,6 +239,19 @@ impl<K, Co, St, R> RateLimitBuilder<K, Co, St, R> {
         self
     }
 
+    /// Settles the named policy's charge to its true cost once the response tells it: a
+    /// response header, a trailer, or a count over the streamed body (see [`usage`] for the
+    /// sources, the reserve-then-settle flow and its bound). The request is charged the
+    /// layer's cost (or the resolver's) as an estimate first; the other policies keep their
+    /// charge. Checked at build time: the policy must exist. Given twice for one policy, the
+    /// last one holds.
+    ///
+    /// [`usage`]: crate::usage
+    pub fn usage(mut self, policy: &str, usage: Usage) -> Self {
+        self.settings.usage.push((policy.to_owned(), usage));
+        self
+    }
+
     /// Exempts requests that look like CORS preflights (see
     /// [`cors::is_preflight`](crate::cors::is_preflight): `OPTIONS` with `Origin` and
     /// `Access-Control-Request-Method`, and no body). Default `false`: every request that
@@ -386,6 +401,15 @@ impl<K, Co, St, R> RateLimitBuilder<K, Co, St, R> {
                 .ok_or_else(|| BuildError::UnknownPolicy(name.clone()))?;
             settings.rules.settle.push((index, *settle));
         }
+        let mut usage = UsageRules::default();
+        for (name, rule) in std::mem::take(&mut settings.usage) {
+            let index = policies
+                .iter()
+                .position(|p| p.name() == name)
+                .and_then(|i| u32::try_from(i).ok())
+                .ok_or(BuildError::UnknownPolicy(name))?;
+            usage.set(index, rule);
+        }
         let exempt = std::mem::take(&mut settings.rules.exempt_networks);
         settings.rules.exempt_networks = crate::key::normalize_nets(exempt, &settings.rules.nat64);
         key.check()?;
@@ -393,6 +417,11 @@ impl<K, Co, St, R> RateLimitBuilder<K, Co, St, R> {
         let mut ids = SmallVec::new();
         for p in policies {
             ids.push(store.register(p)?);
+            if p.ban().is_some() {
+                // The bans counter at 0 (a Prometheus series should exist before its first
+                // event); a no-op without a recorder installed.
+                metrics::counter!(super::BANS_TOTAL, "policy" => p.name().to_owned()).increment(0);
+            }
         }
         let mut reporter = Reporter::new(policies, settings.style, settings.reset);
         reporter.rejection = settings.rejection;
@@ -421,6 +450,7 @@ impl<K, Co, St, R> RateLimitBuilder<K, Co, St, R> {
             rules: settings.rules,
             mode: settings.mode,
             request_info: settings.request_info,
+            usage,
         }))
     }
 }

@@ -20,6 +20,7 @@ use super::answer::{Answer, Refusal};
 use super::limiter::{Erased, FAILED, NO_RESPONSE, Respond, Verdict, store_failed};
 use super::ticket::Ticket;
 use crate::body::ResponseBody;
+use crate::usage::Metered;
 
 /// The ready inner service of a held request: borrowed from the service in `call`, or owned
 /// by the response future.
@@ -251,11 +252,16 @@ pub(crate) struct Settlement {
 }
 
 impl Settlement {
-    /// Settles by the response's status and adds the rate-limit headers to it.
+    /// Settles by the response's status and adds the rate-limit headers to it; returns what
+    /// the response body carries when a charge is settled from it (see [`crate::usage`]).
     #[inline]
-    fn respond(&mut self, parts: &mut http::response::Parts) {
-        self.limiter.respond(&self.ticket, &self.decisions, parts);
+    fn respond(&mut self, parts: &mut http::response::Parts) -> Option<Box<Metered>> {
+        let metered = self.limiter.respond(&self.ticket, &self.decisions, parts);
         self.unsettled = None;
+        if !metered {
+            return None;
+        }
+        Arc::clone(&self.limiter).meter(&mut self.ticket, &self.decisions, parts)
     }
 }
 
@@ -381,11 +387,13 @@ where
                     let (mut parts, body) = res.into_parts();
                     // Read in place and dropped in place: taking the settlement out would
                     // copy it (ticket and decisions, some 300 bytes) per response.
-                    if let Some(settlement) = report.as_mut() {
-                        settlement.respond(&mut parts);
-                    }
+                    let meter = report.as_mut().and_then(|s| s.respond(&mut parts));
                     *report = None;
-                    return Poll::Ready(Ok(Response::from_parts(parts, ResponseBody::inner(body))));
+                    let body = match meter {
+                        None => ResponseBody::inner(body),
+                        Some(meter) => ResponseBody::metered(body, meter),
+                    };
+                    return Poll::Ready(Ok(Response::from_parts(parts, body)));
                 }
                 KindProj::Answered { answer } => {
                     let answer = answer

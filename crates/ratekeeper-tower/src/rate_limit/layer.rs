@@ -17,6 +17,7 @@ use super::service::RateLimit;
 use crate::key::PeerIp;
 use crate::policy::{AllPolicies, Rules};
 use crate::report::{HeaderStyle, Reporter, ResetFormat};
+use crate::usage::UsageRules;
 
 /// A [`tower::Layer`](https://docs.rs/tower/0.5/tower/trait.Layer.html) that rate limits requests (see the [module docs](super)).
 ///
@@ -56,6 +57,7 @@ impl RateLimitLayer {
             mode: Mode::default(),
             request_info: false,
             diag: Diagnostics::new(true, false),
+            usage: UsageRules::default(),
         })
     }
 }

@@ -30,6 +30,7 @@ use crate::info::Info;
 use crate::key::{KeyExtractor, PeerIp};
 use crate::policy::{AllPolicies, Applied, Plan, Resolve, Rules};
 use crate::report::Reporter;
+use crate::usage::{Corrector, Metered, UsageRules};
 
 /// What the layer does with a request once the store decided. Every verdict but
 /// [`Verdict::Retry`] is final and was counted once in `ratekeeper_decisions_total`. The
@@ -76,6 +77,8 @@ pub(crate) struct Limiter<K, Co, St, R = AllPolicies> {
     pub(crate) request_info: bool,
     /// The proxy warning and the decision events.
     pub(crate) diag: Diagnostics,
+    /// The policies settled from the response (a header, a trailer, the body).
+    pub(crate) usage: UsageRules,
 }
 
 impl<K, Co, St, R> Limiter<K, Co, St, R> {
@@ -177,6 +180,37 @@ impl<K, Co, St, R> Limiter<K, Co, St, R> {
             .map_or("", |n| &**n)
     }
 
+    /// Each ban this answer started: counted ([`BANS_TOTAL`](super::meter::BANS_TOTAL)) and
+    /// logged at INFO, target `ratekeeper`, with the policy, the key (hashed unless raw keys
+    /// were asked for) and how long the ban lasts. A store reports a ban's start once, so
+    /// this runs once per ban, whatever the mode does with the request.
+    #[cold]
+    #[inline(never)]
+    fn note_bans(&self, applied: &Applied, decisions: &Decisions) {
+        for (entry, decision) in applied.entries.iter().zip(decisions.as_slice()) {
+            if !decision.starts_ban() {
+                continue;
+            }
+            let index = entry.index as usize;
+            self.meter.ban(index);
+            let policy = self.names().get(index).map_or("", |n| &**n);
+            let key = self
+                .diag
+                .key_text(entry.key.as_ref().unwrap_or(&applied.key));
+            let seconds = decision
+                .retry_after()
+                .map_or(0, ratekeeper_core::decision::ceil_secs);
+            tracing::info!(
+                target: "ratekeeper",
+                policy,
+                key,
+                seconds,
+                "key banned: the policy refused it as often as its ban allows; every request \
+                 of the key under this policy is refused for {seconds} s"
+            );
+        }
+    }
+
     /// The "cost can never fit" warning, once per layer (every other denial, and the later
     /// cannot-fit ones, are DEBUG events).
     fn log_denial(&self, applied: &Applied, decisions: &Decisions) {
@@ -257,6 +291,9 @@ where
         extensions: &mut Extensions,
     ) -> Verdict {
         let applied = &ticket.charges;
+        if decisions.starts_ban() {
+            self.note_bans(applied, decisions);
+        }
         match self.mode {
             Mode::Delay { max_wait } => {
                 let now = Instant::now();
@@ -361,6 +398,70 @@ where
         self.store
             .refund(&applied.all_refunds(&self.ids, decisions));
     }
+
+    /// At the response head, for a layer with usage rules: corrects the charges a response
+    /// header settles, and returns what the body carries for the charges a trailer or the
+    /// body settles (taking the charges out of the ticket, which is settled then).
+    #[cold]
+    fn meter_response(
+        self: Arc<Self>,
+        ticket: &mut Ticket,
+        decisions: &Decisions,
+        head: &http::response::Parts,
+    ) -> Option<Box<Metered>>
+    where
+        K: Send + Sync + 'static,
+        Co: Send + Sync + 'static,
+        R: Send + Sync + 'static,
+    {
+        let status = head.status;
+        let settle = &self.rules.settle;
+        let refunded = |index: u32| settle.iter().any(|(i, s)| *i == index && s.refunds(status));
+        let started = self.usage.start(&ticket.charges, decisions, refunded, head);
+        if !started.now.is_empty() {
+            let receipts: SmallVec<[_; 2]> = decisions.receipts().collect();
+            self.correct(&ticket.charges, &receipts, &started.now);
+        }
+        if !started.counts_body() {
+            return None;
+        }
+        let charges = std::mem::take(&mut ticket.charges);
+        let metered = started.into_metered(self, charges, decisions);
+        Some(Box::new(metered))
+    }
+}
+
+impl<K, Co, St, R> Corrector for Limiter<K, Co, St, R>
+where
+    K: Send + Sync + 'static,
+    Co: Send + Sync + 'static,
+    St: Store<Key>,
+    R: Send + Sync + 'static,
+{
+    fn correct(
+        &self,
+        applied: &Applied,
+        receipts: &[ratekeeper_core::store::Receipt],
+        actuals: &[(usize, u64)],
+    ) {
+        let corrections = crate::usage::corrections(applied, &self.ids, receipts, actuals);
+        if corrections.is_empty() {
+            return;
+        }
+        if tracing::enabled!(target: crate::usage::USAGE_TARGET, tracing::Level::DEBUG) {
+            let pairs: SmallVec<[(u64, u64); 2]> = corrections
+                .iter()
+                .map(|c| (c.charge.cost, c.actual))
+                .collect();
+            tracing::debug!(
+                target: crate::usage::USAGE_TARGET,
+                key = self.diag.key_text(&applied.key),
+                corrections = ?pairs,
+                "settling rate-limit charges to their true cost (estimate, actual)"
+            );
+        }
+        self.store.correct(&corrections);
+    }
 }
 
 /// The key and cost of the charge whose decision the headers report (for the logs).
@@ -396,8 +497,22 @@ pub(crate) fn store_failed(err: &StoreError, extensions: &mut Extensions) -> Opt
 /// did not). No type parameter, so a settlement can move into a response body.
 pub(crate) trait Respond: Send + Sync {
     /// Settles the ticket by the response's status, then adds the rate-limit headers of
-    /// `decisions` to the response.
-    fn respond(&self, ticket: &Ticket, decisions: &Decisions, parts: &mut http::response::Parts);
+    /// `decisions` to the response; `true` when the layer settles some policy from the
+    /// response ([`Respond::meter`] then).
+    fn respond(
+        &self,
+        ticket: &Ticket,
+        decisions: &Decisions,
+        parts: &mut http::response::Parts,
+    ) -> bool;
+    /// Corrects the charges a response header settles; returns what the response body
+    /// carries for those a trailer or the body settles (see [`crate::usage`]).
+    fn meter(
+        self: Arc<Self>,
+        ticket: &mut Ticket,
+        decisions: &Decisions,
+        head: &http::response::Parts,
+    ) -> Option<Box<Metered>>;
     /// Settles the ticket without a response (see [`NO_RESPONSE`] and [`FAILED`]).
     fn settle(&self, ticket: &Ticket, decisions: &Decisions, status: StatusCode);
 }
@@ -443,15 +558,30 @@ pub(crate) const FAILED: u16 = 500;
 
 impl<K, Co, St, R> Respond for Limiter<K, Co, St, R>
 where
-    K: Send + Sync,
-    Co: Send + Sync,
+    K: Send + Sync + 'static,
+    Co: Send + Sync + 'static,
     St: Store<Key>,
-    R: Send + Sync,
+    R: Send + Sync + 'static,
 {
     #[inline]
-    fn respond(&self, ticket: &Ticket, decisions: &Decisions, parts: &mut http::response::Parts) {
+    fn respond(
+        &self,
+        ticket: &Ticket,
+        decisions: &Decisions,
+        parts: &mut http::response::Parts,
+    ) -> bool {
         self.settle_charges(ticket, decisions, parts.status);
         self.headers(ticket, decisions, &mut parts.headers);
+        !self.usage.is_empty()
+    }
+
+    fn meter(
+        self: Arc<Self>,
+        ticket: &mut Ticket,
+        decisions: &Decisions,
+        head: &http::response::Parts,
+    ) -> Option<Box<Metered>> {
+        self.meter_response(ticket, decisions, head)
     }
 
     fn settle(&self, ticket: &Ticket, decisions: &Decisions, status: StatusCode) {

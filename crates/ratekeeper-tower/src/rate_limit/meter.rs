@@ -39,6 +39,13 @@ pub const SHADOW_CHECKED_TOTAL: &str = "ratekeeper_shadow_checked_total";
 /// layer let through (label `policy`; a cost that can never fit counts too).
 pub const SHADOW_WOULD_REFUSE_TOTAL: &str = "ratekeeper_shadow_would_refuse_total";
 
+/// One count per ban a policy starts (label `policy`): a key the policy refused as often as
+/// its [`Ban`](ratekeeper_core::Ban) allows is now refused for the ban's duration. Counted
+/// once per ban, by the request whose refusal started it (not per request the ban refuses),
+/// in every mode (in [`Mode::Shadow`](super::Mode::Shadow) the store bans, the layer lets the
+/// requests through). Each ban is also logged at INFO, target `ratekeeper`.
+pub const BANS_TOTAL: &str = "ratekeeper_bans_total";
+
 /// Per policy, one counter handle per outcome, registered with the `metrics` recorder the
 /// first time that policy has that outcome (so a recorder installed after the layer was
 /// built, but before traffic, still gets every count). Counting costs a load and a branch
@@ -49,6 +56,8 @@ pub(crate) struct Meter {
     usage: Box<[OnceLock<Histogram>]>,
     /// Shadow mode: `[checked, would refuse]` per policy (`None` in other modes).
     shadow: Option<Box<[[OnceLock<Counter>; 2]]>>,
+    /// [`BANS_TOTAL`] per policy.
+    bans: Box<[OnceLock<Counter>]>,
 }
 
 impl Meter {
@@ -56,11 +65,22 @@ impl Meter {
         let counters = names.iter().map(|_| Default::default()).collect();
         let usage = names.iter().map(|_| OnceLock::new()).collect();
         let shadow = shadow.then(|| names.iter().map(|_| Default::default()).collect());
+        let bans = names.iter().map(|_| OnceLock::new()).collect();
         Self {
             names,
             counters,
             usage,
             shadow,
+            bans,
+        }
+    }
+
+    /// Counts a ban started by the policy at `index` ([`BANS_TOTAL`]).
+    #[cold]
+    pub(crate) fn ban(&self, index: usize) {
+        if let (Some(slot), Some(name)) = (self.bans.get(index), self.names.get(index)) {
+            slot.get_or_init(|| metrics::counter!(BANS_TOTAL, "policy" => name.to_string()))
+                .increment(1);
         }
     }
 

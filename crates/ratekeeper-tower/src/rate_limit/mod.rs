@@ -14,7 +14,9 @@
 //! and whether the store answers at once or later, and recorded in the [`USAGE_RATIO`]
 //! histogram (`ratekeeper_usage_ratio{policy}`: the share of the capacity used, 0.0 to 1.0);
 //! in [`Mode::Shadow`], [`SHADOW_CHECKED_TOTAL`] and [`SHADOW_WOULD_REFUSE_TOTAL`] give the
-//! share of requests a trial limit would refuse.
+//! share of requests a trial limit would refuse. A policy with a
+//! [`Ban`](ratekeeper_core::Ban) counts each ban it starts in [`BANS_TOTAL`]
+//! (`ratekeeper_bans_total{policy}`), once per ban.
 //!
 //! # Logs
 //!
@@ -24,7 +26,9 @@
 //! `Forwarded` from a private or loopback peer ([`RateLimitBuilder::warn_forwarded`]); one
 //! DEBUG event per decision (target `ratekeeper::decision`: policy, outcome, cost,
 //! remaining, limit, mode, and the key hashed unless [`RateLimitBuilder::log_raw_keys`]),
-//! checked with `tracing::enabled!` so it costs a level check when DEBUG is off; and one
+//! checked with `tracing::enabled!` so it costs a level check when DEBUG is off; one INFO
+//! event (target `ratekeeper`) per ban a policy starts (policy, key hashed unless raw keys,
+//! seconds), not per request the ban refuses; and one
 //! DEBUG event per request a failing store could not decide (the Redis store logs the outage
 //! itself, once per circuit-breaker transition). Over the limit, [`Mode`] decides: reject
 //! (default), wait within a bound ([`Mode::Delay`]) or only report ([`Mode::Shadow`]);
@@ -93,7 +97,9 @@
 //! ```
 //!
 //! Each file imports only files to its right. `limiter` uses `policy`, `report`, `key`,
-//! `cost`, `info` and `degraded`; `fallback.rs` puts the independent [`Fallback`]
+//! `cost`, `info`, `degraded` and `usage` (a charge settled from the response: the
+//! settlement hands the response body what it must count, `body.rs` carries it until the
+//! body ends); `fallback.rs` puts the independent [`Fallback`]
 //! middleware (`crate::fallback`) behind the rate limit. None of those imports `rate_limit`.
 //! Beside the request path, `admin.rs` ([`Admin`], made by the layer) reads the limiter's
 //! store, policy ids and names, and imports nothing else of `rate_limit`.
@@ -120,7 +126,9 @@ pub use builder::RateLimitBuilder;
 pub use fallback::FallbackLayer;
 pub use future::ResponseFuture;
 pub use layer::RateLimitLayer;
-pub use meter::{DECISIONS_TOTAL, SHADOW_CHECKED_TOTAL, SHADOW_WOULD_REFUSE_TOTAL, USAGE_RATIO};
+pub use meter::{
+    BANS_TOTAL, DECISIONS_TOTAL, SHADOW_CHECKED_TOTAL, SHADOW_WOULD_REFUSE_TOTAL, USAGE_RATIO,
+};
 pub use mode::Mode;
 /// Re-exported from `ratekeeper_core::clock`: a clock on tokio's time, so a store follows
 /// tokio's paused time in tests and [`Mode::Delay`] waits agree with store decisions.

@@ -1,6 +1,7 @@
 //! The in-memory store: [`MemoryStore`] (registration, all-or-nothing checks and
 //! reservations with receipts, refunds) over one key map per policy (`keyed`).
 
+mod ban;
 mod compact;
 mod keyed;
 mod staggered;
@@ -13,6 +14,7 @@ use std::sync::atomic::Ordering;
 
 use smallvec::SmallVec;
 
+use self::ban::Bans;
 use self::keyed::{Slot, with_keyed};
 use super::{Charge, Checked, Correction, Decisions, PolicyId, Receipt, Refund, Store, StoreError};
 use crate::algorithm::Reserved;
@@ -93,6 +95,15 @@ use crate::{Decision, Policy};
 /// would reach bit 63 (a clock or a tolerance beyond 2^63 ns, 292 years) gets
 /// [`Receipt::NONE`] or gives back nothing.
 ///
+/// **Bans.** A policy with a [`Ban`](crate::Ban) keeps a second, small map beside its key
+/// map: a key is in it while its refusals are being counted or its ban is in force, at most
+/// `max_keys` of them ([`MemoryStore::with_max_keys`]; a new key's refusals are not counted
+/// while the map is full and a sweep frees nothing), swept of ended bans and counts as keys
+/// are added (O(1) amortised) and by [`MemoryStore::sweep`]. A ban in force refuses the
+/// whole request before anything is charged; [`MemoryStore::reset`] ends it. A policy
+/// without a ban has no such map, and while no policy of the store has one, a check pays
+/// nothing for bans.
+///
 /// **Parameters in force.** A policy's quota is fixed when it is registered and its state
 /// lives only as long as the store, so state is always read under the quota that wrote it.
 /// A new quota means a new store (a restart, or a new layer): nothing written under the old
@@ -122,9 +133,18 @@ use crate::{Decision, Policy};
 /// # Ok::<(), ratekeeper_core::store::StoreError>(())
 /// ```
 pub struct MemoryStore<K, C = MonotonicClock> {
+    /// The registered policies, while none has a ban (empty otherwise): the one-charge
+    /// check looks its policy up here, so a store without bans pays nothing for them.
     policies: Vec<(Policy, Slot<K>)>,
+    /// The registered policies once one has a ban (empty otherwise): a lookup of the
+    /// one-charge check misses `policies` and takes [`MemoryStore::with_bans`].
+    banning: Vec<(Policy, Slot<K>)>,
     clock: C,
     max_keys: usize,
+    /// Per policy (by index), its bans when it has a [`Ban`](crate::Ban).
+    bans: Vec<Option<Bans<K>>>,
+    /// Whether some policy has a ban: checks then take [`MemoryStore::with_bans`].
+    has_bans: bool,
 }
 
 impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K, MonotonicClock> {
@@ -149,8 +169,11 @@ where
     pub fn with_clock(clock: C) -> Self {
         Self {
             policies: Vec::new(),
+            banning: Vec::new(),
             clock,
             max_keys: usize::MAX,
+            bans: Vec::new(),
+            has_bans: false,
         }
     }
 
@@ -175,8 +198,11 @@ where
     /// overflowed decisions, so a small cap does not sweep on every request.
     pub fn with_max_keys(mut self, max_keys: NonZeroUsize) -> Self {
         self.max_keys = max_keys.get();
-        for (_, slot) in &mut self.policies {
+        for (_, slot) in self.policies.iter_mut().chain(&mut self.banning) {
             with_keyed!(slot, k => k.max_keys = max_keys.get());
+        }
+        for bans in self.bans.iter_mut().flatten() {
+            bans.max_keys = max_keys.get();
         }
         self
     }
@@ -185,7 +211,7 @@ where
     /// summed over policies. Each is also counted by the [`metrics`] counter
     /// `ratekeeper_memory_store_overflowed_total` (label `policy`).
     pub fn overflowed(&self) -> u64 {
-        self.policies
+        self.registered()
             .iter()
             .map(|(_, slot)| with_keyed!(slot, k => k.overflowed.load(Ordering::Relaxed)))
             .sum()
@@ -196,8 +222,17 @@ where
         &self.clock
     }
 
+    /// The registered policies, in registration order.
+    fn registered(&self) -> &[(Policy, Slot<K>)] {
+        if self.has_bans {
+            &self.banning
+        } else {
+            &self.policies
+        }
+    }
+
     fn slot(&self, id: PolicyId) -> Result<&Slot<K>, StoreError> {
-        self.policies
+        self.registered()
             .get(id.index())
             .map(|(_, slot)| slot)
             .ok_or_else(|| StoreError::UnknownPolicy(id))
@@ -205,7 +240,7 @@ where
 
     /// The policy registered under `id`.
     pub fn policy(&self, id: PolicyId) -> Option<&Policy> {
-        self.policies.get(id.index()).map(|(p, _)| p)
+        self.registered().get(id.index()).map(|(p, _)| p)
     }
 
     /// Checks `charges` all-or-nothing at the clock's current time. Same as [`Store::check`]
@@ -219,10 +254,20 @@ where
         self.check_at(charges, self.clock.now())
     }
 
+    /// A check at `now`: [`MemoryStore::with_bans`] when some policy has a ban, else
+    /// [`MemoryStore::check_plain`].
+    #[inline]
+    fn check_at(&self, charges: &[Charge<'_, K>], now: u64) -> Result<Decisions, StoreError> {
+        if self.has_bans {
+            return self.with_bans(charges, now, None);
+        }
+        self.check_plain(charges, now)
+    }
+
     /// One charge (the common case) inlines into the caller so the decision and its receipt
     /// are written in place; several charges go through [`MemoryStore::all_or_nothing`].
     #[inline]
-    fn check_at(&self, charges: &[Charge<'_, K>], now: u64) -> Result<Decisions, StoreError> {
+    fn check_plain(&self, charges: &[Charge<'_, K>], now: u64) -> Result<Decisions, StoreError> {
         if let [only] = charges {
             let (d, receipt) = self.check_one(only, now)?;
             return Ok(Decisions::one_with_receipt(d, receipt));
@@ -268,6 +313,18 @@ where
     ) -> Result<Decisions, StoreError> {
         let max_wait = u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX);
         let now = self.clock.now();
+        if self.has_bans {
+            return self.with_bans(charges, now, Some(max_wait));
+        }
+        self.reserve_at(charges, now, max_wait)
+    }
+
+    fn reserve_at(
+        &self,
+        charges: &[Charge<'_, K>],
+        now: u64,
+        max_wait: u64,
+    ) -> Result<Decisions, StoreError> {
         self.all_or_nothing(
             charges,
             now,
@@ -392,9 +449,122 @@ where
         ))
     }
 
+    /// A check (`max_wait` `None`) or reservation of `charges` in a store where some policy
+    /// has a [`Ban`](crate::Ban):
+    ///
+    /// 1. a ban in force for a charge's key refuses the whole request and charges nothing:
+    ///    that charge reports [`Decision::banned`] (the ban ending last, when several are in
+    ///    force), the others their state as it is; a reservation's denial is final when the
+    ///    ban ends after `max_wait`;
+    /// 2. otherwise the charges are checked (or reserved) as without bans;
+    /// 3. a denial that refuses the request (every denial of a check; of a reservation, a
+    ///    final one or one whose `retry_after` is longer than `max_wait`) counts one refusal
+    ///    for every policy with a ban that denied (each policy and key once), and a refusal
+    ///    that starts a ban reports it ([`Decision::with_ban_started`]): `retry_after` is
+    ///    the longer of the ban and the quota's wait, `remaining` 0.
+    #[cold]
+    #[inline(never)]
+    fn with_bans(
+        &self,
+        charges: &[Charge<'_, K>],
+        now: u64,
+        max_wait: Option<u64>,
+    ) -> Result<Decisions, StoreError> {
+        let mut longest: Option<(usize, u64)> = None;
+        for (i, c) in charges.iter().enumerate() {
+            let ends = self.bans_of(c.policy)?.and_then(|b| b.ends_in(c.key, now));
+            if let Some(ends) = ends {
+                if longest.is_none_or(|(_, e)| ends > e) {
+                    longest = Some((i, ends));
+                }
+            }
+        }
+        if let Some((banned, ends)) = longest {
+            let mut report = SmallVec::<[Decision; 4]>::new();
+            for (i, c) in charges.iter().enumerate() {
+                let slot = self.slot(c.policy)?;
+                let state = with_keyed!(slot, k => k.peek(c.key, now, c.cost));
+                report.push(if i == banned {
+                    Decision::banned(state.limit(), std::time::Duration::from_nanos(ends))
+                } else {
+                    state
+                });
+            }
+            let is_final = max_wait.is_some_and(|w| ends > w);
+            return Ok(Decisions::new(report).with_final(is_final));
+        }
+        let decisions = match max_wait {
+            None => self.check_plain(charges, now)?,
+            Some(w) => self.reserve_at(charges, now, w)?,
+        };
+        if decisions.is_allowed() {
+            return Ok(decisions);
+        }
+        let refuses = match max_wait {
+            None => true,
+            Some(w) => {
+                decisions.is_final()
+                    || decisions
+                        .retry_after()
+                        .is_some_and(|r| crate::clock::nanos(r) > w)
+            }
+        };
+        if !refuses {
+            return Ok(decisions);
+        }
+        let mut started = false;
+        let mut is_final = decisions.is_final();
+        let mut report = SmallVec::<[Decision; 4]>::new();
+        for (i, (c, d)) in charges.iter().zip(decisions.as_slice()).enumerate() {
+            let counted = d.is_denied()
+                && !d.is_cannot_fit()
+                && !charges[..i]
+                    .iter()
+                    .any(|p| p.policy == c.policy && p.key == c.key);
+            let bans = if counted {
+                self.bans_of(c.policy)?
+            } else {
+                None
+            };
+            match bans {
+                Some(bans) if bans.refuse(c.key, now) => {
+                    started = true;
+                    let ban = std::time::Duration::from_nanos(bans.duration());
+                    let wait = d.retry_after().unwrap_or_default().max(ban);
+                    is_final |= max_wait.is_some_and(|w| crate::clock::nanos(wait) > w);
+                    report.push(Decision::banned(d.limit(), wait).with_ban_started());
+                }
+                _ => report.push(*d),
+            }
+        }
+        if !started {
+            return Ok(decisions);
+        }
+        Ok(Decisions::new(report).with_final(is_final))
+    }
+
+    /// The bans of `policy` (`None`: it has no ban).
+    fn bans_of(&self, policy: PolicyId) -> Result<Option<&Bans<K>>, StoreError> {
+        self.slot(policy)?;
+        Ok(self.bans.get(policy.index()).and_then(Option::as_ref))
+    }
+
+    /// Keys with refusals being counted or a ban in force under `policy` (0 for a policy
+    /// without a ban). Keys whose ban ended stay counted until the next sweep.
+    pub fn ban_len(&self, policy: PolicyId) -> usize {
+        self.bans_of(policy).ok().flatten().map_or(0, Bans::len)
+    }
+
+    /// How long the ban of `key` under `policy` still lasts (`None`: no ban in force).
+    pub fn ban_ends_in(&self, policy: PolicyId, key: &K) -> Option<std::time::Duration> {
+        let bans = self.bans_of(policy).ok().flatten()?;
+        bans.ends_in(key, self.clock.now())
+            .map(std::time::Duration::from_nanos)
+    }
+
     /// Keys held across all policies.
     pub fn len(&self) -> usize {
-        self.policies
+        self.registered()
             .iter()
             .map(|(_, slot)| with_keyed!(slot, k => k.len()))
             .sum()
@@ -408,12 +578,16 @@ where
     /// Evicts every idle key now (the store also does this by itself as keys are added).
     pub fn sweep(&self) {
         let now = self.clock.now();
-        for (_, slot) in &self.policies {
+        for (_, slot) in self.registered() {
             with_keyed!(slot, k => k.sweep(now));
+        }
+        for bans in self.bans.iter().flatten() {
+            bans.sweep(now);
         }
     }
 
-    /// Forgets `key` under `policy`: its next request sees a full budget.
+    /// Forgets `key` under `policy`: its next request sees a full budget, and a ban of the
+    /// key (or its count of refusals) under the policy ends.
     ///
     /// Receipts of charges made before the reset give back nothing afterwards (the reset
     /// forgot those charges; their refunds must not free the ones made since). Until every
@@ -425,6 +599,9 @@ where
             let now = self.clock.now();
             with_keyed!(slot, k => k.reset(key, now));
         }
+        if let Ok(Some(bans)) = self.bans_of(policy) {
+            bans.reset(key);
+        }
     }
 
     /// Forgets `key` under `policy`, or under every policy (`None`), and reports the state
@@ -433,7 +610,8 @@ where
     /// [`Checked`] wrapper; see [`MemoryStore::reset`] for what happens to receipts from
     /// before the reset.
     ///
-    /// A concurrency-counter policy forgets the permits the key holds: the key can take
+    /// A ban of the key under a reset policy ends, and its count of refusals starts again
+    /// from zero. A concurrency-counter policy forgets the permits the key holds: the key can take
     /// its whole limit again at once, and the release of a permit taken before the reset
     /// gives back nothing (so permits still in flight and permits leaked by a lost response
     /// are never counted twice, and never free a permit taken since).
@@ -447,7 +625,7 @@ where
                 self.slot(id)?;
                 SmallVec::from_elem(id, 1)
             }
-            None => (0..self.policies.len())
+            None => (0..self.registered().len())
                 .filter_map(|i| u32::try_from(i).ok())
                 .map(PolicyId::from_index)
                 .collect(),
@@ -466,8 +644,10 @@ where
     /// would pass now) and `reset_after` (time until the budget is full again) are the
     /// state's, read where a check of the key would charge (its own state, or the shared
     /// overflow state while [`MemoryStore::with_max_keys`] keys are held and the key has
-    /// none); the outcome is allowed. Same as [`Store::peek`] without the [`Checked`]
-    /// wrapper. Inserts nothing.
+    /// none); the outcome is allowed. While a ban of the key under the policy is in force,
+    /// the answer is the ban ([`Decision::banned`]: refused, `retry_after` and `reset_after`
+    /// the time until it ends, `remaining` 0). Same as [`Store::peek`] without the
+    /// [`Checked`] wrapper. Inserts nothing.
     ///
     /// # Errors
     ///
@@ -475,7 +655,12 @@ where
     pub fn peek_now(&self, policy: PolicyId, key: &K) -> Result<Decision, StoreError> {
         let slot = self.slot(policy)?;
         let now = self.clock.now();
-        Ok(with_keyed!(slot, k => k.peek(key, now, 0)))
+        let state = with_keyed!(slot, k => k.peek(key, now, 0));
+        let banned = self.bans_of(policy)?.and_then(|b| b.ends_in(key, now));
+        Ok(match banned {
+            Some(ends) => Decision::banned(state.limit(), std::time::Duration::from_nanos(ends)),
+            None => state,
+        })
     }
 
     /// Whether `key` holds state of its own under `policy`. A key that does not behaves as
@@ -497,9 +682,19 @@ where
     fn register(&mut self, policy: &Policy) -> Result<PolicyId, StoreError> {
         policy.validate()?;
         let slot = Slot::new(policy, self.max_keys);
-        let index = u32::try_from(self.policies.len())
+        let index = u32::try_from(self.bans.len())
             .map_err(|_| StoreError::UnknownPolicy(PolicyId::from_index(u32::MAX)))?;
-        self.policies.push((policy.clone(), slot));
+        let bans = policy.ban().map(|ban| Bans::new(ban, self.max_keys));
+        if bans.is_some() && !self.has_bans {
+            self.has_bans = true;
+            self.banning = std::mem::take(&mut self.policies);
+        }
+        if self.has_bans {
+            self.banning.push((policy.clone(), slot));
+        } else {
+            self.policies.push((policy.clone(), slot));
+        }
+        self.bans.push(bans);
         Ok(PolicyId::from_index(index))
     }
 
@@ -509,12 +704,13 @@ where
     fn check(&self, charges: &[Charge<'_, K>]) -> Checked<Self::Future> {
         let now = self.clock.now();
         // One charge: the decisions are built in place in the answer (wrapping the result of
-        // `check_at` copied them, some 150 bytes).
+        // `check_at` copied them, some 150 bytes). Its policy is found in `policies` only
+        // while no policy has a ban; otherwise (or for an unknown policy) `check_at` decides.
         if let [only] = charges {
-            return Checked::Ready(
-                self.check_one(only, now)
-                    .map(|(d, receipt)| Decisions::one_with_receipt(d, receipt)),
-            );
+            if let Some((_, slot)) = self.policies.get(only.policy.index()) {
+                let (d, receipt) = with_keyed!(slot, k => k.check(only.key, now, only.cost));
+                return Checked::Ready(Ok(Decisions::one_with_receipt(d, receipt)));
+            }
         }
         Checked::Ready(self.check_at(charges, now))
     }
@@ -585,6 +781,7 @@ impl<K, C: fmt::Debug> fmt::Debug for MemoryStore<K, C> {
                 &self
                     .policies
                     .iter()
+                    .chain(&self.banning)
                     .map(|(p, _)| p.name())
                     .collect::<Vec<_>>(),
             )
@@ -593,6 +790,8 @@ impl<K, C: fmt::Debug> fmt::Debug for MemoryStore<K, C> {
     }
 }
 
+#[cfg(test)]
+mod ban_tests;
 #[cfg(test)]
 mod correct_tests;
 #[cfg(test)]

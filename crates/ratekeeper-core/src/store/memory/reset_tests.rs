@@ -198,3 +198,37 @@ fn the_default_methods_peek_by_a_free_probe_and_cannot_reset() {
     assert!(matches!(err, StoreError::UnsupportedOperation("reset")));
     assert!(!err.is_config() && !err.is_unavailable());
 }
+
+/// A reset ends a ban of the key under the policy (a peek reports the ban before, the
+/// state after), and its count of refusals starts again.
+#[test]
+fn a_reset_ends_a_ban_and_a_peek_reports_it() {
+    let clock = ManualClock::new();
+    let mut s = MemoryStore::<Key, _>::with_clock(clock.clone());
+    let ban = crate::Ban::after(NonZeroU32::new(2).unwrap(), Duration::from_secs(60))
+        .lasting(Duration::from_secs(900));
+    let p = s
+        .register(
+            &Policy::new("login", Quota::per_minute(NonZeroU32::new(1).unwrap())).with_ban(ban),
+        )
+        .unwrap();
+    let k = Key::from("mallory");
+    assert!(check(&s, p, &k).is_allowed());
+    assert!(!check(&s, p, &k).is_allowed());
+    let started = check(&s, p, &k).as_slice()[0];
+    assert!(started.starts_ban());
+    clock.advance(Duration::from_secs(100));
+    let banned = peek(&s, p, &k);
+    assert!(banned.is_banned(), "{banned:?}");
+    assert_eq!(banned.retry_after(), Some(Duration::from_secs(800)));
+    assert_eq!(s.ban_ends_in(p, &k), Some(Duration::from_secs(800)));
+
+    let after = ready(Store::reset(&s, Some(p), &k)).unwrap().as_slice()[0];
+    assert!(!after.is_banned() && after.is_allowed(), "{after:?}");
+    assert_eq!(after.remaining(), 1);
+    assert_eq!(s.ban_ends_in(p, &k), None);
+    assert!(check(&s, p, &k).is_allowed());
+    // The count starts again: one refusal does not ban, the second does.
+    assert!(!check(&s, p, &k).as_slice()[0].starts_ban());
+    assert!(check(&s, p, &k).as_slice()[0].starts_ban());
+}

@@ -352,7 +352,12 @@ fn share_of(policy: &Policy, n: u32) -> Result<Policy, StoreError> {
     let share = crate::Quota::new((quota.limit() / n).max(1), quota.period())
         .and_then(|q| q.with_burst((quota.burst() / n).max(1)))
         .map_err(invalid)?;
-    Ok(Policy::new(policy.name(), share).with_algorithm(policy.algorithm()))
+    let share = Policy::new(policy.name(), share).with_algorithm(policy.algorithm());
+    // A ban is kept as it is: during the outage each instance counts its own refusals.
+    Ok(match policy.ban() {
+        Some(ban) => share.with_ban(*ban),
+        None => share,
+    })
 }
 
 #[cfg(test)]
@@ -377,6 +382,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!((small.quota().limit(), small.quota().burst()), (1, 1));
+        let ban = crate::Ban::after(NonZeroU32::new(3).unwrap(), Duration::from_secs(60))
+            .lasting(Duration::from_secs(900));
+        let banned = share_of(&Policy::new("login", quota).with_ban(ban), 8).unwrap();
+        assert_eq!(banned.ban(), Some(&ban));
     }
 
     #[test]

@@ -83,6 +83,19 @@ pub(super) fn full(prefix: &str, tag: &str, policy: &str) -> String {
     out
 }
 
+/// The ban key of the limiter key `full` (made by [`full`]) of `policy`:
+/// `<prefix>:v2:{<client key>}:ban:<policy>`, in the same Cluster slot (same hash tag). A
+/// policy name has no `:`, so no policy's limiter key and no concurrency key
+/// (`...:conc:<name>`) is ever named like a ban key.
+pub(super) fn ban(full: &str, policy: &str) -> String {
+    let stem = full.strip_suffix(policy).unwrap_or(full);
+    let mut out = String::with_capacity(full.len() + 4);
+    out.push_str(stem);
+    out.push_str("ban:");
+    out.push_str(policy);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,8 +18,9 @@
 --           nothing (its caller already gave up on it). The caller computes it in the Redis
 --           time domain from the server time of earlier replies, never from its own clock.
 -- ARGV[3]   'check' (all-or-nothing charge), 'peek' (no write), 'refund', 'correct' (see
---           below), 'reset' (forget the keys and fence their receipts; see below), or
---           'reserve:<max_wait µs>' (all-or-nothing reservation for the Delay mode; see below).
+--           below), 'reset' (forget the keys and fence their receipts; see below), 'inspect'
+--           ('peek' with the bans in force), or 'reserve:<max_wait µs>' (all-or-nothing
+--           reservation for the Delay mode; see below).
 -- ARGV[4]   least PX of a write in ms ('0': none; see RedisStoreBuilder::min_ttl).
 -- ARGV[5+6(i-1) .. 10+6(i-1)]  algorithm, p1, p2, p3, cost, stamp, where algorithm 1 = GCRA
 --           (p1 = T, the emission interval in µs; p2 = tau = burst * T in µs; p3 = burst) and
@@ -43,6 +44,14 @@
 -- Every write sets PX to the time until the state equals "absent" (GCRA: TAT - now; fixed
 -- window: until the window ends), rounded up to a ms, and at least ARGV[4] ms; a state equal
 -- to "absent" is deleted.
+--
+-- Bans (ratekeeper_core::Ban; see `bans` below): an optional tail after the charges'
+-- parameters, sent only when some policy of the call has a ban: per ban four values (the
+-- position i of its charge, refusals, within µs, duration µs), then the number of bans b;
+-- its ban keys are the last b KEYS, in the same order ("<until>:<first>:<count>" µs, PX =
+-- until the ban ends and the count runs out). A call without the tail has
+-- #ARGV = 4 + 6 * #KEYS (with it, 4 + 6n + 4b + 1, never of that form). Rows of a ban carry
+-- code 3 (refused by a ban in force) or 4 (this refusal started a ban).
 local clock = redis.call('TIME')
 local server_now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 if ARGV[2] ~= '' and server_now > tonumber(ARGV[2]) then
@@ -55,6 +64,18 @@ end
 local mode = ARGV[3]
 local min_ttl = tonumber(ARGV[4]) or 0
 local n = #KEYS
+
+-- Bans: ban_of[i] = {key, after, within, duration} for a charge i whose policy has one.
+local ban_of = {}
+if #ARGV ~= 4 + 6 * n then
+  local b = tonumber(ARGV[#ARGV])
+  n = n - b
+  for j = 1, b do
+    local at = 4 + 6 * n + 4 * (j - 1)
+    ban_of[tonumber(ARGV[at + 1])] = {key = KEYS[n + j], after = tonumber(ARGV[at + 2]),
+      within = tonumber(ARGV[at + 3]), duration = tonumber(ARGV[at + 4])}
+  end
+end
 
 local function param(i, j)
   return tonumber(ARGV[4 + (i - 1) * 6 + j])
@@ -783,6 +804,152 @@ if mode == 'peek' then
   return peek_all()
 end
 
+-- Bans, the twin of the memory store's (MemoryStore::with_bans): a ban in force refuses
+-- the whole call before anything is charged; after a denial that refuses the request,
+-- every denied charge whose policy has a ban counts one refusal (each key once): the count
+-- starts at the first refusal and runs `within`; the `after`-th refusal within it starts a
+-- ban of `duration` (the count back at 0). Refusals during a ban count nothing.
+local function ban_state(ban)
+  if not ban.state then
+    ban.state = {0, 0, 0}
+    local raw = redis.call('GET', ban.key)
+    if raw then
+      local u, f, c = string.match(raw, '^(%d+):(%d+):(%d+)$')
+      if u then
+        ban.state = {tonumber(u), tonumber(f), tonumber(c)}
+      end
+    end
+  end
+  return ban.state
+end
+
+-- µs until the ban of charge i ends, or nil (no ban in force).
+local function ban_ends_in(i)
+  local ban = ban_of[i]
+  if not ban then
+    return nil
+  end
+  local st = ban_state(ban)
+  if st[1] > now then
+    return st[1] - now
+  end
+  return nil
+end
+
+-- Counts one refusal of charge i; true when it starts a ban.
+local function ban_refuse(i)
+  local ban = ban_of[i]
+  local st = ban_state(ban)
+  if st[1] > now then
+    return false
+  end
+  local first, count = st[2], st[3]
+  if count == 0 or first + ban.within <= now then
+    first, count = now, 0
+  end
+  count = count + 1
+  local started = count >= ban.after
+  local until_ = st[1]
+  if started then
+    until_, count = now + ban.duration, 0
+  end
+  ban.state = {until_, first, count}
+  local live = math.max(until_ - now, 0)
+  if count > 0 then
+    live = math.max(live, first + ban.within - now)
+  end
+  redis.call('SET', ban.key, string.format('%.0f:%.0f:%.0f', until_, first, count), 'PX',
+    string.format('%.0f', math.max(1, min_ttl, math.ceil(live / 1000))))
+  return started
+end
+
+-- The row of charge i in `out` (after server_now and status) set to a ban's: code, 0
+-- remaining, reset_after = retry_after = `wait` µs (`less` ns off), no receipt, no hold.
+local function ban_row(out, i, code, wait, less)
+  local at = 2 + (i - 1) * 7
+  out[at + 1] = code
+  out[at + 2] = 0
+  out[at + 3] = wait
+  out[at + 4] = wait
+  out[at + 5] = less
+  out[at + 6] = -1
+  out[at + 7] = -1
+end
+
+-- A ban in force for any charge refuses the call: nothing charged, every policy reports its
+-- state, the ban ending last reports the ban; a reservation's refusal is final when the ban
+-- ends after max_wait.
+local function ban_precheck()
+  if next(ban_of) == nil then
+    return nil
+  end
+  local banned, longest = nil, 0
+  for i = 1, n do
+    local ends = ban_ends_in(i)
+    if ends and ends > longest then
+      banned, longest = i, ends
+    end
+  end
+  if not banned then
+    return nil
+  end
+  local out = peek_all()
+  ban_row(out, banned, 3, longest, 0)
+  if string.sub(mode, 1, 8) == 'reserve:' then
+    out[#out + 1] = 0
+    if longest > tonumber(string.sub(mode, 9)) then
+      out[#out + 1] = 1
+    else
+      out[#out + 1] = 0
+    end
+  end
+  return out
+end
+
+-- After a denial answered in `out` (a 'check' when max_wait is nil, else a 'reserve' whose
+-- last value says whether the denial is final): counts the refusals (see above) and marks
+-- a refusal that starts a ban: retry_after = the longer of the ban and the quota's wait.
+local function ban_count(out, max_wait)
+  if next(ban_of) == nil then
+    return out
+  end
+  local rows = 2
+  local is_final = false
+  if max_wait then
+    is_final = out[#out] == 1
+  end
+  -- A reservation's denial refuses when it is final or its retry_after (µs, less 0..999
+  -- ns: longer than max_wait exactly when the µs are) is longer than max_wait.
+  local longest = 0
+  for i = 1, n do
+    local at = rows + (i - 1) * 7
+    if out[at + 1] == 1 then
+      longest = math.max(longest, out[at + 4])
+    end
+  end
+  if max_wait and not is_final and longest <= max_wait then
+    return out
+  end
+  local seen = {}
+  for i = 1, n do
+    local at = rows + (i - 1) * 7
+    if ban_of[i] and out[at + 1] == 1 and not seen[KEYS[i]] then
+      seen[KEYS[i]] = true
+      if ban_refuse(i) then
+        local wait, less = out[at + 4], out[at + 5]
+        if ban_of[i].duration >= wait then
+          wait, less = ban_of[i].duration, 0
+        end
+        ban_row(out, i, 4, wait, less)
+        if max_wait and wait > max_wait then
+          out[#out] = 1
+        end
+      end
+    end
+  end
+  return out
+end
+
 -- 'reset': forgets every KEYS[i] (its next request sees the whole burst) and fences it, so
 -- that no receipt handed out before gives anything back after (see `fenced`). The fence is
 -- the largest stamp a charge before the reset can hold: GCRA max(stored TAT, now + tau)
@@ -794,7 +961,8 @@ end
 -- refund reaches one window back), the sliding log until fence + W. A charge made after
 -- the reset with a stamp at or below the fence (the same window, or within about tau)
 -- gives back nothing either: a refund may come back short, never more than was charged
--- since. Returns the rows of peek_all (the state after: absent).
+-- since. A ban of the key under a reset policy (and its count of refusals) is deleted too.
+-- Returns the rows of peek_all (the state after: absent).
 if mode == 'reset' then
   for i = 1, n do
     local key, a = KEYS[i], algo(i)
@@ -831,10 +999,34 @@ if mode == 'reset' then
       ttl = math.max(ttl, redis.call('PTTL', fkey))
     end
     redis.call('DEL', key)
+    if ban_of[i] then
+      redis.call('DEL', ban_of[i].key)
+    end
     redis.call('SET', fkey, string.format('%.0f', fence), 'PX', string.format('%.0f', ttl))
   end
   cache = {}
   return peek_all()
+end
+
+-- 'inspect': peek_all with the bans in force (an operator's peek): a charge whose key is
+-- banned reports the ban (code 3, retry_after and reset_after = the time until it ends).
+-- Writes nothing.
+if mode == 'inspect' then
+  local out = peek_all()
+  for i = 1, n do
+    local ends = ban_ends_in(i)
+    if ends then
+      ban_row(out, i, 3, ends, 0)
+    end
+  end
+  return out
+end
+
+if mode == 'check' or string.sub(mode, 1, 8) == 'reserve:' then
+  local banned = ban_precheck()
+  if banned then
+    return banned
+  end
 end
 
 -- 'reserve:<max_wait>': the Delay mode's reservation, all-or-nothing like 'check'.
@@ -928,7 +1120,7 @@ if max_wait then
       end
       denied_out[#denied_out + 1] = 0
       denied_out[#denied_out + 1] = final
-      return denied_out
+      return ban_count(denied_out, max_wait)
     end
     if next_state then
       cache[KEYS[i]] = next_state
@@ -972,7 +1164,7 @@ end
 if denied then
   -- All-or-nothing: nothing was written; report every policy's state as it is.
   cache = {}
-  return peek_all(denied, denied_code, denied_retry, denied_less)
+  return ban_count(peek_all(denied, denied_code, denied_retry, denied_less), nil)
 end
 -- In charge order, so a key charged twice in one call ends with its last (cumulative) state.
 for i = 1, n do

@@ -87,6 +87,23 @@
 //!   other; when a later group denies, the groups already charged are refunded with the
 //!   receipts they just took (reserve-then-refund).
 //!
+//! # Bans
+//!
+//! A policy with a [`Ban`](crate::Ban) keeps, per client key, its ban in a key of its own,
+//! `<prefix>:v2:{<client key>}:ban:<policy>` (the limiter key's hash tag, so the same Cluster
+//! slot), holding `"<until>:<first>:<count>"` in µs: the ban's end, and the start and size
+//! of the running count of refusals. The script decides it atomically with the check, as
+//! the memory store does: a ban in force refuses the whole call before anything is charged
+//! (`retry_after` = its end − now, `remaining` 0; a reservation's refusal is final when the
+//! ban ends after `max_wait`); a denial that refuses the request counts one refusal for
+//! each denied policy with a ban, and the refusal that reaches the ban's count starts it.
+//! Every write of the ban key sets `PX` to what remains of the ban or of the count,
+//! whichever lasts longer (rounded up to a ms, at least [`RedisStoreBuilder::min_ttl`]),
+//! so a ban key outlives neither. A ban is the fleet's: every instance on the same Redis
+//! reads it. Calls whose policies have no ban send nothing more and read no ban key. The
+//! negative cache remembers, for a policy with a ban, only answers of a ban in force (until
+//! its end): its refusals must reach Redis to be counted.
+//!
 //! # Sliding log
 //!
 //! One sorted set per (policy, client key), `rl:v2:{<client key>}:<policy>`, one member

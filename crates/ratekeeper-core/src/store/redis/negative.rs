@@ -38,6 +38,12 @@
 //! when `remaining < cost` (until the window ends). Both are the answers Redis would give,
 //! under the same bound.
 //!
+//! **Bans.** A request charging a policy with a [`Ban`](crate::Ban) is remembered only when
+//! Redis answered with a ban ([`Decision::is_banned`]): until the ban's end (its row's hold is
+//! unbounded), its `retry_after` counting down, `remaining` 0, and never again as the start
+//! of the ban. Its other denials are not remembered: each refusal must reach Redis to be
+//! counted toward a ban.
+//!
 //! **One probe per key.** When a remembered denial runs out, the first request to see it
 //! goes to Redis (the probe) and the others of the same key on this instance wait for its
 //! answer, at most the store's deadline: a denial it brings back answers them too, an
@@ -132,6 +138,14 @@ impl NegativeCache {
             }
             let elapsed = Duration::from_nanos(now.saturating_sub(entry.at));
             let d = entry.decision;
+            if d.is_banned() {
+                // A ban in force: its end comes nearer, nothing else changes (and its start
+                // was reported once, by the answer remembered).
+                any_denied = true;
+                let left = d.retry_after().unwrap_or_default().saturating_sub(elapsed);
+                out.push(Decision::banned(d.limit(), left));
+                continue;
+            }
             let outcome = match d.outcome() {
                 Outcome::Denied { retry_after } => {
                     any_denied = true;
@@ -207,6 +221,14 @@ impl NegativeCache {
     ) {
         // Whatever the answer, it replaces what was remembered (and ends a probe).
         self.forget(charges.iter().map(|(p, k, _)| (*p, k)));
+        // A policy with a ban counts its refusals in Redis: a request charging one is
+        // remembered only when the answer is a ban (whose end nothing but a reset moves).
+        let banning = charges
+            .iter()
+            .any(|(p, ..)| policies.get(p.index()).is_some_and(|rp| rp.ban.is_some()));
+        if banning && !decisions.as_slice().iter().any(Decision::is_banned) {
+            return;
+        }
         if decisions.is_allowed() {
             if let ([charge], [decision]) = (charges, decisions.as_slice()) {
                 if let Some(denial) = implied_denial(charge, decision, policies) {

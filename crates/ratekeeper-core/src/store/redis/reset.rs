@@ -12,8 +12,10 @@ use crate::{Decision, Key};
 impl RedisStore {
     /// `key`'s state under `policy` in Redis, charging nothing (the async form of
     /// [`Store::peek`](crate::store::Store::peek)): the decision of a free probe, with the
-    /// state's `limit`, `remaining` and `reset_after` and an allowed outcome. One script call
-    /// (the `peek` mode, which writes nothing), within the store's deadline.
+    /// state's `limit`, `remaining` and `reset_after` and an allowed outcome, or the ban
+    /// while one of the key under the policy is in force ([`Decision::banned`]: refused,
+    /// `retry_after` and `reset_after` the time until it ends). One script call (the
+    /// `inspect` mode, which writes nothing), within the store's deadline.
     ///
     /// A peek reads the shared state or fails: the failure policy does not answer it, the
     /// negative cache is not consulted, and its outcome does not move the circuit breaker.
@@ -52,13 +54,17 @@ impl RedisStore {
     /// still at or below the fence (the same window, or GCRA within about one `tau`) gives
     /// back nothing when refunded either: a refund then comes back short, never larger.
     ///
+    /// A ban of the key under a reset policy ends, and its count of refusals starts again
+    /// (the ban's key is deleted in the same call).
+    ///
     /// This store forgets the negative-cache entries of the key, and the
     /// [`FailurePolicy::Local`](crate::store::FailurePolicy::Local) store forgets the key.
     /// **Other instances** learn of the reset at their next call to Redis for the key: a
     /// denial one of them remembers in its negative cache goes on being answered until it
-    /// runs out (at most its `retry_after`, as after a refund another instance sent). Build
-    /// with [`RedisStoreBuilder::negative_cache`](super::RedisStoreBuilder::negative_cache)
-    /// off where a reset must reach every instance at once.
+    /// runs out (at most its `retry_after`, as after a refund another instance sent; for a
+    /// remembered ban, until the ban would have ended). Build with
+    /// [`RedisStoreBuilder::negative_cache`](super::RedisStoreBuilder::negative_cache) off
+    /// where a reset must reach every instance at once.
     ///
     /// A reset reaches Redis even after the deadline (like a refund): a call that timed out
     /// may still have been applied.
@@ -98,7 +104,7 @@ impl RedisStore {
         };
         let shared = Arc::clone(&self.shared);
         Checked::Pending(Box::pin(async move {
-            admin_call(&shared, &group, Mode::Peek).await
+            admin_call(&shared, &group, Mode::Inspect).await
         }))
     }
 

@@ -43,6 +43,9 @@ pub(super) struct RedisPolicy {
     /// How the policy reserves for the Delay mode ([`RESERVE_GCRA`], [`RESERVE_SHAPER`] or
     /// [`RESERVE_NONE`]: a check).
     pub(super) reserve: u64,
+    /// The policy's [`Ban`](crate::Ban) as the script reads it: refusals, `within` µs,
+    /// `duration` µs (`None`: no ban).
+    pub(super) ban: Option<[u64; 3]>,
 }
 
 impl RedisPolicy {
@@ -141,6 +144,14 @@ impl RedisPolicy {
             algo,
             params,
             reserve,
+            // Whole µs (checked by `Policy::validate`), at most 365 days: exact in a double.
+            ban: policy.ban().map(|b| {
+                [
+                    u64::from(b.refusals().get()),
+                    b.within_nanos() / 1_000,
+                    b.duration_nanos() / 1_000,
+                ]
+            }),
         })
     }
 }
@@ -159,6 +170,9 @@ pub(super) struct Group {
     bounds: Vec<(u32, u32)>,
     /// Index of each key's charge in the request.
     pub(super) slots: Vec<usize>,
+    /// The bans of the group's policies that have one: the charge's position in the group
+    /// (from 1, as the script counts), the ban key, and the ban (see [`RedisPolicy::ban`]).
+    bans: Vec<(usize, String, [u64; 3])>,
 }
 
 impl Group {
@@ -180,6 +194,13 @@ impl Group {
         slot: usize,
     ) {
         let [p1, p2, p3] = policy.params;
+        if let Some(ban) = policy.ban {
+            self.bans.push((
+                self.keys.len() + 1,
+                super::keys::ban(&key, &policy.name),
+                ban,
+            ));
+        }
         self.keys.push(key);
         self.params.push([policy.algo, p1, p2, p3, cost]);
         self.stamps.push(
@@ -207,6 +228,7 @@ impl Group {
             stamps,
             bounds: self.bounds.clone(),
             slots: self.slots.clone(),
+            bans: self.bans.clone(),
         }
     }
 
@@ -244,6 +266,8 @@ pub(super) enum Mode {
     Correct,
     /// Forget every key and fence the receipts handed out before (see `limiter.lua`).
     Reset,
+    /// [`Mode::Peek`] with the bans in force reported (an operator's peek).
+    Inspect,
     /// Reserve every key or none for a request that may wait up to this many µs (the
     /// Delay mode); each key's stamp says how its policy reserves.
     Reserve(u64),
@@ -257,6 +281,7 @@ impl Mode {
             Self::Refund => "refund".to_owned(),
             Self::Correct => "correct".to_owned(),
             Self::Reset => "reset".to_owned(),
+            Self::Inspect => "inspect".to_owned(),
             Self::Reserve(max_wait_us) => format!("reserve:{max_wait_us}"),
         }
     }
@@ -469,11 +494,14 @@ impl ScriptRunner {
         let sent = self.app_micros();
         let stale = match mode {
             Mode::Refund | Mode::Correct | Mode::Reset => None,
-            Mode::Check | Mode::Peek | Mode::Reserve(_) => self.guard.limit(sent),
+            Mode::Check | Mode::Peek | Mode::Inspect | Mode::Reserve(_) => self.guard.limit(sent),
         }
         .map_or_else(String::new, |g| g.to_string());
         let mut invocation = self.script.prepare_invoke();
         for key in &group.keys {
+            invocation.key(key);
+        }
+        for (_, key, _) in &group.bans {
             invocation.key(key);
         }
         invocation
@@ -486,6 +514,14 @@ impl ScriptRunner {
                 invocation.arg(*v);
             }
             invocation.arg(*stamp);
+        }
+        if !group.bans.is_empty() {
+            // The bans' tail (see `limiter.lua`): per ban the charge's position, refusals,
+            // within µs and duration µs, then how many bans.
+            for (at, _, [after, within, duration]) in &group.bans {
+                invocation.arg(*at).arg(*after).arg(*within).arg(*duration);
+            }
+            invocation.arg(group.bans.len());
         }
         let reply = self.invoke(&invocation, sent).await?;
         let (&status, rows) = reply
@@ -513,6 +549,11 @@ fn parse_rows(group: &Group, rows: &[i64]) -> Result<Vec<Row>, StoreError> {
             return Err(unavailable(BadReply("short row")));
         };
         let less = Duration::from_nanos(u64::try_from(less.clamp(0, 999)).unwrap_or(0));
+        let remaining = u32::try_from(remaining.clamp(0, i64::from(capacity))).unwrap_or(0);
+        if let Some(decision) = ban_row(code, limit, us(retry).saturating_sub(less)) {
+            out.push((decision, Receipt::NONE, (hold >= 0).then(|| us(hold))));
+            continue;
+        }
         let outcome = match code {
             0 => Outcome::Allowed,
             1 => Outcome::Denied {
@@ -521,7 +562,6 @@ fn parse_rows(group: &Group, rows: &[i64]) -> Result<Vec<Row>, StoreError> {
             2 => Outcome::CannotFit,
             _ => return Err(unavailable(BadReply("unknown outcome code"))),
         };
-        let remaining = u32::try_from(remaining.clamp(0, i64::from(capacity))).unwrap_or(0);
         let receipt = match (code, u64::try_from(stamp)) {
             (0, Ok(stamp)) => Receipt::new(stamp),
             _ => Receipt::NONE,
@@ -534,6 +574,16 @@ fn parse_rows(group: &Group, rows: &[i64]) -> Result<Vec<Row>, StoreError> {
         ));
     }
     Ok(out)
+}
+
+/// The decision of a row whose code is a ban's (see `limiter.lua`): 3 = refused by a ban in
+/// force, 4 = this refusal started a ban; `None` for the other codes.
+fn ban_row(code: i64, limit: u32, retry_after: Duration) -> Option<Decision> {
+    match code {
+        3 => Some(Decision::banned(limit, retry_after)),
+        4 => Some(Decision::banned(limit, retry_after).with_ban_started()),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

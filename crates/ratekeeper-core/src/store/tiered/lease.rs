@@ -20,6 +20,8 @@ pub(super) struct TierPolicy {
     pub(super) capacity: u32,
     /// Fixed window (else GCRA): leased units expire when their window ends.
     pub(super) fixed_window: bool,
+    /// The policy has a [`Ban`](crate::Ban): never leased, every check goes to Redis.
+    pub(super) ban: bool,
 }
 
 /// A lease and the single-flight lock of its renewals.
@@ -353,6 +355,7 @@ mod tests {
             limit: 10,
             capacity: 10,
             fixed_window: false,
+            ban: false,
         };
         let (_, spent) = s.spend(MS, 3, policy).expect("held");
         s.add(2 * MS, 2, allowed, Receipt::new(43), 1_000 * MS, || 2);

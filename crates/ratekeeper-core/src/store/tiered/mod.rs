@@ -89,6 +89,17 @@
 //! bucket smooths traffic, which batches would defeat; the sliding algorithms and the
 //! concurrency counter have no batch to lease).
 //!
+//! # Bans
+//!
+//! A policy with a [`Ban`](crate::Ban) is **never leased**: each of its checks is the Redis
+//! store's (one round trip; a ban in force is answered from the Redis store's negative cache
+//! until its end). Every refusal must be counted in Redis, where the ban is kept, and a ban
+//! must stop every instance at once: units leased before the ban would otherwise keep being
+//! spent locally after it. The store's other policies lease as usual. Put the policy with a
+//! ban (a login limit, say) in a layer of its own when the hot policies of the same
+//! requests should stay leased: a check of several policies at once is the Redis store's
+//! anyway.
+//!
 //! # The over-admission bound
 //!
 //! Units are charged in Redis when they are leased, before they are spent. With `I` instances
@@ -593,6 +604,7 @@ impl Store<Key> for TieredStore {
             limit,
             capacity: policy.capacity(),
             fixed_window: policy.algorithm() == Algorithm::FixedWindow,
+            ban: policy.ban().is_some(),
         });
         Ok(id)
     }
@@ -607,6 +619,10 @@ impl Store<Key> for TieredStore {
         else {
             return self.delegate(charges);
         };
+        if tier.ban {
+            // Refusals count and bans hold in Redis, for the whole fleet (see "Bans").
+            return self.delegate(charges);
+        }
         let now = inner.clock.now();
         start_sweeper(inner, &self.redis);
         let lease = inner.lease_of(charge.policy, charge.key, now);
