@@ -4,6 +4,7 @@
 //! unless a module says otherwise; the modules that use Redis start their own
 //! `redis-server`.
 
+mod admin;
 mod advertised_quota;
 mod algorithms;
 mod bans;

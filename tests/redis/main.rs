@@ -9,6 +9,7 @@ mod correct;
 mod differential;
 mod faults;
 mod fleet;
+mod reset;
 mod scale;
 mod slots;
 mod store;

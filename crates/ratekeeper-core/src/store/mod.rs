@@ -190,6 +190,10 @@ pub enum StoreError {
     /// The store cannot hold this policy's quota (the message names the policy and the limit).
     #[error("the store cannot hold this quota: {0}")]
     UnsupportedQuota(String),
+    /// The store does not implement this operation (for example `reset` on a store that
+    /// keeps the trait's default method).
+    #[error("the store does not support {0}")]
+    UnsupportedOperation(&'static str),
     /// The store did not answer within the decision deadline.
     #[error("the store did not answer within the decision deadline")]
     Timeout,
@@ -385,6 +389,51 @@ pub trait Store<K: ?Sized>: Send + Sync + 'static {
     ) -> Checked<Self::Future> {
         let _ = max_wait;
         self.check(charges)
+    }
+
+    /// Reports `key`'s state under `policy` without charging it: the decision of a free
+    /// probe (a charge of cost 0). Its `limit`, `remaining` (whole cost-1 requests that would
+    /// pass now) and `reset_after` (time until the key is back to a full budget) are the
+    /// state's; its outcome is [`Outcome::Allowed`](crate::Outcome::Allowed) unless the
+    /// store refuses every request of the key. The answer holds one decision (and no
+    /// receipt).
+    ///
+    /// The default method is [`Store::check`] of one charge of cost 0, which by the trait's
+    /// contract charges nothing, so every store can be peeked at.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::UnknownPolicy`] for a policy this store never registered; a networked
+    /// store's error when it cannot answer (no failure policy applies: a peek reports the
+    /// shared state or fails).
+    fn peek(&self, policy: PolicyId, key: &K) -> Checked<Self::Future> {
+        self.check(&[Charge::new(policy, key, 0)])
+    }
+
+    /// Forgets `key`'s charges under `policy`, or under every policy this store registered
+    /// (`None`): its next request sees the whole burst. The answer is the state after the
+    /// reset as [`Store::peek`] reports it: one decision for `Some(policy)`, one per
+    /// registered policy in registration order for `None`.
+    ///
+    /// Receipts of charges made before a reset give back nothing after it, so a refund that
+    /// arrives late never frees a charge made since. For a concurrency-counter policy this
+    /// means the permits held at the reset (requests still running, or permits leaked by
+    /// lost responses) are forgotten: the key can take its whole limit again at once, and
+    /// the release of a permit taken before the reset frees nothing, so no permit is ever
+    /// released twice nor frees one taken since.
+    ///
+    /// The default method cannot reset: it answers
+    /// [`StoreError::UnsupportedOperation`] (a store of your own overrides it to support
+    /// resets).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::UnknownPolicy`] for a policy this store never registered (nothing is
+    /// reset); [`StoreError::UnsupportedOperation`] from the default method; a networked
+    /// store's error when it cannot answer (the reset may or may not have been applied).
+    fn reset(&self, policy: Option<PolicyId>, key: &K) -> Checked<Self::Future> {
+        let _ = (policy, key);
+        Checked::Ready(Err(StoreError::UnsupportedOperation("reset")))
     }
 
     /// Gives back charges made earlier (a response-based refund, or a dropped reservation),

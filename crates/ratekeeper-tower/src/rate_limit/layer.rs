@@ -8,6 +8,7 @@ use ratekeeper_core::{Key, Policy, Quota};
 use smallvec::SmallVec;
 use tower_layer::Layer;
 
+use super::admin::Admin;
 use super::diag::{self, Diagnostics};
 use super::limiter::Limiter;
 use super::meter::Meter;
@@ -72,7 +73,8 @@ impl<K, Co, St, R> RateLimitLayer<K, Co, St, R> {
         Arc::clone(&self.limiter)
     }
 
-    /// The store, to inspect or reset keys (for example [`MemoryStore::reset`]).
+    /// The store, for calls of its own (for example [`MemoryStore::reset`]).
+    /// [`RateLimitLayer::admin`] peeks at and resets keys by policy name, with any store.
     pub fn store(&self) -> &St {
         &self.limiter.store
     }
@@ -80,6 +82,18 @@ impl<K, Co, St, R> RateLimitLayer<K, Co, St, R> {
     /// The ids of this layer's policies, in the order they were added.
     pub fn policy_ids(&self) -> &[PolicyId] {
         &self.limiter.ids
+    }
+
+    /// A handle to peek at and reset client keys in this layer's store, naming policies by
+    /// their names (see [`Admin`]). Cheap to clone; it shares the layer's state.
+    pub fn admin(&self) -> Admin<St>
+    where
+        K: Send + Sync + 'static,
+        Co: Send + Sync + 'static,
+        St: Send + Sync + 'static,
+        R: Send + Sync + 'static,
+    {
+        Admin::new(Arc::clone(&self.limiter))
     }
 }
 

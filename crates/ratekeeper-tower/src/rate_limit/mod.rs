@@ -101,7 +101,10 @@
 //! settlement hands the response body what it must count, `body.rs` carries it until the
 //! body ends); `fallback.rs` puts the independent [`Fallback`]
 //! middleware (`crate::fallback`) behind the rate limit. None of those imports `rate_limit`.
+//! Beside the request path, `admin.rs` ([`Admin`], made by the layer) reads the limiter's
+//! store, policy ids and names, and imports nothing else of `rate_limit`.
 
+mod admin;
 mod answer;
 mod builder;
 mod diag;
@@ -118,6 +121,7 @@ mod ticket;
 
 pub use crate::error::BuildError;
 pub use crate::fallback::{Fallback, FallbackFuture};
+pub use admin::{Admin, AdminError, Usage};
 pub use builder::RateLimitBuilder;
 pub use fallback::FallbackLayer;
 pub use future::ResponseFuture;

@@ -612,6 +612,65 @@ where
         }
     }
 
+    /// Forgets `key` under `policy`, or under every policy (`None`), and reports the state
+    /// afterwards (see [`MemoryStore::peek_now`]): one decision for `Some(policy)`, one per
+    /// policy in registration order for `None`. Same as [`Store::reset`] without the
+    /// [`Checked`] wrapper; see [`MemoryStore::reset`] for what happens to receipts from
+    /// before the reset.
+    ///
+    /// A ban of the key under a reset policy ends, and its count of refusals starts again
+    /// from zero. A concurrency-counter policy forgets the permits the key holds: the key can take
+    /// its whole limit again at once, and the release of a permit taken before the reset
+    /// gives back nothing (so permits still in flight and permits leaked by a lost response
+    /// are never counted twice, and never free a permit taken since).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::UnknownPolicy`] when `policy` was never registered (nothing is reset).
+    pub fn reset_now(&self, policy: Option<PolicyId>, key: &K) -> Result<Decisions, StoreError> {
+        let ids: SmallVec<[PolicyId; 4]> = match policy {
+            Some(id) => {
+                self.slot(id)?;
+                SmallVec::from_elem(id, 1)
+            }
+            None => (0..self.registered().len())
+                .filter_map(|i| u32::try_from(i).ok())
+                .map(PolicyId::from_index)
+                .collect(),
+        };
+        for &id in &ids {
+            self.reset(id, key);
+        }
+        ids.iter()
+            .map(|&id| self.peek_now(id, key))
+            .collect::<Result<SmallVec<[Decision; 4]>, _>>()
+            .map(Decisions::new)
+    }
+
+    /// `key`'s state under `policy` at the clock's current time, charging nothing: the
+    /// decision of a free probe (cost 0). `limit`, `remaining` (whole cost-1 requests that
+    /// would pass now) and `reset_after` (time until the budget is full again) are the
+    /// state's, read where a check of the key would charge (its own state, or the shared
+    /// overflow state while [`MemoryStore::with_max_keys`] keys are held and the key has
+    /// none); the outcome is allowed. While a ban of the key under the policy is in force,
+    /// the answer is the ban ([`Decision::banned`]: refused, `retry_after` and `reset_after`
+    /// the time until it ends, `remaining` 0). Same as [`Store::peek`] without the
+    /// [`Checked`] wrapper. Inserts nothing.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::UnknownPolicy`] when `policy` was never registered.
+    pub fn peek_now(&self, policy: PolicyId, key: &K) -> Result<Decision, StoreError> {
+        let slot = self.slot(policy)?;
+        let now = self.clock.now();
+        let state = with_keyed!(slot, k => k.peek(key, now, 0));
+        let banned = self.bans_of(policy)?.and_then(|b| b.ends_in(key, now));
+        Ok(match banned {
+            Some(ends) => Decision::banned(state.limit(), std::time::Duration::from_nanos(ends)),
+            None => state,
+        })
+    }
+
     /// Whether `key` holds state of its own under `policy`. A key that does not behaves as
     /// absent, or shares the overflow state while `max_keys` keys are held
     /// ([`MemoryStore::with_max_keys`]); an unknown policy holds nothing.
@@ -672,6 +731,16 @@ where
         max_wait: std::time::Duration,
     ) -> Checked<Self::Future> {
         Checked::Ready(self.reserve_now(charges, max_wait))
+    }
+
+    /// See [`MemoryStore::peek_now`].
+    fn peek(&self, policy: PolicyId, key: &K) -> Checked<Self::Future> {
+        Checked::Ready(self.peek_now(policy, key).map(Decisions::one))
+    }
+
+    /// See [`MemoryStore::reset_now`].
+    fn reset(&self, policy: Option<PolicyId>, key: &K) -> Checked<Self::Future> {
+        Checked::Ready(self.reset_now(policy, key))
     }
 
     /// Gives back latest charge first (the reverse of `refunds`' order), so a request that
@@ -739,5 +808,7 @@ mod edge_tests;
 mod lane_tests;
 #[cfg(test)]
 mod refund_tests;
+#[cfg(test)]
+mod reset_tests;
 #[cfg(test)]
 mod tests;

@@ -216,6 +216,15 @@ impl Failover {
         Ok(())
     }
 
+    /// Forgets `key` under `policy` (`None`: every policy) in the [`FailurePolicy::Local`]
+    /// store, when there is one: a reset of the shared state resets its stand-in too.
+    pub(super) fn reset_local(&self, policy: Option<crate::store::PolicyId>, key: &Key) {
+        if let Some(local) = &self.local {
+            // An unknown policy was refused by the Redis store already.
+            let _ = local.reset_now(policy, key);
+        }
+    }
+
     /// Whether the store must learn the fleet size from Redis (fail-soft without a
     /// configured size).
     pub(super) fn learns_fleet(&self) -> bool {

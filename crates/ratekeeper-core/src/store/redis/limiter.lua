@@ -18,8 +18,9 @@
 --           nothing (its caller already gave up on it). The caller computes it in the Redis
 --           time domain from the server time of earlier replies, never from its own clock.
 -- ARGV[3]   'check' (all-or-nothing charge), 'peek' (no write), 'refund', 'correct' (see
---           below), or 'reserve:<max_wait µs>' (all-or-nothing reservation for the Delay mode;
---           see below).
+--           below), 'reset' (forget the keys and fence their receipts; see below), 'inspect'
+--           ('peek' with the bans in force), or 'reserve:<max_wait µs>' (all-or-nothing
+--           reservation for the Delay mode; see below).
 -- ARGV[4]   least PX of a write in ms ('0': none; see RedisStoreBuilder::min_ttl).
 -- ARGV[5+6(i-1) .. 10+6(i-1)]  algorithm, p1, p2, p3, cost, stamp, where algorithm 1 = GCRA
 --           (p1 = T, the emission interval in µs; p2 = tau = burst * T in µs; p3 = burst) and
@@ -568,6 +569,15 @@ local function judge(i, st)
   return verdict(i, st)
 end
 
+-- Reset fences (see the 'reset' block): a receipt stamped at or below the fence of its key
+-- was handed out before a reset of the key, so its refund gives back nothing. The fence is
+-- a key of its own, "<state key>#reset" (policy names never hold '#'), in the state key's
+-- hash tag, so it lives in the same Cluster slot.
+local function fenced(i, s)
+  local f = tonumber(redis.call('GET', KEYS[i] .. '#reset'))
+  return f ~= nil and s <= f
+end
+
 -- A refund gives back only what the charge with this receipt still holds (case B26).
 -- GCRA (stamp s = the TAT right after the charge, st = the stored TAT):
 --   st <= now                : the bucket drained the charge: nothing;
@@ -582,6 +592,9 @@ end
 local function refund(i)
   local cost, s = cost_of(i), stamp_of(i)
   if s < 0 or cost <= 0 then
+    return
+  end
+  if fenced(i, s) then
     return
   end
   if algo(i) == 4 then
@@ -698,6 +711,9 @@ end
 local function give_back(i)
   local cost, s = cost_of(i), stamp_of(i)
   if s < 0 or cost <= 0 then
+    return
+  end
+  if fenced(i, s) then
     return
   end
   if algo(i) == 4 then
@@ -929,6 +945,78 @@ local function ban_count(out, max_wait)
           out[#out] = 1
         end
       end
+    end
+  end
+  return out
+end
+
+-- 'reset': forgets every KEYS[i] (its next request sees the whole burst) and fences it, so
+-- that no receipt handed out before gives anything back after (see `fenced`). The fence is
+-- the largest stamp a charge before the reset can hold: GCRA max(stored TAT, now + tau)
+-- (a stamp is the TAT right after its charge: at most now + tau, or a booked turn, which
+-- the stored TAT covers); the windows the current window index; the sliding log
+-- max(newest entry's ts, now). It never moves down (an earlier reset's fence is kept if
+-- higher) and lives (PX) until every such stamp is stale: GCRA until the fence, the fixed
+-- window until its window ends, the sliding window counter until the next window ends (a
+-- refund reaches one window back), the sliding log until fence + W. A charge made after
+-- the reset with a stamp at or below the fence (the same window, or within about tau)
+-- gives back nothing either: a refund may come back short, never more than was charged
+-- since. A ban of the key under a reset policy (and its count of refusals) is deleted too.
+-- Returns the rows of peek_all (the state after: absent).
+if mode == 'reset' then
+  for i = 1, n do
+    local key, a = KEYS[i], algo(i)
+    local fence, span
+    if a == 1 then
+      local tat = 0
+      local raw = redis.call('GET', key)
+      if raw then
+        tat = tonumber(string.match(raw, '^(%d+)')) or 0
+      end
+      fence = math.max(tat, now + param(i, 3))
+      span = fence - now
+    elseif a == 4 then
+      local newest = sl_parse(redis.call('ZRANGE', key, -1, -1)[1])
+      fence = now
+      if newest then
+        fence = math.max(newest[1], now)
+      end
+      span = fence + param(i, 2) - now
+    else
+      local w = param(i, 2)
+      fence = math.floor(now / w)
+      local windows = 1
+      if a == 3 then
+        windows = 2
+      end
+      span = (fence + windows) * w - now
+    end
+    local fkey = key .. '#reset'
+    local ttl = math.max(1, min_ttl, math.ceil(span / 1000))
+    local old = tonumber(redis.call('GET', fkey))
+    if old and old > fence then
+      fence = old
+      ttl = math.max(ttl, redis.call('PTTL', fkey))
+    end
+    redis.call('DEL', key)
+    if ban_of[i] then
+      redis.call('DEL', ban_of[i].key)
+    end
+    redis.call('SET', fkey, string.format('%.0f', fence), 'PX', string.format('%.0f', ttl))
+  end
+  cache = {}
+  return peek_all()
+end
+
+-- 'inspect': peek_all with the bans in force (an operator's peek): a charge whose key is
+-- banned reports the ban (code 3, retry_after and reset_after = the time until it ends).
+-- Writes nothing.
+if mode == 'inspect' then
+  local out = peek_all()
+  for i = 1, n do
+    local ends = ban_ends_in(i)
+    if ends then
+      ban_row(out, i, 3, ends, 0)
     end
   end
   return out

@@ -58,6 +58,12 @@
 //!   lies ahead of now, `min(cost * T, min(receipt, TAT) - now)`, never below now; the fixed
 //!   window only in the window it counted in; the sliding window counter from the current
 //!   count in that window, from the previous count in the next, and nothing later.
+//! - **Peek and reset.** [`RedisStore::peek_async`] reads a key's state without writing
+//!   (the script's `peek` mode); [`RedisStore::reset_async`] forgets a key under one policy
+//!   or all of them in one atomic call and writes a **fence** beside each state
+//!   (`<state key>#reset`, same hash tag), so that a receipt handed out before the reset
+//!   gives back nothing after it, from any instance (see [`RedisStore::reset_async`] for
+//!   the bound and how long the fence lives).
 //! - **Corrections** ([`Store::correct`], [`RedisStore::correct_async`]): one script call
 //!   (`correct` mode) per client key. A give-back follows the refund rules on the state
 //!   with its debt (a GCRA TAT beyond `now + tau` is paid off, not kept for a waiting
@@ -297,6 +303,7 @@ mod lease;
 mod link;
 pub(crate) use lease::LeaseGrant;
 mod negative;
+mod reset;
 mod script;
 mod shared;
 mod slots;
@@ -778,6 +785,16 @@ impl Store<Key> for RedisStore {
         runtime.spawn(async move {
             let _ = refund_groups(&shared, &groups).await;
         });
+    }
+
+    /// See [`RedisStore::peek_async`].
+    fn peek(&self, policy: PolicyId, key: &Key) -> Checked<Self::Future> {
+        self.peek_owned(policy, key)
+    }
+
+    /// See [`RedisStore::reset_async`].
+    fn reset(&self, policy: Option<PolicyId>, key: &Key) -> Checked<Self::Future> {
+        self.reset_owned(policy, key)
     }
 
     /// Spawns the correction on the current tokio runtime (dropped with a warning outside

@@ -296,6 +296,10 @@ pub(super) enum Mode {
     /// Settle corrections: per key, give back by the receipt, or charge without refusing
     /// (a key marked by [`Group::mark_debits`]).
     Correct,
+    /// Forget every key and fence the receipts handed out before (see `limiter.lua`).
+    Reset,
+    /// [`Mode::Peek`] with the bans in force reported (an operator's peek).
+    Inspect,
     /// Reserve every key or none for a request that may wait up to this many µs (the
     /// Delay mode); each key's stamp says how its policy reserves.
     Reserve(u64),
@@ -309,6 +313,8 @@ impl Mode {
             Self::Peek => cmd.arg("peek"),
             Self::Refund => cmd.arg("refund"),
             Self::Correct => cmd.arg("correct"),
+            Self::Reset => cmd.arg("reset"),
+            Self::Inspect => cmd.arg("inspect"),
             Self::Reserve(max_wait_us) => cmd.arg(format!("reserve:{max_wait_us}")),
         };
     }
@@ -458,7 +464,7 @@ impl ScriptRunner {
     ///
     /// A check or peek carries the stale guard (a call reaching Redis after its caller gave up
     /// does nothing and fails with [`StoreError::Timeout`]); a refund always applies (it gives
-    /// back a charge that did happen). Every reply teaches the guard Redis's time.
+    /// back a charge that did happen), and so does a reset (an operator asked for it). Every reply teaches the guard Redis's time.
     pub(super) async fn call(&self, group: &Group, mode: Mode) -> Result<Rows, StoreError> {
         let reply = self.call_raw(group, mode).await?;
         parse_rows(group, reply.rows())
@@ -537,8 +543,8 @@ impl ScriptRunner {
         };
         // ARGV[2]: the stale guard (Redis TIME µs), "" for none.
         let stale = match mode {
-            Mode::Refund | Mode::Correct => None,
-            Mode::Check | Mode::Peek | Mode::Reserve(_) => self.guard.limit(sent),
+            Mode::Refund | Mode::Correct | Mode::Reset => None,
+            Mode::Check | Mode::Peek | Mode::Inspect | Mode::Reserve(_) => self.guard.limit(sent),
         };
         match stale {
             Some(limit) => cmd.arg(limit),

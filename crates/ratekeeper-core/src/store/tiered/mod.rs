@@ -64,6 +64,11 @@
 //!   lives; after that they free nothing); refunds of charges the Redis store made go to
 //!   Redis ([`TieredStore::refund_async`] waits for them), and the key's remembered denial
 //!   is forgotten, as the Redis store's negative cache forgets a refunded key.
+//! - **Peek and reset**: [`TieredStore::peek_async`] is the Redis store's peek with the units
+//!   this instance holds added to `remaining`; [`TieredStore::reset_async`] drops this
+//!   instance's lease of the key (its units are not spent nor given back) and resets the
+//!   key in Redis, whose fence makes every later return of a lease taken before the reset
+//!   give back nothing.
 //! - **Corrections** ([`Store::correct`]): a give-back of locally spent units goes back into
 //!   their lease while it lives; once it expired (the key's current or last ended lease),
 //!   to Redis by the receipt of that lease's latest grant, which gives back what the grant
@@ -172,6 +177,7 @@
 mod builder;
 mod inner;
 mod lease;
+mod reset;
 
 pub use self::builder::{TieredConfigError, TieredStoreBuilder};
 
@@ -676,6 +682,16 @@ impl Store<Key> for TieredStore {
         if !to_redis.is_empty() {
             self.redis.refund(&to_redis);
         }
+    }
+
+    /// See [`TieredStore::peek_async`].
+    fn peek(&self, policy: PolicyId, key: &Key) -> Checked<Self::Future> {
+        self.peek_owned(policy, key)
+    }
+
+    /// See [`TieredStore::reset_async`].
+    fn reset(&self, policy: Option<PolicyId>, key: &Key) -> Checked<Self::Future> {
+        self.reset_owned(policy, key)
     }
 
     /// Give-backs of units spent from a lease go back into it while it lives, and to Redis by

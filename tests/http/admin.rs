@@ -1,0 +1,252 @@
+//! The README's admin recipe ("Unblocking a customer: an admin route") over real HTTP: a
+//! customer limited by API key is shown and reset through a route behind a bearer token;
+//! without the token nothing is shown or reset.
+
+use std::num::NonZeroU32;
+
+use axum::Router;
+use axum::routing::get;
+use ratekeeper_axum::key::HeaderKey;
+use ratekeeper_axum::{Algorithm, Policy, Quota, RateLimitLayer};
+use ratekeeper_tests::TestServer;
+use reqwest::StatusCode;
+
+// The README's recipe, exactly as the README shows it (checked below).
+#[allow(dead_code, unreachable_pub)]
+#[path = "recipes/admin_route.rs"]
+mod recipe;
+
+const TOKEN: &str = "s3cret-admin-token";
+
+/// `/api` limited per customer (3 per minute by GCRA, 10 per minute in fixed windows), the
+/// customer read from `X-Api-Key` (`key-<name>`), and the admin routes merged after the
+/// limit.
+async fn app() -> TestServer {
+    let per_minute = |n| Quota::per_minute(NonZeroU32::new(n).expect("non-zero"));
+    let limit = RateLimitLayer::builder()
+        .policy(Policy::new("api", per_minute(3)))
+        .policy(Policy::new("daily", per_minute(10)).with_algorithm(Algorithm::FixedWindow))
+        .key(HeaderKey::validated("X-Api-Key", |raw: &str| {
+            raw.strip_prefix("key-").map(recipe::customer_key)
+        }))
+        .build()
+        .expect("layer");
+    let app = Router::new()
+        .route("/api", get(|| async { "ok" }))
+        .layer(limit.clone())
+        .merge(recipe::admin_routes(&limit, TOKEN));
+    TestServer::start(app).await
+}
+
+async fn call(server: &TestServer, customer: &str) -> StatusCode {
+    server
+        .get("/api")
+        .header("x-api-key", format!("key-{customer}"))
+        .send()
+        .await
+        .expect("request")
+        .status()
+}
+
+/// `(policy, remaining)` of every policy in an admin answer.
+async fn remaining(response: reqwest::Response) -> Vec<(String, u64)> {
+    assert_eq!(response.status(), StatusCode::OK);
+    let text = response.text().await.expect("body");
+    let body: serde_json::Value = serde_json::from_str(&text).expect("json");
+    body["policies"]
+        .as_array()
+        .expect("policies")
+        .iter()
+        .map(|p| {
+            (
+                p["policy"].as_str().expect("name").to_owned(),
+                p["remaining"].as_u64().expect("remaining"),
+            )
+        })
+        .collect()
+}
+
+fn pairs(v: &[(&str, u64)]) -> Vec<(String, u64)> {
+    v.iter().map(|(p, n)| ((*p).to_owned(), *n)).collect()
+}
+
+/// The recipe end to end: alice is limited; the admin route shows her usage (twice, without
+/// charging her), resets her, and she gets her whole burst back, exactly; bob is untouched.
+#[tokio::test]
+async fn an_admin_route_shows_and_resets_a_customer() {
+    let server = app().await;
+    for _ in 0..3 {
+        assert_eq!(call(&server, "alice").await, StatusCode::OK);
+    }
+    assert_eq!(call(&server, "alice").await, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(call(&server, "bob").await, StatusCode::OK);
+
+    let show = || server.get("/admin/limits/alice").bearer_auth(TOKEN).send();
+    let expected = pairs(&[("api", 0), ("daily", 7)]);
+    assert_eq!(remaining(show().await.expect("show")).await, expected);
+    assert_eq!(remaining(show().await.expect("show")).await, expected);
+
+    // One policy: unknown names are 404 and reset nothing.
+    let nope = server
+        .request(reqwest::Method::DELETE, "/admin/limits/alice/nope")
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("reset");
+    assert_eq!(nope.status(), StatusCode::NOT_FOUND);
+    let one = server
+        .request(reqwest::Method::DELETE, "/admin/limits/alice/api")
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("reset");
+    assert_eq!(remaining(one).await, pairs(&[("api", 3)]));
+    assert_eq!(
+        remaining(show().await.expect("show")).await,
+        pairs(&[("api", 3), ("daily", 7)])
+    );
+    for _ in 0..3 {
+        assert_eq!(call(&server, "alice").await, StatusCode::OK);
+    }
+    assert_eq!(call(&server, "alice").await, StatusCode::TOO_MANY_REQUESTS);
+
+    // Every policy.
+    let all = server
+        .request(reqwest::Method::DELETE, "/admin/limits/alice")
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("reset");
+    assert_eq!(remaining(all).await, pairs(&[("api", 3), ("daily", 10)]));
+    let bob = server
+        .get("/admin/limits/bob")
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("show");
+    assert_eq!(remaining(bob).await, pairs(&[("api", 2), ("daily", 9)]));
+}
+
+/// Without the admin token (none, another scheme, a wrong or a longer token) the route
+/// answers 401 and neither shows nor resets anything.
+#[tokio::test]
+async fn the_admin_route_refuses_requests_without_the_token() {
+    let server = app().await;
+    for _ in 0..4 {
+        call(&server, "alice").await;
+    }
+    let wrong = [
+        None,
+        Some(format!("Basic {TOKEN}")),
+        Some("Bearer wrong".to_owned()),
+        Some(format!("Bearer {TOKEN}x")),
+        Some("Bearer ".to_owned()),
+    ];
+    for auth in &wrong {
+        for method in [reqwest::Method::GET, reqwest::Method::DELETE] {
+            for path in ["/admin/limits/alice", "/admin/limits/alice/api"] {
+                let mut req = server.request(method.clone(), path);
+                if let Some(auth) = auth {
+                    req = req.header("authorization", auth);
+                }
+                let status = req.send().await.expect("request").status();
+                // GET of the one-policy path is not a route: 405, still nothing shown.
+                assert!(
+                    status == StatusCode::UNAUTHORIZED || status == StatusCode::METHOD_NOT_ALLOWED,
+                    "{method} {path} with {auth:?}: {status}"
+                );
+            }
+        }
+    }
+    assert_eq!(call(&server, "alice").await, StatusCode::TOO_MANY_REQUESTS);
+}
+
+/// The README shows the recipe exactly as this test compiles it.
+#[test]
+fn the_readme_shows_the_admin_recipe() {
+    let readme = include_str!("../../README.md");
+    let block = readme
+        .split("<!-- recipe:admin-route:begin -->")
+        .nth(1)
+        .and_then(|rest| rest.split("<!-- recipe:admin-route:end -->").next())
+        .expect("the README has the admin recipe between its markers");
+    let code = block
+        .trim()
+        .strip_prefix("```rust")
+        .and_then(|c| c.strip_suffix("```"))
+        .expect("the recipe is one rust code block");
+    assert_eq!(
+        code.trim(),
+        include_str!("recipes/admin_route.rs").trim(),
+        "README.md and tests/http/recipes/admin_route.rs differ"
+    );
+}
+
+/// A store of one's own that implements only the trait's required methods: the admin
+/// handle peeks through the default method (a free probe) and reports a reset as
+/// unsupported, a store error, not an unknown policy.
+#[tokio::test]
+async fn the_admin_handle_works_with_a_store_of_ones_own() {
+    use std::future::Ready;
+
+    use ratekeeper_axum::core::store::{
+        Charge, Checked, Decisions, MemoryStore, PolicyId, Refund, Store, StoreError,
+    };
+    use ratekeeper_axum::{GlobalKey, Key};
+
+    struct Mine(MemoryStore<Key>);
+    impl Store<Key> for Mine {
+        type Future = Ready<Result<Decisions, StoreError>>;
+        fn register(&mut self, policy: &Policy) -> Result<PolicyId, StoreError> {
+            self.0.register(policy)
+        }
+        fn check(&self, charges: &[Charge<'_, Key>]) -> Checked<Self::Future> {
+            self.0.check(charges)
+        }
+        fn refund(&self, refunds: &[Refund<'_, Key>]) {
+            self.0.refund(refunds);
+        }
+    }
+
+    let limit = RateLimitLayer::builder()
+        .policy(Policy::new(
+            "api",
+            Quota::per_minute(NonZeroU32::new(3).expect("3")),
+        ))
+        .key(GlobalKey)
+        .store(Mine(MemoryStore::new()))
+        .build()
+        .expect("layer");
+    let server = TestServer::start(
+        Router::new()
+            .route("/api", get(|| async { "ok" }))
+            .layer(limit.clone()),
+    )
+    .await;
+    assert_eq!(
+        server.get("/api").send().await.expect("request").status(),
+        StatusCode::OK
+    );
+    let admin = limit.admin();
+    assert_eq!(admin.policies().collect::<Vec<_>>(), ["api"]);
+    for _ in 0..2 {
+        let state = admin.peek("api", &Key::Global).await.expect("peek");
+        assert_eq!((state.limit(), state.remaining()), (3, 2));
+    }
+    let err = admin
+        .reset("api", &Key::Global)
+        .await
+        .expect_err("no reset");
+    assert!(!err.is_unknown_policy());
+    assert!(matches!(
+        err,
+        ratekeeper_axum::rate_limit::AdminError::Store(StoreError::UnsupportedOperation(_))
+    ));
+    assert!(
+        admin
+            .reset("nope", &Key::Global)
+            .await
+            .expect_err("unknown")
+            .is_unknown_policy()
+    );
+}
