@@ -353,6 +353,7 @@ fn unit_nanos(unit: &str) -> Option<u64> {
     })
 }
 
+#[cfg(feature = "serde")]
 /// A duration written as `<count><unit>` (`"15m"`, `"900 s"`, `"1h"`, `"1500ms"`; the units of
 /// a quota's period, count required): its ns, or `None` when it does not parse or overflows.
 pub(crate) fn parse_duration_nanos(input: &str) -> Option<u64> {
@@ -360,6 +361,7 @@ pub(crate) fn parse_duration_nanos(input: &str) -> Option<u64> {
     parse_int(count)?.checked_mul(unit_nanos(unit.trim())?)
 }
 
+#[cfg(feature = "serde")]
 /// Writes `ns` in the largest unit that divides it (`15min`, `90s`, `1500ms`), a form
 /// [`parse_duration_nanos`] reads back.
 pub(crate) fn write_duration_nanos(f: &mut fmt::Formatter<'_>, ns: u64) -> fmt::Result {
@@ -371,7 +373,8 @@ pub(crate) fn write_duration_nanos(f: &mut fmt::Formatter<'_>, ns: u64) -> fmt::
     write!(f, "{}{unit}", ns / per)
 }
 
-/// Units `Display` writes, largest first.
+#[cfg(feature = "serde")]
+/// Units [`write_duration_nanos`] writes, largest first.
 const DISPLAY_UNITS: [(u64, &str); 7] = [
     (86_400 * NS_PER_SEC, "day"),
     (3_600 * NS_PER_SEC, "h"),
