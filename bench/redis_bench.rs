@@ -12,11 +12,14 @@
 //! Run: `scripts/redis_bench.sh` (`RK_SECS` sets each cell's length, default 2 s;
 //! `RK_ROUNDS` the number of rounds, default 1, each cell's median is printed).
 
+use std::future::Future;
 use std::net::TcpListener;
 use std::num::NonZeroU32;
+use std::pin::Pin;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use ratekeeper_axum::core::store::redis::RedisStore;
@@ -106,6 +109,27 @@ fn manager(url: &str) -> Result<ConnectionManager, redis::RedisError> {
     ConnectionManager::new_lazy_with_config(redis::Client::open(url)?, config)
 }
 
+/// The Redis store's own script.
+fn limiter_script() -> redis::Script {
+    redis::Script::new(include_str!(
+        "../crates/ratekeeper-core/src/store/redis/limiter.lua"
+    ))
+}
+
+/// The bare script's key names (as the store names them) and GCRA parameters (T µs,
+/// tau µs, burst), for the quota every subject uses.
+fn bare_arguments(prefix: &str) -> (Vec<String>, [u64; 3]) {
+    let q = quota();
+    let t_us = q.emission_interval_nanos().div_ceil(1_000).max(1);
+    let names = (0..KEYS)
+        .map(|i| format!("{prefix}:v2:{{s:k{i}}}:bench"))
+        .collect();
+    (
+        names,
+        [t_us, t_us * u64::from(q.burst()), u64::from(q.burst())],
+    )
+}
+
 async fn subject(
     url: &str,
     kind: Kind,
@@ -114,18 +138,12 @@ async fn subject(
     let policy = Policy::new("bench", quota());
     Ok(match kind {
         Kind::Bare => {
-            let q = quota();
-            let t_us = q.emission_interval_nanos().div_ceil(1_000).max(1);
-            let names = (0..KEYS)
-                .map(|i| format!("{prefix}:v2:{{s:k{i}}}:bench"))
-                .collect();
+            let (names, params) = bare_arguments(prefix);
             Subject::Bare {
                 conn: manager(url)?,
-                script: Arc::new(redis::Script::new(include_str!(
-                    "../crates/ratekeeper-core/src/store/redis/limiter.lua"
-                ))),
+                script: Arc::new(limiter_script()),
                 names: Arc::new(names),
-                params: [t_us, t_us * u64::from(q.burst()), u64::from(q.burst())],
+                params,
             }
         }
         Kind::Store => {
@@ -307,7 +325,214 @@ fn fmt_rate(r: f64) -> String {
     out
 }
 
+/// Polls a future through [`counted_poll`], the function `scripts/callgrind_redis.sh`
+/// counts (`--toggle-collect`): the caller's own work, nothing of the tasks it wakes.
+struct Counted<F>(Pin<Box<F>>);
+
+impl<F: Future> Future for Counted<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        counted_poll(self.0.as_mut(), cx)
+    }
+}
+
+/// One poll of the measured caller (the symbol the callgrind script toggles on). The poll is
+/// a real call that returns here (`black_box` keeps it from becoming a tail jump, which
+/// callgrind would not see as this function running).
+#[inline(never)]
+fn counted_poll<F: Future>(future: Pin<&mut F>, cx: &mut Context<'_>) -> Poll<F::Output> {
+    std::hint::black_box(future.poll(cx))
+}
+
+/// Runs the measured loop on the current-thread runtime: everything the runtime thread does
+/// meanwhile (the caller, the connection's driver task, the I/O and timer drivers) runs
+/// inside this function (the callgrind script's `thread` scope).
+#[inline(never)]
+fn runtime_block<F: Future>(runtime: &tokio::runtime::Runtime, future: F) -> F::Output {
+    std::hint::black_box(runtime.block_on(future))
+}
+
+/// What one fixed-count run decides with: one caller, its own connection or store.
+enum Caller {
+    /// `EVALSHA` of `limiter.lua` (`redis::Script`) on a multiplexed connection made like the
+    /// Redis store's own (connection timeout, no response timeout), owned by the caller.
+    Bare {
+        conn: redis::aio::MultiplexedConnection,
+        script: redis::Script,
+        names: Vec<String>,
+        params: [u64; 3],
+    },
+    /// The same command written by hand: one `redis::Cmd` (no argument list of its own),
+    /// sent with `send_packed_command`, the reply read as a `redis::Value` (the script is
+    /// loaded first). The leanest client call, for information.
+    BareCmd {
+        conn: redis::aio::MultiplexedConnection,
+        hash: String,
+        names: Vec<String>,
+        params: [u64; 3],
+    },
+    /// The same on a `ConnectionManager`, cloned per call (the bare side of the throughput
+    /// table).
+    BareManager(Subject),
+    Store(Arc<RedisStore>, PolicyId),
+    Tiered(Arc<TieredStore>, PolicyId),
+}
+
+impl Caller {
+    async fn new(url: &str, kind: &str) -> Result<Self, Box<dyn std::error::Error>> {
+        let prefix = format!("c-{kind}");
+        Ok(match kind {
+            "bare" => {
+                let (names, params) = bare_arguments(&prefix);
+                // The store's settings, but time to connect under valgrind on a busy machine
+                // (connecting is not measured).
+                let config = redis::AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(Duration::from_secs(5)))
+                    .set_response_timeout(None);
+                let conn = redis::Client::open(url)?
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await?;
+                Self::Bare {
+                    conn,
+                    script: limiter_script(),
+                    names,
+                    params,
+                }
+            }
+            "bare-cmd" => {
+                let (names, params) = bare_arguments(&prefix);
+                let mut conn = redis::Client::open(url)?
+                    .get_multiplexed_async_connection()
+                    .await?;
+                let hash = limiter_script().load_async(&mut conn).await?;
+                Self::BareCmd {
+                    conn,
+                    hash,
+                    names,
+                    params,
+                }
+            }
+            "bare-manager" => Self::BareManager(subject(url, Kind::Bare, &prefix).await?),
+            "store" => match subject(url, Kind::Store, &prefix).await? {
+                Subject::Store(store, id) => Self::Store(store, id),
+                _ => return Err("not a store subject".into()),
+            },
+            "tiered" => match subject(url, Kind::Tiered, &prefix).await? {
+                Subject::Tiered(store, id) => Self::Tiered(store, id),
+                _ => return Err("not a tiered subject".into()),
+            },
+            other => return Err(format!("RK_KIND: unknown kind {other:?}").into()),
+        })
+    }
+
+    /// One decision on key index `i`; whether it was allowed.
+    async fn decide(&mut self, i: usize, keys: &[Key]) -> bool {
+        match self {
+            Self::Bare {
+                conn,
+                script,
+                names,
+                params,
+            } => {
+                let mut invocation = script.prepare_invoke();
+                invocation
+                    .key(&names[i])
+                    .arg("")
+                    .arg("")
+                    .arg("check")
+                    .arg(0)
+                    .arg(1)
+                    .arg(params[0])
+                    .arg(params[1])
+                    .arg(params[2])
+                    .arg(1)
+                    .arg(-1);
+                let reply: Result<Vec<i64>, _> = invocation.invoke_async(conn).await;
+                reply.is_ok_and(|r| r.get(2) == Some(&0))
+            }
+            Self::BareCmd {
+                conn,
+                hash,
+                names,
+                params,
+            } => {
+                let mut cmd = redis::Cmd::with_capacity(14, 200);
+                cmd.arg("EVALSHA")
+                    .arg(hash.as_str())
+                    .arg(1)
+                    .arg(&names[i])
+                    .arg("")
+                    .arg("")
+                    .arg("check")
+                    .arg(0)
+                    .arg(1)
+                    .arg(params[0])
+                    .arg(params[1])
+                    .arg(params[2])
+                    .arg(1)
+                    .arg(-1);
+                let reply = conn.send_packed_command(&cmd).await;
+                matches!(reply, Ok(redis::Value::Array(v)) if v.get(2) == Some(&redis::Value::Int(0)))
+            }
+            Self::BareManager(subject) => subject.decide(i, keys).await,
+            Self::Store(store, id) => decided(store.check(&[Charge::new(*id, &keys[i], 1)])).await,
+            Self::Tiered(store, id) => decided(store.check(&[Charge::new(*id, &keys[i], 1)])).await,
+        }
+    }
+
+    /// `n` decisions one after the other (key 0, or keys in turn); how many were allowed.
+    async fn run(&mut self, keys: &[Key], hot: bool, n: u64) -> u64 {
+        let mut allowed = 0;
+        for j in 0..n {
+            let i = if hot { 0 } else { (j % KEYS as u64) as usize };
+            allowed += u64::from(self.decide(i, keys).await);
+        }
+        allowed
+    }
+}
+
+/// The fixed-count mode (`RK_COUNT` decisions of `RK_KIND`, see `scripts/callgrind_redis.sh`):
+/// one caller on a current-thread runtime, `RK_WARM` decisions first (not counted), then the
+/// measured ones through [`runtime_block`] and [`Counted`]. Prints `<allowed> of <n> allowed`
+/// and the store's degraded decisions (a timeout answered by the failure policy would be a
+/// different path).
+fn fixed_count(n: u64) -> Result<(), Box<dyn std::error::Error>> {
+    let kind = std::env::var("RK_KIND").unwrap_or_else(|_| "store".to_owned());
+    let hot = std::env::var("RK_ROWS").map_or(true, |r| r != "many");
+    let warm: u64 = std::env::var("RK_WARM")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(200);
+    let (_server, port) = start_redis()?;
+    let url = format!("redis://127.0.0.1:{port}/");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let keys: Vec<Key> = (0..KEYS).map(|i| Key::from(format!("k{i}"))).collect();
+    let mut caller = runtime.block_on(Caller::new(&url, &kind))?;
+    let warmed = runtime.block_on(caller.run(&keys, hot, warm));
+    let allowed = runtime_block(&runtime, Counted(Box::pin(caller.run(&keys, hot, n))));
+    let degraded = match &caller {
+        Caller::Store(store, _) => store.stats().degraded,
+        Caller::Tiered(store, _) => {
+            let _ = runtime.block_on(store.shutdown());
+            0
+        }
+        _ => 0,
+    };
+    println!("{allowed} of {n} allowed");
+    println!("{degraded} degraded");
+    if warmed != warm {
+        println!("warm-up: {warmed} of {warm} allowed");
+    }
+    Ok(())
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    if let Some(n) = std::env::var("RK_COUNT").ok().and_then(|s| s.parse().ok()) {
+        return fixed_count(n);
+    }
     let secs = Duration::from_secs_f64(
         std::env::var("RK_SECS")
             .ok()

@@ -18,10 +18,12 @@
 //! allocator overhead). Keys are made on the fly, never held in a vector. Key kinds:
 //! `ipv4` (`Key::Ip` / `IpAddr::V4`), `ipv6` (the client's /64 prefix: `Key::Net(_, 64)`, and
 //! for governor the `IpAddr::V6` with the host bits cleared, as tower_governor users key it),
-//! `api` (32-byte API keys: `Key::Str` / governor with `String` keys).
+//! `api` (32-byte API keys: `Key::Str` / governor with `String` keys), `int` (`Key::Int`) and
+//! `u64` (a `MemoryStore<u64>`), both beside governor with `u64` keys. `RK_MEM_KINDS` picks
+//! kinds (comma-separated; default all).
 //!
-//! **Flood.** One thread sends `RK_FLOOD_KEYS` (default 10 000 000) distinct IPv4 keys, one
-//! request each, at a store with `max_keys` = `RK_FLOOD_CAP` (default 1 000 000) on a
+//! **Flood.** One thread sends `RK_FLOOD_KEYS` (default 10 000 000) distinct keys, one
+//! request each (IPv4 keys; 32-byte API keys with `RK_FLOOD_KIND=api`), at a store with `max_keys` = `RK_FLOOD_CAP` (default 1 000 000) on a
 //! `RK_FLOOD_PER_MIN` per minute quota (default 60: a key stays non-idle for 1 s after its
 //! request, so the map fills to the cap, new keys overflow, and the oldest go idle and are
 //! swept to make room). Per window of 500 000 requests:
@@ -111,16 +113,35 @@ fn gov_per_hour() -> governor::Quota {
 fn memory_cell(case: &str) {
     let mut parts = case.split('/');
     let (Some(limiter), Some(kind), Some(n)) = (parts.next(), parts.next(), parts.next()) else {
-        panic!("RK_MEM_CASE must be <ours|governor>/<ipv4|ipv6|api>/<n>, got {case}");
+        panic!("RK_MEM_CASE must be <ours|governor>/<ipv4|ipv6|api|int|u64>/<n>, got {case}");
     };
     let n: u64 = n.parse().unwrap_or(0);
     let before = rss();
     let after = match (limiter, kind) {
+        ("ours", "u64") => {
+            let mut store = MemoryStore::<u64>::new();
+            let id = match store.register(&Policy::new("bench", per_hour())) {
+                Ok(id) => id,
+                Err(err) => panic!("bench policy refused: {err}"),
+            };
+            for i in 0..n {
+                let allowed = matches!(
+                    store.check(&[Charge::new(id, &i, 1)]),
+                    Checked::Ready(Ok(d)) if d.is_allowed()
+                );
+                assert!(allowed, "first request of a key");
+            }
+            let after = rss();
+            assert_eq!(store.len() as u64, n);
+            black_box(&store);
+            after
+        }
         ("ours", _) => {
             let ours = Ours::new(per_hour(), None);
             let key = |i: u64| match kind {
                 "ipv4" => Key::Ip(ipv4(i)),
                 "ipv6" => Key::Net(ipv6_64(i), 64),
+                "int" => Key::Int(i),
                 _ => Key::from(api(i)),
             };
             for i in 0..n {
@@ -135,6 +156,16 @@ fn memory_cell(case: &str) {
             let gov: DefaultKeyedRateLimiter<String> = RateLimiter::keyed(gov_per_hour());
             for i in 0..n {
                 assert!(gov.check_key(&api(i)).is_ok());
+            }
+            let after = rss();
+            assert_eq!(gov.len() as u64, n);
+            black_box(&gov);
+            after
+        }
+        ("governor", "int" | "u64") => {
+            let gov: DefaultKeyedRateLimiter<u64> = RateLimiter::keyed(gov_per_hour());
+            for i in 0..n {
+                assert!(gov.check_key(&i).is_ok());
             }
             let after = rss();
             assert_eq!(gov.len() as u64, n);
@@ -178,14 +209,26 @@ fn memory() {
         .ok()
         .map(|s| s.split(',').filter_map(|x| x.parse().ok()).collect())
         .unwrap_or_else(|| vec![1_000_000, 10_000_000]);
+    let kinds: Vec<String> = std::env::var("RK_MEM_KINDS")
+        .ok()
+        .map(|s| s.split(',').map(str::to_owned).collect())
+        .unwrap_or_else(|| {
+            ["ipv4", "ipv6", "api", "int", "u64"]
+                .map(str::to_owned)
+                .to_vec()
+        });
     println!("\n### Bytes per key (resident set growth / keys)\n");
     println!("| keys | kind | ratekeeper `Key` | governor | ours / governor |");
     println!("|---:|---|---:|---:|---:|");
     for &n in &sizes {
-        for kind in ["ipv4", "ipv6", "api"] {
+        for kind in &kinds {
             let ours = spawn_cell(&format!("ours/{kind}/{n}"));
             let gov = spawn_cell(&format!("governor/{kind}/{n}"));
-            let gov_key = if kind == "api" { "String" } else { "IpAddr" };
+            let gov_key = match kind.as_str() {
+                "api" => "String",
+                "int" | "u64" => "u64",
+                _ => "IpAddr",
+            };
             println!(
                 "| {n} | {kind} | {ours:.1} | {gov:.1} (`{gov_key}`) | {:.2} |",
                 ours / gov
@@ -211,6 +254,7 @@ fn percentile(sorted: &[u64], p: f64) -> u64 {
 
 fn flood() {
     let keys = env_u64("RK_FLOOD_KEYS", 10_000_000);
+    let api_keys = std::env::var("RK_FLOOD_KIND").is_ok_and(|kind| kind == "api");
     let cap = env_u64("RK_FLOOD_CAP", 1_000_000);
     const WINDOW: u64 = 500_000;
     let per_min = env_u64("RK_FLOOD_PER_MIN", 60);
@@ -228,7 +272,8 @@ fn flood() {
     assert!(ours.check(&legit), "the legitimate client's first request");
     let mut legit_allowed = 1;
     println!(
-        "\n### Flood: {keys} distinct IPv4 keys, one request each, `max_keys` = {cap}, {per_min}/min\n"
+        "\n### Flood: {keys} distinct {} keys, one request each, `max_keys` = {cap}, {per_min}/min\n",
+        if api_keys { "32-byte API" } else { "IPv4" }
     );
     println!(
         "| requests | seconds | RSS growth MiB | keys held | overflowed | allowed in window | \
@@ -239,7 +284,11 @@ fn flood() {
     let mut allowed = 0;
     let mut peak = 0;
     for i in 0..keys {
-        let key = Key::Ip(ipv4(i));
+        let key = if api_keys {
+            Key::from(api(i))
+        } else {
+            Key::Ip(ipv4(i))
+        };
         let t = Instant::now();
         let ok = ours.check(black_box(&key));
         times[(i % WINDOW) as usize] = t.elapsed().as_nanos() as u64;

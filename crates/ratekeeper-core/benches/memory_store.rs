@@ -19,7 +19,8 @@
 //! `DefaultKeyedRateLimiter` with its default SipHash hasher and quanta clock) are the pair the
 //! ratio is taken on. `ratekeeper/Key` uses [`ratekeeper_core::Key::Ip`] keys as the HTTP layer
 //! does, beside `governor/IpAddr` (what `tower_governor` keys by). `governor+foldhash/u64` is
-//! governor on the same hasher as ours, for reference.
+//! governor on the same hasher as ours, for reference. The fixed-count mode below also has
+//! `ratekeeper-api`: 32-byte API keys (`Key::Str`), for the cost of a long string key.
 //!
 //! After the run, the medians criterion wrote are read back and printed as a ratio table
 //! (ours / governor, lower is faster). Then an interleaved pass runs every limiter of a case
@@ -210,6 +211,13 @@ fn u64_keys(n: usize) -> Vec<u64> {
     // Spread-out distinct values (an odd multiplier is a bijection on u64).
     (0..n as u64)
         .map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+        .collect()
+}
+
+/// 32-byte API keys (`Key::Str`), as the memory-scale bench makes them.
+fn api_keys(n: usize) -> Vec<Key> {
+    (0..n)
+        .map(|i| Key::from(format!("rk_live_{i:024}")))
         .collect()
 }
 
@@ -539,6 +547,7 @@ fn run_fixed(case: &str, iters: usize) {
             let keys: Vec<Key> = ips(n).into_iter().map(Key::Ip).collect();
             go(&Ours::new(ours), &keys, verdict, iters);
         }
+        "ratekeeper-api" => go(&Ours::new(ours), &api_keys(n), verdict, iters),
         "ratekeeper-Key-2policies" => {
             let keys: Vec<Key> = ips(n).into_iter().map(Key::Ip).collect();
             go(&OursTwo::new(ours), &keys, verdict, iters);

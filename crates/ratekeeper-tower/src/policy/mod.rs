@@ -41,8 +41,8 @@
 //! attempt after 10 failures within 15 minutes, and a ban after 1 refusal then refuses
 //! every attempt of that client, right password or not, for 15 minutes from that refusal
 //! (`Retry-After` = the ban's end, counted down; attempts during the ban do not extend
-//! it). Successful logins cost nothing. Each ban is counted in
-//! [`BANS_TOTAL`](crate::rate_limit::BANS_TOTAL) and logged once.
+//! it). Successful logins cost nothing. Each ban is counted once in the `metrics` counter
+//! `ratekeeper_bans_total{policy}` and logged once.
 //!
 //! ```
 //! use std::num::NonZeroU32;

@@ -76,22 +76,25 @@ impl Answer {
 
 /// Where a request goes when the layer refuses it, decided once in `call` from the layer's
 /// settings and the request's version and `content-type`.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Refusal {
     /// A denial goes to the inner service, a [`Fallback`](crate::fallback::Fallback), marked
     /// for it, instead of getting a 429. Other answers (a 503, a key error) stay answers.
     pub(crate) fallback: bool,
     /// The request is a gRPC call to a layer that serves gRPC: answers are trailers-only
-    /// responses with this `content-type` (see [`trailers_only`]).
-    pub(crate) grpc: Option<HeaderValue>,
+    /// responses carrying the request's `content-type` (see [`trailers_only`]).
+    pub(crate) grpc: bool,
 }
 
 impl Refusal {
-    /// `answer` in the form the request reads: unchanged, or for a gRPC call a trailers-only
-    /// response with the matching gRPC status. Every answer of the layer goes through here,
-    /// once.
-    pub(crate) fn answer(&self, mut answer: Answer) -> Answer {
-        let Some(content_type) = self.grpc.clone() else {
+    /// `answer` in the form the request (whose header fields are `request`) reads:
+    /// unchanged, or for a gRPC call a trailers-only response with the matching gRPC status
+    /// and the request's `content-type`. Every answer of the layer goes through here, once.
+    pub(crate) fn answer(self, mut answer: Answer, request: &HeaderMap) -> Answer {
+        if !self.grpc {
+            return answer;
+        }
+        let Some(content_type) = request.get(CONTENT_TYPE).cloned() else {
             return answer;
         };
         let policy = answer

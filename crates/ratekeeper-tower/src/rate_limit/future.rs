@@ -1,5 +1,5 @@
 //! The response future, and the one transition that turns a store's answer into what happens
-//! to a request. The transition ([`Held::next`]) asks the limiter for the verdict
+//! to a request. The transition ([`transition!`]) asks the limiter for the verdict
 //! ([`Erased::verdict`]) and picks the next state, for both ways a store answers: inside
 //! `call` (the memory store: the service and the limiter are borrowed, nothing is cloned or
 //! built unless the request must wait) and in the response future (an async store, a
@@ -9,34 +9,28 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
+use std::time::Duration;
 
-use http::{Request, Response};
+use http::{HeaderMap, Request, Response};
 use pin_project_lite::pin_project;
 use ratekeeper_core::store::{Checked, Decisions, StoreError};
 use tokio::time::Sleep;
 use tower_service::Service;
 
 use super::answer::{Answer, Refusal};
-use super::limiter::{Erased, FAILED, NO_RESPONSE, Respond, Verdict, store_failed};
+use super::limiter::{Erased, FAILED, NO_RESPONSE, Respond};
 use super::ticket::Ticket;
 use crate::body::ResponseBody;
 use crate::usage::Metered;
 
-/// The ready inner service of a held request: borrowed from the service in `call`, or owned
+/// The ready inner service of a request: borrowed from the service in `call`, or owned
 /// by the response future.
 pub(crate) trait Ready<S> {
-    /// The service, to call.
-    fn service(&mut self) -> &mut S;
     /// The service, owned, to go with the request into the response future.
     fn into_owned(self) -> S;
 }
 
 impl<S: Clone> Ready<S> for &mut S {
-    #[inline]
-    fn service(&mut self) -> &mut S {
-        self
-    }
-
     /// Takes the ready service and leaves a fresh clone in its place (see the tower-service
     /// docs, "Be careful when cloning inner services").
     fn into_owned(self) -> S {
@@ -46,17 +40,12 @@ impl<S: Clone> Ready<S> for &mut S {
 }
 
 impl<S> Ready<S> for S {
-    #[inline]
-    fn service(&mut self) -> &mut S {
-        self
-    }
-
     fn into_owned(self) -> S {
         self
     }
 }
 
-/// The limiter of a held request: borrowed (its concrete type, so the verdict is inlined) in
+/// The limiter of a request: borrowed (its concrete type, so the verdict is inlined) in
 /// `call`, or shared as a trait object by the response future.
 pub(crate) trait Share<SF> {
     /// The limiter's type as this holder sees it.
@@ -101,121 +90,137 @@ impl<SF> Share<SF> for Arc<dyn Erased<SF>> {
 
     #[inline]
     fn responder(self) -> Arc<dyn Respond> {
-        self.responder()
+        Erased::responder(self)
     }
 }
 
-/// A request on its way to the inner service: the request, its ticket, its ready inner
-/// service (`I`, a [`Ready`]) and its limiter (`L`, a [`Share`]).
-pub(crate) struct Held<I, Req, L> {
-    pub(crate) inner: I,
-    pub(crate) req: Req,
-    pub(crate) ticket: Ticket,
-    pub(crate) limiter: L,
-}
-
-/// A request the response future holds: waiting for an async store, or for capacity in
+/// A request the response future holds, with its ticket, its ready inner service and its
+/// limiter: waiting for an async store, or for capacity in
 /// [`Mode::Delay`](super::Mode::Delay).
-pub(crate) type Pending<S, Req, SF> = Held<S, Req, Arc<dyn Erased<SF>>>;
+pub(crate) struct Pending<S, Req, SF> {
+    inner: S,
+    req: Req,
+    ticket: Ticket,
+    limiter: Arc<dyn Erased<SF>>,
+}
 
-impl<I, ReqB, L> Held<I, Request<ReqB>, L> {
-    /// The one transition: the verdict on the store's answer (`result`), and the state it
-    /// leads to. A store error goes to [`store_failed`]; every answer gets its form from the
-    /// ticket's [`Refusal`].
-    #[inline]
-    pub(crate) fn next<S, SF>(
-        mut self,
-        result: Result<Decisions, StoreError>,
-    ) -> ResponseFuture<S::Future, S, Request<ReqB>, SF>
-    where
-        I: Ready<S>,
-        L: Share<SF>,
-        S: Service<Request<ReqB>>,
-    {
-        let decisions = match result {
-            Ok(decisions) => decisions,
-            Err(err) => return self.failed(&err),
-        };
-        let verdict =
-            self.limiter
-                .limiter()
-                .verdict(&mut self.ticket, &decisions, self.req.extensions_mut());
-        match verdict {
-            Verdict::Pass => self.pass(decisions),
-            Verdict::Answer(answer) => ResponseFuture::refused(answer, &self.ticket.refusal),
-            Verdict::Wait => ResponseFuture {
-                kind: Kind::Reserved {
-                    sleep: tokio::time::sleep(decisions.delay()),
-                    reservation: Reservation {
-                        pending: Some((self.hold(), decisions)),
-                    },
-                },
-            },
-            Verdict::Retry(wait) => ResponseFuture {
-                kind: Kind::Waiting {
-                    sleep: tokio::time::sleep(wait),
-                    pending: Some(self.hold()),
-                },
+/// The one transition: the verdict on a store's answer (`$result`, a `Result<Decisions,
+/// StoreError>`) for the request `$req` (a mutable local) and its ticket `$ticket`, and
+/// the state it leads to, as a [`ResponseFuture`]. `$inner` is the ready inner service (a
+/// [`Ready`]), `$limiter` the limiter (a [`Share`]). A store error goes to
+/// [`store_failed`]; every answer gets its form from the ticket's
+/// [`Refusal`](super::answer::Refusal).
+///
+/// Used inside `call` (the memory store: the service and the limiter borrowed, nothing held
+/// or cloned unless the request must wait) and by the response future ([`Pending::next`]).
+/// A macro rather than a function: expanded in `call`, the request and the ticket move
+/// once, into the inner service's call and into the settlement; passed through a function
+/// they were copied twice more, some 170 instructions per request.
+macro_rules! transition {
+    ($inner:expr, $req:ident, $ticket:ident, $limiter:expr, $result:expr) => {{
+        use super::future::{ResponseFuture, Settlement, Share, hold};
+        use super::limiter::{NO_RESPONSE, Verdict, store_failed};
+        // A borrowed service (in `call`) needs no `mut`; an owned one does.
+        #[allow(unused_mut)]
+        let mut inner = $inner;
+        let limiter = $limiter;
+        match $result {
+            Ok(decisions) => {
+                match super::limiter::Erased::verdict(
+                    Share::limiter(&limiter),
+                    &$ticket,
+                    &decisions,
+                    $req.extensions_mut(),
+                ) {
+                    Verdict::Pass => ResponseFuture::called(
+                        inner.call($req),
+                        Settlement {
+                            limiter: Share::responder(limiter),
+                            ticket: $ticket,
+                            decisions,
+                            unsettled: Some(NO_RESPONSE),
+                        },
+                    ),
+                    Verdict::Answer(answer) => {
+                        ResponseFuture::refused(answer, $ticket.refusal, $req.headers())
+                    }
+                    Verdict::Wait => {
+                        ResponseFuture::reserved(decisions, hold(inner, $req, $ticket, limiter))
+                    }
+                    Verdict::Retry { wait, deadline } => {
+                        let ticket = super::ticket::Ticket {
+                            deadline: Some(deadline),
+                            ..$ticket
+                        };
+                        ResponseFuture::waiting(wait, hold(inner, $req, ticket, limiter))
+                    }
+                }
+            }
+            Err(err) => match store_failed(&err, $req.extensions_mut()) {
+                None => ResponseFuture::unchecked(inner.call($req)),
+                Some(answer) => ResponseFuture::refused(answer, $ticket.refusal, $req.headers()),
             },
         }
-    }
+    }};
+}
+pub(super) use transition;
 
-    /// The store could not decide: on without headers, or the 503.
-    #[cold]
-    fn failed<S, SF>(mut self, err: &StoreError) -> ResponseFuture<S::Future, S, Request<ReqB>, SF>
-    where
-        I: Ready<S>,
-        S: Service<Request<ReqB>>,
-    {
-        match store_failed(err, self.req.extensions_mut()) {
-            None => ResponseFuture::unchecked(self.inner.service().call(self.req)),
-            Some(answer) => ResponseFuture::refused(answer, &self.ticket.refusal),
-        }
-    }
-
-    /// Calls the inner service; the ticket and `decisions` settle after its response.
-    #[inline]
-    pub(crate) fn pass<S, SF>(
+impl<S, ReqB, SF> Pending<S, Request<ReqB>, SF>
+where
+    S: Service<Request<ReqB>>,
+{
+    /// The [`transition`] for the held request, on the store's answer.
+    fn next(
         self,
-        decisions: Decisions,
-    ) -> ResponseFuture<S::Future, S, Request<ReqB>, SF>
-    where
-        I: Ready<S>,
-        L: Share<SF>,
-        S: Service<Request<ReqB>>,
-    {
+        result: Result<Decisions, StoreError>,
+    ) -> ResponseFuture<S::Future, S, Request<ReqB>, SF> {
+        let Self {
+            inner,
+            mut req,
+            ticket,
+            limiter,
+        } = self;
+        transition!(inner, req, ticket, limiter, result)
+    }
+
+    /// Calls the inner service after a Delay-mode reservation's wait; the ticket and
+    /// `decisions` settle after its response.
+    fn pass(self, decisions: Decisions) -> ResponseFuture<S::Future, S, Request<ReqB>, SF> {
         let Self {
             mut inner,
             req,
             ticket,
             limiter,
         } = self;
-        ResponseFuture {
-            kind: Kind::Called {
-                future: inner.service().call(req),
-                report: Some(Settlement {
-                    limiter: limiter.responder(),
-                    ticket,
-                    decisions,
-                    unsettled: Some(NO_RESPONSE),
-                }),
+        ResponseFuture::called(
+            inner.call(req),
+            Settlement {
+                limiter: Share::responder(limiter),
+                ticket,
+                decisions,
+                unsettled: Some(NO_RESPONSE),
             },
-        }
+        )
     }
+}
 
-    /// The request, its ticket, the ready inner service and the limiter, owned, for the
-    /// response future.
-    pub(crate) fn hold<S, SF>(self) -> Pending<S, Request<ReqB>, SF>
-    where
-        I: Ready<S>,
-        L: Share<SF>,
-    {
-        Held {
-            inner: self.inner.into_owned(),
-            req: self.req,
-            ticket: self.ticket,
-            limiter: self.limiter.share(),
-        }
+/// The request, its ticket, the ready inner service and the limiter, owned, for the response
+/// future.
+pub(crate) fn hold<I, Req, L, S, SF>(
+    inner: I,
+    req: Req,
+    ticket: Ticket,
+    limiter: L,
+) -> Pending<S, Req, SF>
+where
+    I: Ready<S>,
+    L: Share<SF>,
+{
+    Pending {
+        inner: inner.into_owned(),
+        req,
+        ticket,
+        limiter: limiter.share(),
     }
 }
 
@@ -244,11 +249,11 @@ impl<S, Req, SF> Drop for Reservation<S, Req, SF> {
 /// It owns the request's ticket and decisions and has no type parameter, so it can move on
 /// with the response.
 pub(crate) struct Settlement {
-    limiter: Arc<dyn Respond>,
-    ticket: Ticket,
-    decisions: Decisions,
+    pub(crate) limiter: Arc<dyn Respond>,
+    pub(crate) ticket: Ticket,
+    pub(crate) decisions: Decisions,
     /// The status to settle with on drop; `None` once settled.
-    unsettled: Option<u16>,
+    pub(crate) unsettled: Option<u16>,
 }
 
 impl Settlement {
@@ -332,12 +337,44 @@ impl<F, S, Req, SF> ResponseFuture<F, S, Req, SF> {
         }
     }
 
-    /// The layer answers: `answer` in the form `refusal` gives it (the only place an answer
-    /// gets its form).
-    pub(crate) fn refused(answer: Answer, refusal: &Refusal) -> Self {
+    /// The layer answers: `answer` in the form `refusal` gives it for a request with the
+    /// header fields `request` (the only place an answer gets its form).
+    pub(crate) fn refused(answer: Answer, refusal: Refusal, request: &HeaderMap) -> Self {
         Self {
             kind: Kind::Answered {
-                answer: Some(refusal.answer(answer)),
+                answer: Some(refusal.answer(answer, request)),
+            },
+        }
+    }
+
+    /// The inner service answers; `settlement` settles after its response.
+    pub(crate) fn called(future: F, settlement: Settlement) -> Self {
+        Self {
+            kind: Kind::Called {
+                future,
+                report: Some(settlement),
+            },
+        }
+    }
+
+    /// Delay mode, reserved: sleep [`Decisions::delay`], then call the inner service.
+    pub(crate) fn reserved(decisions: Decisions, pending: Pending<S, Req, SF>) -> Self {
+        Self {
+            kind: Kind::Reserved {
+                sleep: tokio::time::sleep(decisions.delay()),
+                reservation: Reservation {
+                    pending: Some((pending, decisions)),
+                },
+            },
+        }
+    }
+
+    /// Delay mode, check-and-retry: sleep `wait`, then reserve again.
+    pub(crate) fn waiting(wait: Duration, pending: Pending<S, Req, SF>) -> Self {
+        Self {
+            kind: Kind::Waiting {
+                sleep: tokio::time::sleep(wait),
+                pending: Some(pending),
             },
         }
     }

@@ -46,8 +46,10 @@ pub(crate) enum Verdict {
     /// [`Mode::Delay`], reserved: already charged; sleep [`Decisions::delay`], then pass with
     /// the decisions without a second check. A drop before then gives the charges back.
     Wait,
-    /// [`Mode::Delay`], check-and-retry: nothing is held; sleep this long, then reserve again.
-    Retry(Duration),
+    /// [`Mode::Delay`], check-and-retry: nothing is held; sleep `wait`, then reserve again,
+    /// and refuse the request if it cannot pass by `deadline` (the ticket's, set at its first
+    /// denial).
+    Retry { wait: Duration, deadline: Instant },
 }
 
 /// What the layer does before the store: exempt, refuse, or charge.
@@ -89,7 +91,9 @@ impl<K, Co, St, R> Limiter<K, Co, St, R> {
 
     /// Exemptions, key, cost and resolver for one request: its [`Ticket`]. `fallback` says
     /// the inner service is a [`Fallback`](crate::fallback::Fallback) (denials go to it).
-    #[inline]
+    // Always inlined into `call`: the ticket is then built where it is used, not copied out
+    // of the returned value.
+    #[inline(always)]
     pub(crate) fn prepare<B>(&self, req: &Request<B>, fallback: bool) -> Prepared
     where
         K: KeyExtractor,
@@ -148,7 +152,10 @@ impl<K, Co, St, R> Limiter<K, Co, St, R> {
     fn refusal<B>(&self, req: &Request<B>, fallback: bool) -> Refusal {
         Refusal {
             fallback,
-            grpc: self.reporter.grpc_call(req.version(), req.headers()),
+            grpc: self
+                .reporter
+                .grpc_call(req.version(), req.headers())
+                .is_some(),
         }
     }
 
@@ -286,7 +293,7 @@ where
     #[inline]
     fn denied(
         &self,
-        ticket: &mut Ticket,
+        ticket: &Ticket,
         decisions: &Decisions,
         extensions: &mut Extensions,
     ) -> Verdict {
@@ -297,9 +304,9 @@ where
         match self.mode {
             Mode::Delay { max_wait } => {
                 let now = Instant::now();
-                let deadline = *ticket
+                let deadline = ticket
                     .deadline
-                    .get_or_insert_with(|| saturating_deadline(now, max_wait));
+                    .unwrap_or_else(|| saturating_deadline(now, max_wait));
                 // A final denial (the store reserved exactly) cannot pass in time.
                 if let Some(wait) = decisions.retry_after() {
                     if !decisions.is_final()
@@ -307,7 +314,7 @@ where
                         && tokio::runtime::Handle::try_current().is_ok()
                     {
                         tracing::debug!(?wait, "delay mode: waiting for capacity");
-                        return Verdict::Retry(wait);
+                        return Verdict::Retry { wait, deadline };
                     }
                 }
             }
@@ -530,11 +537,12 @@ pub(crate) trait Erased<SF>: Respond {
     /// is counted by its last answer only), writes one DEBUG event per decision (target
     /// `ratekeeper::decision`; the layer's first "cost can never fit" case also at WARN;
     /// shadow-mode overruns also at DEBUG, target `ratekeeper::shadow`), marks the request's
-    /// `extensions` for what comes after it ([`Info`], the fallback marker), and sets the
-    /// ticket's Delay-mode deadline at its first denial.
+    /// `extensions` for what comes after it ([`Info`], the fallback marker). The ticket is
+    /// only read (so the request path can build it in place): a Delay-mode deadline set at the
+    /// first denial comes back in [`Verdict::Retry`].
     fn verdict(
         &self,
-        ticket: &mut Ticket,
+        ticket: &Ticket,
         decisions: &Decisions,
         extensions: &mut Extensions,
     ) -> Verdict;
@@ -599,7 +607,7 @@ where
     #[inline]
     fn verdict(
         &self,
-        ticket: &mut Ticket,
+        ticket: &Ticket,
         decisions: &Decisions,
         extensions: &mut Extensions,
     ) -> Verdict {

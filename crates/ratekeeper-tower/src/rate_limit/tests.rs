@@ -469,6 +469,24 @@ async fn a_grpc_call_without_a_key_gets_invalid_argument() {
     assert!(!headers["grpc-message"].is_empty());
 }
 
+/// Behind a fallback only denials go to the fallback: a gRPC call the layer cannot key still
+/// gets the gRPC form of its answer, decided once with the rest of its ticket.
+#[tokio::test]
+async fn behind_a_fallback_a_grpc_call_without_a_key_still_gets_invalid_argument() {
+    let layer = RateLimitLayer::builder()
+        .policy(Policy::new("burst", Quota::per_minute(NonZeroU32::MIN)))
+        .key(crate::key::HeaderKey::raw("x-api-key"))
+        .grpc(true)
+        .build()
+        .unwrap()
+        .with_fallback(tower::service_fn(ok_string));
+    let svc = ServiceBuilder::new().layer(layer).service_fn(ok_string);
+    let (status, headers, body) = call_with(&svc, Some("application/grpc")).await;
+    assert_eq!((status, body.as_str()), (StatusCode::OK, ""));
+    assert_eq!(headers["grpc-status"], "3");
+    assert!(headers.get(&crate::report::RATELIMIT_DEGRADED).is_none());
+}
+
 #[tokio::test]
 async fn a_grpc_call_over_the_concurrency_limit_gets_resource_exhausted() {
     let (release, wait) = tokio::sync::oneshot::channel::<()>();

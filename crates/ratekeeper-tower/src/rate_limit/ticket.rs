@@ -9,8 +9,9 @@ use super::answer::Refusal;
 use crate::policy::Applied;
 
 /// One request as the layer knows it: made once in `call` (by the limiter's `prepare`), read
-/// and updated by every verdict on it, and owned by its settlement once the inner service
-/// answers it.
+/// by every verdict on it, held by the response future while the request waits, and owned
+/// by its settlement once the inner service answers it (a settlement has no type parameter,
+/// so it can move on with the response).
 #[derive(Debug)]
 pub(crate) struct Ticket {
     /// The layer's key and the charges the store checks (and a settle rule may give back).

@@ -11,17 +11,19 @@
 //! | `v6` | `Ip(V6)` | [`Wide`]: the 128 bits | 24 B |
 //! | `v6net` | `Net(V6, len)`, other lengths below 128, host bits clear | [`Wide`]: the prefix bits, then a 1 bit at position `127 - len` | 24 B |
 //! | `short` | `Int`, `Str` of at most 15 bytes | [`Wide`]: a length byte and the bytes inline | 24 B |
-//! | `long` | `Str` of more than 15 bytes (API keys) | `Box<str>`: the full key | 24 B + the string on the heap |
+//! | `ascii` | `Str` of 16 to 32 bytes, ASCII without NUL (API keys) | [`Packed`]: 7 bits per character, 28 bytes | a 4-byte slot number in a table, the form and the state in slabs (`slab`): 36 B + 5 B per bucket |
+//! | `long` | other `Str` of more than 15 bytes | `Box<str>`: the full key | 24 B + the string on the heap |
 //! | `full` | tuples, networks with host bits set or a length of 128 or more, and every key of a type other than [`Key`] | the key itself | as before |
 //!
-//! Every lane keeps the key in full (the long lane on the heap, beside the hash the map
-//! keeps): two distinct keys can have equal hashes, never equal map keys, so collisions
+//! Every lane keeps the key in full (the `ascii` lane in a one-to-one packed form, the long
+//! lane on the heap, beside the hash the map keeps): two distinct keys can have equal hashes, never equal map keys, so collisions
 //! cannot merge budgets. There is no 128-bit fingerprint whose collision would have to be
 //! argued away.
 //!
 //! Which lane a key goes to depends only on the key, so one key always meets its own state.
 
 use std::any::{Any, TypeId};
+use std::hash::{Hash, Hasher};
 
 use crate::Key;
 use std::net::IpAddr;
@@ -40,6 +42,84 @@ const SHORT_INT: u8 = 0xFF;
 /// The longest string kept inline in the `short` lane.
 pub(super) const SHORT_MAX: usize = 15;
 
+/// The longest string of the `ascii` lane: 32 characters of 7 bits fill [`PACKED_LEN`] bytes.
+pub(super) const ASCII_MAX: usize = 32;
+/// The bytes of an `ascii` lane form.
+pub(super) const PACKED_LEN: usize = 28;
+
+/// An ASCII string of at most [`ASCII_MAX`] bytes without NUL, 7 bits per character
+/// (character `i` at bits `7i..7i + 7`, little-endian), then 0 codes to the end.
+///
+/// One-to-one: the string has no NUL, so its length is one past its last code that is not 0,
+/// and every character is its own 7-bit code.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) struct Packed(pub(super) [u8; PACKED_LEN]);
+
+impl Hash for Packed {
+    #[inline(always)]
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // Three words and the last four bytes (cheaper than the bytes as a slice).
+        let (words, tail) = self.0.split_at(24);
+        for w in words.chunks_exact(8) {
+            state.write_u64(u64::from_le_bytes(w.try_into().unwrap_or([0; 8])));
+        }
+        state.write_u32(u32::from_le_bytes(tail.try_into().unwrap_or([0; 4])));
+    }
+}
+
+/// Eight ASCII bytes of a little-endian word as 56 bits: byte `i` at bits `7i..7i + 7`
+/// (every byte below 0x80; a swar compaction in three steps: pairs, quads, the whole).
+#[inline(always)]
+fn pack7(w: u64) -> u64 {
+    let w = (w & 0x007F_007F_007F_007F) | (w >> 1 & 0x3F80_3F80_3F80_3F80);
+    let w = (w & 0x0000_3FFF_0000_3FFF) | (w >> 2 & 0x0FFF_C000_0FFF_C000);
+    (w & 0x0000_0000_0FFF_FFFF) | (w >> 4 & 0x00FF_FFFF_F000_0000)
+}
+
+/// The high bit of every byte of a word.
+const HIGH: u64 = 0x8080_8080_8080_8080;
+/// 1 in every byte of a word.
+const ONES: u64 = 0x0101_0101_0101_0101;
+
+/// The [`Packed`] form of `bytes`, or `None` when they are longer than [`ASCII_MAX`] or hold
+/// a byte outside 1..=0x7F.
+fn pack_ascii(bytes: &[u8]) -> Option<Packed> {
+    let len = bytes.len();
+    if len > ASCII_MAX {
+        return None;
+    }
+    // The string, then 0x01 bytes: no byte is 0 unless the string has a NUL (the padding's
+    // codes are cleared below).
+    let mut text = [1u8; ASCII_MAX];
+    text.get_mut(..len)?.copy_from_slice(bytes);
+    let word = |i: usize| {
+        let mut w = [0; 8];
+        w.copy_from_slice(&text[8 * i..8 * i + 8]);
+        u64::from_le_bytes(w)
+    };
+    let [a, b, c, d] = [word(0), word(1), word(2), word(3)];
+    // A byte of 0x80 or more; with every byte below 0x80, `(w - ONES) & !w` has a high bit
+    // set exactly when a byte is 0.
+    let nul = |w: u64| w.wrapping_sub(ONES) & !w;
+    if (a | b | c | d | nul(a) | nul(b) | nul(c) | nul(d)) & HIGH != 0 {
+        return None;
+    }
+    // Each word's characters in 56 bits, the padding's codes cleared.
+    let chars = |i: usize, w: u64| pack7(w) & ((1 << (7 * len.saturating_sub(8 * i).min(8))) - 1);
+    let [a, b, c, d] = [chars(0, a), chars(1, b), chars(2, c), chars(3, d)];
+    // The four 56-bit words one after the other.
+    let mut form = [0u8; PACKED_LEN];
+    let (head, tail) = form.split_at_mut(24);
+    for (out, w) in head
+        .chunks_exact_mut(8)
+        .zip([a | b << 56, b >> 8 | c << 48, c >> 16 | d << 40])
+    {
+        out.copy_from_slice(&w.to_le_bytes());
+    }
+    tail.copy_from_slice(&((d >> 24) as u32).to_le_bytes());
+    Some(Packed(form))
+}
+
 /// Where one key lives, with its compact form (or a borrow of it).
 pub(super) enum Lane<'a, K> {
     V4(u64),
@@ -47,6 +127,7 @@ pub(super) enum Lane<'a, K> {
     V6(Wide),
     V6Net(Wide),
     Short(Wide),
+    Ascii(Packed),
     Long(&'a str),
     Full(&'a K),
 }
@@ -99,7 +180,10 @@ fn of_other<K>(key: &Key) -> Option<Lane<'_, K>> {
         }
         Key::Int(n) => Lane::Short(Wide(u64::from(SHORT_INT), *n)),
         Key::Str(s) if s.len() <= SHORT_MAX => Lane::Short(short_str(s.as_bytes())),
-        Key::Str(s) => Lane::Long(s.as_str()),
+        Key::Str(s) => match pack_ascii(s.as_bytes()) {
+            Some(packed) => Lane::Ascii(packed),
+            None => Lane::Long(s.as_str()),
+        },
         _ => return None,
     })
 }
@@ -127,6 +211,7 @@ mod tests {
             Lane::V6(w) => format!("v6 {w:?}"),
             Lane::V6Net(w) => format!("v6net {w:?}"),
             Lane::Short(w) => format!("short {w:?}"),
+            Lane::Ascii(p) => format!("ascii {p:?}"),
             Lane::Long(s) => format!("long {s}"),
             Lane::Full(k) => format!("full {k:?}"),
         }
@@ -171,6 +256,14 @@ mod tests {
             Key::from("abcdefghijklmno"),
             Key::from("abcdefghijklmnop"),
             Key::from("k_live_0123456789abcdef0123456789ab"),
+            Key::from("rk_live_000000000000000000000000"),
+            Key::from("rk_live_000000000000000000000001"),
+            Key::from("rk_live_00000000000000000000000"),
+            Key::from("rk_live_0000000000000000000000000"),
+            Key::from("rk_live_00000000000000000000000\u{7f}"),
+            Key::from("rk_live_00000000000000000000000\u{1}"),
+            Key::from("rk_live_00000000000000000000000\0"),
+            Key::from("rk_live_0000000000000000000000é"),
             Key::tuple([Key::from("a"), Key::Int(1)]),
         ];
         for (i, a) in keys.iter().enumerate() {
@@ -193,7 +286,95 @@ mod tests {
         // Host bits set: kept whole.
         assert!(form(&Key::Net(IpAddr::V6(p1), 32)).starts_with("full"));
         assert!(form(&Key::from("abcdefghijklmno")).starts_with("short"));
-        assert!(form(&Key::from("abcdefghijklmnop")).starts_with("long"));
+        assert!(form(&Key::from("abcdefghijklmnop")).starts_with("ascii"));
+        assert!(form(&Key::from("rk_live_000000000000000000000000")).starts_with("ascii"));
+        // Over 32 bytes, a NUL, a byte above 0x7F: the full string.
+        assert!(form(&Key::from("k_live_0123456789abcdef0123456789ab")).starts_with("long"));
+        assert!(form(&Key::from("rk_live_00000000000000000000000\0")).starts_with("long"));
+        assert!(form(&Key::from("rk_live_0000000000000000000000é")).starts_with("long"));
+    }
+
+    /// The string back from its [`Packed`] form: 32 codes of 7 bits, the 0 codes at the end
+    /// dropped.
+    fn unpack(p: &Packed) -> String {
+        let mut bits = [0u8; 32];
+        bits[..PACKED_LEN].copy_from_slice(&p.0);
+        let words: Vec<u128> = [0usize, 16]
+            .iter()
+            .map(|&at| u128::from_le_bytes(bits[at..at + 16].try_into().unwrap()))
+            .collect();
+        let code = |i: usize| {
+            let bit = 7 * i;
+            let (word, at) = (bit / 128, bit % 128);
+            let mut c = words[word] >> at;
+            if at > 121 {
+                c |= words[word + 1] << (128 - at);
+            }
+            (c & 0x7F) as u8
+        };
+        let mut text: Vec<u8> = (0..ASCII_MAX).map(code).collect();
+        while text.last() == Some(&0) {
+            text.pop();
+        }
+        String::from_utf8(text).unwrap()
+    }
+
+    #[test]
+    fn the_packed_form_gives_the_string_back() {
+        for s in [
+            "abcdefghijklmnop",
+            "rk_live_000000000000000000000000",
+            "\u{7f}\u{1}~ ABCDEFGHIJKLMNOPQRSTUVWXYZ_-",
+            "0123456789abcdef0123456789abcde",
+        ] {
+            let p = pack_ascii(s.as_bytes()).unwrap();
+            assert_eq!(unpack(&p), s);
+        }
+        assert!(pack_ascii(&[b'a'; 33]).is_none());
+        assert!(pack_ascii(&[0x80; 16]).is_none());
+        assert!(pack_ascii(&[0; 16]).is_none());
+        // A NUL or a high byte at any position, the last one included.
+        for at in 0..32 {
+            for bad in [0u8, 0x80, 0xFF] {
+                let mut text = [b'1'; 32];
+                text[at] = bad;
+                assert!(pack_ascii(&text).is_none(), "{bad:#x} at {at}");
+                assert!(
+                    pack_ascii(&text[..=at]).is_none(),
+                    "{bad:#x} at the end, {at}"
+                );
+            }
+            // 0x01 after a NUL-free prefix is fine (no borrow from a 0 byte before it).
+            let mut text = [b'1'; 32];
+            text[at] = 1;
+            assert_eq!(unpack(&pack_ascii(&text).unwrap()).as_bytes(), &text);
+        }
+    }
+
+    proptest::proptest! {
+        /// Any ASCII string of 16 to 32 bytes without NUL: packed one-to-one, and in the
+        /// `ascii` lane.
+        #[test]
+        fn ascii_strings_pack_one_to_one(s in "[\\x01-\\x7f]{16,32}", t in "[\\x01-\\x7f]{16,32}") {
+            let (p, q) = (pack_ascii(s.as_bytes()).unwrap(), pack_ascii(t.as_bytes()).unwrap());
+            proptest::prop_assert_eq!(unpack(&p), s.clone());
+            proptest::prop_assert_eq!(p == q, s == t);
+            let key = Key::from(s.as_str());
+            proptest::prop_assert!(matches!(lane(&key), Lane::Ascii(f) if f == p));
+        }
+
+        /// Any bytes: packed exactly when at most 32 of them, each in 1..=0x7F, and then
+        /// given back.
+        #[test]
+        fn only_nul_free_ascii_packs(bytes in proptest::collection::vec(0u8..=0xFF, 0..40)) {
+            let ascii = bytes.len() <= ASCII_MAX && bytes.iter().all(|&b| (1..0x80).contains(&b));
+            let packed = pack_ascii(&bytes);
+            proptest::prop_assert_eq!(packed.is_some(), ascii);
+            if let Some(p) = packed {
+                let back = unpack(&p);
+                proptest::prop_assert_eq!(back.as_bytes(), &bytes[..]);
+            }
+        }
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The per-policy key map of the [`MemoryStore`](super::MemoryStore): per-key state in one
-//! [`DashMap`] per lane (the compact key forms of `compact`), insertion only when a request
+//! map per lane (the compact key forms of `compact`; a [`DashMap`], or the `ascii` lane's
+//! slabs of `slab`), insertion only when a request
 //! changes state, amortised sweeping of idle keys, the optional cap on keys (over all lanes)
 //! with its shared overflow state, the fences of reset keys, and the metrics of all of them.
 //!
@@ -44,7 +45,8 @@ use crate::algorithm::{
 use crate::store::Receipt;
 use crate::{Algorithm, Decision, Policy};
 
-use super::compact::{Lane, Wide, lane};
+use super::compact::{Lane, Packed, Wide, lane};
+use super::slab::Slab;
 use super::staggered::Staggered;
 
 /// The map hasher (a type parameter of [`Keyed`] so tests can force equal hashes).
@@ -126,18 +128,19 @@ impl<K: Hash + Eq + Clone + 'static> Slot<K> {
 
 /// The key maps of one policy, one per lane (see `compact`): each holds its keys in the
 /// smallest form that keeps them whole. The fixed-size lanes are [`Staggered`], so their
-/// bytes per key do not swing with the key count.
+/// bytes per key do not swing with the key count; the `ascii` lane is a [`Slab`].
 pub(super) struct Maps<K, S, H = Hasher> {
     v4: Staggered<u64, S, H>,
     p64: Staggered<u64, S, H>,
     v6: Staggered<Wide, S, H>,
     v6net: Staggered<Wide, S, H>,
     short: Staggered<Wide, S, H>,
+    ascii: Slab<Packed, S, H>,
     long: DashMap<Box<str>, S, H>,
     full: DashMap<K, S, H>,
 }
 
-impl<K: Hash + Eq, S, H: BuildHasher + Clone> Maps<K, S, H> {
+impl<K: Hash + Eq, S: Default, H: BuildHasher + Clone> Maps<K, S, H> {
     fn with_hasher(hasher: &H) -> Self {
         Self {
             v4: Staggered::with_hasher(hasher),
@@ -145,6 +148,7 @@ impl<K: Hash + Eq, S, H: BuildHasher + Clone> Maps<K, S, H> {
             v6: Staggered::with_hasher(hasher),
             v6net: Staggered::with_hasher(hasher),
             short: Staggered::with_hasher(hasher),
+            ascii: Slab::with_hasher(hasher),
             long: DashMap::with_hasher(hasher.clone()),
             full: DashMap::with_hasher(hasher.clone()),
         }
@@ -165,7 +169,7 @@ impl<K: Hash + Eq, S, H: BuildHasher + Clone> Maps<K, S, H> {
     pub(super) fn len(&self) -> usize {
         let words: usize = self.word_parts().map(DashMap::len).sum();
         let wides: usize = self.wide_parts().map(DashMap::len).sum();
-        words + wides + self.long.len() + self.full.len()
+        words + wides + self.ascii.len() + self.long.len() + self.full.len()
     }
 
     /// Keeps the entries whose state passes `keep`; answers how many went.
@@ -184,7 +188,8 @@ impl<K: Hash + Eq, S, H: BuildHasher + Clone> Maps<K, S, H> {
         }
         let words: usize = self.word_parts().map(|m| go(m, &keep)).sum();
         let wides: usize = self.wide_parts().map(|m| go(m, &keep)).sum();
-        words + wides + go(&self.long, &keep) + go(&self.full, &keep)
+        let ascii = self.ascii.retain(&keep);
+        words + wides + ascii + go(&self.long, &keep) + go(&self.full, &keep)
     }
 }
 
@@ -219,6 +224,11 @@ macro_rules! on_lane {
                 let $fence = || FenceKey::<K>::Short(x);
                 $body
             }
+            Lane::Ascii(x) => {
+                let ($map, $q, $own) = (&$maps.ascii, &x, || x);
+                let $fence = || FenceKey::<K>::Ascii(x);
+                $body
+            }
             Lane::Long(s) => {
                 let ($map, $q, $own) = (&$maps.long, s, || Box::<str>::from(s));
                 let $fence = || FenceKey::<K>::Long(Box::<str>::from(s));
@@ -241,6 +251,7 @@ enum FenceKey<K> {
     V6(Wide),
     V6Net(Wide),
     Short(Wide),
+    Ascii(Packed),
     Long(Box<str>),
     Full(K),
 }
@@ -253,9 +264,33 @@ impl<K: Clone + 'static> FenceKey<K> {
             Lane::V6(x) => FenceKey::V6(x),
             Lane::V6Net(x) => FenceKey::V6Net(x),
             Lane::Short(x) => FenceKey::Short(x),
+            Lane::Ascii(x) => FenceKey::Ascii(x),
             Lane::Long(s) => FenceKey::Long(s.into()),
             Lane::Full(k) => FenceKey::Full(k.clone()),
         }
+    }
+}
+
+/// The insertion of a new key into a lane's map, for [`Keyed::check_new`] and [`Keyed::debit`].
+trait Insert<Q, S> {
+    /// Runs `f` on the state of `q` under the map's write lock, with `true` when `q` was not
+    /// held and has just been inserted with the default state; `None` when the map has no
+    /// room for `q`.
+    fn insert_with<R>(&self, q: Q, f: impl FnOnce(&S, bool) -> R) -> Option<R>;
+}
+
+impl<Q: Hash + Eq, S: Default, H: BuildHasher + Clone> Insert<Q, S> for DashMap<Q, S, H> {
+    fn insert_with<R>(&self, q: Q, f: impl FnOnce(&S, bool) -> R) -> Option<R> {
+        Some(match self.entry(q) {
+            Entry::Occupied(state) => f(state.get(), false),
+            Entry::Vacant(vacant) => f(&vacant.insert(S::default()), true),
+        })
+    }
+}
+
+impl<S: Default, H: BuildHasher> Insert<Packed, S> for Slab<Packed, S, H> {
+    fn insert_with<R>(&self, q: Packed, f: impl FnOnce(&S, bool) -> R) -> Option<R> {
+        Slab::insert_with(self, q, f)
     }
 }
 
@@ -377,9 +412,9 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
     /// are held and no idle key can go. A request that charges nothing (cost 0, a cost that
     /// can never fit) reports the state a charge would go to, as [`Keyed::peek`] does.
     #[inline(never)]
-    fn check_new<Q: Hash + Eq>(
+    fn check_new<Q>(
         &self,
-        map: &DashMap<Q, A::State, H>,
+        map: &impl Insert<Q, A::State>,
         own: impl FnOnce() -> Q,
         fence: impl FnOnce() -> FenceKey<K>,
         now: u64,
@@ -407,30 +442,35 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
             // key shares the overflow state, so limiting never stops.
             self.after_insert(now);
             if !self.take_room() {
-                self.overflowed.fetch_add(1, Ordering::Relaxed);
-                self.overflow_counter
-                    .get_or_init(
-                        || metrics::counter!(OVERFLOWED_TOTAL, "policy" => self.name.to_string()),
-                    )
-                    .increment(1);
-                let (decision, receipt) = self.algorithm.check(&self.overflow, now, cost);
-                return (decision, overflow_receipt(receipt));
+                return self.check_overflow(now, cost);
             }
         }
-        let decision = match map.entry(own()) {
-            Entry::Occupied(state) => {
+        let decision = map.insert_with(own(), |state, inserted| {
+            if inserted {
+                self.keys_gauge().increment(1.0);
+            } else {
                 // Another thread inserted it meanwhile.
                 self.release(1);
-                self.algorithm.check(state.get(), now, cost)
             }
-            Entry::Vacant(vacant) => {
-                let state = vacant.insert(A::State::default());
-                self.keys_gauge().increment(1.0);
-                self.algorithm.check(&state, now, cost)
-            }
+            self.algorithm.check(state, now, cost)
+        });
+        let Some(decision) = decision else {
+            // The lane has no room left for the key (2^32 keys in one slab shard).
+            self.release(1);
+            return self.check_overflow(now, cost);
         };
         self.after_insert(now);
         decision
+    }
+
+    /// A charge on the shared overflow state, counted.
+    fn check_overflow(&self, now: u64, cost: u64) -> (Decision, Receipt) {
+        self.overflowed.fetch_add(1, Ordering::Relaxed);
+        self.overflow_counter
+            .get_or_init(|| metrics::counter!(OVERFLOWED_TOTAL, "policy" => self.name.to_string()))
+            .increment(1);
+        let (decision, receipt) = self.algorithm.check(&self.overflow, now, cost);
+        (decision, overflow_receipt(receipt))
     }
 
     /// Whether `max_keys` keys are held (a new key's charge would go to the overflow state,
@@ -667,16 +707,19 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
                     return;
                 }
             }
-            match map.entry(own()) {
-                Entry::Occupied(state) => {
-                    self.release(1);
-                    self.algorithm.debit(state.get(), now, extra);
-                }
-                Entry::Vacant(vacant) => {
-                    let state = vacant.insert(A::State::default());
+            let debited = map.insert_with(own(), |state, inserted| {
+                if inserted {
                     self.keys_gauge().increment(1.0);
-                    self.algorithm.debit(&state, now, extra);
+                } else {
+                    self.release(1);
                 }
+                self.algorithm.debit(state, now, extra);
+            });
+            if debited.is_none() {
+                // The lane has no room left for the key (2^32 keys in one slab shard).
+                self.release(1);
+                self.algorithm.debit(&self.overflow, now, extra);
+                return;
             }
             self.after_insert(now);
         });

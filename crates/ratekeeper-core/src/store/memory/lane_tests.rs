@@ -5,6 +5,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::Duration;
 
+use super::compact::{Lane, lane};
 use super::keyed::Keyed;
 use super::*;
 use crate::algorithm::Gcra;
@@ -93,11 +94,12 @@ fn api_keys_with_equal_hashes_never_share_a_budget() {
     let now = || clock.now();
     let keyed: Keyed<Key, Gcra, Tiny> =
         Keyed::with_hasher(Gcra::new(&one_per_hour()), "api", usize::MAX, &Tiny);
-    // Two 32-byte API keys whose hashes are equal in the 4-bit space.
+    // Two 32-byte API keys whose hashes in their lane (the hash of the packed form) are
+    // equal in the 4-bit space.
     let api = |i: u32| Key::from(format!("rk_live_{i:024}"));
-    let hash = |k: &Key| match k {
-        Key::Str(s) => Tiny.hash_one(s.as_str()),
-        _ => unreachable!("API keys are strings"),
+    let hash = |k: &Key| match lane(k) {
+        Lane::Ascii(form) => Tiny.hash_one(form),
+        _ => unreachable!("32-byte ASCII API keys are in the ascii lane"),
     };
     let a = api(0);
     let b = (1..1000)
@@ -125,4 +127,73 @@ fn api_keys_with_equal_hashes_never_share_a_budget() {
         assert!(!check(k), "second request of {k:?}");
     }
     assert_eq!(keyed.map.len(), 2 + 40);
+}
+
+/// A test-only hasher whose every hash is 0: every key of a lane collides with every other.
+#[derive(Clone, Default)]
+struct Zero;
+
+struct ZeroHasher;
+
+impl BuildHasher for Zero {
+    type Hasher = ZeroHasher;
+    fn build_hasher(&self) -> ZeroHasher {
+        ZeroHasher
+    }
+}
+
+impl Hasher for ZeroHasher {
+    fn finish(&self) -> u64 {
+        0
+    }
+    fn write(&mut self, _: &[u8]) {}
+}
+
+/// API keys whose hashes all collide keep their own budgets through sweeps (slots freed and
+/// reused) and resets: a key never meets the state of another one, or of the key whose slot
+/// it took.
+#[test]
+fn colliding_api_keys_keep_their_own_budgets_through_sweeps_and_resets() {
+    let clock = ManualClock::new();
+    let keyed: Keyed<Key, Gcra, Zero> =
+        Keyed::with_hasher(Gcra::new(&one_per_hour()), "api", usize::MAX, &Zero);
+    let api = |i: u32| Key::from(format!("rk_live_{i:024}"));
+    for i in 0..96 {
+        assert!(matches!(lane(&api(i)), Lane::Ascii(_)));
+    }
+    let check = |i: u32| keyed.check(&api(i), clock.now(), 1).0.is_allowed();
+
+    // 0..32 now, 32..64 half an hour later: each key its own single unit.
+    for i in 0..32 {
+        assert!(check(i), "first request of key {i}");
+    }
+    clock.advance(Duration::from_secs(1800));
+    for i in 32..64 {
+        assert!(check(i), "first request of key {i}");
+    }
+    for i in 0..64 {
+        assert!(!check(i), "second request of key {i}");
+    }
+    assert_eq!(keyed.len(), 64);
+
+    // An hour after the first ones, they are idle and swept; their slots go to 64..96,
+    // which start with a full budget, while 32..64 keep theirs (spent).
+    clock.advance(Duration::from_secs(1860));
+    keyed.sweep(clock.now());
+    assert_eq!(keyed.len(), 32);
+    for i in 64..96 {
+        assert!(check(i), "first request of key {i} (in a reused slot)");
+        assert!(!check(i), "second request of key {i}");
+    }
+    for i in 32..64 {
+        assert!(!check(i), "key {i} kept its own budget");
+    }
+
+    // A reset forgets one key only.
+    keyed.reset(&api(40), clock.now());
+    assert!(check(40), "key 40 after its reset");
+    for i in (32..64).filter(|&i| i != 40) {
+        assert!(!check(i), "key {i} after another key's reset");
+    }
+    assert_eq!(keyed.len(), 64);
 }

@@ -4,6 +4,7 @@
 mod ban;
 mod compact;
 mod keyed;
+mod slab;
 mod staggered;
 
 use std::fmt;
@@ -50,7 +51,8 @@ use crate::{Decision, Policy};
 /// | `Key::Ip` IPv6 | 16 bytes inline | 24 bytes |
 /// | `Key::Net` IPv6 of another length below 128, host bits clear (/48, /56) | 16 bytes inline (the prefix and a terminating bit) | 24 bytes |
 /// | `Key::Int`, `Key::Str` up to 15 bytes | 16 bytes inline (a length byte and the bytes) | 24 bytes |
-/// | `Key::Str` over 15 bytes (API keys, user ids) | `Box<str>`, the full string | 24 bytes + the string on the heap |
+/// | `Key::Str` of 16 to 32 bytes, each byte ASCII and not NUL (API keys, user ids) | 28 bytes: 7 bits per character, in a slab beside the state; the hash table holds its 4-byte slot number | 28 + 8 bytes of slab + a 4-byte bucket |
+/// | other `Key::Str` over 15 bytes | `Box<str>`, the full string | 24 bytes + the string on the heap |
 /// | tuples, networks with host bits set; keys of any type other than `Key` | the key itself | the key's size + 8 |
 ///
 /// An IPv4 address and its IPv4-mapped IPv6 form are different keys and stay apart (one
@@ -63,12 +65,18 @@ use crate::{Decision, Policy};
 /// shares of the keys (23/256 to 42/256, a geometric series over one doubling), so their
 /// doublings are spread out: from 100,000 keys up, an IPv4 or IPv6 /64 key costs between 25.5
 /// and 30.1 bytes of table at any key count (one table alone: 19.4 to 38.9, by the count).
-/// A 32-byte API key adds a 48-byte heap block to its 24-byte entry.
+/// An ASCII string key of 16 to 32 bytes (a typical API key) takes no allocation of its own:
+/// its packed form and its state sit in slabs of fixed-size chunks, filled in order (28 + 8
+/// bytes per key with GCRA, and at most one partly filled chunk per table), and the hash
+/// table, staggered the same way, holds only its slot number (5 bytes per bucket with the
+/// control byte: 7.5 to 9 bytes per key). Any other string over 15 bytes adds a heap block
+/// holding the string to its 24-byte entry.
 ///
 /// With [`MemoryStore::with_max_keys`], a policy holds at most `max_keys` keys: its resident
 /// set stays within the per-key cost above times `max_keys`, times two, plus a constant (a
 /// table filled by swept keys is rehashed in place or into twice the buckets, so under a long
-/// flood each table doubles at most once).
+/// flood each table doubles at most once; a slab reuses the slots of swept keys and holds at
+/// most as many as its table ever held keys at once).
 ///
 /// Per-key state: one `AtomicU64` for GCRA, the leaky bucket and the concurrency counter
 /// (lock-free CAS); a small `Mutex`-guarded value for the fixed window, the sliding window

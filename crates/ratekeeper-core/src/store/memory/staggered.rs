@@ -33,7 +33,7 @@ pub(super) const PARTS: usize = 8;
 const SHARES: [u8; PARTS] = [23, 25, 28, 30, 33, 36, 39, 42];
 
 /// Routing slot (the top byte of the mixed key) to part.
-const PART_OF_SLOT: [u8; 256] = {
+pub(super) const PART_OF_SLOT: [u8; 256] = {
     let mut table = [0u8; 256];
     let (mut part, mut slot) = (0, 0);
     while part < PARTS {
@@ -72,7 +72,7 @@ impl Route for Wide {
 
 /// Dashmap shards per part: dashmap's default for the whole map (4 x the CPUs, a power of
 /// two) spread over the parts, at least 2 (dashmap's minimum).
-fn shards_per_part() -> usize {
+pub(super) fn shards_per_part() -> usize {
     static SHARDS: OnceLock<usize> = OnceLock::new();
     *SHARDS.get_or_init(|| {
         let cpus = std::thread::available_parallelism().map_or(1, usize::from);

@@ -16,14 +16,34 @@ pub(super) const VERSION: &str = "v2";
 /// most [`MAX_TAG_BYTES`] long (longer encodings become `h:<sha1 hex>`).
 pub(super) fn tag(key: &Key) -> String {
     let mut out = String::new();
-    encode(key, &mut out);
-    if out.len() > MAX_TAG_BYTES {
-        let digest = sha1_smol::Sha1::from(out.as_bytes()).digest().to_string();
-        out.clear();
+    push_tag(&mut out, key);
+    out
+}
+
+/// Appends the hash-tag body of `key` ([`tag`]) to `out`.
+fn push_tag(out: &mut String, key: &Key) {
+    let start = out.len();
+    encode(key, out);
+    if out.len() - start > MAX_TAG_BYTES {
+        let digest = sha1_smol::Sha1::from(&out.as_bytes()[start..])
+            .digest()
+            .to_string();
+        out.truncate(start);
         out.push_str("h:");
         out.push_str(&digest);
     }
-    out
+}
+
+/// Appends the full key of (`policy`, client `key`) to `out`, the same name as
+/// [`full`]`(prefix, &tag(key), policy)` without building the tag on its own.
+pub(super) fn push_full(out: &mut String, prefix: &str, key: &Key, policy: &str) {
+    out.push_str(prefix);
+    out.push(':');
+    out.push_str(VERSION);
+    out.push_str(":{");
+    push_tag(out, key);
+    out.push_str("}:");
+    out.push_str(policy);
 }
 
 fn encode(key: &Key, out: &mut String) {
@@ -56,15 +76,30 @@ fn encode(key: &Key, out: &mut String) {
 }
 
 fn escape(s: &str, out: &mut String) {
-    for b in s.bytes() {
-        let plain =
-            b.is_ascii_graphic() && !matches!(b, b'{' | b'}' | b'|' | b'%' | b'(' | b')' | b',');
-        if plain {
-            out.push(char::from(b));
-        } else {
-            let _ = write!(out, "%{b:02X}");
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    // Runs of plain bytes are copied whole (a key is usually one run). A run is ASCII and
+    // follows an escaped byte or the start, so both its ends are character boundaries.
+    let mut run = 0;
+    for (i, b) in s.bytes().enumerate() {
+        if plain(b) {
+            continue;
         }
+        if let Some(plain_run) = s.get(run..i) {
+            out.push_str(plain_run);
+        }
+        out.push('%');
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 0xF)]));
+        run = i + 1;
     }
+    if let Some(plain_run) = s.get(run..) {
+        out.push_str(plain_run);
+    }
+}
+
+/// Whether a byte of a string key is written as is (see [`tag`]).
+const fn plain(b: u8) -> bool {
+    b.is_ascii_graphic() && !matches!(b, b'{' | b'}' | b'|' | b'%' | b'(' | b')' | b',')
 }
 
 /// The full key of one (policy, client key) pair.
@@ -125,5 +160,25 @@ mod tests {
         assert_eq!(long.len(), 42);
         assert_ne!(long, tag(&Key::from("x".repeat(1_001))));
         assert_eq!(full("rl", "s:user:42", "api"), "rl:v2:{s:user:42}:api");
+    }
+
+    #[test]
+    fn a_name_pushed_in_place_is_the_full_name_of_the_tag() {
+        let keys = [
+            Key::from("user:42"),
+            Key::from("a{b}|c%d e\n"),
+            Key::from("é ü,"),
+            Key::from("x".repeat(1_000)),
+            Key::from(7u64),
+            Key::Global,
+            Key::tuple([Key::from("a,b"), Key::from(9u64)]),
+        ];
+        // One buffer for several names, as a group keeps them.
+        let mut out = String::from("earlier");
+        for key in &keys {
+            let start = out.len();
+            push_full(&mut out, "rl", key, "api");
+            assert_eq!(&out[start..], full("rl", &tag(key), "api"), "{key:?}");
+        }
     }
 }

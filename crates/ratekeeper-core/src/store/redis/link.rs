@@ -324,6 +324,22 @@ impl Link {
         };
         current.ok_or_else(not_connected)
     }
+
+    /// Sends one command on the connection in use and returns its reply, a server error
+    /// (`ERR`, `NOSCRIPT`, ...) as an error. The lean form of
+    /// [`ConnectionLike::req_packed_command`] for the decision path: the standalone
+    /// connection's own send, with no boxed future of the link's.
+    pub(super) async fn query(&self, cmd: &Cmd) -> redis::RedisResult<Value> {
+        let result = match self.current() {
+            Ok(Current::Single(mut c)) => c.send_packed_command(cmd).await,
+            Ok(Current::Cluster(mut c)) => c.req_packed_command(cmd).await,
+            Err(e) => Err(e),
+        };
+        match self.check(result)? {
+            Value::ServerError(err) => Err(err.into()),
+            value => Ok(value),
+        }
+    }
 }
 
 /// A clone of the connection in use, for one call.

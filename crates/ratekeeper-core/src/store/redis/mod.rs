@@ -24,8 +24,9 @@
 //!   "Sliding log" below). The concurrency counter is refused as a policy at build time
 //!   ([`StoreError::UnsupportedAlgorithm`]): shared concurrency limits use
 //!   [`RedisStore::slots`] instead (see "Concurrency slots" below). The script is
-//!   sent with `EVALSHA`; on `NOSCRIPT` (after a restart or a `SCRIPT FLUSH`) the
-//!   [`redis::Script`] type loads it and retries, so no manual step is ever needed.
+//!   sent with `EVALSHA`, its arguments written straight into one command buffer; on
+//!   `NOSCRIPT` (after a restart or a `SCRIPT FLUSH`) the store loads it (`SCRIPT LOAD`)
+//!   and sends the call once more, so no manual step is ever needed.
 //! - **One time source.** Every time that enters a decision comes from Redis `TIME` inside the
 //!   script, so app instances never disagree about "now"; [`RedisStoreBuilder::clock`]
 //!   injects time instead (tests). The app's wall clock takes no part in a decision or in a
@@ -312,8 +313,9 @@ use std::time::Duration;
 
 use failure::Failover;
 use negative::Lookup;
-use script::{Group, RedisPolicy};
+use script::{Group, Groups, RedisPolicy};
 use shared::{Shared, correct_groups, refund_groups};
+use smallvec::SmallVec;
 
 use super::{Charge, Checked, Correction, Decisions, PolicyId, Receipt, Refund, Store, StoreError};
 use crate::{Key, Policy};
@@ -341,6 +343,9 @@ pub struct RedisStats {
 
 /// One owned charge: policy, client key, cost. What [`RedisStore::check_async`] takes.
 pub type OwnedCharge = (PolicyId, Key, u64);
+
+/// The charges a check future owns (one or two without a heap block).
+type Owned = SmallVec<[OwnedCharge; 2]>;
 
 /// The future of a Redis check (boxed: the Redis path does I/O anyway).
 pub type RedisCheck = Pin<Box<dyn Future<Output = Result<Decisions, StoreError>> + Send>>;
@@ -462,7 +467,7 @@ impl RedisStore {
     /// Redis could not decide and the failure policy is not
     /// [`FailurePolicy::Local`](crate::store::FailurePolicy::Local).
     pub async fn check_async(&self, charges: &[OwnedCharge]) -> Result<Decisions, StoreError> {
-        match self.check_owned(charges.to_vec()) {
+        match self.check_owned(charges.iter().cloned().collect()) {
             Checked::Ready(result) => result,
             Checked::Pending(future) => future.await,
         }
@@ -521,7 +526,7 @@ impl RedisStore {
     fn correction_groups<'k>(
         &self,
         corrections: impl Iterator<Item = (PolicyId, &'k Key, u64, Receipt, u64)>,
-    ) -> Result<Vec<Group>, StoreError> {
+    ) -> Result<Groups, StoreError> {
         let settled: Vec<(PolicyId, &Key, u64, Receipt, bool)> = corrections
             .filter_map(|(policy, key, cost, receipt, actual)| {
                 if actual > cost {
@@ -542,27 +547,29 @@ impl RedisStore {
     }
 
     /// Groups charges by client key (one hash tag, one atomic script call each), keeping
-    /// each charge's index in the request.
+    /// each charge's index in the request. Equal keys are exactly the keys with one hash tag
+    /// (the tag encoding is injective), so keys are compared, not their names.
     fn groups<'k>(
         &self,
         charges: impl Iterator<Item = (PolicyId, &'k Key, u64, Receipt)>,
-    ) -> Result<Vec<Group>, StoreError> {
-        let mut groups: Vec<Group> = Vec::new();
+    ) -> Result<Groups, StoreError> {
+        let mut groups = Groups::new();
+        // The client key of each group, in the groups' order.
+        let mut group_keys: SmallVec<[&Key; 1]> = SmallVec::new();
         for (slot, (policy, key, cost, receipt)) in charges.enumerate() {
             let Some(p) = self.policies.get(policy.index()) else {
                 return Err(StoreError::UnknownPolicy(policy));
             };
-            let tag = keys::tag(key);
-            let name = keys::full(&self.shared.prefix, &tag, &p.name);
-            let g = match groups.iter().position(|g| g.tag == tag) {
+            let g = match group_keys.iter().position(|k| *k == key) {
                 Some(g) => g,
                 None => {
-                    groups.push(Group::new(tag));
+                    group_keys.push(key);
+                    groups.push(Group::default());
                     groups.len() - 1
                 }
             };
             if let Some(group) = groups.get_mut(g) {
-                group.push(name, p, cost, receipt, slot);
+                group.push(&self.shared.prefix, key, p, cost, receipt, slot);
             }
         }
         Ok(groups)
@@ -579,13 +586,13 @@ impl RedisStore {
         charges: &[OwnedCharge],
         max_wait: Duration,
     ) -> Result<Decisions, StoreError> {
-        match self.reserve_owned(charges.to_vec(), max_wait) {
+        match self.reserve_owned(charges.iter().cloned().collect(), max_wait) {
             Checked::Ready(result) => result,
             Checked::Pending(future) => future.await,
         }
     }
 
-    fn reserve_owned(&self, charges: Vec<OwnedCharge>, max_wait: Duration) -> Checked<RedisCheck> {
+    fn reserve_owned(&self, charges: Owned, max_wait: Duration) -> Checked<RedisCheck> {
         // Each key's stamp says how its policy reserves (see `limiter.lua`).
         let kinds = charges.iter().map(|(p, k, c)| {
             let kind = self
@@ -628,7 +635,7 @@ impl RedisStore {
         }))
     }
 
-    fn check_owned(&self, charges: Vec<OwnedCharge>) -> Checked<RedisCheck> {
+    fn check_owned(&self, charges: Owned) -> Checked<RedisCheck> {
         let shared = &self.shared;
         let groups = match self.groups(charges.iter().map(|(p, k, c)| (*p, k, *c, Receipt::NONE))) {
             Ok(groups) => groups,

@@ -54,6 +54,8 @@
 
 use std::time::Duration;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use dashmap::DashMap;
 use tokio::sync::watch;
 
@@ -98,6 +100,11 @@ pub(super) enum Lookup {
 #[derive(Debug)]
 pub(super) struct NegativeCache {
     map: DashMap<(PolicyId, Key), Entry, foldhash::fast::RandomState>,
+    /// The number of entries, kept beside the map so the usual case (nothing remembered)
+    /// is one load instead of a read lock on every shard. Raised after an entry is added
+    /// and lowered after one is removed (wrapping, so a removal counted before its own
+    /// addition only makes the cache look non-empty for a moment).
+    len: AtomicUsize,
     /// After this many ns a probe is taken over (its caller gave up on it).
     probe_for: u64,
 }
@@ -107,6 +114,7 @@ impl NegativeCache {
     pub(super) fn new(probe_for: Duration) -> Self {
         Self {
             map: DashMap::default(),
+            len: AtomicUsize::new(0),
             probe_for: nanos(probe_for),
         }
     }
@@ -120,7 +128,7 @@ impl NegativeCache {
         policies: &[RedisPolicy],
         now: u64,
     ) -> Lookup {
-        if self.map.is_empty() || charges.is_empty() || has_duplicates(charges) {
+        if self.is_empty() || charges.is_empty() || has_duplicates(charges) {
             return Lookup::Miss;
         }
         let mut out = Vec::with_capacity(charges.len());
@@ -261,14 +269,23 @@ impl NegativeCache {
         if until <= now {
             return;
         }
-        if self.map.len() >= SWEEP_AT {
-            self.map.retain(|_, e| e.until > now);
+        if self.len.load(Ordering::Acquire) >= SWEEP_AT {
+            let mut swept = 0;
+            self.map.retain(|_, e| {
+                let keep = e.until > now;
+                swept += usize::from(!keep);
+                keep
+            });
             if self.map.len() >= SWEEP_AT {
-                self.map.clear();
+                self.map.retain(|_, _| {
+                    swept += 1;
+                    false
+                });
             }
+            self.len.fetch_sub(swept, Ordering::AcqRel);
         }
         for ((policy, key, cost), decision) in charges.iter().zip(decisions) {
-            self.map.insert(
+            let previous = self.map.insert(
                 (*policy, key.clone()),
                 Entry {
                     cost: *cost,
@@ -279,18 +296,28 @@ impl NegativeCache {
                     turn: watch::Sender::new(()),
                 },
             );
+            if previous.is_none() {
+                self.len.fetch_add(1, Ordering::AcqRel);
+            }
         }
     }
 
     /// Forgets the pairs of `charges` (after a charge, a reservation or a refund changed
     /// their state).
     pub(super) fn forget<'a>(&self, pairs: impl IntoIterator<Item = (PolicyId, &'a Key)>) {
-        if self.map.is_empty() {
+        if self.is_empty() {
             return;
         }
         for (policy, key) in pairs {
-            self.map.remove(&(policy, key.clone()));
+            if self.map.remove(&(policy, key.clone())).is_some() {
+                self.len.fetch_sub(1, Ordering::AcqRel);
+            }
         }
+    }
+
+    /// Whether nothing is remembered (see `len`).
+    fn is_empty(&self) -> bool {
+        self.len.load(Ordering::Acquire) == 0
     }
 }
 

@@ -6,12 +6,15 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use smallvec::SmallVec;
+
 use super::MAX_TOLERANCE_MICROS;
 use super::guard::Guard;
+use super::keys;
 use super::link::Link;
 use crate::clock::Clock;
 use crate::store::{Receipt, StoreError};
-use crate::{Algorithm, Decision, Outcome, Policy};
+use crate::{Algorithm, Decision, Key, Outcome, Policy};
 
 /// Script algorithm codes (see `limiter.lua`).
 pub(super) const ALGO_GCRA: u64 = 1;
@@ -157,96 +160,125 @@ impl RedisPolicy {
 }
 
 /// A group of charges sharing one client key (one hash tag, one script call).
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub(super) struct Group {
-    /// The client key's hash-tag body.
-    pub(super) tag: String,
-    keys: Vec<String>,
-    /// Per key: algorithm code, three parameters, cost.
-    params: Vec<[u64; 5]>,
-    /// Per key: the receipt stamp a refund gives back (-1: none).
-    stamps: Vec<i64>,
-    /// Per key: the capacity (the most `remaining` can be) and the limit reported.
-    bounds: Vec<(u32, u32)>,
-    /// Index of each key's charge in the request.
-    pub(super) slots: Vec<usize>,
+    /// The full key names, one after the other (each charge's `end` says where its name
+    /// ends): one buffer for the group.
+    names: String,
+    charges: SmallVec<[GroupCharge; 1]>,
     /// The bans of the group's policies that have one: the charge's position in the group
     /// (from 1, as the script counts), the ban key, and the ban (see [`RedisPolicy::ban`]).
+    /// Empty (no allocation) for policies without a ban.
     bans: Vec<(usize, String, [u64; 3])>,
 }
 
-impl Group {
-    /// An empty group for the client key with hash-tag body `tag`.
-    pub(super) fn new(tag: String) -> Self {
-        Self {
-            tag,
-            ..Self::default()
-        }
-    }
+/// One charge of a [`Group`].
+#[derive(Debug, Clone, Copy)]
+struct GroupCharge {
+    /// Where its key name ends in [`Group::names`].
+    end: usize,
+    /// Algorithm code, three parameters, cost.
+    params: [u64; 5],
+    /// The receipt stamp a refund gives back (-1: none).
+    stamp: i64,
+    /// The capacity (the most `remaining` can be).
+    capacity: u32,
+    /// The limit reported.
+    limit: u32,
+    /// Index of the charge in the request.
+    slot: usize,
+}
 
-    /// Adds the charge `slot` of the request: `policy` under the full key name `key`.
+/// The charges of one request split by client key: one group (one script call) per key.
+pub(super) type Groups = SmallVec<[Group; 1]>;
+
+/// The rows of one script call, one per charge of its group.
+pub(super) type Rows = SmallVec<[Row; 1]>;
+
+impl Group {
+    /// Adds the charge `slot` of the request: `policy` for client `key`, whose name is
+    /// `<prefix>:v2:{<tag>}:<policy>` (see `keys`).
     pub(super) fn push(
         &mut self,
-        key: String,
+        prefix: &str,
+        key: &Key,
         policy: &RedisPolicy,
         cost: u64,
         receipt: Receipt,
         slot: usize,
     ) {
+        if self.names.capacity() == 0 {
+            // Room for the usual name, so one allocation holds it.
+            self.names
+                .reserve(prefix.len() + policy.name.len() + keys::VERSION.len() + 48);
+        }
+        keys::push_full(&mut self.names, prefix, key, &policy.name);
         let [p1, p2, p3] = policy.params;
         if let Some(ban) = policy.ban {
+            let start = self.charges.last().map_or(0, |c| c.end);
+            let full = self.names.get(start..).unwrap_or_default();
             self.bans.push((
-                self.keys.len() + 1,
-                super::keys::ban(&key, &policy.name),
+                self.charges.len() + 1,
+                super::keys::ban(full, &policy.name),
                 ban,
             ));
         }
-        self.keys.push(key);
-        self.params.push([policy.algo, p1, p2, p3, cost]);
-        self.stamps.push(
-            receipt
-                .stamp()
-                .map_or(-1, |s| i64::try_from(s).unwrap_or(i64::MAX)),
-        );
-        self.bounds.push((policy.capacity, policy.limit));
-        self.slots.push(slot);
+        self.charges.push(GroupCharge {
+            end: self.names.len(),
+            params: [policy.algo, p1, p2, p3, cost],
+            stamp: stamp_of(receipt),
+            capacity: policy.capacity,
+            limit: policy.limit,
+            slot,
+        });
     }
 
     /// The same charges, to be given back with `receipts` (one per key, in order).
     pub(super) fn refund_of(&self, receipts: impl IntoIterator<Item = Receipt>) -> Self {
-        let stamps = receipts
-            .into_iter()
-            .map(|r| {
-                r.stamp()
-                    .map_or(-1, |s| i64::try_from(s).unwrap_or(i64::MAX))
-            })
-            .collect();
-        Self {
-            tag: self.tag.clone(),
-            keys: self.keys.clone(),
-            params: self.params.clone(),
-            stamps,
-            bounds: self.bounds.clone(),
-            slots: self.slots.clone(),
-            bans: self.bans.clone(),
+        let mut refund = self.clone();
+        for (charge, receipt) in refund.charges.iter_mut().zip(receipts) {
+            charge.stamp = stamp_of(receipt);
         }
+        refund
     }
 
     /// Marks the keys whose charge index in the request passes `is_debit` as extra charges
     /// of a [`Mode::Correct`] call (their cost is charged without refusing; the others give
     /// back their cost by their receipt).
     pub(super) fn mark_debits(&mut self, is_debit: impl Fn(usize) -> bool) {
-        for (stamp, &slot) in self.stamps.iter_mut().zip(&self.slots) {
-            if is_debit(slot) {
-                *stamp = DEBIT;
+        for charge in &mut self.charges {
+            if is_debit(charge.slot) {
+                charge.stamp = DEBIT;
             }
         }
     }
 
     /// The number of charges.
     pub(super) fn len(&self) -> usize {
-        self.keys.len()
+        self.charges.len()
     }
+
+    /// The index in the request of each charge, in order.
+    pub(super) fn slots(&self) -> impl Iterator<Item = usize> + '_ {
+        self.charges.iter().map(|c| c.slot)
+    }
+
+    /// The full key names, in order.
+    fn names(&self) -> impl Iterator<Item = &str> + '_ {
+        let mut start = 0;
+        self.charges.iter().map(move |c| {
+            let name = self.names.get(start..c.end).unwrap_or_default();
+            start = c.end;
+            name
+        })
+    }
+}
+
+/// A receipt as the script's stamp argument (-1: none).
+fn stamp_of(receipt: Receipt) -> i64 {
+    receipt
+        .stamp()
+        .map_or(-1, |s| i64::try_from(s).unwrap_or(i64::MAX))
 }
 
 /// The stamp of a key in a [`Mode::Correct`] call that charges its cost without refusing.
@@ -270,14 +302,15 @@ pub(super) enum Mode {
 }
 
 impl Mode {
-    fn arg(self) -> String {
+    /// Writes the mode argument (`ARGV[3]`).
+    fn write(self, cmd: &mut redis::Cmd) {
         match self {
-            Self::Check => "check".to_owned(),
-            Self::Peek => "peek".to_owned(),
-            Self::Refund => "refund".to_owned(),
-            Self::Correct => "correct".to_owned(),
-            Self::Reserve(max_wait_us) => format!("reserve:{max_wait_us}"),
-        }
+            Self::Check => cmd.arg("check"),
+            Self::Peek => cmd.arg("peek"),
+            Self::Refund => cmd.arg("refund"),
+            Self::Correct => cmd.arg("correct"),
+            Self::Reserve(max_wait_us) => cmd.arg(format!("reserve:{max_wait_us}")),
+        };
     }
 }
 
@@ -293,7 +326,7 @@ const ROW_LEN: usize = 7;
 /// The answer of a `reserve` call: the rows, the delay and whether a denial is final.
 #[derive(Debug)]
 pub(super) struct Reservation {
-    pub(super) rows: Vec<Row>,
+    pub(super) rows: Rows,
     pub(super) delay: Duration,
     pub(super) is_final: bool,
 }
@@ -426,9 +459,9 @@ impl ScriptRunner {
     /// A check or peek carries the stale guard (a call reaching Redis after its caller gave up
     /// does nothing and fails with [`StoreError::Timeout`]); a refund always applies (it gives
     /// back a charge that did happen). Every reply teaches the guard Redis's time.
-    pub(super) async fn call(&self, group: &Group, mode: Mode) -> Result<Vec<Row>, StoreError> {
-        let rows = self.call_raw(group, mode).await?;
-        parse_rows(group, &rows)
+    pub(super) async fn call(&self, group: &Group, mode: Mode) -> Result<Rows, StoreError> {
+        let reply = self.call_raw(group, mode).await?;
+        parse_rows(group, reply.rows())
     }
 
     /// A `reserve` round trip (see [`ScriptRunner::call`]): the rows, then the delay (µs)
@@ -440,19 +473,20 @@ impl ScriptRunner {
     ) -> Result<Reservation, StoreError> {
         let max_wait_us = u64::try_from(max_wait.as_micros()).unwrap_or(u64::MAX);
         // Lua numbers are exact up to 2^53: a longer wait is "unbounded" anyway.
-        let mut rows = self
+        let reply = self
             .call_raw(group, Mode::Reserve(max_wait_us.min(MAX_EXACT)))
             .await?;
-        if rows.len() != group.len() * ROW_LEN + 2 {
+        let values = reply.rows();
+        if values.len() != group.len() * ROW_LEN + 2 {
             return Err(unavailable(BadReply("wrong number of values")));
         }
-        let tail = rows.split_off(group.len() * ROW_LEN);
-        let (delay, is_final) = match tail.as_slice() {
-            &[delay, is_final] => (delay, is_final == 1),
+        let (rows, tail) = values.split_at(group.len() * ROW_LEN);
+        let (delay, is_final) = match tail {
+            [delay, is_final] => (int(delay)?, int(is_final)? == 1),
             _ => return Err(unavailable(BadReply("no reservation"))),
         };
         Ok(Reservation {
-            rows: parse_rows(group, &rows)?,
+            rows: parse_rows(group, rows)?,
             delay: Duration::from_micros(u64::try_from(delay).unwrap_or(0)),
             is_final,
         })
@@ -479,69 +513,133 @@ impl ScriptRunner {
         Ok(reply)
     }
 
-    /// One round trip; the values after the server time and the status.
-    async fn call_raw(&self, group: &Group, mode: Mode) -> Result<Vec<i64>, StoreError> {
-        let now_arg = self
-            .now
-            .as_ref()
-            .map_or_else(String::new, |c| (c.now() / 1_000).to_string());
-        let sent = self.app_micros();
+    /// The `EVALSHA` of `limiter.lua` for `group` in `mode`, sent at app time `sent` (µs),
+    /// written straight into one command buffer (no argument list of its own).
+    fn command(&self, group: &Group, mode: Mode, sent: u64) -> redis::Cmd {
+        let n = group.len();
+        let bans = group.bans.len();
+        // EVALSHA, digest, key count, names, ban keys, 4 arguments, then 6 per key (5 params,
+        // stamp), then the bans' tail (4 per ban and their count).
+        let args = 3 + n + bans + 4 + 6 * n + if bans == 0 { 0 } else { 4 * bans + 1 };
+        let bytes = 60 + group.names.len() + 32 + 6 * 20 * n;
+        let mut cmd = redis::Cmd::with_capacity(args, bytes);
+        cmd.arg("EVALSHA").arg(self.script.get_hash()).arg(n + bans);
+        for name in group.names() {
+            cmd.arg(name);
+        }
+        for (_, key, _) in &group.bans {
+            cmd.arg(key);
+        }
+        // ARGV[1]: injected time (µs), "" for Redis TIME.
+        match &self.now {
+            Some(clock) => cmd.arg(clock.now() / 1_000),
+            None => cmd.arg(""),
+        };
+        // ARGV[2]: the stale guard (Redis TIME µs), "" for none.
         let stale = match mode {
             Mode::Refund | Mode::Correct => None,
             Mode::Check | Mode::Peek | Mode::Reserve(_) => self.guard.limit(sent),
-        }
-        .map_or_else(String::new, |g| g.to_string());
-        let mut invocation = self.script.prepare_invoke();
-        for key in &group.keys {
-            invocation.key(key);
-        }
-        for (_, key, _) in &group.bans {
-            invocation.key(key);
-        }
-        invocation
-            .arg(now_arg)
-            .arg(stale)
-            .arg(mode.arg())
-            .arg(self.min_ttl_ms);
-        for (params, stamp) in group.params.iter().zip(&group.stamps) {
-            for v in params {
-                invocation.arg(*v);
+        };
+        match stale {
+            Some(limit) => cmd.arg(limit),
+            None => cmd.arg(""),
+        };
+        mode.write(&mut cmd);
+        cmd.arg(self.min_ttl_ms);
+        for charge in &group.charges {
+            for v in charge.params {
+                cmd.arg(v);
             }
-            invocation.arg(*stamp);
+            cmd.arg(charge.stamp);
         }
         if !group.bans.is_empty() {
             // The bans' tail (see `limiter.lua`): per ban the charge's position, refusals,
             // within µs and duration µs, then how many bans.
             for (at, _, [after, within, duration]) in &group.bans {
-                invocation.arg(*at).arg(*after).arg(*within).arg(*duration);
+                cmd.arg(*at).arg(*after).arg(*within).arg(*duration);
             }
-            invocation.arg(group.bans.len());
+            cmd.arg(group.bans.len());
         }
-        let reply = self.invoke(&invocation, sent).await?;
-        let (&status, rows) = reply
-            .split_first()
-            .ok_or_else(|| unavailable(BadReply("no status")))?;
+        cmd
+    }
+
+    /// One round trip; the reply, checked for the status. On `NOSCRIPT` (Redis restarted or
+    /// its scripts were flushed) the script is loaded and the call sent once more.
+    async fn call_raw(&self, group: &Group, mode: Mode) -> Result<Reply, StoreError> {
+        let sent = self.app_micros();
+        let cmd = self.command(group, mode, sent);
+        let link = self.conn.link();
+        let value = match link.query(&cmd).await {
+            Err(err)
+                if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+            {
+                self.script
+                    .load_async(&mut link.clone())
+                    .await
+                    .map_err(redis_failure)?;
+                link.query(&cmd).await
+            }
+            other => other,
+        }
+        .map_err(redis_failure)?;
+        let redis::Value::Array(values) = value else {
+            return Err(unavailable(BadReply("not an array")));
+        };
+        let (server, status) = match values.as_slice() {
+            [server, status, ..] => (int(server)?, int(status)?),
+            [] => return Err(unavailable(BadReply("empty reply"))),
+            [_] => return Err(unavailable(BadReply("no status"))),
+        };
+        self.guard.learn(sent, u64::try_from(server).unwrap_or(0));
         match status {
-            0 => {}
-            1 => return Err(StoreError::Timeout),
-            _ => return Err(unavailable(BadReply("unknown status"))),
+            0 => Ok(Reply(values)),
+            1 => Err(StoreError::Timeout),
+            _ => Err(unavailable(BadReply("unknown status"))),
         }
-        Ok(rows.to_vec())
+    }
+}
+
+/// A script reply: Redis `TIME`, the status, then the values of the rows (and of a
+/// reservation's tail).
+struct Reply(Vec<redis::Value>);
+
+impl Reply {
+    /// The values after the server time and the status.
+    fn rows(&self) -> &[redis::Value] {
+        self.0.get(2..).unwrap_or_default()
+    }
+}
+
+/// An integer of a script reply (Lua numbers come back as integers).
+fn int(value: &redis::Value) -> Result<i64, StoreError> {
+    match value {
+        redis::Value::Int(v) => Ok(*v),
+        _ => Err(unavailable(BadReply("not an integer"))),
     }
 }
 
 /// Seven integers per key: code, remaining, reset_after µs, retry_after µs, ns to take off
 /// retry_after (0..999), receipt stamp, hold µs (-1: unbounded).
-fn parse_rows(group: &Group, rows: &[i64]) -> Result<Vec<Row>, StoreError> {
+fn parse_rows(group: &Group, rows: &[redis::Value]) -> Result<Rows, StoreError> {
     if rows.len() != group.len() * ROW_LEN {
         return Err(unavailable(BadReply("wrong number of values")));
     }
     let us = |v: i64| Duration::from_micros(u64::try_from(v).unwrap_or(0));
-    let mut out = Vec::with_capacity(group.len());
-    for (chunk, &(capacity, limit)) in rows.chunks_exact(ROW_LEN).zip(&group.bounds) {
-        let &[code, remaining, reset, retry, less, stamp, hold] = chunk else {
+    let mut out = Rows::new();
+    for (chunk, charge) in rows.chunks_exact(ROW_LEN).zip(&group.charges) {
+        let (capacity, limit) = (charge.capacity, charge.limit);
+        let [code, remaining, reset, retry, less, stamp, hold] = chunk else {
             return Err(unavailable(BadReply("short row")));
         };
+        let [code, remaining, reset, retry, less, stamp, hold] = [
+            int(code)?,
+            int(remaining)?,
+            int(reset)?,
+            int(retry)?,
+            int(less)?,
+            int(stamp)?,
+            int(hold)?,
+        ];
         let less = Duration::from_nanos(u64::try_from(less.clamp(0, 999)).unwrap_or(0));
         let remaining = u32::try_from(remaining.clamp(0, i64::from(capacity))).unwrap_or(0);
         if let Some(decision) = ban_row(code, limit, us(retry).saturating_sub(less)) {
@@ -583,7 +681,100 @@ fn ban_row(code: i64, limit: u32, retry_after: Duration) -> Option<Decision> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::ManualClock;
+    use crate::{Algorithm, Quota};
     use redis::ErrorKind;
+    use std::num::NonZeroU32;
+
+    /// The arguments of `cmd` as text.
+    fn args(cmd: &redis::Cmd) -> Vec<String> {
+        cmd.args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                _ => "<cursor>".to_owned(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_command_carries_the_script_arguments_in_order() {
+        // GCRA 1 per second, burst 2 (T = 1 s, tau = 2 s); fixed window 5 per 10 s.
+        let gcra = Quota::per_second(NonZeroU32::MIN).with_burst(2).unwrap();
+        let gcra = RedisPolicy::new(&Policy::new("p1", gcra)).unwrap();
+        let window = Quota::new(5, Duration::from_secs(10)).unwrap();
+        let window = Policy::new("p2", window).with_algorithm(Algorithm::FixedWindow);
+        let window = RedisPolicy::new(&window).unwrap();
+        let key = Key::from("a b");
+        let mut group = Group::default();
+        group.push("rl", &key, &gcra, 1, Receipt::NONE, 0);
+        group.push("rl", &key, &window, 3, Receipt::new(7), 1);
+        assert_eq!(group.slots().collect::<Vec<_>>(), [0, 1]);
+
+        let client = redis::Client::open("redis://127.0.0.1:1/").unwrap();
+        let timing = super::super::link::Timing {
+            connect: Duration::from_millis(10),
+            ready: Duration::from_millis(10),
+            every: Duration::from_millis(10),
+        };
+        let clock = ManualClock::new();
+        clock.set(42_000_000);
+        let runner = ScriptRunner::new(
+            Conn::Single(Link::single(client, timing)),
+            5,
+            Some(Arc::new(clock.clone())),
+            Arc::new(clock),
+            Guard::new(1_000),
+        );
+        let hash = runner.script.get_hash().to_owned();
+        let mut expected = vec![
+            "EVALSHA",
+            &hash,
+            "2",
+            "rl:v2:{s:a%20b}:p1",
+            "rl:v2:{s:a%20b}:p2",
+            // Injected now (µs), no stale guard before a first reply, mode, min TTL.
+            "42000",
+            "",
+            "check",
+            "5",
+            // Per key: algorithm, three parameters, cost, receipt stamp.
+            "1",
+            "1000000",
+            "2000000",
+            "2",
+            "1",
+            "-1",
+            "2",
+            "10000000",
+            "5",
+            "0",
+            "3",
+            "7",
+        ];
+        assert_eq!(args(&runner.command(&group, Mode::Check, 10)), expected);
+
+        // With a learned offset the guard is sent + offset + allowance, Redis µs; a refund
+        // carries none; a reservation says how long it may wait.
+        runner.guard.learn(10, 1_000_000);
+        expected[6] = "1001000";
+        assert_eq!(args(&runner.command(&group, Mode::Check, 10)), expected);
+        expected[6] = "";
+        expected[7] = "refund";
+        assert_eq!(args(&runner.command(&group, Mode::Refund, 10)), expected);
+        expected[6] = "1001000";
+        expected[7] = "reserve:250";
+        assert_eq!(
+            args(&runner.command(&group, Mode::Reserve(250), 10)),
+            expected
+        );
+        // A refund group keeps the names and parameters, with the receipts given.
+        let refund = group.refund_of([Receipt::new(11), Receipt::NONE]);
+        expected[6] = "";
+        expected[7] = "refund";
+        expected[14] = "11";
+        expected[20] = "-1";
+        assert_eq!(args(&runner.command(&refund, Mode::Refund, 10)), expected);
+    }
 
     #[test]
     fn a_redis_error_reads_as_a_sentence() {

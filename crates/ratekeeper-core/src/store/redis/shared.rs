@@ -12,7 +12,7 @@ use super::breaker::Breaker;
 use super::failure::Outage;
 use super::link::FLEET_SCRIPT;
 use super::negative::NegativeCache;
-use super::script::{BadReply, Group, Mode, Row, ScriptRunner, unavailable};
+use super::script::{BadReply, Group, Mode, Row, Rows, ScriptRunner, unavailable};
 use crate::Decision;
 use crate::clock::Clock;
 use crate::store::{Decisions, Receipt, StoreError};
@@ -76,11 +76,13 @@ impl Shared {
             Ok(result) => result,
             Err(_) => Err(StoreError::Timeout),
         };
-        metrics::histogram!(
-            "ratekeeper_store_latency_seconds",
-            "outcome" => if result.is_ok() { "ok" } else { "error" }
-        )
-        .record(started.elapsed().as_secs_f64());
+        // One literal label set per branch: the metrics key is built at compile time.
+        let histogram = if result.is_ok() {
+            metrics::histogram!("ratekeeper_store_latency_seconds", "outcome" => "ok")
+        } else {
+            metrics::histogram!("ratekeeper_store_latency_seconds", "outcome" => "error")
+        };
+        histogram.record(started.elapsed().as_secs_f64());
         match &result {
             Ok(_) => {
                 self.breaker.success();
@@ -199,6 +201,13 @@ impl Shared {
         groups: &[Group],
         len: usize,
     ) -> Result<(Decisions, Option<Duration>), StoreError> {
+        if let [group] = groups {
+            // One client key: one call, its rows in charge order, nothing to undo.
+            let rows = self.script.call(group, Mode::Check).await?;
+            let hold = rows.iter().filter_map(|r| r.2).min();
+            let decisions = Decisions::with_receipts(rows.iter().map(|r| (r.0, r.1)));
+            return Ok((decisions, hold));
+        }
         let mut results: Vec<Option<Row>> = vec![None; len];
         let mut charged = 0;
         let mut denied = false;
@@ -230,9 +239,9 @@ impl Shared {
     ) -> Result<(), StoreError> {
         for (g, group) in groups.iter().enumerate() {
             let rows = if g < charged {
-                let receipts = group.slots.iter().map(|s| {
+                let receipts = group.slots().map(|s| {
                     results
-                        .get(*s)
+                        .get(s)
                         .copied()
                         .flatten()
                         .map_or(Receipt::NONE, |r| r.1)
@@ -241,9 +250,8 @@ impl Shared {
                     .call(&group.refund_of(receipts), Mode::Refund)
                     .await?
             } else if group
-                .slots
-                .iter()
-                .any(|s| results.get(*s).is_some_and(Option::is_none))
+                .slots()
+                .any(|s| results.get(s).is_some_and(Option::is_none))
             {
                 self.script.call(group, Mode::Peek).await?
             } else {
@@ -301,9 +309,9 @@ pub(super) fn collect(results: Vec<Option<Row>>) -> Result<Decisions, StoreError
         .ok_or_else(|| unavailable(BadReply("missing decision")))
 }
 
-pub(super) fn place(results: &mut [Option<Row>], group: &Group, rows: Vec<Row>) {
-    for (slot, row) in group.slots.iter().zip(rows) {
-        if let Some(r) = results.get_mut(*slot) {
+pub(super) fn place(results: &mut [Option<Row>], group: &Group, rows: Rows) {
+    for (slot, row) in group.slots().zip(rows) {
+        if let Some(r) = results.get_mut(slot) {
             *r = Some(row);
         }
     }
