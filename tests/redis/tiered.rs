@@ -823,3 +823,128 @@ async fn units_an_instance_leased_come_home_although_it_never_sees_the_key_again
         .expect("B's burst was denied once it had taken the rest");
     assert!(retry > Duration::from_secs(100), "{moved:?}");
 }
+
+const MS: u64 = 1_000_000;
+
+/// A Redis store on `clock` (an hour's least TTL, so Redis's real-time expiry never acts on
+/// the injected timeline).
+async fn redis_on(server: &RedisServer, clock: &ManualClock) -> RedisStore {
+    RedisStore::builder()
+        .clock(clock.clone())
+        .deadline(DECISION_DEADLINE)
+        .min_ttl(Duration::from_secs(3_600))
+        .standalone(&server.url())
+        .await
+        .expect("redis store")
+}
+
+/// What a plain Redis store sees left of `policy` for `key` (a free probe).
+async fn remaining_on_redis(
+    server: &RedisServer,
+    clock: &ManualClock,
+    policy: &Policy,
+    key: &Key,
+) -> u32 {
+    let mut plain = redis_on(server, clock).await;
+    let id = plain.register(policy).expect("register");
+    let d = plain
+        .check_async(&[(id, key.clone(), 0)])
+        .await
+        .expect("decides");
+    d.as_slice()[0].remaining()
+}
+
+/// A background renewal that finds its lease expired (the units it still held not given
+/// back yet) starts a new lease and gives those units back to Redis: none are lost. On a
+/// current-thread runtime the renewal started by the third spend runs only when the test
+/// yields, after the injected clock moved past the lease's expiry; the sweeper ticks once,
+/// at the first check, and not again within the hour-long lease period.
+#[tokio::test(flavor = "current_thread")]
+async fn a_background_renewal_after_its_lease_expired_gives_the_units_held_back() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new();
+    clock.set(1_000_000 * MS);
+    let policy = Policy::new("api", quota(100, 10_000_000_000, 100)); // T = 100 000 s
+    let hour = Duration::from_secs(3_600);
+    let mut store = TieredStore::builder()
+        .max_lease(nz(10))
+        .lease_period(hour)
+        .lease_ttl(hour)
+        .build(redis_on(&server, &clock).await)
+        .expect("tiered");
+    let id = store.register(&policy).expect("register");
+    let key = Key::from("alice");
+    for _ in 0..6 {
+        assert!(check(&store, id, &key, 2).await.is_allowed());
+    }
+    assert!(
+        store.held(id, &key) > 0,
+        "units held when the lease expires"
+    );
+    assert_eq!(store.stats().prefetches, 0, "the renewal has not run yet");
+    clock.set((1_000_000 + 3_601_000) * MS);
+    for _ in 0..500 {
+        if store.stats().prefetches > 0 && store.held(id, &key) > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        store.stats().prefetches,
+        1,
+        "the background renewal leased after the expiry"
+    );
+    store.shutdown().await.expect("unused units back to Redis");
+    // 6 spends of 2: exactly 12 units stay charged in Redis.
+    assert_eq!(remaining_on_redis(&server, &clock, &policy, &key).await, 88);
+}
+
+/// Shutdown waits for the units of an expired lease that are on their way back to Redis:
+/// the sweeper takes them while Redis is paused (SIGSTOP), and shutdown returns only after
+/// Redis resumed (200 ms later) and took them back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_waits_for_the_units_an_expired_lease_is_giving_back() {
+    let server = Arc::new(RedisServer::start());
+    let clock = ManualClock::new();
+    clock.set(1_000_000 * MS);
+    let policy = Policy::new("api", quota(100, 10_000_000_000, 100)); // T = 100 000 s
+    let mut store = TieredStore::builder()
+        .max_lease(nz(10))
+        .lease_period(Duration::from_millis(10))
+        .lease_ttl(Duration::from_secs(1))
+        .build(redis_on(&server, &clock).await)
+        .expect("tiered");
+    let id = store.register(&policy).expect("register");
+    let key = Key::from("alice");
+    // A cold check, then a lease of 2 with 1 spent: 1 held, no background renewal.
+    for _ in 0..2 {
+        assert!(check(&store, id, &key, 1).await.is_allowed());
+    }
+    assert_eq!(store.held(id, &key), 1);
+    server.signal("STOP");
+    clock.set(1_002_000 * MS); // the lease expired: the sweeper gives its unit back
+    for _ in 0..500 {
+        if store.stats().returned_units > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(store.stats().returned_units, 1, "the sweeper took the unit");
+    let resumed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let resume = {
+        let (server, resumed) = (Arc::clone(&server), Arc::clone(&resumed));
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            resumed.store(true, std::sync::atomic::Ordering::SeqCst);
+            server.signal("CONT");
+        })
+    };
+    store.shutdown().await.expect("shutdown");
+    assert!(
+        resumed.load(std::sync::atomic::Ordering::SeqCst),
+        "shutdown returned while the unit was still on its way back"
+    );
+    resume.await.expect("resumed");
+    // 2 spent: the returned unit is back.
+    assert_eq!(remaining_on_redis(&server, &clock, &policy, &key).await, 98);
+}

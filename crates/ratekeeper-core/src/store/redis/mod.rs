@@ -405,6 +405,11 @@ impl RedisStore {
         RedisStoreBuilder::default()
     }
 
+    /// The decision deadline of each Redis call.
+    pub(crate) fn deadline(&self) -> Duration {
+        self.shared.deadline
+    }
+
     /// Counters since the store was built.
     pub fn stats(&self) -> RedisStats {
         let s = &self.shared;

@@ -1,7 +1,7 @@
 //! [`TieredStoreBuilder`]: the lease size, period and TTL, checked when the store is built.
 
 use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -111,6 +111,8 @@ impl TieredStoreBuilder {
                 round_trips: AtomicU64::new(0),
                 prefetches: AtomicU64::new(0),
                 returned: AtomicU64::new(0),
+                returning: AtomicUsize::new(0),
+                returns_done: tokio::sync::Notify::new(),
             }),
         })
     }

@@ -4,7 +4,7 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
@@ -15,8 +15,8 @@ use super::lease::{LEASE_BIT, Lease, LeaseState, Unused};
 use super::nanos;
 use crate::Key;
 use crate::clock::Clock;
-use crate::store::redis::{LeaseGrant, RedisStore};
-use crate::store::{Charge, PolicyId, Refund, Store};
+use crate::store::redis::{LeaseGrant, OwnedCharge, RedisStore};
+use crate::store::{Charge, PolicyId, Receipt, Refund, Store};
 
 type LeaseMap = DashMap<(PolicyId, Key), Arc<Lease>, foldhash::fast::RandomState>;
 
@@ -73,6 +73,10 @@ pub(super) struct Inner {
     pub(super) round_trips: AtomicU64,
     pub(super) prefetches: AtomicU64,
     pub(super) returned: AtomicU64,
+    /// Client keys whose unused units are on their way back to Redis in background tasks.
+    pub(super) returning: AtomicUsize,
+    /// Notified each time such a task ends.
+    pub(super) returns_done: tokio::sync::Notify,
 }
 
 impl Inner {
@@ -117,7 +121,7 @@ impl Inner {
     /// Makes the visits due at `now`, at most [`SWEEP_BUDGET`]: expired units go back to
     /// Redis, entries idle for a TTL (no units, no request, no renewal, no other user) are
     /// removed, the others are owed their next visit.
-    pub(super) fn sweep(&self, redis: &RedisStore, now: u64) {
+    pub(super) fn sweep(self: &Arc<Self>, redis: &Arc<RedisStore>, now: u64) {
         let mut returns = Vec::new();
         for _ in 0..SWEEP_BUDGET {
             let visit = {
@@ -173,7 +177,7 @@ impl Inner {
                 }
             }
         }
-        give_back(redis, self, &returns);
+        give_back(redis, self, returns);
     }
 
     /// When the units of a grant taken at `now` expire: after the TTL, and for the fixed
@@ -189,7 +193,9 @@ impl Inner {
 
     /// Adds the units of `grant`, taken at `now`, to the lease `state`, with their expiry.
     /// The lease's expiry is owed a visit, so the units come back even if no request of the
-    /// key comes again.
+    /// key comes again. Returns the units the lease still held when it had expired by `now`
+    /// (the grant starts a new lease): the caller gives them back to Redis.
+    #[must_use = "the expired lease's unused units must go back to Redis"]
     pub(super) fn add_grant(
         &self,
         state: &mut LeaseState,
@@ -197,7 +203,8 @@ impl Inner {
         now: u64,
         fixed_window: bool,
         grant: &LeaseGrant,
-    ) {
+    ) -> Option<Unused> {
+        let expired = state.expire(now);
         let expires = self.expiry(now, fixed_window, grant.decision.reset_after());
         state.add(
             now,
@@ -208,6 +215,7 @@ impl Inner {
             || self.next_generation(),
         );
         self.schedule(state, policy, key, expires);
+        expired
     }
 
     /// How long a denial from the lease script may be remembered: until another instance's
@@ -217,19 +225,89 @@ impl Inner {
     }
 }
 
-/// Gives `unused` units of (policy, key) back to Redis (spawned by the Redis store).
-pub(super) fn give_back(redis: &RedisStore, inner: &Inner, returns: &[(PolicyId, Key, Unused)]) {
+/// Gives `unused` units of (policy, key) back to Redis in a background task on the current
+/// runtime, counted in [`Inner::returning`] until it ends, so [`Inner::settled`] can wait for
+/// it (outside a runtime the Redis store drops the refund with a warning).
+pub(super) fn give_back(
+    redis: &Arc<RedisStore>,
+    inner: &Arc<Inner>,
+    returns: Vec<(PolicyId, Key, Unused)>,
+) {
     if returns.is_empty() {
         return;
     }
-    let refunds: Vec<Refund<'_, Key>> = returns
-        .iter()
-        .map(|(p, k, u)| {
-            inner.returned.fetch_add(u.units, Ordering::Relaxed);
-            Refund::new(Charge::new(*p, k, u.units), u.receipt)
-        })
+    for (_, _, u) in &returns {
+        inner.returned.fetch_add(u.units, Ordering::Relaxed);
+    }
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        let refunds: Vec<Refund<'_, Key>> = returns
+            .iter()
+            .map(|(p, k, u)| Refund::new(Charge::new(*p, k, u.units), u.receipt))
+            .collect();
+        redis.refund(&refunds);
+        return;
+    };
+    let refunds: Vec<(OwnedCharge, Receipt)> = returns
+        .into_iter()
+        .map(|(p, k, u)| ((p, k, u.units), u.receipt))
         .collect();
-    redis.refund(&refunds);
+    let returning = Returning::start(inner, refunds.len());
+    let redis = Arc::clone(redis);
+    runtime.spawn(async move {
+        // Failures are counted and logged by the Redis store; the units then stay charged
+        // until their Redis state expires.
+        let _ = redis.refund_async(&refunds).await;
+        drop(returning);
+    });
+}
+
+/// One background give-back in flight: counted in [`Inner::returning`] from its start until
+/// it is dropped (it ended, or its runtime shut down).
+struct Returning {
+    inner: Arc<Inner>,
+    keys: usize,
+}
+
+impl Returning {
+    fn start(inner: &Arc<Inner>, keys: usize) -> Self {
+        inner.returning.fetch_add(keys, Ordering::AcqRel);
+        Self {
+            inner: Arc::clone(inner),
+            keys,
+        }
+    }
+}
+
+impl Drop for Returning {
+    fn drop(&mut self) {
+        self.inner.returning.fetch_sub(self.keys, Ordering::AcqRel);
+        self.inner.returns_done.notify_waiters();
+    }
+}
+
+impl Inner {
+    /// Waits until the background give-backs in flight now have ended: at most one Redis
+    /// `deadline` per client key they return (each key's refund is one script call within
+    /// the deadline).
+    pub(super) async fn settled(&self, deadline: Duration) {
+        let keys = self.returning.load(Ordering::Acquire);
+        if keys == 0 {
+            return;
+        }
+        let all_ended = async {
+            loop {
+                let mut ended = std::pin::pin!(self.returns_done.notified());
+                ended.as_mut().enable();
+                if self.returning.load(Ordering::Acquire) == 0 {
+                    return;
+                }
+                ended.await;
+            }
+        };
+        let bound = deadline.saturating_mul(u32::try_from(keys).unwrap_or(u32::MAX));
+        // Past the bound the refunds have failed by their own deadline (and were logged).
+        let _ = tokio::time::timeout(bound, all_ended).await;
+    }
 }
 
 /// Starts the background sweeper of `inner` on the current tokio runtime, unless one is

@@ -276,7 +276,9 @@ impl TieredStore {
     }
 
     /// Ends every lease (after the renewal in flight, if any) and waits until the unused units
-    /// are back in Redis (within the Redis store's deadline per call). Checks made afterwards lease again.
+    /// are back in Redis (within the Redis store's deadline per call), those of leases that
+    /// expired earlier and are still on their way back included. Checks made afterwards
+    /// lease again.
     ///
     /// # Errors
     ///
@@ -302,10 +304,15 @@ impl TieredStore {
         for ((_, _, units), _) in &returns {
             self.inner.returned.fetch_add(*units, Ordering::Relaxed);
         }
-        if returns.is_empty() {
-            return Ok(());
-        }
-        self.redis.refund_async(&returns).await
+        let result = if returns.is_empty() {
+            Ok(())
+        } else {
+            self.redis.refund_async(&returns).await
+        };
+        // Units of leases that expired before (given back by the sweeper, a check or a
+        // renewal) may still be on their way.
+        self.inner.settled(self.redis.deadline()).await;
+        result
     }
 
     /// [`Store::refund`], waiting until the charges the Redis store made are back in Redis
@@ -472,7 +479,12 @@ impl TieredStore {
                     let now = inner.clock.now();
                     let mut s = lease.lock();
                     if grant.granted > 0 {
-                        inner.add_grant(&mut s, (policy, &key), now, fixed_window, &grant);
+                        let expired =
+                            inner.add_grant(&mut s, (policy, &key), now, fixed_window, &grant);
+                        drop(s);
+                        if let Some(unused) = expired {
+                            give_back(&redis, &inner, vec![(policy, key, unused)]);
+                        }
                     } else {
                         // Nothing to take ahead: no other background renewal for a period.
                         // (A denial here was computed for no units, so it is not remembered
@@ -555,7 +567,7 @@ async fn renew(
         (need, target.saturating_sub(held).max(need), returns)
     };
     if let Some(unused) = returns {
-        give_back(&redis, &inner, &[(id, key.clone(), unused)]);
+        give_back(&redis, &inner, vec![(id, key.clone(), unused)]);
     }
     inner.round_trips.fetch_add(1, Ordering::Relaxed);
     let grant = match redis.lease(id, &key, need, want).await {
@@ -566,13 +578,19 @@ async fn renew(
     let now = inner.clock.now();
     let mut s = lease.lock();
     if grant.decision.is_allowed() {
-        inner.add_grant(&mut s, (id, &key), now, fixed_window, &grant);
-        if let Some((decision, receipt)) = s.spend(now, cost, tier) {
-            return Ok(Decisions::one_with_receipt(decision, receipt));
+        let expired = inner.add_grant(&mut s, (id, &key), now, fixed_window, &grant);
+        let spent = s.spend(now, cost, tier);
+        drop(s);
+        if let Some(unused) = expired {
+            // The lease expired while this grant was on its way.
+            give_back(&redis, &inner, vec![(id, key, unused)]);
         }
-        // The grant expired at once (a window that ended as it was granted): Redis counted
-        // the request in that window, so it is allowed.
-        return Ok(Decisions::one(grant.decision));
+        return Ok(match spent {
+            Some((decision, receipt)) => Decisions::one_with_receipt(decision, receipt),
+            // The grant expired at once (a window that ended as it was granted): Redis
+            // counted the request in that window, so it is allowed.
+            None => Decisions::one(grant.decision),
+        });
     }
     s.remember_denial(now, cost, grant.decision, inner.denial_bound());
     Ok(Decisions::one(grant.decision))
@@ -655,7 +673,7 @@ impl Store<Key> for TieredStore {
             give_back(
                 &self.redis,
                 inner,
-                &[(charge.policy, charge.key.clone(), unused)],
+                vec![(charge.policy, charge.key.clone(), unused)],
             );
         }
         if target <= cost {
@@ -722,6 +740,6 @@ impl Drop for TieredStore {
                 returns.push((*policy, key.clone(), unused));
             }
         }
-        give_back(&self.redis, &self.inner, &returns);
+        give_back(&self.redis, &self.inner, returns);
     }
 }
