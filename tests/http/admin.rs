@@ -250,3 +250,73 @@ async fn the_admin_handle_works_with_a_store_of_ones_own() {
             .is_unknown_policy()
     );
 }
+
+/// A ban on a route-scoped policy (the failed-login recipe) is shown and lifted through the
+/// admin handle with the route's key, [`RouteTable::scoped_key`]; the client key alone names
+/// only the layer-wide policies' buckets, which were never touched.
+#[tokio::test]
+async fn a_route_scoped_ban_is_shown_and_lifted_by_the_routes_key() {
+    use std::time::Duration;
+
+    use axum::http::Method;
+    use axum::routing::post;
+    use ratekeeper_axum::route::RouteTable;
+    use ratekeeper_axum::{Ban, Key};
+
+    let per_minute = |n| Quota::per_minute(NonZeroU32::new(n).expect("non-zero"));
+    let once = NonZeroU32::new(1).expect("non-zero");
+    let limit =
+        RateLimitLayer::builder()
+            .policy(Policy::new("api", per_minute(100)))
+            .policy(Policy::new("login", per_minute(2)).with_ban(
+                Ban::after(once, Duration::from_secs(60)).lasting(Duration::from_secs(900)),
+            ))
+            .resolver(RouteTable::new().limit(Method::POST, "/login", "login"))
+            .key(HeaderKey::validated("X-Api-Key", |raw: &str| {
+                Some(Key::from(format!("customer:{raw}")))
+            }))
+            .build()
+            .expect("layer");
+    let admin = limit.admin();
+    let app = Router::new()
+        .route("/login", post(|| async { "ok" }))
+        .layer(limit);
+    let server = TestServer::start(app).await;
+    let login = || async {
+        server
+            .post("/login")
+            .header("x-api-key", "alice")
+            .send()
+            .await
+            .expect("request")
+            .status()
+    };
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        statuses.push(login().await);
+    }
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
+    );
+    let client = Key::from("customer:alice");
+    let route = RouteTable::scoped_key(&Method::POST, "/login", &client);
+    let banned = admin.peek("login", &route).await.expect("peek");
+    assert!(banned.is_banned(), "{banned:?}");
+    // The client key alone is the layer-wide bucket: untouched by "login".
+    assert!(
+        !admin
+            .peek("login", &client)
+            .await
+            .expect("peek")
+            .is_banned()
+    );
+    let after = admin.reset("login", &route).await.expect("reset");
+    assert_eq!(after.remaining(), 2);
+    assert_eq!(login().await, StatusCode::OK);
+}

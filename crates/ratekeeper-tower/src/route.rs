@@ -162,6 +162,24 @@ impl RouteTable {
         &mut self.routes[i]
     }
 
+    /// The key a policy attached to `method template` ([`RouteTable::limit`]) charges for the
+    /// client key `client`: such a policy keeps a bucket per route and client, under
+    /// `(<METHOD> <template>, client)` (`HEAD` shares `GET`'s bucket). Pass it to the layer's
+    /// [`Admin`](crate::rate_limit::Admin) to peek at or reset a client's bucket on that
+    /// route; the client key alone names the client's buckets of the layer-wide policies.
+    ///
+    /// ```
+    /// use axum::http::Method;
+    /// use ratekeeper_core::Key;
+    /// use ratekeeper_tower::route::RouteTable;
+    ///
+    /// let key = RouteTable::scoped_key(&Method::POST, "/login", &Key::from("customer:alice"));
+    /// assert_eq!(key.to_string(), "(POST /login,customer:alice)");
+    /// ```
+    pub fn scoped_key(method: &Method, template: &str, client: &Key) -> Key {
+        Key::tuple([route_key(lookup_method(method), template), client.clone()])
+    }
+
     /// Requests to `method template` cost `cost` units.
     pub fn cost(mut self, method: Method, template: &str, cost: u64) -> Self {
         self.route_mut(method, template).cost = Some(cost);
@@ -210,10 +228,7 @@ impl Resolve for RouteTable {
                 plan.push(index, None, cost);
             } else if let (Some(route), Some(template)) = (route, template) {
                 if route.policies.iter().any(|p| p == name) {
-                    let key = Key::tuple([
-                        route_key(lookup_method(req.method()), template),
-                        plan.key().clone(),
-                    ]);
+                    let key = Self::scoped_key(req.method(), template, plan.key());
                     plan.push(index, Some(key), cost);
                 }
             }

@@ -20,9 +20,15 @@ use super::limiter::Limiter;
 /// default methods (a peek is a free probe, a check of cost 0; a reset is
 /// [`StoreError::UnsupportedOperation`] unless the store implements it).
 ///
-/// The key is the [`Key`] the layer's key extractor makes for the client (for example
-/// `Key::from("alice")` for an API key read from a header, or `Key::Ip(addr)` for the peer
-/// address).
+/// The key is the [`Key`] the policy charges for the client, as the layer's key extractor
+/// makes it: look at the extractor's docs (for example
+/// [`HeaderKey::raw`](crate::key::HeaderKey::raw) keys by `(header name, value)`,
+/// [`HeaderKey::validated`](crate::key::HeaderKey::validated) by what its closure returns,
+/// and [`PeerIp`](crate::key::PeerIp) an IPv6 client by its /64 network, `Key::Net`). A
+/// policy attached to a route by a [`RouteTable`](crate::route::RouteTable) charges
+/// [`RouteTable::scoped_key`](crate::route::RouteTable::scoped_key) instead. A key the
+/// layer never charged peeks as a full budget and resets to one, so a wrong key shows as
+/// "nothing used" rather than as an error.
 ///
 /// # Example
 ///

@@ -408,7 +408,10 @@ impl<K, Co, St, R> RateLimitBuilder<K, Co, St, R> {
                 .position(|p| p.name() == name)
                 .and_then(|i| u32::try_from(i).ok())
                 .ok_or(BuildError::UnknownPolicy(name))?;
-            usage.set(index, rule);
+            let capacity = policies
+                .get(index as usize)
+                .map_or(u32::MAX, ratekeeper_core::Policy::capacity);
+            usage.set(index, rule, capacity);
         }
         let exempt = std::mem::take(&mut settings.rules.exempt_networks);
         settings.rules.exempt_networks = crate::key::normalize_nets(exempt, &settings.rules.nat64);

@@ -451,7 +451,8 @@ where
         receipts: &[ratekeeper_core::store::Receipt],
         actuals: &[(usize, u64)],
     ) {
-        let corrections = crate::usage::corrections(applied, &self.ids, receipts, actuals);
+        let corrections =
+            crate::usage::corrections(applied, &self.ids, &self.usage, receipts, actuals);
         if corrections.is_empty() {
             return;
         }

@@ -24,11 +24,12 @@ pub(crate) trait Corrector: Send + Sync + 'static {
     fn correct(&self, applied: &Applied, receipts: &[Receipt], actuals: &[(usize, u64)]);
 }
 
-/// The store corrections for `actuals`: a charge whose true cost equals its estimate is left
-/// alone.
+/// The store corrections for `actuals`, each true cost capped by [`UsageRules::cap`]: a charge
+/// whose (capped) true cost equals its estimate is left alone.
 pub(crate) fn corrections<'a>(
     applied: &'a Applied,
     ids: &[PolicyId],
+    rules: &UsageRules,
     receipts: &[Receipt],
     actuals: &[(usize, u64)],
 ) -> SmallVec<[Correction<'a, Key>; 2]> {
@@ -40,6 +41,7 @@ pub(crate) fn corrections<'a>(
         let Some(&id) = ids.get(e.index as usize) else {
             continue;
         };
+        let actual = actual.min(rules.cap(e.index, e.cost));
         if actual == e.cost {
             continue;
         }
@@ -54,6 +56,9 @@ pub(crate) fn corrections<'a>(
 #[derive(Clone, Default)]
 pub(crate) struct UsageRules {
     by_policy: SmallVec<[(u32, Usage); 1]>,
+    /// Per settled policy (by index): the most a true cost is charged, the policy's
+    /// capacity (see [`UsageRules::cap`]).
+    caps: SmallVec<[(u32, u64); 1]>,
 }
 
 impl fmt::Debug for UsageRules {
@@ -79,12 +84,29 @@ impl UsageRules {
         self.by_policy.is_empty()
     }
 
-    /// Settles the policy at `index` from `usage` (the last rule given for a policy wins).
-    pub(crate) fn set(&mut self, index: u32, usage: Usage) {
+    /// Settles the policy at `index` from `usage` (the last rule given for a policy wins);
+    /// `capacity` is the policy's capacity ([`Policy::capacity`](ratekeeper_core::Policy::capacity)).
+    pub(crate) fn set(&mut self, index: u32, usage: Usage, capacity: u32) {
         match self.by_policy.iter_mut().find(|(i, _)| *i == index) {
             Some(rule) => rule.1 = usage,
             None => self.by_policy.push((index, usage)),
         }
+        if !self.caps.iter().any(|(i, _)| *i == index) {
+            self.caps.push((index, u64::from(capacity)));
+        }
+    }
+
+    /// The most a true cost reported for the policy at `index` is charged: its capacity (a
+    /// full bucket or window), or the estimate when that is larger. A response that reports
+    /// more (a bug, or a value passed through from elsewhere) is charged this much, so one
+    /// response can empty a key's budget but never lock the key out for longer than the
+    /// policy takes to refill it whole.
+    pub(crate) fn cap(&self, index: u32, estimate: u64) -> u64 {
+        self.caps
+            .iter()
+            .find(|(i, _)| *i == index)
+            .map_or(u64::MAX, |&(_, cap)| cap)
+            .max(estimate)
     }
 
     /// At the response head: the true cost of each charge settled by a header, and a

@@ -54,6 +54,13 @@
 //! a model never generates more than it was allowed), every correction gives back and the
 //! overshoot is **zero**.
 //!
+//! A reported true cost is charged at most the policy's capacity
+//! ([`Policy::capacity`](ratekeeper_core::Policy::capacity): its burst, or its limit for the
+//! window algorithms), or the estimate when that is larger. A response that reports more (a
+//! backend bug, or a header passed through from elsewhere) can empty the key's budget but
+//! never lock the key out for longer than the policy takes to refill it whole; so `C` above
+//! is at most the capacity minus the smallest estimate.
+//!
 //! # Example: tokens from a response header
 //!
 //! ```

@@ -163,6 +163,30 @@ async fn a_usage_above_the_estimate_is_charged_without_refusing() {
     assert_eq!(remaining(&probe), 749);
 }
 
+/// A reported usage far beyond the policy (a backend bug, or `u64::MAX` passed through) is
+/// charged at most the policy's capacity: the key's budget is empty, but the next request
+/// waits one refill of the whole burst, not centuries.
+#[tokio::test]
+async fn a_usage_beyond_the_capacity_is_charged_the_capacity() {
+    let layer = builder()
+        .usage("tokens", Usage::header(TOKENS))
+        .build()
+        .unwrap();
+    let mut svc = layer.layer(service_fn(|_req: Request<()>| async {
+        let res = Response::builder()
+            .header(TOKENS, u64::MAX.to_string())
+            .body(String::new());
+        Ok::<_, Infallible>(res.unwrap())
+    }));
+    let res = svc.ready().await.unwrap().call(ask(50)).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    // 1000 tokens a day, all charged: the next token is one emission interval away
+    // (86.4 s), not u64::MAX of them.
+    let probe = svc.ready().await.unwrap().call(ask(1)).await.unwrap();
+    assert_eq!(probe.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(probe.headers()["retry-after"], "87");
+}
+
 #[tokio::test]
 async fn a_missing_or_garbled_header_keeps_the_estimate() {
     for value in [
