@@ -155,16 +155,8 @@ where
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
-        let mut this = self.project();
-        let frame = ready!(this.inner.as_mut().poll_frame(cx));
-        let done = match &frame {
-            None | Some(Err(_)) => true,
-            Some(Ok(_)) => this.inner.is_end_stream(),
-        };
-        if done {
-            this.permit.take();
-        }
-        Poll::Ready(frame)
+        let this = self.project();
+        crate::body::poll_holding(this.inner, this.permit, cx)
     }
 
     fn is_end_stream(&self) -> bool {
