@@ -377,7 +377,7 @@ pub fn refund_receipts(data: &[u8]) {
             6 => {
                 let k = g.below(keys.len());
                 sync(&store, p, &keys, &mut own, &lives, pure, now, op);
-                store.reset(p, &keys[k]);
+                store.forget(p, &keys[k]);
                 own[k] = None;
                 if store.holds(p, &keys[k]) {
                     lives.push(pure.absent());

@@ -73,7 +73,7 @@ impl<K, Co, St, R> RateLimitLayer<K, Co, St, R> {
         Arc::clone(&self.limiter)
     }
 
-    /// The store, for calls of its own (for example [`MemoryStore::reset`]).
+    /// The store, for calls of its own (for example [`MemoryStore::forget`]).
     /// [`RateLimitLayer::admin`] peeks at and resets keys by policy name, with any store.
     pub fn store(&self) -> &St {
         &self.limiter.store

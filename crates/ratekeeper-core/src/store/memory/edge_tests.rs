@@ -126,7 +126,7 @@ fn a_refund_of_a_charge_on_a_state_that_went_never_reaches_the_overflow_state() 
     }
 }
 
-/// Issue 21: a refund made after [`MemoryStore::reset`] freed charges made after the
+/// Issue 21: a refund made after [`MemoryStore::forget`] freed charges made after the
 /// reset (GCRA, fixed window, sliding log, concurrency). A receipt from before a reset
 /// now gives back nothing; receipts from after it work as usual; and once the old
 /// receipts are stale the key leaves its fence unseen.
@@ -136,7 +136,7 @@ fn a_refund_after_a_reset_never_frees_charges_made_after_it() {
         let (s, p, clock) = capped(algorithm, 100);
         let before = check(&s, p, 7, 2);
         assert!(before.is_allowed());
-        s.reset(p, &Key::Int(7));
+        s.forget(p, &Key::Int(7));
         assert_eq!(
             remaining(&s, p, 7),
             5,
@@ -160,7 +160,7 @@ fn a_refund_after_a_reset_never_frees_charges_made_after_it() {
             "{algorithm}: the new receipt gives back"
         );
         // A second reset: receipts of both earlier lives give back nothing.
-        s.reset(p, &Key::Int(7));
+        s.forget(p, &Key::Int(7));
         let third = check(&s, p, 7, 5);
         assert!(third.is_allowed());
         refund(&s, p, 7, 1, &after[3]);
@@ -195,7 +195,7 @@ fn a_refund_after_a_reset_never_frees_charges_made_after_it() {
 fn permits_taken_before_a_reset_release_nothing_after_it() {
     let (s, p, _) = capped(Algorithm::Concurrency, 10);
     let old: Vec<Decisions> = (0..5).map(|_| check(&s, p, 1, 1)).collect();
-    s.reset(p, &Key::Int(1));
+    s.forget(p, &Key::Int(1));
     let new: Vec<Decisions> = (0..5).map(|_| check(&s, p, 1, 1)).collect();
     assert!(new.iter().all(Decisions::is_allowed));
     for d in &old {

@@ -98,7 +98,7 @@ use crate::{Decision, Policy};
 /// to the key in between: a charge on the shared overflow state (see
 /// [`MemoryStore::with_max_keys`]) goes back there even once the key holds a state of its
 /// own; a charge on a state that went (evicted when idle, or forgotten by
-/// [`MemoryStore::reset`]) gives back nothing, and never frees a later charge. The stamp of
+/// [`MemoryStore::forget`]) gives back nothing, and never frees a later charge. The stamp of
 /// a charge on the overflow state has bit 63 set; a charge on a key's own state whose stamp
 /// would reach bit 63 (a clock or a tolerance beyond 2^63 ns, 292 years) gets
 /// [`Receipt::NONE`] or gives back nothing.
@@ -108,7 +108,7 @@ use crate::{Decision, Policy};
 /// `max_keys` of them ([`MemoryStore::with_max_keys`]; a new key's refusals are not counted
 /// while the map is full and a sweep frees nothing), swept of ended bans and counts as keys
 /// are added (O(1) amortised) and by [`MemoryStore::sweep`]. A ban in force refuses the
-/// whole request before anything is charged; [`MemoryStore::reset`] ends it. A policy
+/// whole request before anything is charged; [`MemoryStore::forget`] ends it. A policy
 /// without a ban has no such map, and while no policy of the store has one, a check pays
 /// nothing for bans.
 ///
@@ -595,14 +595,16 @@ where
     }
 
     /// Forgets `key` under `policy`: its next request sees a full budget, and a ban of the
-    /// key (or its count of refusals) under the policy ends.
+    /// key (or its count of refusals) under the policy ends. An unregistered `policy` forgets
+    /// nothing; [`MemoryStore::reset_now`] (and [`Store::reset`]) report it as an error and
+    /// answer the state after the reset.
     ///
     /// Receipts of charges made before the reset give back nothing afterwards (the reset
     /// forgot those charges; their refunds must not free the ones made since). Until every
     /// stamp from before the reset is stale (about one tolerance `tau` for GCRA and the
     /// leaky bucket, two windows for the window algorithms, every permit released for the
     /// concurrency counter), the key's checks take a slower path behind a lock.
-    pub fn reset(&self, policy: PolicyId, key: &K) {
+    pub fn forget(&self, policy: PolicyId, key: &K) {
         if let Ok(slot) = self.slot(policy) {
             let now = self.clock.now();
             with_keyed!(slot, k => k.reset(key, now));
@@ -615,7 +617,7 @@ where
     /// Forgets `key` under `policy`, or under every policy (`None`), and reports the state
     /// afterwards (see [`MemoryStore::peek_now`]): one decision for `Some(policy)`, one per
     /// policy in registration order for `None`. Same as [`Store::reset`] without the
-    /// [`Checked`] wrapper; see [`MemoryStore::reset`] for what happens to receipts from
+    /// [`Checked`] wrapper; see [`MemoryStore::forget`] for what happens to receipts from
     /// before the reset.
     ///
     /// A ban of the key under a reset policy ends, and its count of refusals starts again
@@ -639,7 +641,7 @@ where
                 .collect(),
         };
         for &id in &ids {
-            self.reset(id, key);
+            self.forget(id, key);
         }
         ids.iter()
             .map(|&id| self.peek_now(id, key))
