@@ -6,7 +6,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get};
 use ratekeeper_axum::core::store::Store;
-use ratekeeper_axum::rate_limit::{Admin, AdminError, Usage};
+use ratekeeper_axum::rate_limit::{Admin, AdminError, PolicyState};
 use ratekeeper_axum::{Key, RateLimitLayer};
 
 /// The key the limiter uses for a customer (the API-key layer maps each key to it).
@@ -101,12 +101,12 @@ async fn reset_one<St: Store<Key>>(
         return StatusCode::UNAUTHORIZED.into_response();
     }
     let after = s.admin.reset(&policy, &customer_key(&customer)).await;
-    answer(after.map(|decision| vec![Usage::new(policy, decision)]))
+    answer(after.map(|decision| vec![PolicyState::new(policy, decision)]))
 }
 
 /// The usage as JSON, one object per policy; an unknown policy is 404, a store that cannot
 /// answer (Redis down) 503.
-fn answer(usage: Result<Vec<Usage>, AdminError>) -> Response {
+fn answer(usage: Result<Vec<PolicyState>, AdminError>) -> Response {
     match usage {
         Ok(usage) => {
             let rows: Vec<serde_json::Value> = usage

@@ -136,11 +136,11 @@ impl<St: Store<Key>> Admin<St> {
     /// # Errors
     ///
     /// [`AdminError::Store`] when the store cannot answer.
-    pub async fn usage(&self, key: &Key) -> Result<Vec<Usage>, AdminError> {
+    pub async fn usage(&self, key: &Key) -> Result<Vec<PolicyState>, AdminError> {
         let mut out = Vec::with_capacity(self.source.ids().len());
         for (name, &id) in self.source.names().iter().zip(self.source.ids()) {
             let decisions = answer(self.source.store().peek(id, key)).await?;
-            out.push(Usage {
+            out.push(PolicyState {
                 policy: name.to_string(),
                 decision: first(&decisions, id)?,
             });
@@ -172,7 +172,7 @@ impl<St: Store<Key>> Admin<St> {
     /// # Errors
     ///
     /// As [`Admin::reset`], without the unknown name.
-    pub async fn reset_all(&self, key: &Key) -> Result<Vec<Usage>, AdminError> {
+    pub async fn reset_all(&self, key: &Key) -> Result<Vec<PolicyState>, AdminError> {
         let decisions = answer(self.source.store().reset(None, key)).await?;
         self.source
             .names()
@@ -184,7 +184,7 @@ impl<St: Store<Key>> Admin<St> {
                     .get(id.index())
                     .copied()
                     .ok_or(StoreError::UnknownPolicy(id))?;
-                Ok(Usage {
+                Ok(PolicyState {
                     policy: name.to_string(),
                     decision,
                 })
@@ -231,14 +231,14 @@ impl<St> fmt::Debug for Admin<St> {
 /// One policy's state of a key, as [`Admin::usage`] and [`Admin::reset_all`] report it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct Usage {
+pub struct PolicyState {
     /// The policy's name.
     pub policy: String,
     /// The state (see [`Admin::peek`]).
     pub decision: Decision,
 }
 
-impl Usage {
+impl PolicyState {
     /// The state `decision` of the policy named `policy`.
     pub fn new(policy: impl Into<String>, decision: Decision) -> Self {
         Self {

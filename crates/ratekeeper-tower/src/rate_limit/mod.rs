@@ -121,7 +121,7 @@ mod ticket;
 
 pub use crate::error::BuildError;
 pub use crate::fallback::{Fallback, FallbackFuture};
-pub use admin::{Admin, AdminError, Usage};
+pub use admin::{Admin, AdminError, PolicyState};
 pub use builder::RateLimitBuilder;
 pub use fallback::FallbackLayer;
 pub use future::ResponseFuture;
