@@ -81,7 +81,8 @@
 
 //! # Structure
 //!
-//! One request, one ticket: `call` asks the private `Limiter` (`limiter.rs`) to `prepare`
+//! One request, one ticket: `call` asks the private `Limiter` (`limiter/`: the request
+//! side in `mod.rs`, the response side in `respond.rs`) to `prepare`
 //! the request into a `Ticket` (`ticket.rs`: key and charges, partition key, Delay-mode
 //! deadline, and where a refusal goes, `answer.rs`), which then moves through the path
 //! until its settlement after the response. One function (`dispatch` in `future.rs`)
