@@ -7,7 +7,7 @@ use ratekeeper_core::Key;
 use ratekeeper_core::store::{Checked, Store};
 use tower_service::Service;
 
-use super::future::{ResponseFuture, dispatch, hold};
+use super::future::{ResponseFuture, hold, transition};
 use super::limiter::{Limiter, Prepared};
 use crate::body::ResponseBody;
 use crate::cost::Cost;
@@ -92,7 +92,7 @@ where
     // Out of line on purpose: inlined into a caller (axum's `MapIntoResponse`), the future
     // was built on the stack and then copied into place, some 100 instructions per request.
     #[inline(never)]
-    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+    fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
         let ticket = match self.limiter.prepare(&req, self.fallback) {
             Prepared::Charge(ticket) => ticket,
             Prepared::Exempt => return ResponseFuture::unchecked(self.inner.call(req)),
@@ -102,7 +102,9 @@ where
         };
         match self.limiter.check(&ticket.charges) {
             // The memory store: the verdict at once, on the borrowed service and limiter.
-            Checked::Ready(result) => dispatch(&mut self.inner, req, ticket, &self.limiter, result),
+            Checked::Ready(result) => {
+                transition!(&mut self.inner, req, ticket, &self.limiter, result)
+            }
             Checked::Pending(check) => {
                 ResponseFuture::checking(check, hold(&mut self.inner, req, ticket, &self.limiter))
             }
