@@ -6,8 +6,8 @@
 //! Both ways a store answers go through the same [`Erased::verdict`]: at once (the memory
 //! store, inside `call`, on the concrete limiter, inlined) and later (an async store, from
 //! the response future, on the trait object, so the future does not carry the key, cost and
-//! resolver types). Which state follows a verdict is decided in one place, the response
-//! future's transition.
+//! resolver types). Which state follows a verdict is decided in one function, `dispatch` in
+//! `future.rs`.
 
 use std::sync::Arc;
 use std::time::Duration;
