@@ -10,7 +10,7 @@ use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 use ratekeeper_core::clock::Clock;
 
-use super::layer::Permit;
+use super::limiter::Permit;
 use crate::body::ResponseBody;
 use crate::key::KeyError;
 use crate::report::trailers_only;
