@@ -111,7 +111,7 @@ use serde::{Deserialize, Deserializer};
 
 use crate::error::BuildError;
 use crate::key::{ForwardedIp, GlobalKey, HeaderKey, KeyError, KeyExtractor, PeerIp, Raw};
-use crate::policy::{CheckPolicies, Plan, Resolve};
+use crate::policy::{Plan, Resolve};
 use crate::rate_limit::{Mode, RateLimitBuilder, RateLimitLayer};
 use crate::report::HeaderStyle;
 use crate::route::RouteTable;
@@ -399,20 +399,6 @@ impl ConfigResolver {
     }
 }
 
-impl CheckPolicies for ConfigResolver {
-    fn check(&self, policies: &[Policy]) -> Result<(), BuildError> {
-        self.routes.check(policies)?;
-        if let Some(tiers) = &self.tiers {
-            for name in std::iter::once(&tiers.default).chain(tiers.values.values()) {
-                if !policies.iter().any(|p| p.name() == name) {
-                    return Err(BuildError::UnknownPolicy(name.clone()));
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
 impl Resolve for ConfigResolver {
     fn resolve<B>(&self, req: &Request<B>, plan: &mut Plan<'_>) {
         self.routes.resolve(req, plan);
@@ -429,6 +415,18 @@ impl Resolve for ConfigResolver {
                 .get(index as usize)
                 .is_none_or(|name| !self.tiered(name) || **name == **chosen)
         });
+    }
+
+    fn check(&self, policies: &[Policy]) -> Result<(), BuildError> {
+        self.routes.check(policies)?;
+        if let Some(tiers) = &self.tiers {
+            for name in std::iter::once(&tiers.default).chain(tiers.values.values()) {
+                if !policies.iter().any(|p| p.name() == name) {
+                    return Err(BuildError::UnknownPolicy(name.clone()));
+                }
+            }
+        }
+        Ok(())
     }
 }
 
