@@ -153,7 +153,15 @@ pub struct MemoryStore<K, C = MonotonicClock> {
     bans: Vec<Option<Bans<K>>>,
     /// Whether some policy has a ban: checks then take [`MemoryStore::with_bans`].
     has_bans: bool,
+    /// Run once by the next check or reservation that takes [`MemoryStore::with_bans`],
+    /// between its first look at the bans and its charge (tests race requests with it).
+    #[cfg(test)]
+    before_charge: BeforeCharge<K, C>,
 }
+
+/// See `MemoryStore::before_charge`.
+#[cfg(test)]
+type BeforeCharge<K, C> = std::sync::Mutex<Option<Box<dyn FnOnce(&MemoryStore<K, C>) + Send>>>;
 
 impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K, MonotonicClock> {
     /// An empty store on the [`MonotonicClock`].
@@ -182,6 +190,17 @@ where
             max_keys: usize::MAX,
             bans: Vec::new(),
             has_bans: false,
+            #[cfg(test)]
+            before_charge: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// Runs the hook of `before_charge`, if one is set.
+    #[cfg(test)]
+    fn run_before_charge(&self) {
+        let hook = crate::algorithm::lock(&self.before_charge).take();
+        if let Some(hook) = hook {
+            hook(self);
         }
     }
 
@@ -470,6 +489,11 @@ where
     ///    for every policy with a ban that denied (each policy and key once), and a refusal
     ///    that starts a ban reports it ([`Decision::with_ban_started`]): `retry_after` is
     ///    the longer of the ban and the quota's wait, `remaining` 0.
+    ///
+    /// A ban that starts while the request is charged (a concurrent request's refusal
+    /// started it) is found by a second look after the charge: the charges are given back
+    /// by their receipts and the request is refused as in 1, so no charge outlives the start
+    /// of a ban.
     #[cold]
     #[inline(never)]
     fn with_bans(
@@ -478,34 +502,25 @@ where
         now: u64,
         max_wait: Option<u64>,
     ) -> Result<Decisions, StoreError> {
-        let mut longest: Option<(usize, u64)> = None;
-        for (i, c) in charges.iter().enumerate() {
-            let ends = self.bans_of(c.policy)?.and_then(|b| b.ends_in(c.key, now));
-            if let Some(ends) = ends {
-                if longest.is_none_or(|(_, e)| ends > e) {
-                    longest = Some((i, ends));
-                }
-            }
+        if let Some((banned, ends)) = self.longest_ban(charges, now)? {
+            return self.banned(charges, now, max_wait, banned, ends);
         }
-        if let Some((banned, ends)) = longest {
-            let mut report = SmallVec::<[Decision; 4]>::new();
-            for (i, c) in charges.iter().enumerate() {
-                let slot = self.slot(c.policy)?;
-                let state = with_keyed!(slot, k => k.peek(c.key, now, c.cost));
-                report.push(if i == banned {
-                    Decision::banned(state.limit(), std::time::Duration::from_nanos(ends))
-                } else {
-                    state
-                });
-            }
-            let is_final = max_wait.is_some_and(|w| ends > w);
-            return Ok(Decisions::new(report).with_final(is_final));
-        }
+        #[cfg(test)]
+        self.run_before_charge();
         let decisions = match max_wait {
             None => self.check_plain(charges, now)?,
             Some(w) => self.reserve_at(charges, now, w)?,
         };
         if decisions.is_allowed() {
+            // A ban started between the first look and the charge: the charge goes back.
+            if let Some((banned, ends)) = self.longest_ban(charges, now)? {
+                for (i, c) in charges.iter().enumerate().rev() {
+                    let slot = self.slot(c.policy)?;
+                    let receipt = decisions.receipt(i);
+                    with_keyed!(slot, k => k.refund(c.key, now, c.cost, receipt));
+                }
+                return self.banned(charges, now, max_wait, banned, ends);
+            }
             return Ok(decisions);
         }
         let refuses = match max_wait {
@@ -548,6 +563,50 @@ where
         if !started {
             return Ok(decisions);
         }
+        Ok(Decisions::new(report).with_final(is_final))
+    }
+
+    /// The charge whose key has the ban in force that ends last, with the ns until it ends
+    /// (`None`: no charge's key is banned).
+    fn longest_ban(
+        &self,
+        charges: &[Charge<'_, K>],
+        now: u64,
+    ) -> Result<Option<(usize, u64)>, StoreError> {
+        let mut longest: Option<(usize, u64)> = None;
+        for (i, c) in charges.iter().enumerate() {
+            let ends = self.bans_of(c.policy)?.and_then(|b| b.ends_in(c.key, now));
+            if let Some(ends) = ends {
+                if longest.is_none_or(|(_, e)| ends > e) {
+                    longest = Some((i, ends));
+                }
+            }
+        }
+        Ok(longest)
+    }
+
+    /// The refusal of a request whose charge `banned` has a ban in force for `ends` ns:
+    /// that charge reports [`Decision::banned`], the others their state as it is; a
+    /// reservation's denial is final when the ban ends after `max_wait`.
+    fn banned(
+        &self,
+        charges: &[Charge<'_, K>],
+        now: u64,
+        max_wait: Option<u64>,
+        banned: usize,
+        ends: u64,
+    ) -> Result<Decisions, StoreError> {
+        let mut report = SmallVec::<[Decision; 4]>::new();
+        for (i, c) in charges.iter().enumerate() {
+            let slot = self.slot(c.policy)?;
+            let state = with_keyed!(slot, k => k.peek(c.key, now, c.cost));
+            report.push(if i == banned {
+                Decision::banned(state.limit(), std::time::Duration::from_nanos(ends))
+            } else {
+                state
+            });
+        }
+        let is_final = max_wait.is_some_and(|w| ends > w);
         Ok(Decisions::new(report).with_final(is_final))
     }
 
