@@ -212,7 +212,7 @@ fn reset_ends_a_ban_and_sweeps_and_the_cap_bound_the_map() {
     let k = Key::from("k");
     assert!(check(&s, id, &k).is_allowed());
     assert!(check(&s, id, &k).starts_ban());
-    s.forget(id, &k);
+    s.forget(id, &k).unwrap();
     assert_eq!(s.ban_ends_in(id, &k), None);
     assert!(check(&s, id, &k).is_allowed());
 

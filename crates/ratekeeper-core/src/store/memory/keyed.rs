@@ -725,9 +725,37 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
         });
     }
 
+    /// The room in the cap a reset of `key` needs: a key that holds no state while
+    /// `max_keys` keys are held would be charged on the shared overflow state, so its reset
+    /// gives it a state of its own (a fence), which takes room. `Ok(true)`: room was taken
+    /// (pass it to [`Keyed::reset`]); `Ok(false)`: none is needed; `Err(CapFull)`: none is
+    /// free even after a sweep (every key held is live), so the key cannot be reset.
+    pub(super) fn reset_room(&self, key: &K, now: u64) -> Result<bool, CapFull> {
+        if !self.is_full() || self.holds(key) {
+            return Ok(false);
+        }
+        if self.take_room() {
+            return Ok(true);
+        }
+        self.sweep(now);
+        if self.take_room() {
+            Ok(true)
+        } else {
+            Err(CapFull)
+        }
+    }
+
+    /// Gives back room taken by [`Keyed::reset_room`] for a reset that does not happen.
+    pub(super) fn release_room(&self) {
+        self.release(1);
+    }
+
     /// Forgets `key`'s charges (its next request sees a full budget), fencing its state so
     /// that no receipt handed out before gives back anything after (see the module docs).
-    pub(super) fn reset(&self, key: &K, now: u64) {
+    /// With `room` (taken by [`Keyed::reset_room`]), a key that holds no state gets a fresh
+    /// one behind a fence, so its next request is not charged on the overflow state; its
+    /// earlier charges there stay there (their refunds still go there).
+    pub(super) fn reset(&self, key: &K, now: u64, room: bool) {
         let mut fences = lock(&self.fences);
         // Announced before the key leaves its lane, so a concurrent check of it waits for
         // the fence (on the lock) instead of inserting the key again.
@@ -758,8 +786,17 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
                 self.release(1);
                 self.keys_gauge().decrement(1.0);
             }
-        } else if removed.is_some() {
-            // The key's room in the cap and in the gauge passes to the fence.
+            if room {
+                self.release(1);
+            }
+        } else if removed.is_some() || room {
+            // The key's room in the cap passes to the fence: the room it held in its lane,
+            // or the room taken for it (one is enough, if a check inserted the key since).
+            if removed.is_none() {
+                self.keys_gauge().increment(1.0);
+            } else if room {
+                self.release(1);
+            }
             fences.insert(
                 fence_key,
                 Fence {
@@ -771,8 +808,9 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
                 },
             );
         } else {
-            // Not held: its charges, if any, were on a state that went when idle, or on the
-            // overflow state, which a reset of one key does not touch.
+            // Not held while the cap had room: the key's next request gets a state of its
+            // own, as a new key's. Its charges, if any, were on a state that went when idle,
+            // or on the overflow state, which stays shared (their refunds still go there).
             self.fenced.fetch_sub(1, Ordering::AcqRel);
         }
     }
@@ -837,6 +875,11 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
         self.sweeping.store(false, Ordering::Release);
     }
 }
+
+/// A reset found `max_keys` keys held, none idle, so the key, which holds no state, could
+/// not get one of its own (see [`Keyed::reset_room`]).
+#[derive(Debug)]
+pub(super) struct CapFull;
 
 /// The receipt of a charge on the overflow state: its stamp marked with [`OVERFLOW_BIT`]
 /// (nothing to give back for a stamp that already has it: past 2^63 ns).

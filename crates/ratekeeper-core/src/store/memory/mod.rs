@@ -221,6 +221,11 @@ where
     /// its own; the refund of a charge on a key's own state gives back nothing once that
     /// state is gone (evicted when idle, or reset).
     ///
+    /// A reset ([`MemoryStore::forget`], [`Store::reset`]) of a key on the overflow state
+    /// gives it a fresh state of its own, taking room in the cap (sweeping idle keys if need
+    /// be); when every key held is live it fails with [`StoreError::KeysFull`] and resets
+    /// nothing.
+    ///
     /// Sweeps that make room run at most once per `max(max_keys / 2, 256)` new keys or
     /// overflowed decisions, so a small cap does not sweep on every request.
     pub fn with_max_keys(mut self, max_keys: NonZeroUsize) -> Self {
@@ -654,30 +659,69 @@ where
     }
 
     /// Forgets `key` under `policy`: its next request sees a full budget, and a ban of the
-    /// key (or its count of refusals) under the policy ends. An unregistered `policy` forgets
-    /// nothing; [`MemoryStore::reset_now`] (and [`Store::reset`]) report it as an error and
-    /// answer the state after the reset.
+    /// key (or its count of refusals) under the policy ends. [`MemoryStore::reset_now`] (and
+    /// [`Store::reset`]) do the same and answer the state after the reset.
     ///
     /// Receipts of charges made before the reset give back nothing afterwards (the reset
     /// forgot those charges; their refunds must not free the ones made since). Until every
     /// stamp from before the reset is stale (about one tolerance `tau` for GCRA and the
     /// leaky bucket, two windows for the window algorithms, every permit released for the
     /// concurrency counter), the key's checks take a slower path behind a lock.
-    pub fn forget(&self, policy: PolicyId, key: &K) {
-        if let Ok(slot) = self.slot(policy) {
-            let now = self.clock.now();
-            with_keyed!(slot, k => k.reset(key, now));
+    ///
+    /// A key that holds no state while the policy holds [`MemoryStore::with_max_keys`] keys
+    /// is charged on the shared overflow state; its reset gives it a fresh state of its own
+    /// instead, which takes room in the cap (after a sweep of idle keys if need be) and is
+    /// kept at least until the stamps from before the reset are stale. Its earlier charges
+    /// stay on the overflow state, shared with the other keys there, and their refunds still
+    /// go there.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::UnknownPolicy`] when `policy` was never registered;
+    /// [`StoreError::KeysFull`] when the key is charged on the overflow state and every key
+    /// the policy holds is live, so there is no room for a state of its own. Nothing is
+    /// reset then.
+    pub fn forget(&self, policy: PolicyId, key: &K) -> Result<(), StoreError> {
+        self.forget_in(&[policy], key)
+    }
+
+    /// [`MemoryStore::forget`] under each of `policies`, all or nothing: room for every
+    /// reset that needs some is taken before any is made.
+    fn forget_in(&self, policies: &[PolicyId], key: &K) -> Result<(), StoreError> {
+        let now = self.clock.now();
+        let mut rooms = SmallVec::<[bool; 4]>::new();
+        for (i, &id) in policies.iter().enumerate() {
+            let taken = self.slot(id).and_then(|slot| {
+                with_keyed!(slot, k => k.reset_room(key, now)).map_err(|_| StoreError::KeysFull(id))
+            });
+            match taken {
+                Ok(room) => rooms.push(room),
+                Err(e) => {
+                    for (&id, &room) in policies[..i].iter().zip(&rooms) {
+                        if room {
+                            let slot = self.slot(id)?;
+                            with_keyed!(slot, k => k.release_room());
+                        }
+                    }
+                    return Err(e);
+                }
+            }
         }
-        if let Ok(Some(bans)) = self.bans_of(policy) {
-            bans.reset(key);
+        for (&id, &room) in policies.iter().zip(&rooms) {
+            let slot = self.slot(id)?;
+            with_keyed!(slot, k => k.reset(key, now, room));
+            if let Some(bans) = self.bans_of(id)? {
+                bans.reset(key);
+            }
         }
+        Ok(())
     }
 
     /// Forgets `key` under `policy`, or under every policy (`None`), and reports the state
     /// afterwards (see [`MemoryStore::peek_now`]): one decision for `Some(policy)`, one per
     /// policy in registration order for `None`. Same as [`Store::reset`] without the
     /// [`Checked`] wrapper; see [`MemoryStore::forget`] for what happens to receipts from
-    /// before the reset.
+    /// before the reset and to a key charged on the overflow state.
     ///
     /// A ban of the key under a reset policy ends, and its count of refusals starts again
     /// from zero. A concurrency-counter policy forgets the permits the key holds: the key can take
@@ -687,7 +731,10 @@ where
     ///
     /// # Errors
     ///
-    /// [`StoreError::UnknownPolicy`] when `policy` was never registered (nothing is reset).
+    /// [`StoreError::UnknownPolicy`] when `policy` was never registered;
+    /// [`StoreError::KeysFull`] when, under a policy at its cap of keys, none idle, the key
+    /// is charged on the overflow state (see [`MemoryStore::forget`]). Nothing is reset
+    /// then, under any policy.
     pub fn reset_now(&self, policy: Option<PolicyId>, key: &K) -> Result<Decisions, StoreError> {
         let ids: SmallVec<[PolicyId; 4]> = match policy {
             Some(id) => {
@@ -699,9 +746,7 @@ where
                 .map(PolicyId::from_index)
                 .collect(),
         };
-        for &id in &ids {
-            self.forget(id, key);
-        }
+        self.forget_in(&ids, key)?;
         ids.iter()
             .map(|&id| self.peek_now(id, key))
             .collect::<Result<SmallVec<[Decision; 4]>, _>>()
