@@ -109,7 +109,9 @@ use crate::{Decision, Policy};
 /// `max_keys` of them ([`MemoryStore::with_max_keys`]; a new key's refusals are not counted
 /// while the map is full and a sweep frees nothing), swept of ended bans and counts as keys
 /// are added (O(1) amortised) and by [`MemoryStore::sweep`]. A ban in force refuses the
-/// whole request before anything is charged; [`MemoryStore::forget`] ends it. A policy
+/// whole request before anything is charged, and a request charged while a concurrent
+/// refusal starts a ban is given back and refused too, so no charge lands after a ban's
+/// start; [`MemoryStore::forget`] ends a ban. A policy
 /// without a ban has no such map, and while no policy of the store has one, a check pays
 /// nothing for bans.
 ///
