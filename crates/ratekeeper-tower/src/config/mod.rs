@@ -118,7 +118,10 @@ use crate::route::RouteTable;
 
 /// A layer's settings, as a configuration file declares them (see the [module docs](self)).
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a layer's settings, with at least a [[policies]] entry"
+)]
 pub struct LayerConfig {
     /// The policies, checked all-or-nothing (at least one).
     pub policies: Vec<Policy>,
@@ -154,7 +157,10 @@ const fn one() -> u64 {
 
 /// The `key` table: `kind` and what that kind needs.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a key such as { kind = \"peer_ip\" } or { kind = \"header\", header = \"x-api-key\" }"
+)]
 pub struct KeyConfig {
     /// Which extractor.
     #[serde(default)]
@@ -260,7 +266,10 @@ impl<'de> Deserialize<'de> for MethodField {
 /// One `[[routes]]` entry: a method and template, with a cost and/or route-scoped policies
 /// (see [`RouteTable`]).
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a route such as { method = \"GET\", path = \"/search\", cost = 5 }"
+)]
 pub struct RouteConfig {
     /// The method (`HEAD` is looked up as `GET`).
     pub method: MethodField,
@@ -276,7 +285,10 @@ pub struct RouteConfig {
 
 /// The `[tiers]` table: the policy a request is charged is picked by a header's value.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "tiers such as { header = \"x-api-key\", default = \"free\", values = { \"key-acme\" = \"paid\" } }"
+)]
 pub struct TiersConfig {
     /// The header whose value picks the tier.
     pub header: HeaderField,
@@ -289,7 +301,10 @@ pub struct TiersConfig {
 
 /// The `[exempt]` table.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "exemptions such as { networks = [\"192.0.2.0/24\"], preflight = false }"
+)]
 pub struct ExemptConfig {
     /// Peers in these networks are not limited (see
     /// [`exempt_networks`](crate::RateLimitBuilder::exempt_networks)).
