@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::header::{CACHE_CONTROL, CONTENT_TYPE};
-use http::{HeaderMap, HeaderValue, StatusCode};
+use http::response::Parts;
+use http::{HeaderMap, HeaderValue, Response, StatusCode};
 
 use crate::key::KeyError;
 use crate::report::trailers_only;
@@ -15,8 +16,9 @@ use crate::report::trailers_only;
 /// error), in HTTP form until [`Refusal::answer`] gives it the form the request reads.
 #[derive(Debug)]
 pub(crate) struct Answer {
-    pub(crate) status: StatusCode,
-    pub(crate) headers: HeaderMap,
+    /// The status and header fields (default version, no extensions): the response's head
+    /// as it is, so the response is put together without a head to replace.
+    pub(crate) head: Parts,
     pub(crate) body: Bytes,
     /// For a 429 to a gRPC call: the layer's policy names and the index of the one the
     /// headers report, to name it in the gRPC answer (`None` for an HTTP answer).
@@ -26,14 +28,14 @@ pub(crate) struct Answer {
 impl Answer {
     /// A plain-text answer.
     fn text(status: StatusCode, body: Bytes) -> Self {
-        let mut headers = HeaderMap::new();
-        headers.insert(
+        let (mut head, ()) = Response::new(()).into_parts();
+        head.status = status;
+        head.headers.insert(
             CONTENT_TYPE,
             HeaderValue::from_static("text/plain; charset=utf-8"),
         );
         Self {
-            status,
-            headers,
+            head,
             body,
             policy: None,
         }
@@ -60,6 +62,7 @@ impl Answer {
             Bytes::from_static(b"rate limiter unavailable\n"),
         );
         answer
+            .head
             .headers
             .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
         answer
@@ -115,12 +118,12 @@ fn grpc_form(answer: &mut Answer, request: &HeaderMap) {
         .and_then(|(names, i)| names.get(*i))
         .map(|n| &**n);
     let (status, body) = trailers_only(
-        answer.status,
-        &mut answer.headers,
+        answer.head.status,
+        &mut answer.head.headers,
         &answer.body,
         policy,
         content_type,
     );
-    answer.status = status;
+    answer.head.status = status;
     answer.body = body;
 }

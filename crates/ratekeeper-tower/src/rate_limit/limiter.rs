@@ -353,9 +353,9 @@ where
     fn limited(&self, ticket: &Ticket, decisions: &Decisions) -> Answer {
         let applied = &ticket.charges;
         let policies = applied.policy_indices();
-        let (status, headers, body) =
+        let (head, body) =
             self.reporter
-                .limited(decisions, &policies, ticket.pk.as_deref(), || {
+                .limited_response(decisions, &policies, ticket.pk.as_deref(), || {
                     self.store.unix_now()
                 });
         // Only a gRPC answer names the policy.
@@ -367,12 +367,7 @@ where
         } else {
             None
         };
-        Answer {
-            status,
-            headers,
-            body,
-            policy,
-        }
+        Answer { head, body, policy }
     }
 
     /// Adds the rate-limit headers of a passed request's decisions to its response.
