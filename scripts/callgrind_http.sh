@@ -7,17 +7,20 @@
 #   scripts/callgrind_http.sh bare allow      # chosen modes
 #
 # Each mode starts the server under callgrind, sends two requests (the reject modes spend
-# their unit), zeroes the counters, loads it with `wrk -t1 -c8` for $DURATION seconds, dumps
-# and divides the instructions by the requests wrk counted. Needs valgrind, wrk and curl.
-# WARMUP=s loads it for s seconds before the counters are zeroed (default 0): the layer's
-# proxy watch looks at the headers of its first 4096 requests from a private peer, so
-# without a warm-up that start-up cost is spread over however many requests wrk managed.
+# their unit), warms it up with at least $WARMUP requests, zeroes the counters, loads it with
+# `wrk -t1 -c8` for $DURATION seconds, dumps and divides the instructions by the requests wrk
+# counted. Needs valgrind, wrk and curl.
+#
+# The warm-up passes the layer's proxy-header watch (the first 4 096 requests from a private
+# peer look for forwarding headers): counted, its cost would be spread over however many
+# requests the run happens to count, from about 40 to 250 instructions per request with the
+# machine's load.
 # KEEP=dir keeps each mode's profile as dir/<mode>.callgrind (for callgrind_annotate).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DURATION=${DURATION:-6}
-WARMUP=${WARMUP:-0}
+WARMUP=${WARMUP:-4200}
 PORT=${PORT:-38181}
 modes=("$@")
 [ ${#modes[@]} -gt 0 ] || modes=(bare noop headers_min headers allow allow_info allow_outer reject reject_outer)
@@ -50,7 +53,12 @@ for mode in "${modes[@]}"; do
     grep -q '^listening on' "$tmp/$mode.log" || { echo "server ($mode) did not start" >&2; cat "$tmp/$mode.log" >&2; exit 1; }
     curl -s -o /dev/null "$url"
     curl -s -o /dev/null "$url"
-    if [ "$WARMUP" != 0 ]; then wrk -t1 -c8 -d"${WARMUP}s" "$url" >/dev/null; fi
+    warmed=0
+    while [ "$warmed" -lt "$WARMUP" ]; do
+        sent=$(wrk -t1 -c8 -d2s "$url" | awk '/requests in/ {print $1}')
+        [ "${sent:-0}" -gt 0 ] || { echo "warm-up ($mode) got no answer" >&2; exit 1; }
+        warmed=$((warmed + sent))
+    done
     callgrind_control -z "$pid" >/dev/null 2>&1
     requests=$(wrk -t1 -c8 -d"${DURATION}s" "$url" | awk '/requests in/ {print $1}')
     callgrind_control -d "$pid" >/dev/null 2>&1

@@ -9,7 +9,18 @@
 //! [`timed`], not to the client's round trip: on a loaded machine the client, the HTTP stack
 //! and the load tasks share two cores with the server, and their queueing is not the
 //! middleware's latency.
+//!
+//! Nor is the time the operating system keeps the server's thread waiting for a CPU. On a
+//! loaded machine (two busy loops on two cores) a thread whose timer expired can wait tens
+//! of ms, now and then more than 100 ms, before it runs, and its run-queue delay (Linux
+//! `/proc/thread-self/schedstat`) accounts for nearly all of that lateness. So case B18 is
+//! served by [`OwnThread`], one thread that records its run-queue delay whenever it goes to
+//! sleep, and [`timed`] takes out the delay between the event that woke it (the deadline's
+//! timer, the Redis reply) and the answer. What stays is what the middleware itself takes:
+//! its CPU time and its waits for the deadline or for Redis, so a request that waits for
+//! Redis beyond its deadline still fails the bound.
 
+use std::cell::Cell;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -35,15 +46,6 @@ const MARGIN: Duration = Duration::from_millis(250);
 /// A client round trip longer than this is a hung request (the wrong behaviour of B18), not
 /// queueing on a busy machine.
 const HUNG: Duration = Duration::from_secs(5);
-/// The most a request may spend in the middleware while Redis never answers (B18 asks for
-/// 100 ms with a 50 ms deadline; a machine whose run queue is 20–30 deep delays a 50 ms
-/// timer by a few hundred ms). In [`redis_down_or_slow`] Redis resumes only after R5 was
-/// answered, so a request that waited for Redis instead of its deadline would wait for the
-/// client's timeout (10 s) and fail this bound by far.
-const OUTAGE_BOUND: Duration = Duration::from_secs(1);
-/// Attempts at the first request after the outage: a later one is made only when Redis
-/// itself missed the 50 ms deadline (a loaded machine), never when the store skipped it.
-const AFTER_OUTAGE_ATTEMPTS: u32 = 3;
 
 type Layer = RateLimitLayer<fn(&RequestParts<'_>) -> Result<Key, KeyError>, u64, RedisStore>;
 
@@ -64,17 +66,54 @@ fn layer(store: RedisStore, policy: Policy) -> Layer {
         .expect("layer")
 }
 
-/// Response header carrying the time spent in the rate-limit layer and the handler, µs.
+/// Response header carrying the middleware's own time ([`timed`]), µs.
 const MIDDLEWARE_US: &str = "x-test-middleware-us";
+/// Response header carrying the wall-clock time [`timed`] measured, run-queue delay
+/// included, µs (reported in failure messages).
+const WALL_US: &str = "x-test-wall-us";
+
+/// How long the calling thread has waited for a CPU while runnable since it started: the
+/// second field of Linux `/proc/thread-self/schedstat` (ns). `None` where the file is
+/// missing or unreadable (then [`timed`] reports wall-clock time).
+fn run_queue_delay() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let ns = stat.split_whitespace().nth(1)?.parse().ok()?;
+    Some(Duration::from_nanos(ns))
+}
+
+thread_local! {
+    /// The thread's [`run_queue_delay`] when it last parked (went to sleep waiting for a
+    /// timer or I/O); recorded on [`OwnThread`]'s runtime only.
+    static PARKED_AT: Cell<Option<Duration>> = const { Cell::new(None) };
+}
 
 /// Outermost middleware: times everything inside it (the rate-limit layer, its store call
-/// with the deadline, the handler) and reports it in [`MIDDLEWARE_US`].
+/// with the deadline, the handler) and reports it in [`MIDDLEWARE_US`]; the wall-clock time
+/// goes in [`WALL_US`].
+///
+/// On [`OwnThread`] the operating system's part is taken out: the run-queue delay of the
+/// server's thread since it last went to sleep (or since the request started, if it has
+/// not slept since). That is the delay between the timer or the Redis reply that woke it
+/// and the answer; the sleep itself (the wait for the deadline or for Redis) stays in.
+/// Elsewhere (a multi-thread runtime, where a request may move between threads) the time
+/// is the wall-clock time.
 async fn timed(req: Request<axum::body::Body>, next: Next) -> Response {
+    let thread = std::thread::current().id();
+    let delay_at_start = run_queue_delay();
     let start = Instant::now();
     let mut res = next.run(req).await;
-    let us = start.elapsed().as_micros().to_string();
-    if let Ok(v) = HeaderValue::from_str(&us) {
-        res.headers_mut().insert(MIDDLEWARE_US, v);
+    let wall = start.elapsed();
+    let delays = (delay_at_start, PARKED_AT.get(), run_queue_delay());
+    let own = match delays {
+        (Some(at_start), Some(parked), Some(now)) if std::thread::current().id() == thread => {
+            wall.saturating_sub(now.saturating_sub(parked.max(at_start)))
+        }
+        _ => wall,
+    };
+    for (name, time) in [(MIDDLEWARE_US, own), (WALL_US, wall)] {
+        if let Ok(v) = HeaderValue::from_str(&time.as_micros().to_string()) {
+            res.headers_mut().insert(name, v);
+        }
     }
     res
 }
@@ -111,8 +150,11 @@ struct Answer {
     body: String,
     /// Client round trip (reported, not bounded: it includes the loaded machine's queueing).
     took: Duration,
-    /// Time inside the rate-limit layer and the handler, measured by the server ([`timed`]).
+    /// Time inside the rate-limit layer and the handler, measured by the server ([`timed`]),
+    /// less the run-queue delay of the server's thread.
     middleware: Duration,
+    /// [`Answer::middleware`] with the run-queue delay ([`timed`]'s wall-clock time).
+    wall: Duration,
 }
 
 async fn get_key(client: &reqwest::Client, addr: std::net::SocketAddr, key: &str) -> Answer {
@@ -132,13 +174,16 @@ async fn get_key(client: &reqwest::Client, addr: std::net::SocketAddr, key: &str
     };
     let remaining = header("x-ratelimit-remaining");
     let retry_after = header("retry-after");
-    let middleware = res
-        .headers()
-        .get(MIDDLEWARE_US)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse().ok())
-        .map(Duration::from_micros)
-        .expect("middleware time header");
+    let micros = |name: &str| {
+        res.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok())
+            .map(Duration::from_micros)
+            .unwrap_or_else(|| panic!("{name} header"))
+    };
+    let middleware = micros(MIDDLEWARE_US);
+    let wall = micros(WALL_US);
     let body = res.text().await.unwrap_or_default();
     Answer {
         status,
@@ -147,6 +192,7 @@ async fn get_key(client: &reqwest::Client, addr: std::net::SocketAddr, key: &str
         body,
         took: start.elapsed(),
         middleware,
+        wall,
     }
 }
 
@@ -161,30 +207,90 @@ async fn sleep_until(start: Instant, at_ms: u64) {
     tokio::time::sleep_until((start + Duration::from_millis(at_ms)).into()).await;
 }
 
+/// A server of [`app`] on its own OS thread and current-thread runtime. The store is built
+/// there, so its connection, its prober and every request run on that one thread, which
+/// records its run-queue delay whenever it parks: [`timed`] can then take out the time the
+/// operating system kept a woken request waiting for a CPU. Dropping it stops the runtime
+/// and joins the thread.
+struct OwnThread {
+    addr: std::net::SocketAddr,
+    /// A clone of the served layer (its store's stats and readiness).
+    layer: Layer,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl OwnThread {
+    /// Builds the store from `builder` on Redis `url`, serves [`app`] with `policy` on
+    /// loopback and returns once the server listens.
+    async fn serve(builder: RedisStoreBuilder, url: String, policy: Policy) -> Self {
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .on_thread_park(|| PARKED_AT.set(run_queue_delay()))
+                .build()
+                .expect("server runtime");
+            runtime.block_on(async move {
+                let store = builder.standalone(&url).await.expect("store");
+                let layer = layer(store, policy);
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                    .await
+                    .expect("bind loopback");
+                let addr = listener.local_addr().expect("local address");
+                if ready_tx.send((addr, layer.clone())).is_err() {
+                    return;
+                }
+                tokio::select! {
+                    served = axum::serve(listener, app(layer)) => {
+                        served.expect("server on its own thread");
+                    }
+                    _ = stopped => {}
+                }
+            });
+        });
+        let (addr, layer) = ready_rx.await.expect("the server thread started");
+        Self {
+            addr,
+            layer,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for OwnThread {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
 /// Case B18: 3 per 60 s on Redis, deadline 50 ms; Redis accepts connections and never
 /// answers (SIGSTOP) from t=0; R1..R5 at t = 0, 100, .., 400 ms; Redis recovers at
-/// t=1000 ms (and not before R5 was answered) and R6 is decided by Redis.
+/// t=1000 ms and R6 is decided by Redis.
 ///
-/// Proves: every request of the outage is answered by its deadline (within
-/// [`OUTAGE_BOUND`]) and by the failure policy (`stats.degraded` counts exactly R1..R5,
-/// the callers check the answers); once the store reports a ready connection again, R6
-/// goes to Redis and Redis decides it, with R1..R5 (sent to Redis and left queued there
-/// during the outage) not counted. On a loaded machine Redis may miss R6's 50 ms
-/// deadline: R6 is then sent again (at most [`AFTER_OUTAGE_ATTEMPTS`] in all), but only
-/// when that degraded answer was a Redis timeout, never a request the store did not send.
+/// Proves: R1..R5 each spend at most 100 ms in the middleware (R1..R3 wait for their 50 ms
+/// deadline, then the breaker is open and R4, R5 do not wait at all) and are answered by
+/// the failure policy (`stats.degraded` is 5; the callers check the answers); no answer is
+/// a 500 or slower than the deadline and a margin. Once the store has reconnected to the
+/// resumed Redis (its prober makes a fresh connection ready), R6 is decided by Redis: 200,
+/// Remaining 2, so R1..R5 (sent to Redis and left queued there during the outage) were not
+/// counted.
 async fn redis_down_or_slow(on_failure: FailurePolicy, local: Option<Policy>) -> Vec<Answer> {
     let server = RedisServer::start();
     let mut builder = store(on_failure);
     if let Some(p) = local {
         builder = builder.local_policy(p);
     }
-    let store = builder.standalone(&server.url()).await.expect("store");
-    let layer = layer(
-        store,
-        Policy::new("api", Quota::per_minute(NonZeroU32::new(3).expect("3"))),
-    );
-    let handle = layer.clone();
-    let addr = spawn(app(layer)).await;
+    let policy = Policy::new("api", Quota::per_minute(NonZeroU32::new(3).expect("3")));
+    let served = OwnThread::serve(builder, server.url(), policy).await;
+    let (addr, handle) = (served.addr, &served.layer);
     let client = client();
     // Warm the connection on another key, so the test starts with a connected store.
     assert_eq!(get_key(&client, addr, "warm").await.status, 200);
@@ -196,59 +302,32 @@ async fn redis_down_or_slow(on_failure: FailurePolicy, local: Option<Policy>) ->
         sleep_until(start, at).await;
         answers.push(get_key(&client, addr, "client").await);
     }
-    let outage = handle.store().stats();
-    assert_eq!(
-        outage.degraded, 5,
-        "R1..R5 by the failure policy: {outage:?}"
-    );
-    for (i, a) in answers.iter().enumerate() {
-        assert_ne!(a.status, 500, "R{} {a:?}", i + 1);
-        assert!(
-            a.middleware <= OUTAGE_BOUND,
-            "R{} spent {:?} in the middleware",
-            i + 1,
-            a.middleware
-        );
-        assert!(a.took < HUNG, "R{} {a:?}", i + 1);
-    }
     sleep_until(start, 1_000).await;
     server.signal("CONT");
+    // Redis has recovered once it answers again: the store's prober has made a fresh
+    // connection ready and closed the breaker.
     wait_ready(handle.store()).await;
-    // R6: the store asks Redis, and Redis decides: 200, Remaining 2 (R1..R5 never counted;
-    // had they been, R6 would be refused). Each attempt Redis let time out may have been
-    // counted by Redis after all, one unit each.
-    let mut timed_out: u32 = 0;
-    let r6 = loop {
-        let before = handle.store().stats();
-        let a = get_key(&client, addr, "client").await;
-        let after = handle.store().stats();
-        assert_ne!(a.status, 500, "R6 {a:?}");
-        assert!(a.took < HUNG, "R6 {a:?}");
-        if after.redis_decisions > before.redis_decisions {
-            break a;
-        }
+    answers.push(get_key(&client, addr, "client").await);
+    for (i, a) in answers.iter().enumerate().take(5) {
         assert!(
-            after.errors > before.errors,
-            "R6 was answered without asking Redis: {a:?} {after:?}"
+            a.middleware <= Duration::from_millis(100),
+            "R{} spent {:?} in the middleware ({:?} wall-clock): {a:?}",
+            i + 1,
+            a.middleware,
+            a.wall
         );
-        timed_out += 1;
-        assert!(
-            timed_out < AFTER_OUTAGE_ATTEMPTS,
-            "Redis missed R6's deadline {timed_out} times: {a:?}"
-        );
-        wait_ready(handle.store()).await;
-    };
-    assert_eq!(r6.status, 200, "R6 {r6:?}");
-    let remaining = r6.remaining.expect("R6 decided by Redis has Remaining");
-    assert!(
-        remaining <= 2 && remaining + timed_out >= 2,
-        "R6 {r6:?} after {timed_out} timeouts"
-    );
+    }
+    for a in &answers {
+        assert_ne!(a.status, 500);
+        assert!(a.middleware <= DEADLINE + MARGIN, "{a:?}");
+        assert!(a.took < HUNG, "{a:?}");
+    }
+    // R6: decided by Redis at normal latency: 200, Remaining 2.
+    let r6 = &answers[5];
+    assert_eq!((r6.status, r6.remaining), (200, Some(2)), "R6 {r6:?}");
     assert_eq!(r6.body, "ok");
-    assert!(r6.middleware <= OUTAGE_BOUND, "R6 {r6:?}");
     let stats = handle.store().stats();
-    assert_eq!(stats.degraded, 5 + u64::from(timed_out), "{stats:?}");
-    answers.push(r6);
+    assert_eq!(stats.degraded, 5, "{stats:?}");
     answers
 }
 

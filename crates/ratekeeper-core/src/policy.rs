@@ -186,12 +186,14 @@ impl Ban {
     fn problem(&self) -> Option<&'static str> {
         let max = crate::clock::nanos(Self::MAX_DURATION);
         let check = |ns: u64, zero, fraction, long| {
+            // Too long before a fraction: a duration beyond `u64::MAX` ns (`Duration::MAX`)
+            // saturates to a value that is not whole microseconds either.
             if ns == 0 {
                 Some(zero)
-            } else if ns % 1_000 != 0 {
-                Some(fraction)
             } else if ns > max {
                 Some(long)
+            } else if ns % 1_000 != 0 {
+                Some(fraction)
             } else {
                 None
             }
@@ -247,7 +249,10 @@ mod ban_serde {
     }
 
     #[derive(serde::Serialize, serde::Deserialize)]
-    #[serde(deny_unknown_fields)]
+    #[serde(
+        deny_unknown_fields,
+        expecting = "a ban such as { after = 10, within = \"15m\", duration = \"15m\" }"
+    )]
     struct Form {
         after: NonZeroU32,
         within: Text,
@@ -286,7 +291,10 @@ mod ban_serde {
 #[cfg_attr(
     feature = "serde",
     derive(serde::Serialize, serde::Deserialize),
-    serde(deny_unknown_fields)
+    serde(
+        deny_unknown_fields,
+        expecting = "a policy such as { name = \"api\", quota = \"100/min\" }"
+    )
 )]
 pub struct Policy {
     name: Arc<str>,
@@ -421,5 +429,114 @@ impl Policy {
         } else {
             Err(PolicyError::InvalidName(self.name.to_string()))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::num::NonZeroU32;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::Quota;
+
+    fn login(ban: Ban) -> Policy {
+        Policy::new("login", Quota::per_minute(NonZeroU32::MIN)).with_ban(ban)
+    }
+
+    fn minute() -> Duration {
+        Duration::from_secs(60)
+    }
+
+    /// A `within` or `duration` past [`Ban::MAX_DURATION`] is too long, up to `Duration::MAX`
+    /// (beyond `u64::MAX` ns, where a count of ns saturates to one that is not whole µs).
+    #[test]
+    fn bans_past_the_longest_are_too_long_up_to_duration_max() {
+        for long in [
+            Ban::MAX_DURATION + Duration::from_micros(1),
+            Ban::MAX_DURATION + Duration::from_nanos(1),
+            Duration::from_nanos(u64::MAX),
+            Duration::from_secs(u64::MAX),
+            Duration::MAX,
+        ] {
+            let lasting = login(Ban::after(NonZeroU32::MIN, minute()).lasting(long));
+            assert_eq!(
+                lasting.validate().unwrap_err().to_string(),
+                "invalid ban of policy \"login\": `duration` is longer than 365 days",
+                "{long:?}"
+            );
+            let within = login(Ban::after(NonZeroU32::MIN, long).lasting(minute()));
+            assert_eq!(
+                within.validate().unwrap_err().to_string(),
+                "invalid ban of policy \"login\": `within` is longer than 365 days",
+                "{long:?}"
+            );
+        }
+    }
+
+    /// The longest ban is valid; a fraction of a µs within it, and zero, say so.
+    #[test]
+    fn bans_up_to_the_longest_are_checked_for_zero_and_fractions() {
+        let longest =
+            login(Ban::after(NonZeroU32::MIN, Ban::MAX_DURATION).lasting(Ban::MAX_DURATION));
+        assert_eq!(longest.validate(), Ok(()));
+        for (duration, says) in [
+            (Duration::ZERO, "`duration` is zero"),
+            (
+                Ban::MAX_DURATION - Duration::from_nanos(1),
+                "`duration` is not a whole number of microseconds",
+            ),
+            (
+                Duration::from_nanos(1),
+                "`duration` is not a whole number of microseconds",
+            ),
+        ] {
+            let policy = login(Ban::after(NonZeroU32::MIN, minute()).lasting(duration));
+            assert_eq!(
+                policy.validate().unwrap_err().to_string(),
+                format!("invalid ban of policy \"login\": {says}"),
+            );
+        }
+    }
+
+    /// A ban or policy of the wrong type names what is expected, not an internal type.
+    #[cfg(feature = "serde")]
+    #[test]
+    fn a_ban_or_policy_of_the_wrong_type_says_what_is_expected() {
+        let err = serde_json::from_str::<Ban>("true").unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "invalid type: boolean `true`, expected a ban such as \
+             { after = 10, within = \"15m\", duration = \"15m\" } at line 1 column 4"
+        );
+        let err = serde_json::from_str::<Policy>("[]")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("expected a policy such as { name = \"api\", quota = \"100/min\" }"),
+            "{err}"
+        );
+    }
+
+    /// A ban duration too large for the count of ns reads as too long, not as unreadable.
+    #[cfg(feature = "serde")]
+    #[test]
+    fn enormous_ban_durations_read_as_too_long() {
+        for within in [
+            "400d",
+            "213503d",
+            "99999999999d",
+            "184467440737095516160000s",
+        ] {
+            let json = format!(r#"{{"after": 3, "within": "{within}", "duration": "15m"}}"#);
+            let err = serde_json::from_str::<Ban>(&json).unwrap_err().to_string();
+            assert!(
+                err.starts_with("`within` is longer than 365 days"),
+                "{within}: {err}"
+            );
+        }
+        let json = r#"{"after": 3, "within": "1m", "duration": "1 fortnight"}"#;
+        let err = serde_json::from_str::<Ban>(json).unwrap_err().to_string();
+        assert!(err.starts_with("invalid duration \"1 fortnight\""), "{err}");
     }
 }

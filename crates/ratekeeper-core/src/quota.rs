@@ -355,10 +355,18 @@ fn unit_nanos(unit: &str) -> Option<u64> {
 
 #[cfg(feature = "serde")]
 /// A duration written as `<count><unit>` (`"15m"`, `"900 s"`, `"1h"`, `"1500ms"`; the units of
-/// a quota's period, count required): its ns, or `None` when it does not parse or overflows.
+/// a quota's period, count required): its ns, or `None` when it is not a count and a unit.
+/// A duration beyond `u64::MAX` ns (a count of any length) saturates there, so a caller
+/// bounding durations reports it as too long rather than as unreadable.
 pub(crate) fn parse_duration_nanos(input: &str) -> Option<u64> {
     let (count, unit) = split_number(input.trim());
-    parse_int(count)?.checked_mul(unit_nanos(unit.trim())?)
+    let per = unit_nanos(unit.trim())?;
+    if count.is_empty() || count.starts_with('_') {
+        return None;
+    }
+    // Only digits are left, so the parse fails only when the count overflows.
+    let count = count.replace('_', "").parse::<u64>().unwrap_or(u64::MAX);
+    Some(count.saturating_mul(per))
 }
 
 #[cfg(feature = "serde")]

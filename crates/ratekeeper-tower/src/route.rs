@@ -51,7 +51,7 @@ use smallvec::SmallVec;
 
 use crate::error::BuildError;
 use crate::key::{KeyError, KeyExtractor};
-use crate::policy::{CheckPolicies, Plan, Resolve};
+use crate::policy::{Plan, Resolve};
 
 /// The matched route template of a request, for routers other than axum (insert it into the
 /// request extensions before the limiter runs).
@@ -234,9 +234,7 @@ impl Resolve for RouteTable {
             }
         }
     }
-}
 
-impl CheckPolicies for RouteTable {
     fn check(&self, policies: &[Policy]) -> Result<(), BuildError> {
         for route in &self.routes {
             check_template(&route.template)?;
@@ -376,11 +374,11 @@ mod tests {
     fn check_catches_names_and_costs() {
         let p = policies();
         assert!(matches!(
-            CheckPolicies::check(&RouteTable::new().limit(Method::POST, "/x", "nope"), &p),
+            Resolve::check(&RouteTable::new().limit(Method::POST, "/x", "nope"), &p),
             Err(BuildError::UnknownPolicy(n)) if n == "nope"
         ));
         assert!(matches!(
-            CheckPolicies::check(&RouteTable::new().cost(Method::GET, "/x", 0), &p),
+            Resolve::check(&RouteTable::new().cost(Method::GET, "/x", 0), &p),
             Err(BuildError::ZeroCost)
         ));
         // 50 fits "api" (100); "login" is scoped to another route, so it does not apply.
@@ -389,10 +387,10 @@ mod tests {
             "/login",
             "login",
         );
-        assert!(CheckPolicies::check(&t, &p).is_ok());
+        assert!(Resolve::check(&t, &p).is_ok());
         let t = t.cost(Method::POST, "/login", 4);
         assert!(matches!(
-            CheckPolicies::check(&t, &p),
+            Resolve::check(&t, &p),
             Err(BuildError::CostExceedsBurst {
                 cost: 4,
                 burst: 3,
@@ -405,7 +403,7 @@ mod tests {
     fn templates_are_checked_when_the_layer_is_built() {
         let p = policies();
         let message = |template: &str| {
-            CheckPolicies::check(&RouteTable::new().cost(Method::GET, template, 1), &p)
+            Resolve::check(&RouteTable::new().cost(Method::GET, template, 1), &p)
                 .unwrap_err()
                 .to_string()
         };
@@ -424,7 +422,7 @@ mod tests {
         assert!(message("/a/{id").contains("braces"));
         let limit = RouteTable::new().limit(Method::POST, "login", "login");
         assert!(matches!(
-            CheckPolicies::check(&limit, &p),
+            Resolve::check(&limit, &p),
             Err(BuildError::RouteTemplate { template, .. }) if template == "login"
         ));
         for good in ["/", "/items/{id}", "/files/{*rest}", "/users/{id}/avatar"] {

@@ -17,7 +17,9 @@ use ratekeeper_core::algorithm::{
     SlidingWindow, SlidingWindowState,
 };
 use ratekeeper_core::clock::ManualClock;
-use ratekeeper_core::store::{Charge, Decisions, MemoryStore, PolicyId, Receipt, Refund, Store};
+use ratekeeper_core::store::{
+    Charge, Decisions, MemoryStore, PolicyId, Receipt, Refund, Store, StoreError,
+};
 use ratekeeper_core::{Algorithm, Decision, Key, Policy, Quota};
 use tower::{Layer, ServiceExt};
 
@@ -377,11 +379,21 @@ pub fn refund_receipts(data: &[u8]) {
             6 => {
                 let k = g.below(keys.len());
                 sync(&store, p, &keys, &mut own, &lives, pure, now, op);
-                store.forget(p, &keys[k]);
-                own[k] = None;
-                if store.holds(p, &keys[k]) {
-                    lives.push(pure.absent());
-                    own[k] = Some(lives.len() - 1);
+                match store.forget(p, &keys[k]) {
+                    Ok(()) => {
+                        own[k] = None;
+                        // A key held, or charged on the overflow state, gets a fresh state.
+                        if store.holds(p, &keys[k]) {
+                            lives.push(pure.absent());
+                            own[k] = Some(lives.len() - 1);
+                        }
+                    }
+                    // At the cap with no key idle, a key on the overflow state keeps it.
+                    Err(StoreError::KeysFull(_)) => assert!(
+                        own[k].is_none() && max_keys.is_some_and(|m| store.len() >= m),
+                        "op {op}: a reset refused for a key with room for its own state"
+                    ),
+                    Err(e) => panic!("op {op}: {e}"),
                 }
             }
             7 => store.sweep(),

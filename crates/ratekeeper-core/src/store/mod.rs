@@ -194,6 +194,15 @@ pub enum StoreError {
     /// keeps the trait's default method).
     #[error("the store does not support {0}")]
     UnsupportedOperation(&'static str),
+    /// A reset could not give a key a state of its own: the policy holds the most keys the
+    /// store allows (the memory store's `max_keys`), none of them idle, and the key holds
+    /// none, so its requests share the store's overflow state. Nothing was reset.
+    #[error(
+        "the store holds its most keys for policy id {}, none idle: the key shares the overflow \
+         state and was not reset",
+        .0.index()
+    )]
+    KeysFull(PolicyId),
     /// The store did not answer within the decision deadline.
     #[error("the store did not answer within the decision deadline")]
     Timeout,
@@ -429,6 +438,8 @@ pub trait Store<K: ?Sized>: Send + Sync + 'static {
     /// # Errors
     ///
     /// [`StoreError::UnknownPolicy`] for a policy this store never registered (nothing is
+    /// reset); [`StoreError::KeysFull`] from a store with a cap on keys, when the key
+    /// shares the overflow state and no room can be made for a state of its own (nothing is
     /// reset); [`StoreError::UnsupportedOperation`] from the default method; a networked
     /// store's error when it cannot answer (the reset may or may not have been applied).
     fn reset(&self, policy: Option<PolicyId>, key: &K) -> Checked<Self::Future> {

@@ -111,14 +111,17 @@ use serde::{Deserialize, Deserializer};
 
 use crate::error::BuildError;
 use crate::key::{ForwardedIp, GlobalKey, HeaderKey, KeyError, KeyExtractor, PeerIp, Raw};
-use crate::policy::{CheckPolicies, Plan, Resolve};
+use crate::policy::{Plan, Resolve};
 use crate::rate_limit::{Mode, RateLimitBuilder, RateLimitLayer};
 use crate::report::HeaderStyle;
 use crate::route::RouteTable;
 
 /// A layer's settings, as a configuration file declares them (see the [module docs](self)).
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a layer's settings, with at least a [[policies]] entry"
+)]
 pub struct LayerConfig {
     /// The policies, checked all-or-nothing (at least one).
     pub policies: Vec<Policy>,
@@ -154,7 +157,10 @@ const fn one() -> u64 {
 
 /// The `key` table: `kind` and what that kind needs.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a key such as { kind = \"peer_ip\" } or { kind = \"header\", header = \"x-api-key\" }"
+)]
 pub struct KeyConfig {
     /// Which extractor.
     #[serde(default)]
@@ -260,7 +266,10 @@ impl<'de> Deserialize<'de> for MethodField {
 /// One `[[routes]]` entry: a method and template, with a cost and/or route-scoped policies
 /// (see [`RouteTable`]).
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a route such as { method = \"GET\", path = \"/search\", cost = 5 }"
+)]
 pub struct RouteConfig {
     /// The method (`HEAD` is looked up as `GET`).
     pub method: MethodField,
@@ -276,7 +285,10 @@ pub struct RouteConfig {
 
 /// The `[tiers]` table: the policy a request is charged is picked by a header's value.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "tiers such as { header = \"x-api-key\", default = \"free\", values = { \"key-acme\" = \"paid\" } }"
+)]
 pub struct TiersConfig {
     /// The header whose value picks the tier.
     pub header: HeaderField,
@@ -289,7 +301,10 @@ pub struct TiersConfig {
 
 /// The `[exempt]` table.
 #[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "exemptions such as { networks = [\"192.0.2.0/24\"], preflight = false }"
+)]
 pub struct ExemptConfig {
     /// Peers in these networks are not limited (see
     /// [`exempt_networks`](crate::RateLimitBuilder::exempt_networks)).
@@ -399,20 +414,6 @@ impl ConfigResolver {
     }
 }
 
-impl CheckPolicies for ConfigResolver {
-    fn check(&self, policies: &[Policy]) -> Result<(), BuildError> {
-        self.routes.check(policies)?;
-        if let Some(tiers) = &self.tiers {
-            for name in std::iter::once(&tiers.default).chain(tiers.values.values()) {
-                if !policies.iter().any(|p| p.name() == name) {
-                    return Err(BuildError::UnknownPolicy(name.clone()));
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
 impl Resolve for ConfigResolver {
     fn resolve<B>(&self, req: &Request<B>, plan: &mut Plan<'_>) {
         self.routes.resolve(req, plan);
@@ -429,6 +430,18 @@ impl Resolve for ConfigResolver {
                 .get(index as usize)
                 .is_none_or(|name| !self.tiered(name) || **name == **chosen)
         });
+    }
+
+    fn check(&self, policies: &[Policy]) -> Result<(), BuildError> {
+        self.routes.check(policies)?;
+        if let Some(tiers) = &self.tiers {
+            for name in std::iter::once(&tiers.default).chain(tiers.values.values()) {
+                if !policies.iter().any(|p| p.name() == name) {
+                    return Err(BuildError::UnknownPolicy(name.clone()));
+                }
+            }
+        }
+        Ok(())
     }
 }
 

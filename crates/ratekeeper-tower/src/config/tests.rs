@@ -352,3 +352,75 @@ async fn a_ban_reads_from_toml_and_bad_bans_name_their_field() {
         assert!(err.message().contains(says), "{err}");
     }
 }
+
+/// A table or value of the wrong type (`ban = true`) names what is expected, with an example,
+/// never a Rust type; a ban too long, however long, says so.
+#[test]
+fn values_of_the_wrong_type_say_what_is_expected() {
+    let policy = "[[policies]]\nname = \"login\"\nquota = \"1/h\"\n";
+    for (doc, field, says) in [
+        (
+            format!("{policy}ban = true\n"),
+            "policies[0].ban",
+            "invalid type: boolean `true`, expected a ban such as \
+             { after = 10, within = \"15m\", duration = \"15m\" }",
+        ),
+        (
+            format!(
+                "{policy}ban = {{ after = 2, within = \"1m\", duration = \"99999999999999999999d\" }}\n"
+            ),
+            "policies[0].ban",
+            "`duration` is longer than 365 days",
+        ),
+        (
+            "policies = [true]\n".to_owned(),
+            "policies[0]",
+            "expected a policy such as { name = \"api\", quota = \"100/min\" }",
+        ),
+        (
+            format!("key = true\n{policy}"),
+            "key",
+            "expected a key such as { kind = \"peer_ip\" }",
+        ),
+        (
+            format!("key = {{ kind = 7 }}\n{policy}"),
+            "key.kind",
+            // The TOML reader's own words for a value that is not a name.
+            "",
+        ),
+        (
+            format!("routes = [true]\n{policy}"),
+            "routes[0]",
+            "expected a route such as { method = \"GET\", path = \"/search\", cost = 5 }",
+        ),
+        (
+            format!("tiers = true\n{policy}"),
+            "tiers",
+            "expected tiers such as { header = \"x-api-key\"",
+        ),
+        (
+            format!("exempt = true\n{policy}"),
+            "exempt",
+            "expected exemptions such as { networks = [\"192.0.2.0/24\"], preflight = false }",
+        ),
+        (
+            format!("headers = true\n{policy}"),
+            "headers",
+            // The TOML reader's own words for a value that is not a name.
+            "",
+        ),
+        (
+            format!("mode = 1\n{policy}"),
+            "mode",
+            // The TOML reader's own words for a value that is not a name.
+            "",
+        ),
+    ] {
+        let err = LayerConfig::from_toml("x.toml", &doc).unwrap_err();
+        assert_eq!(err.field(), field, "{err}");
+        assert!(err.message().contains(says), "{doc}: {err}");
+        for internal in ["struct ", "enum ", "Form", "Config"] {
+            assert!(!err.message().contains(internal), "{doc}: {err}");
+        }
+    }
+}

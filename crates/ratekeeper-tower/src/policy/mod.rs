@@ -145,6 +145,6 @@ mod tests;
 
 pub(crate) use plan::Applied;
 pub use plan::Plan;
-pub use resolve::{AllPolicies, CheckPolicies, Except, Resolve, ResolveFn, resolve_fn};
+pub use resolve::{AllPolicies, Except, Resolve, ResolveFn, resolve_fn};
 pub(crate) use settle::Rules;
 pub use settle::Settle;

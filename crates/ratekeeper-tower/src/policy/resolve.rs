@@ -51,30 +51,23 @@ use crate::request::RequestParts;
     label = "not a `Resolve`",
     note = "a closure resolver takes `(&RequestParts<'_>, &mut Plan<'_>)`: annotate both parameters, or wrap the closure in `ratekeeper_tower::policy::resolve_fn`"
 )]
-pub trait Resolve: CheckPolicies + Send + Sync + 'static {
+pub trait Resolve: Send + Sync + 'static {
     /// Adds this request's charges to `plan` (or marks it exempt). A plan with no charge is
     /// exempt.
     fn resolve<B>(&self, req: &Request<B>, plan: &mut Plan<'_>);
-}
 
-/// The build-time half of a resolver, which
-/// [`Builder::build`](crate::RateLimitBuilder::build) calls.
-pub trait CheckPolicies {
-    /// Checks the resolver against the layer's policies when the layer is built (policy names,
-    /// static costs against bursts).
+    /// Checks the resolver against the layer's policies when the layer is built
+    /// ([`RateLimitBuilder::build`](crate::RateLimitBuilder::build) calls it): policy names,
+    /// static costs against bursts.
+    ///
+    /// The default accepts every set of policies, for resolvers that name policies only when
+    /// each request is resolved (as closures do: a name no policy has then answers `500`).
     ///
     /// # Errors
     ///
     /// A [`BuildError`] naming what is wrong.
-    fn check(&self, policies: &[Policy]) -> Result<(), BuildError>;
-}
-
-impl<F> CheckPolicies for F
-where
-    F: Fn(&RequestParts<'_>, &mut Plan<'_>),
-{
-    /// Closures name policies at request time: an unknown name answers `500`.
-    fn check(&self, _policies: &[Policy]) -> Result<(), BuildError> {
+    fn check(&self, policies: &[Policy]) -> Result<(), BuildError> {
+        let _ = policies;
         Ok(())
     }
 }
@@ -109,12 +102,6 @@ impl<F> fmt::Debug for ResolveFn<F> {
     }
 }
 
-impl<F> CheckPolicies for ResolveFn<F> {
-    fn check(&self, _policies: &[Policy]) -> Result<(), BuildError> {
-        Ok(())
-    }
-}
-
 impl<F> Resolve for ResolveFn<F>
 where
     F: Fn(&RequestParts<'_>, &mut Plan<'_>) + Send + Sync + 'static,
@@ -135,12 +122,6 @@ impl<F> ResolveFn<F> {
 /// The default resolver: every policy, with the layer's key and cost.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct AllPolicies;
-
-impl CheckPolicies for AllPolicies {
-    fn check(&self, _policies: &[Policy]) -> Result<(), BuildError> {
-        Ok(())
-    }
-}
 
 impl Resolve for AllPolicies {
     #[inline]
@@ -179,12 +160,6 @@ impl<R, P> Except<R, P> {
     }
 }
 
-impl<R: CheckPolicies, P> CheckPolicies for Except<R, P> {
-    fn check(&self, policies: &[Policy]) -> Result<(), BuildError> {
-        self.inner.check(policies)
-    }
-}
-
 impl<R, P> Resolve for Except<R, P>
 where
     R: Resolve,
@@ -196,5 +171,9 @@ where
         } else {
             self.inner.resolve(req, plan);
         }
+    }
+
+    fn check(&self, policies: &[Policy]) -> Result<(), BuildError> {
+        self.inner.check(policies)
     }
 }

@@ -157,8 +157,10 @@ impl<St: Store<Key>> Admin<St> {
     ///
     /// [`AdminError::UnknownPolicy`] when the layer has no policy of that name (nothing is
     /// reset); [`AdminError::Store`] when the store cannot reset
-    /// ([`StoreError::UnsupportedOperation`] for a store without resets) or cannot answer
-    /// (then the reset may or may not have been applied).
+    /// ([`StoreError::UnsupportedOperation`] for a store without resets;
+    /// [`StoreError::KeysFull`] when a memory store at its `max_keys`, none idle, charges the
+    /// key on its shared overflow state: nothing is reset) or cannot answer (then the reset
+    /// may or may not have been applied).
     pub async fn reset(&self, policy: &str, key: &Key) -> Result<Decision, AdminError> {
         let id = self.id(policy)?;
         let decisions = answer(self.source.store().reset(Some(id), key)).await?;

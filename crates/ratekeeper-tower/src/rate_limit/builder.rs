@@ -15,7 +15,7 @@ use super::meter::Meter;
 use super::mode::Mode;
 use crate::error::BuildError;
 use crate::key::PeerIp;
-use crate::policy::{AllPolicies, CheckPolicies, Rules, Settle};
+use crate::policy::{AllPolicies, Resolve, Rules, Settle};
 use crate::report::{HeaderStyle, PartitionKey, Rejection, Reporter, ResetFormat};
 use crate::usage::{Usage, UsageRules};
 
@@ -357,7 +357,7 @@ impl<K, Co, St, R> RateLimitBuilder<K, Co, St, R> {
     where
         K: crate::key::KeyExtractor,
         St: Store<Key>,
-        R: CheckPolicies,
+        R: Resolve,
     {
         let Self {
             mut settings,

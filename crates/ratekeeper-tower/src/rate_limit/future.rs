@@ -1,9 +1,10 @@
-//! The response future, and the one transition that turns a store's answer into what happens
-//! to a request. The transition ([`transition!`]) asks the limiter for the verdict
+//! The response future, and the one function that turns a store's answer into what happens
+//! to a request. That function, [`dispatch`], asks the limiter for the verdict
 //! ([`Erased::verdict`]) and picks the next state, for both ways a store answers: inside
 //! `call` (the memory store: the service and the limiter are borrowed, nothing is cloned or
 //! built unless the request must wait) and in the response future (an async store, a
-//! Delay-mode wait: the future owns them). The future itself only moves between states.
+//! Delay-mode wait: the future owns them). It is generic over how the service and the
+//! limiter are held ([`Ready`], [`Share`]). The future itself only moves between states.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -18,7 +19,7 @@ use tokio::time::Sleep;
 use tower_service::Service;
 
 use super::answer::{Answer, Refusal};
-use super::limiter::{Erased, FAILED, NO_RESPONSE, Respond};
+use super::limiter::{Erased, FAILED, NO_RESPONSE, Prepared, Respond, Verdict, store_failed};
 use super::ticket::Ticket;
 use crate::body::ResponseBody;
 use crate::usage::Metered;
@@ -26,11 +27,18 @@ use crate::usage::Metered;
 /// The ready inner service of a request: borrowed from the service in `call`, or owned
 /// by the response future.
 pub(crate) trait Ready<S> {
+    /// The service, to call it.
+    fn service(&mut self) -> &mut S;
     /// The service, owned, to go with the request into the response future.
     fn into_owned(self) -> S;
 }
 
 impl<S: Clone> Ready<S> for &mut S {
+    #[inline(always)]
+    fn service(&mut self) -> &mut S {
+        self
+    }
+
     /// Takes the ready service and leaves a fresh clone in its place (see the tower-service
     /// docs, "Be careful when cloning inner services").
     fn into_owned(self) -> S {
@@ -40,6 +48,11 @@ impl<S: Clone> Ready<S> for &mut S {
 }
 
 impl<S> Ready<S> for S {
+    #[inline(always)]
+    fn service(&mut self) -> &mut S {
+        self
+    }
+
     fn into_owned(self) -> S {
         self
     }
@@ -104,83 +117,101 @@ pub(crate) struct Pending<S, Req, SF> {
     limiter: Arc<dyn Erased<SF>>,
 }
 
-/// The one transition: the verdict on a store's answer (`$result`, a `Result<Decisions,
-/// StoreError>`) for the request `$req` (a mutable local) and its ticket `$ticket`, and
-/// the state it leads to, as a [`ResponseFuture`]. `$inner` is the ready inner service (a
-/// [`Ready`]), `$limiter` the limiter (a [`Share`]). A store error goes to
-/// [`store_failed`]; every answer gets its form from the ticket's
-/// [`Refusal`](super::answer::Refusal).
+/// The one dispatch: what happens to the request `req`, from its ticket to the state that
+/// follows. `prepare` gives the request's ticket (or exempts or refuses it before the store),
+/// `check` the store's answer on the ticket's charges (or its check, still deciding); `inner`
+/// is the ready inner service (a [`Ready`]), `limiter` the limiter (a [`Share`]). The verdict
+/// on the store's decisions is the limiter's ([`Erased::verdict`]), a store error goes to
+/// [`store_failed`], and every answer gets its form from the ticket's [`Refusal`].
 ///
-/// Used inside `call` (the memory store: the service and the limiter borrowed, nothing held
-/// or cloned unless the request must wait) and by the response future ([`Pending::next`]).
-/// A macro rather than a function: expanded in `call`, the request and the ticket move
-/// once, into the inner service's call and into the settlement; passed through a function
-/// they were copied twice more, some 170 instructions per request.
-macro_rules! transition {
-    ($inner:expr, $req:ident, $ticket:ident, $limiter:expr, $result:expr) => {{
-        use super::future::{ResponseFuture, Settlement, Share, hold};
-        use super::limiter::{NO_RESPONSE, Verdict, store_failed};
-        // A borrowed service (in `call`) needs no `mut`; an owned one does.
-        #[allow(unused_mut)]
-        let mut inner = $inner;
-        let limiter = $limiter;
-        match $result {
-            Ok(decisions) => {
-                match super::limiter::Erased::verdict(
-                    Share::limiter(&limiter),
-                    &$ticket,
-                    &decisions,
-                    $req.extensions_mut(),
-                ) {
-                    Verdict::Pass => ResponseFuture::called(
-                        inner.call($req),
-                        Settlement {
-                            limiter: Share::responder(limiter),
-                            ticket: $ticket,
-                            decisions,
-                            unsettled: Some(NO_RESPONSE),
-                        },
-                    ),
-                    Verdict::Answer(answer) => {
-                        ResponseFuture::refused(answer, $ticket.refusal, $req.headers())
-                    }
-                    Verdict::Wait => {
-                        ResponseFuture::reserved(decisions, hold(inner, $req, $ticket, limiter))
-                    }
-                    Verdict::Retry { wait, deadline } => {
-                        let ticket = super::ticket::Ticket {
-                            deadline: Some(deadline),
-                            ..$ticket
-                        };
-                        ResponseFuture::waiting(wait, hold(inner, $req, ticket, limiter))
-                    }
-                }
-            }
-            Err(err) => match store_failed(&err, $req.extensions_mut()) {
-                None => ResponseFuture::unchecked(inner.call($req)),
-                Some(answer) => ResponseFuture::refused(answer, $ticket.refusal, $req.headers()),
-            },
+/// Called by `call` (the limiter prepares the ticket and asks the store; the memory store
+/// answers at once, the service and the limiter stay borrowed, and nothing is held or cloned
+/// unless the request must wait) and by the response future ([`Pending::next`]: the held
+/// ticket, and the store's later answer). Always inlined, and the request comes in before
+/// anything borrows it and the ticket is made inside: each then moves once, into the inner
+/// service's call and into the settlement. A request and ticket passed in after a borrow were
+/// copied once more each (about 60 instructions per request).
+#[inline(always)]
+pub(crate) fn dispatch<I, L, S, ReqB, SF, P, C>(
+    mut inner: I,
+    mut req: Request<ReqB>,
+    limiter: L,
+    prepare: P,
+    check: C,
+) -> ResponseFuture<S::Future, S, Request<ReqB>, SF>
+where
+    I: Ready<S>,
+    L: Share<SF>,
+    S: Service<Request<ReqB>>,
+    P: FnOnce(&Request<ReqB>) -> Prepared,
+    C: FnOnce(&Ticket) -> Checked<SF>,
+{
+    let ticket = match prepare(&req) {
+        Prepared::Charge(ticket) => ticket,
+        Prepared::Exempt => return ResponseFuture::unchecked(inner.service().call(req)),
+        Prepared::Failed(answer, refusal) => {
+            return ResponseFuture::refused(answer, refusal, req.headers());
         }
-    }};
+    };
+    let decisions = match check(&ticket) {
+        Checked::Ready(Ok(decisions)) => decisions,
+        Checked::Ready(Err(err)) => {
+            return match store_failed(&err, req.extensions_mut()) {
+                None => ResponseFuture::unchecked(inner.service().call(req)),
+                Some(answer) => ResponseFuture::refused(answer, ticket.refusal, req.headers()),
+            };
+        }
+        Checked::Pending(check) => {
+            return ResponseFuture::checking(check, hold(inner, req, ticket, limiter));
+        }
+    };
+    match limiter
+        .limiter()
+        .verdict(&ticket, &decisions, req.extensions_mut())
+    {
+        Verdict::Pass => ResponseFuture::called(
+            inner.service().call(req),
+            Settlement::new(limiter.responder(), ticket, decisions),
+        ),
+        Verdict::Answer(answer) => ResponseFuture::refused(answer, ticket.refusal, req.headers()),
+        Verdict::Wait => ResponseFuture::reserved(decisions, hold(inner, req, ticket, limiter)),
+        Verdict::Retry { wait, deadline } => {
+            let ticket = Ticket {
+                deadline: Some(deadline),
+                ..ticket
+            };
+            ResponseFuture::waiting(wait, hold(inner, req, ticket, limiter))
+        }
+    }
 }
-pub(super) use transition;
 
 impl<S, ReqB, SF> Pending<S, Request<ReqB>, SF>
 where
     S: Service<Request<ReqB>>,
 {
-    /// The [`transition`] for the held request, on the store's answer.
-    fn next(
-        self,
-        result: Result<Decisions, StoreError>,
-    ) -> ResponseFuture<S::Future, S, Request<ReqB>, SF> {
+    /// The [`dispatch`] for the held request, on the store's answer (or its check, still
+    /// deciding).
+    fn next(self, checked: Checked<SF>) -> ResponseFuture<S::Future, S, Request<ReqB>, SF> {
         let Self {
             inner,
-            mut req,
+            req,
             ticket,
             limiter,
         } = self;
-        transition!(inner, req, ticket, limiter, result)
+        dispatch(
+            inner,
+            req,
+            limiter,
+            move |_| Prepared::Charge(ticket),
+            move |_| checked,
+        )
+    }
+
+    /// After a check-and-retry wait: checks the held request's charges again (for what is
+    /// left until its deadline), then the [`dispatch`].
+    fn recheck(self) -> ResponseFuture<S::Future, S, Request<ReqB>, SF> {
+        let checked = self.limiter.recheck(&self.ticket);
+        self.next(checked)
     }
 
     /// Calls the inner service after a Delay-mode reservation's wait; the ticket and
@@ -194,12 +225,7 @@ where
         } = self;
         ResponseFuture::called(
             inner.call(req),
-            Settlement {
-                limiter: Share::responder(limiter),
-                ticket,
-                decisions,
-                unsettled: Some(NO_RESPONSE),
-            },
+            Settlement::new(Share::responder(limiter), ticket, decisions),
         )
     }
 }
@@ -257,6 +283,17 @@ pub(crate) struct Settlement {
 }
 
 impl Settlement {
+    /// A passed request's settlement, settled as [`NO_RESPONSE`] unless a response comes.
+    #[inline(always)]
+    fn new(limiter: Arc<dyn Respond>, ticket: Ticket, decisions: Decisions) -> Self {
+        Self {
+            limiter,
+            ticket,
+            decisions,
+            unsettled: Some(NO_RESPONSE),
+        }
+    }
+
     /// Settles by the response's status and adds the rate-limit headers to it; returns what
     /// the response body carries when a charge is settled from it (see [`crate::usage`]).
     #[inline]
@@ -442,7 +479,7 @@ where
                 KindProj::Checking { check, pending } => {
                     let result = ready!(check.poll(cx));
                     match pending.take() {
-                        Some(pending) => pending.next(result),
+                        Some(pending) => pending.next(Checked::Ready(result)),
                         None => Self::completed(),
                     }
                 }
@@ -456,10 +493,7 @@ where
                 KindProj::Waiting { sleep, pending } => {
                     ready!(sleep.poll(cx));
                     match pending.take() {
-                        Some(pending) => match pending.limiter.recheck(&pending.ticket) {
-                            Checked::Ready(result) => pending.next(result),
-                            Checked::Pending(check) => Self::checking(check, pending),
-                        },
+                        Some(pending) => pending.recheck(),
                         None => Self::completed(),
                     }
                 }

@@ -81,10 +81,11 @@
 
 //! # Structure
 //!
-//! One request, one ticket: `call` asks the private `Limiter` (`limiter.rs`) to `prepare`
+//! One request, one ticket: `call` asks the private `Limiter` (`limiter/`: the request
+//! side in `mod.rs`, the response side in `respond.rs`) to `prepare`
 //! the request into a `Ticket` (`ticket.rs`: key and charges, partition key, Delay-mode
 //! deadline, and where a refusal goes, `answer.rs`), which then moves through the path
-//! until its settlement after the response. One transition (`next` in `future.rs`)
+//! until its settlement after the response. One function (`dispatch` in `future.rs`)
 //! asks the limiter for the verdict on the store's answer and picks what follows (call the
 //! inner service, answer, wait), both inside `call` (the memory store: nothing is held or
 //! cloned) and in the [`ResponseFuture`] (an async store, Delay-mode waits). Every answer

@@ -4,11 +4,11 @@ use std::task::{Context, Poll};
 
 use http::{Request, Response};
 use ratekeeper_core::Key;
-use ratekeeper_core::store::{Checked, Store};
+use ratekeeper_core::store::Store;
 use tower_service::Service;
 
-use super::future::{ResponseFuture, hold, transition};
-use super::limiter::{Limiter, Prepared};
+use super::future::{ResponseFuture, dispatch};
+use super::limiter::Limiter;
 use crate::body::ResponseBody;
 use crate::cost::Cost;
 use crate::key::{KeyExtractor, PeerIp};
@@ -92,22 +92,17 @@ where
     // Out of line on purpose: inlined into a caller (axum's `MapIntoResponse`), the future
     // was built on the stack and then copied into place, some 100 instructions per request.
     #[inline(never)]
-    fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
-        let ticket = match self.limiter.prepare(&req, self.fallback) {
-            Prepared::Charge(ticket) => ticket,
-            Prepared::Exempt => return ResponseFuture::unchecked(self.inner.call(req)),
-            Prepared::Failed(answer, refusal) => {
-                return ResponseFuture::refused(answer, refusal, req.headers());
-            }
-        };
-        match self.limiter.check(&ticket.charges) {
-            // The memory store: the verdict at once, on the borrowed service and limiter.
-            Checked::Ready(result) => {
-                transition!(&mut self.inner, req, ticket, &self.limiter, result)
-            }
-            Checked::Pending(check) => {
-                ResponseFuture::checking(check, hold(&mut self.inner, req, ticket, &self.limiter))
-            }
-        }
+    fn call(&mut self, req: Request<ReqB>) -> Self::Future {
+        let limiter = &self.limiter;
+        let fallback = self.fallback;
+        // The memory store answers at once: the verdict is taken on the borrowed service and
+        // limiter.
+        dispatch(
+            &mut self.inner,
+            req,
+            limiter,
+            |req| limiter.prepare(req, fallback),
+            |ticket| limiter.check(&ticket.charges),
+        )
     }
 }

@@ -212,7 +212,7 @@ fn reset_ends_a_ban_and_sweeps_and_the_cap_bound_the_map() {
     let k = Key::from("k");
     assert!(check(&s, id, &k).is_allowed());
     assert!(check(&s, id, &k).starts_ban());
-    s.forget(id, &k);
+    s.forget(id, &k).unwrap();
     assert_eq!(s.ban_ends_in(id, &k), None);
     assert!(check(&s, id, &k).is_allowed());
 
@@ -264,6 +264,68 @@ fn invalid_bans_are_refused_at_registration() {
         match s.register(&policy) {
             Err(StoreError::Policy(e)) => assert!(e.is_ban(), "{e}"),
             other => panic!("{within:?} {duration:?}: {other:?}"),
+        }
+    }
+}
+
+/// A request that looked at the bans before a concurrent refusal started a ban, and is
+/// charged after it started, is refused as banned and its charge is given back: no charge
+/// lands after a ban's start, for a check as for a reservation.
+#[test]
+fn a_request_racing_the_start_of_a_ban_is_refused_and_charges_nothing() {
+    use std::sync::{Arc, Mutex};
+    for algorithm in [
+        Algorithm::Gcra,
+        Algorithm::LeakyBucket,
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+        Algorithm::SlidingLog,
+    ] {
+        for reserving in [false, true] {
+            let (mut s, _clock) = store();
+            let policy = Policy::new("login", Quota::per_minute(n(3)))
+                .with_algorithm(algorithm)
+                .with_ban(
+                    Ban::after(n(1), Duration::from_secs(60)).lasting(Duration::from_secs(900)),
+                );
+            let id = s.register(&policy).unwrap();
+            let alice = Key::from("alice");
+            assert!(
+                s.check_now(&[Charge::new(id, &alice, 2)])
+                    .unwrap()
+                    .is_allowed()
+            );
+            // Between the next request's look at the bans and its charge, a request for 2
+            // units (1 is left) is refused and starts the ban.
+            let raced = Arc::new(Mutex::new(None));
+            let seen = Arc::clone(&raced);
+            *s.before_charge.lock().unwrap() = Some(Box::new(move |s: &MemoryStore<Key, _>| {
+                let d = s.check_now(&[Charge::new(id, &Key::from("alice"), 2)]);
+                *seen.lock().unwrap() = Some(d.unwrap());
+            }));
+            let one = [Charge::new(id, &alice, 1)];
+            let d = if reserving {
+                s.reserve_now(&one, Duration::from_secs(60)).unwrap()
+            } else {
+                s.check_now(&one).unwrap()
+            };
+            let start = raced
+                .lock()
+                .unwrap()
+                .take()
+                .expect("the racing request ran");
+            let case = format!("{algorithm:?}, reserving {reserving}");
+            assert!(start.starts_ban(), "{case}: {start:?}");
+            assert!(
+                !d.is_allowed() && d.as_slice()[0].is_banned(),
+                "{case}: {d:?}"
+            );
+            assert_eq!(d.retry_after(), Some(Duration::from_secs(900)), "{case}");
+            assert_eq!(d.is_final(), reserving, "{case}");
+            // The key's state holds the first charge only: 1 of 3 left.
+            let slot = s.slot(id).unwrap();
+            let state = with_keyed!(slot, k => k.peek(&alice, s.clock.now(), 0));
+            assert_eq!(state.remaining(), 1, "{case}: {state:?}");
         }
     }
 }

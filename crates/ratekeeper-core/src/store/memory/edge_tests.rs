@@ -136,7 +136,7 @@ fn a_refund_after_a_reset_never_frees_charges_made_after_it() {
         let (s, p, clock) = capped(algorithm, 100);
         let before = check(&s, p, 7, 2);
         assert!(before.is_allowed());
-        s.forget(p, &Key::Int(7));
+        s.forget(p, &Key::Int(7)).unwrap();
         assert_eq!(
             remaining(&s, p, 7),
             5,
@@ -160,7 +160,7 @@ fn a_refund_after_a_reset_never_frees_charges_made_after_it() {
             "{algorithm}: the new receipt gives back"
         );
         // A second reset: receipts of both earlier lives give back nothing.
-        s.forget(p, &Key::Int(7));
+        s.forget(p, &Key::Int(7)).unwrap();
         let third = check(&s, p, 7, 5);
         assert!(third.is_allowed());
         refund(&s, p, 7, 1, &after[3]);
@@ -195,7 +195,7 @@ fn a_refund_after_a_reset_never_frees_charges_made_after_it() {
 fn permits_taken_before_a_reset_release_nothing_after_it() {
     let (s, p, _) = capped(Algorithm::Concurrency, 10);
     let old: Vec<Decisions> = (0..5).map(|_| check(&s, p, 1, 1)).collect();
-    s.forget(p, &Key::Int(1));
+    s.forget(p, &Key::Int(1)).unwrap();
     let new: Vec<Decisions> = (0..5).map(|_| check(&s, p, 1, 1)).collect();
     assert!(new.iter().all(Decisions::is_allowed));
     for d in &old {

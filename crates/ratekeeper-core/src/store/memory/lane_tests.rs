@@ -190,7 +190,7 @@ fn colliding_api_keys_keep_their_own_budgets_through_sweeps_and_resets() {
     }
 
     // A reset forgets one key only.
-    keyed.reset(&api(40), clock.now());
+    keyed.reset(&api(40), clock.now(), false);
     assert!(check(40), "key 40 after its reset");
     for i in (32..64).filter(|&i| i != 40) {
         assert!(!check(i), "key {i} after another key's reset");

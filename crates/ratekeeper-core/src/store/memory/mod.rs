@@ -1,9 +1,12 @@
-//! The in-memory store: [`MemoryStore`] (registration, all-or-nothing checks and
-//! reservations with receipts, refunds) over one key map per policy (`keyed`).
+//! The in-memory store: [`MemoryStore`] (registration, checks and reservations with
+//! receipts, refunds) over one key map per policy (`keyed`); several charges at once in
+//! `all_or_nothing`, bans in `ban`, peeks and resets in `reset`.
 
+mod all_or_nothing;
 mod ban;
 mod compact;
 mod keyed;
+mod reset;
 mod slab;
 mod staggered;
 
@@ -12,8 +15,6 @@ use std::future::Ready;
 use std::hash::Hash;
 use std::num::NonZeroUsize;
 use std::sync::atomic::Ordering;
-
-use smallvec::SmallVec;
 
 use self::ban::Bans;
 use self::keyed::{Slot, with_keyed};
@@ -108,7 +109,9 @@ use crate::{Decision, Policy};
 /// `max_keys` of them ([`MemoryStore::with_max_keys`]; a new key's refusals are not counted
 /// while the map is full and a sweep frees nothing), swept of ended bans and counts as keys
 /// are added (O(1) amortised) and by [`MemoryStore::sweep`]. A ban in force refuses the
-/// whole request before anything is charged; [`MemoryStore::forget`] ends it. A policy
+/// whole request before anything is charged, and a request charged while a concurrent
+/// refusal starts a ban is given back and refused too, so no charge lands after a ban's
+/// start; [`MemoryStore::forget`] ends a ban. A policy
 /// without a ban has no such map, and while no policy of the store has one, a check pays
 /// nothing for bans.
 ///
@@ -153,7 +156,15 @@ pub struct MemoryStore<K, C = MonotonicClock> {
     bans: Vec<Option<Bans<K>>>,
     /// Whether some policy has a ban: checks then take [`MemoryStore::with_bans`].
     has_bans: bool,
+    /// Run once by the next check or reservation that takes [`MemoryStore::with_bans`],
+    /// between its first look at the bans and its charge (tests race requests with it).
+    #[cfg(test)]
+    before_charge: BeforeCharge<K, C>,
 }
+
+/// See `MemoryStore::before_charge`.
+#[cfg(test)]
+type BeforeCharge<K, C> = std::sync::Mutex<Option<Box<dyn FnOnce(&MemoryStore<K, C>) + Send>>>;
 
 impl<K: Hash + Eq + Clone + Send + Sync + 'static> MemoryStore<K, MonotonicClock> {
     /// An empty store on the [`MonotonicClock`].
@@ -182,6 +193,17 @@ where
             max_keys: usize::MAX,
             bans: Vec::new(),
             has_bans: false,
+            #[cfg(test)]
+            before_charge: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// Runs the hook of `before_charge`, if one is set.
+    #[cfg(test)]
+    fn run_before_charge(&self) {
+        let hook = crate::algorithm::lock(&self.before_charge).take();
+        if let Some(hook) = hook {
+            hook(self);
         }
     }
 
@@ -201,6 +223,11 @@ where
     /// overflow state goes back to the overflow state, even once the key holds a state of
     /// its own; the refund of a charge on a key's own state gives back nothing once that
     /// state is gone (evicted when idle, or reset).
+    ///
+    /// A reset ([`MemoryStore::forget`], [`Store::reset`]) of a key on the overflow state
+    /// gives it a fresh state of its own, taking room in the cap (sweeping idle keys if need
+    /// be); when every key held is live it fails with [`StoreError::KeysFull`] and resets
+    /// nothing.
     ///
     /// Sweeps that make room run at most once per `max(max_keys / 2, 256)` new keys or
     /// overflowed decisions, so a small cap does not sweep on every request.
@@ -327,249 +354,6 @@ where
         self.reserve_at(charges, now, max_wait)
     }
 
-    fn reserve_at(
-        &self,
-        charges: &[Charge<'_, K>],
-        now: u64,
-        max_wait: u64,
-    ) -> Result<Decisions, StoreError> {
-        self.all_or_nothing(
-            charges,
-            now,
-            true,
-            |slot, c| with_keyed!(slot, k => k.reserve(c.key, now, c.cost, max_wait)),
-        )
-    }
-
-    /// Charges every charge with `charge` (a check or a reservation), all-or-nothing: at the
-    /// first denial, the charges already taken are given back with their receipts (latest
-    /// first) and every policy reports its state as it now is. A denial is final when
-    /// `reserving` and the algorithm reserved exactly or the cost can never fit.
-    ///
-    /// Charges are taken key by key: every charge of the request's first key (in request
-    /// order), then those of the next key, the order in which a shared store, which decides
-    /// one client key per atomic call, takes them; so when several charges would be refused,
-    /// every store names the same one as the refusal and the others report their state.
-    #[inline(never)]
-    fn all_or_nothing(
-        &self,
-        charges: &[Charge<'_, K>],
-        now: u64,
-        reserving: bool,
-        charge: impl Fn(&Slot<K>, &Charge<'_, K>) -> Reserved,
-    ) -> Result<Decisions, StoreError> {
-        for c in charges {
-            self.slot(c.policy)?;
-        }
-        // Key by key: each charge ranked by the first charge of its key, then its own index.
-        let mut order: SmallVec<[usize; 4]> = (0..charges.len()).collect();
-        order.sort_by_key(|&i| {
-            let first = charges
-                .iter()
-                .position(|c| c.key == charges[i].key)
-                .unwrap_or(i);
-            (first, i)
-        });
-        let mut taken: SmallVec<[(usize, Decision, Receipt); 2]> = SmallVec::new();
-        let mut delay = 0;
-        for &i in &order {
-            let c = &charges[i];
-            let slot = self.slot(c.policy)?;
-            let r = charge(slot, c);
-            if r.decision.is_denied() {
-                for &(j, _, receipt) in taken.iter().rev() {
-                    let prev = &charges[j];
-                    let slot = self.slot(prev.policy)?;
-                    with_keyed!(slot, k => k.refund(prev.key, now, prev.cost, receipt));
-                }
-                let refused = self.refusal(charges, i, r.decision, now, reserving)?;
-                let mut report = SmallVec::<[Decision; 4]>::new();
-                for (j, other) in charges.iter().enumerate() {
-                    if j == i {
-                        report.push(refused);
-                    } else {
-                        let slot = self.slot(other.policy)?;
-                        report.push(with_keyed!(slot, k => k.peek(other.key, now, other.cost)));
-                    }
-                }
-                let is_final = reserving && (r.exact || refused.is_cannot_fit());
-                return Ok(Decisions::new(report).with_final(is_final));
-            }
-            delay = r.delay.max(delay);
-            taken.push((i, r.decision, r.receipt));
-        }
-        taken.sort_unstable_by_key(|&(i, ..)| i);
-        Ok(
-            Decisions::with_receipts(taken.into_iter().map(|(_, d, r)| (d, r)))
-                .with_delay(std::time::Duration::from_nanos(delay)),
-        )
-    }
-
-    /// The decision reported for charge `i`, refused with `decision` after the charges
-    /// before it were given back.
-    ///
-    /// Charges of one request on the same policy and key (a duplicate charge) are
-    /// cumulative: each is judged on the state the earlier ones left. When such a charge is
-    /// refused, its outcome stays that judgement (`retry_after` is the time until the whole
-    /// request fits), except that a total above the capacity can never fit
-    /// ([`Outcome::CannotFit`](crate::Outcome::CannotFit)) whatever each cost alone; its
-    /// `remaining` and `reset_after` are the state as it is, since the earlier charges were
-    /// given back. A charge without an earlier one on its policy and key reports `decision`.
-    /// GCRA reservations (`reserving`) are the exception to the capacity rule: each charge
-    /// books its own turn, so their total may exceed the burst.
-    fn refusal(
-        &self,
-        charges: &[Charge<'_, K>],
-        i: usize,
-        decision: Decision,
-        now: u64,
-        reserving: bool,
-    ) -> Result<Decision, StoreError> {
-        let Some(c) = charges.get(i) else {
-            return Ok(decision);
-        };
-        let earlier = charges[..i]
-            .iter()
-            .filter(|p| p.policy == c.policy && p.key == c.key);
-        let (count, total) = earlier.fold((0usize, c.cost), |(n, sum), p| {
-            (n + 1, sum.saturating_add(p.cost))
-        });
-        if count == 0 {
-            return Ok(decision);
-        }
-        let slot = self.slot(c.policy)?;
-        let state = with_keyed!(slot, k => k.peek(c.key, now, c.cost));
-        let books_turns = reserving
-            && self
-                .policy(c.policy)
-                .is_some_and(|p| p.algorithm() == crate::Algorithm::Gcra);
-        let outcome =
-            if !books_turns && with_keyed!(slot, k => k.peek(c.key, now, total)).is_cannot_fit() {
-                crate::Outcome::CannotFit
-            } else {
-                decision.outcome()
-            };
-        Ok(Decision::new(
-            outcome,
-            state.limit(),
-            state.remaining(),
-            state.reset_after(),
-        ))
-    }
-
-    /// A check (`max_wait` `None`) or reservation of `charges` in a store where some policy
-    /// has a [`Ban`](crate::Ban):
-    ///
-    /// 1. a ban in force for a charge's key refuses the whole request and charges nothing:
-    ///    that charge reports [`Decision::banned`] (the ban ending last, when several are in
-    ///    force), the others their state as it is; a reservation's denial is final when the
-    ///    ban ends after `max_wait`;
-    /// 2. otherwise the charges are checked (or reserved) as without bans;
-    /// 3. a denial that refuses the request (every denial of a check; of a reservation, a
-    ///    final one or one whose `retry_after` is longer than `max_wait`) counts one refusal
-    ///    for every policy with a ban that denied (each policy and key once), and a refusal
-    ///    that starts a ban reports it ([`Decision::with_ban_started`]): `retry_after` is
-    ///    the longer of the ban and the quota's wait, `remaining` 0.
-    #[cold]
-    #[inline(never)]
-    fn with_bans(
-        &self,
-        charges: &[Charge<'_, K>],
-        now: u64,
-        max_wait: Option<u64>,
-    ) -> Result<Decisions, StoreError> {
-        let mut longest: Option<(usize, u64)> = None;
-        for (i, c) in charges.iter().enumerate() {
-            let ends = self.bans_of(c.policy)?.and_then(|b| b.ends_in(c.key, now));
-            if let Some(ends) = ends {
-                if longest.is_none_or(|(_, e)| ends > e) {
-                    longest = Some((i, ends));
-                }
-            }
-        }
-        if let Some((banned, ends)) = longest {
-            let mut report = SmallVec::<[Decision; 4]>::new();
-            for (i, c) in charges.iter().enumerate() {
-                let slot = self.slot(c.policy)?;
-                let state = with_keyed!(slot, k => k.peek(c.key, now, c.cost));
-                report.push(if i == banned {
-                    Decision::banned(state.limit(), std::time::Duration::from_nanos(ends))
-                } else {
-                    state
-                });
-            }
-            let is_final = max_wait.is_some_and(|w| ends > w);
-            return Ok(Decisions::new(report).with_final(is_final));
-        }
-        let decisions = match max_wait {
-            None => self.check_plain(charges, now)?,
-            Some(w) => self.reserve_at(charges, now, w)?,
-        };
-        if decisions.is_allowed() {
-            return Ok(decisions);
-        }
-        let refuses = match max_wait {
-            None => true,
-            Some(w) => {
-                decisions.is_final()
-                    || decisions
-                        .retry_after()
-                        .is_some_and(|r| crate::clock::nanos(r) > w)
-            }
-        };
-        if !refuses {
-            return Ok(decisions);
-        }
-        let mut started = false;
-        let mut is_final = decisions.is_final();
-        let mut report = SmallVec::<[Decision; 4]>::new();
-        for (i, (c, d)) in charges.iter().zip(decisions.as_slice()).enumerate() {
-            let counted = d.is_denied()
-                && !d.is_cannot_fit()
-                && !charges[..i]
-                    .iter()
-                    .any(|p| p.policy == c.policy && p.key == c.key);
-            let bans = if counted {
-                self.bans_of(c.policy)?
-            } else {
-                None
-            };
-            match bans {
-                Some(bans) if bans.refuse(c.key, now) => {
-                    started = true;
-                    let ban = std::time::Duration::from_nanos(bans.duration());
-                    let wait = d.retry_after().unwrap_or_default().max(ban);
-                    is_final |= max_wait.is_some_and(|w| crate::clock::nanos(wait) > w);
-                    report.push(Decision::banned(d.limit(), wait).with_ban_started());
-                }
-                _ => report.push(*d),
-            }
-        }
-        if !started {
-            return Ok(decisions);
-        }
-        Ok(Decisions::new(report).with_final(is_final))
-    }
-
-    /// The bans of `policy` (`None`: it has no ban).
-    fn bans_of(&self, policy: PolicyId) -> Result<Option<&Bans<K>>, StoreError> {
-        self.slot(policy)?;
-        Ok(self.bans.get(policy.index()).and_then(Option::as_ref))
-    }
-
-    /// Keys with refusals being counted or a ban in force under `policy` (0 for a policy
-    /// without a ban). Keys whose ban ended stay counted until the next sweep.
-    pub fn ban_len(&self, policy: PolicyId) -> usize {
-        self.bans_of(policy).ok().flatten().map_or(0, Bans::len)
-    }
-
-    /// How long the ban of `key` under `policy` still lasts (`None`: no ban in force).
-    pub fn ban_ends_in(&self, policy: PolicyId, key: &K) -> Option<std::time::Duration> {
-        let bans = self.bans_of(policy).ok().flatten()?;
-        bans.ends_in(key, self.clock.now())
-            .map(std::time::Duration::from_nanos)
-    }
-
     /// Keys held across all policies.
     pub fn len(&self) -> usize {
         self.registered()
@@ -592,93 +376,6 @@ where
         for bans in self.bans.iter().flatten() {
             bans.sweep(now);
         }
-    }
-
-    /// Forgets `key` under `policy`: its next request sees a full budget, and a ban of the
-    /// key (or its count of refusals) under the policy ends. An unregistered `policy` forgets
-    /// nothing; [`MemoryStore::reset_now`] (and [`Store::reset`]) report it as an error and
-    /// answer the state after the reset.
-    ///
-    /// Receipts of charges made before the reset give back nothing afterwards (the reset
-    /// forgot those charges; their refunds must not free the ones made since). Until every
-    /// stamp from before the reset is stale (about one tolerance `tau` for GCRA and the
-    /// leaky bucket, two windows for the window algorithms, every permit released for the
-    /// concurrency counter), the key's checks take a slower path behind a lock.
-    pub fn forget(&self, policy: PolicyId, key: &K) {
-        if let Ok(slot) = self.slot(policy) {
-            let now = self.clock.now();
-            with_keyed!(slot, k => k.reset(key, now));
-        }
-        if let Ok(Some(bans)) = self.bans_of(policy) {
-            bans.reset(key);
-        }
-    }
-
-    /// Forgets `key` under `policy`, or under every policy (`None`), and reports the state
-    /// afterwards (see [`MemoryStore::peek_now`]): one decision for `Some(policy)`, one per
-    /// policy in registration order for `None`. Same as [`Store::reset`] without the
-    /// [`Checked`] wrapper; see [`MemoryStore::forget`] for what happens to receipts from
-    /// before the reset.
-    ///
-    /// A ban of the key under a reset policy ends, and its count of refusals starts again
-    /// from zero. A concurrency-counter policy forgets the permits the key holds: the key can take
-    /// its whole limit again at once, and the release of a permit taken before the reset
-    /// gives back nothing (so permits still in flight and permits leaked by a lost response
-    /// are never counted twice, and never free a permit taken since).
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError::UnknownPolicy`] when `policy` was never registered (nothing is reset).
-    pub fn reset_now(&self, policy: Option<PolicyId>, key: &K) -> Result<Decisions, StoreError> {
-        let ids: SmallVec<[PolicyId; 4]> = match policy {
-            Some(id) => {
-                self.slot(id)?;
-                SmallVec::from_elem(id, 1)
-            }
-            None => (0..self.registered().len())
-                .filter_map(|i| u32::try_from(i).ok())
-                .map(PolicyId::from_index)
-                .collect(),
-        };
-        for &id in &ids {
-            self.forget(id, key);
-        }
-        ids.iter()
-            .map(|&id| self.peek_now(id, key))
-            .collect::<Result<SmallVec<[Decision; 4]>, _>>()
-            .map(Decisions::new)
-    }
-
-    /// `key`'s state under `policy` at the clock's current time, charging nothing: the
-    /// decision of a free probe (cost 0). `limit`, `remaining` (whole cost-1 requests that
-    /// would pass now) and `reset_after` (time until the budget is full again) are the
-    /// state's, read where a check of the key would charge (its own state, or the shared
-    /// overflow state while [`MemoryStore::with_max_keys`] keys are held and the key has
-    /// none); the outcome is allowed. While a ban of the key under the policy is in force,
-    /// the answer is the ban ([`Decision::banned`]: refused, `retry_after` and `reset_after`
-    /// the time until it ends, `remaining` 0). Same as [`Store::peek`] without the
-    /// [`Checked`] wrapper. Inserts nothing.
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError::UnknownPolicy`] when `policy` was never registered.
-    pub fn peek_now(&self, policy: PolicyId, key: &K) -> Result<Decision, StoreError> {
-        let slot = self.slot(policy)?;
-        let now = self.clock.now();
-        let state = with_keyed!(slot, k => k.peek(key, now, 0));
-        let banned = self.bans_of(policy)?.and_then(|b| b.ends_in(key, now));
-        Ok(match banned {
-            Some(ends) => Decision::banned(state.limit(), std::time::Duration::from_nanos(ends)),
-            None => state,
-        })
-    }
-
-    /// Whether `key` holds state of its own under `policy`. A key that does not behaves as
-    /// absent, or shares the overflow state while `max_keys` keys are held
-    /// ([`MemoryStore::with_max_keys`]); an unknown policy holds nothing.
-    pub fn holds(&self, policy: PolicyId, key: &K) -> bool {
-        self.slot(policy)
-            .is_ok_and(|slot| with_keyed!(slot, k => k.holds(key)))
     }
 }
 

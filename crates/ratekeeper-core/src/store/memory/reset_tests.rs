@@ -232,3 +232,98 @@ fn a_reset_ends_a_ban_and_a_peek_reports_it() {
     assert!(!check(&s, p, &k).as_slice()[0].starts_ban());
     assert!(check(&s, p, &k).as_slice()[0].starts_ban());
 }
+
+fn check_cost(s: &MemoryStore<Key, ManualClock>, p: PolicyId, k: &Key, cost: u64) -> Decision {
+    ready(Store::check(s, &[Charge::new(p, k, cost)]))
+        .unwrap()
+        .as_slice()[0]
+}
+
+/// A key charged on the shared overflow state (its policy held `max_keys` keys) gets a
+/// state of its own from a reset, made by sweeping idle keys, so its next requests see the
+/// whole burst; a refund of its charge on the overflow state still goes there.
+#[test]
+fn a_reset_gives_a_key_on_the_overflow_state_a_state_of_its_own() {
+    let (s, ids, _, clock) = store();
+    let s = s.with_max_keys(std::num::NonZeroUsize::new(2).unwrap());
+    let (a, b, c) = (Key::from("a"), Key::from("b"), Key::from("c"));
+    for &p in &ids {
+        check(&s, p, &a);
+        check(&s, p, &b);
+    }
+    // Two periods on, `a` and `b` are idle under every algorithm, but not swept yet.
+    clock.advance(Duration::from_secs(120));
+    for &p in &ids {
+        let spent = ready(Store::check(&s, &[Charge::new(p, &c, 3)])).unwrap();
+        assert!(spent.is_allowed(), "{p:?}");
+        assert!(!s.holds(p, &c), "{p:?}: on the overflow state");
+        assert!(!check(&s, p, &c).is_allowed(), "{p:?}");
+
+        let after = ready(Store::reset(&s, Some(p), &c)).unwrap();
+        assert_eq!(after.as_slice()[0].remaining(), 3, "{p:?}");
+        assert!(s.holds(p, &c), "{p:?}: a state of its own");
+        for n in 0..3 {
+            assert!(check(&s, p, &c).is_allowed(), "{p:?}: charge {n}");
+        }
+        assert!(!check(&s, p, &c).is_allowed(), "{p:?}");
+        // The charge on the overflow state goes back there, not to the key's new state.
+        let refund = Refund::new(Charge::new(p, &c, 3), spent.receipt(0));
+        Store::refund(&s, &[refund]);
+        assert!(
+            !check(&s, p, &c).is_allowed(),
+            "{p:?}: refunded to the new state"
+        );
+        let held = with_keyed!(&s.registered()[p.index()].1, k => k.len());
+        assert!(held <= 2, "{p:?}: {held} keys over the cap");
+    }
+}
+
+/// At the cap with every key live, a key on the overflow state cannot get a state of its
+/// own: the reset is an error and resets nothing, under any policy (room taken under an
+/// earlier policy is given back), and it succeeds once keys are idle.
+#[test]
+fn a_reset_at_a_cap_of_live_keys_is_refused_and_resets_nothing() {
+    let clock = ManualClock::new();
+    let mut s = MemoryStore::<Key, _>::with_clock(clock.clone())
+        .with_max_keys(std::num::NonZeroUsize::new(2).unwrap());
+    let three = NonZeroU32::new(3).unwrap();
+    let roomy = s
+        .register(&Policy::new("roomy", Quota::per_second(three)))
+        .unwrap();
+    let full = s
+        .register(&Policy::new("full", Quota::per_hour(three)))
+        .unwrap();
+    let (a, b, c) = (Key::from("a"), Key::from("b"), Key::from("c"));
+    for p in [roomy, full] {
+        check(&s, p, &a);
+        check(&s, p, &b);
+    }
+    clock.advance(Duration::from_secs(1)); // `a` and `b` are idle under `roomy` only
+    assert!(check_cost(&s, roomy, &c, 3).is_allowed());
+    assert!(check_cost(&s, full, &c, 1).is_allowed());
+    assert!(!s.holds(roomy, &c) && !s.holds(full, &c));
+
+    for policy in [None, Some(full)] {
+        let err = ready(Store::reset(&s, policy, &c)).unwrap_err();
+        assert!(matches!(err, StoreError::KeysFull(p) if p == full), "{err}");
+    }
+    assert!(matches!(s.forget(full, &c), Err(StoreError::KeysFull(_))));
+    // Nothing was reset: `c` still shares the overflow states.
+    assert!(!s.holds(roomy, &c) && !s.holds(full, &c));
+    assert_eq!(peek(&s, full, &c).remaining(), 2);
+    assert!(!check_cost(&s, full, &c, 3).is_allowed());
+    // The room taken under `roomy` went back: two new keys get states of their own there.
+    let (d, e, f) = (Key::from("d"), Key::from("e"), Key::from("f"));
+    s.sweep();
+    for k in [&d, &e, &f] {
+        check(&s, roomy, k);
+    }
+    assert!(s.holds(roomy, &d) && s.holds(roomy, &e) && !s.holds(roomy, &f));
+
+    // Once `a` and `b` are idle under `full`, the reset makes room and succeeds.
+    clock.advance(Duration::from_secs(3_600));
+    let after = ready(Store::reset(&s, Some(full), &c)).unwrap();
+    assert_eq!(after.as_slice()[0].remaining(), 3);
+    assert!(s.holds(full, &c));
+    assert!(check_cost(&s, full, &c, 3).is_allowed());
+}

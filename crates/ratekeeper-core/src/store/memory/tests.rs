@@ -272,7 +272,7 @@ fn reset_forgets_a_key() {
     let k = Key::Global;
     assert!(s.check_now(&[Charge::new(p, &k, 1)]).unwrap().is_allowed());
     assert!(!s.check_now(&[Charge::new(p, &k, 1)]).unwrap().is_allowed());
-    s.forget(p, &k);
+    s.forget(p, &k).unwrap();
     assert!(s.check_now(&[Charge::new(p, &k, 1)]).unwrap().is_allowed());
 }
 
@@ -409,7 +409,7 @@ fn keys_held_and_evictions_are_in_metrics() {
         s.check_now(&[Charge::new(p, &Key::Int(0), 1)]).unwrap();
         assert_eq!(changed(&snapshotter).get(KEYS), Some(&keys(5.0)));
         // A reset key keeps its place behind a fence until its old receipts are stale.
-        s.forget(p, &Key::Int(4));
+        s.forget(p, &Key::Int(4)).unwrap();
         let after_reset = changed(&snapshotter);
         let gauge = after_reset.get(KEYS);
         assert!(gauge.is_none() || gauge == Some(&keys(0.0)), "{gauge:?}");

@@ -1,23 +1,28 @@
 //! The one owner of the request path: [`Limiter`] makes a request's [`Ticket`], calls the
 //! store, turns the store's answer into a [`Verdict`] (with the metrics and logs of that
-//! decision), renders headers and 429s, and settles after the response.
+//! decision), renders headers and 429s, and settles after the response (the response side,
+//! [`Respond`], is in `respond.rs`).
 //!
 //! Both ways a store answers go through the same [`Erased::verdict`]: at once (the memory
 //! store, inside `call`, on the concrete limiter, inlined) and later (an async store, from
 //! the response future, on the trait object, so the future does not carry the key, cost and
-//! resolver types). Which state follows a verdict is decided in one place, the response
-//! future's transition.
+//! resolver types). Which state follows a verdict is decided in one function, `dispatch` in
+//! `future.rs`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{Extensions, HeaderMap, Request, StatusCode};
+use http::{Extensions, Request};
 use ratekeeper_core::Key;
 use ratekeeper_core::store::{
     Charge, Checked, Decisions, FailurePolicy, PolicyId, Store, StoreError,
 };
 use smallvec::SmallVec;
 use tokio::time::Instant;
+
+mod respond;
+
+pub(crate) use respond::{FAILED, NO_RESPONSE, Respond};
 
 use super::answer::{Answer, Refusal};
 use super::diag::{DECISION_TARGET, Diagnostics};
@@ -30,7 +35,7 @@ use crate::info::Info;
 use crate::key::{KeyExtractor, PeerIp};
 use crate::policy::{AllPolicies, Applied, Plan, Resolve, Rules};
 use crate::report::Reporter;
-use crate::usage::{Corrector, Metered, UsageRules};
+use crate::usage::UsageRules;
 
 /// What the layer does with a request once the store decided. Every verdict but
 /// [`Verdict::Retry`] is final and was counted once in `ratekeeper_decisions_total`. The
@@ -369,114 +374,6 @@ where
         };
         Answer { head, body, policy }
     }
-
-    /// Adds the rate-limit headers of a passed request's decisions to its response.
-    #[inline]
-    fn headers(&self, ticket: &Ticket, decisions: &Decisions, headers: &mut HeaderMap) {
-        // Only the IETF fields and several policies need the list.
-        let policies: SmallVec<[usize; 2]> = if self.reporter.needs_policy_indices() {
-            ticket.charges.policy_indices()
-        } else {
-            SmallVec::new()
-        };
-        self.reporter.headers(
-            decisions,
-            &policies,
-            ticket.pk.as_deref(),
-            || self.store.unix_now(),
-            headers,
-        );
-    }
-
-    /// Settles after the response: gives back the charges a policy's settle rule refunds for
-    /// `status`, each with the receipt its decision carried (so a charge whose window closed
-    /// or that the bucket drained gives back nothing).
-    #[inline]
-    fn settle_charges(&self, ticket: &Ticket, decisions: &Decisions, status: StatusCode) {
-        let applied = &ticket.charges;
-        let refunds = applied.refunds(&self.rules, &self.ids, decisions, status);
-        if !refunds.is_empty() {
-            tracing::debug!(key = self.diag.key_text(&applied.key), %status, "refunding rate-limit charge after the response");
-            self.store.refund(&refunds);
-        }
-    }
-
-    /// Gives back a Delay-mode reservation dropped before it proceeded, as far as the
-    /// receipts in `decisions` say its charges still hold (never a later reservation's slot).
-    fn give_back(&self, ticket: &Ticket, decisions: &Decisions) {
-        let applied = &ticket.charges;
-        tracing::debug!(
-            key = self.diag.key_text(&applied.key),
-            "refunding a dropped delay-mode reservation"
-        );
-        self.store
-            .refund(&applied.all_refunds(&self.ids, decisions));
-    }
-
-    /// At the response head, for a layer with usage rules: corrects the charges a response
-    /// header settles, and returns what the body carries for the charges a trailer or the
-    /// body settles (taking the charges out of the ticket, which is settled then).
-    #[cold]
-    fn meter_response(
-        self: Arc<Self>,
-        ticket: &mut Ticket,
-        decisions: &Decisions,
-        head: &http::response::Parts,
-    ) -> Option<Box<Metered>>
-    where
-        K: Send + Sync + 'static,
-        Co: Send + Sync + 'static,
-        R: Send + Sync + 'static,
-    {
-        let status = head.status;
-        let settle = &self.rules.settle;
-        let refunded = |index: u32| settle.iter().any(|(i, s)| *i == index && s.refunds(status));
-        let started = self.usage.start(&ticket.charges, decisions, refunded, head);
-        if !started.now.is_empty() {
-            let receipts: SmallVec<[_; 2]> = decisions.receipts().collect();
-            self.correct(&ticket.charges, &receipts, &started.now);
-        }
-        if !started.counts_body() {
-            return None;
-        }
-        let charges = std::mem::take(&mut ticket.charges);
-        let metered = started.into_metered(self, charges, decisions);
-        Some(Box::new(metered))
-    }
-}
-
-impl<K, Co, St, R> Corrector for Limiter<K, Co, St, R>
-where
-    K: Send + Sync + 'static,
-    Co: Send + Sync + 'static,
-    St: Store<Key>,
-    R: Send + Sync + 'static,
-{
-    fn correct(
-        &self,
-        applied: &Applied,
-        receipts: &[ratekeeper_core::store::Receipt],
-        actuals: &[(usize, u64)],
-    ) {
-        let corrections =
-            crate::usage::corrections(applied, &self.ids, &self.usage, receipts, actuals);
-        if corrections.is_empty() {
-            return;
-        }
-        if tracing::enabled!(target: crate::usage::USAGE_TARGET, tracing::Level::DEBUG) {
-            let pairs: SmallVec<[(u64, u64); 2]> = corrections
-                .iter()
-                .map(|c| (c.charge.cost, c.actual))
-                .collect();
-            tracing::debug!(
-                target: crate::usage::USAGE_TARGET,
-                key = self.diag.key_text(&applied.key),
-                corrections = ?pairs,
-                "settling rate-limit charges to their true cost (estimate, actual)"
-            );
-        }
-        self.store.correct(&corrections);
-    }
 }
 
 /// The key and cost of the charge whose decision the headers report (for the logs).
@@ -508,30 +405,6 @@ pub(crate) fn store_failed(err: &StoreError, extensions: &mut Extensions) -> Opt
     None
 }
 
-/// The limiter as a settlement sees it: what happens after the inner service answered (or
-/// did not). No type parameter, so a settlement can move into a response body.
-pub(crate) trait Respond: Send + Sync {
-    /// Settles the ticket by the response's status, then adds the rate-limit headers of
-    /// `decisions` to the response; `true` when the layer settles some policy from the
-    /// response ([`Respond::meter`] then).
-    fn respond(
-        &self,
-        ticket: &Ticket,
-        decisions: &Decisions,
-        parts: &mut http::response::Parts,
-    ) -> bool;
-    /// Corrects the charges a response header settles; returns what the response body
-    /// carries for those a trailer or the body settles (see [`crate::usage`]).
-    fn meter(
-        self: Arc<Self>,
-        ticket: &mut Ticket,
-        decisions: &Decisions,
-        head: &http::response::Parts,
-    ) -> Option<Box<Metered>>;
-    /// Settles the ticket without a response (see [`NO_RESPONSE`] and [`FAILED`]).
-    fn settle(&self, ticket: &Ticket, decisions: &Decisions, status: StatusCode);
-}
-
 /// The limiter as the request path sees it: in `call` statically (the concrete [`Limiter`],
 /// inlined), in the response future as a trait object (so the future does not carry the
 /// key, cost and resolver types).
@@ -561,48 +434,6 @@ pub(crate) trait Erased<SF>: Respond {
     fn release(&self, ticket: &Ticket, decisions: &Decisions);
     /// This limiter as a settlement holds it.
     fn responder(self: Arc<Self>) -> Arc<dyn Respond>;
-}
-
-/// The status a charge is settled with when the response future is dropped before the inner
-/// service answered (the client went away): `499`, nginx's "client closed request". So
-/// `Settle::COUNT_UNAUTHORIZED` gives the charge back (it was no `401`) and
-/// `Settle::REFUND_SERVER_ERRORS` keeps it (the server did not fail).
-pub(crate) const NO_RESPONSE: u16 = 499;
-/// The status a charge is settled with when the inner service returned an error instead of a
-/// response: `500`, as hyper answers such a request.
-pub(crate) const FAILED: u16 = 500;
-
-impl<K, Co, St, R> Respond for Limiter<K, Co, St, R>
-where
-    K: Send + Sync + 'static,
-    Co: Send + Sync + 'static,
-    St: Store<Key>,
-    R: Send + Sync + 'static,
-{
-    #[inline]
-    fn respond(
-        &self,
-        ticket: &Ticket,
-        decisions: &Decisions,
-        parts: &mut http::response::Parts,
-    ) -> bool {
-        self.settle_charges(ticket, decisions, parts.status);
-        self.headers(ticket, decisions, &mut parts.headers);
-        !self.usage.is_empty()
-    }
-
-    fn meter(
-        self: Arc<Self>,
-        ticket: &mut Ticket,
-        decisions: &Decisions,
-        head: &http::response::Parts,
-    ) -> Option<Box<Metered>> {
-        self.meter_response(ticket, decisions, head)
-    }
-
-    fn settle(&self, ticket: &Ticket, decisions: &Decisions, status: StatusCode) {
-        self.settle_charges(ticket, decisions, status);
-    }
 }
 
 impl<K, Co, St, R> Erased<St::Future> for Limiter<K, Co, St, R>

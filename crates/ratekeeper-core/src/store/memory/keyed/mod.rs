@@ -1,8 +1,9 @@
 //! The per-policy key map of the [`MemoryStore`](super::MemoryStore): per-key state in one
 //! map per lane (the compact key forms of `compact`; a [`DashMap`], or the `ascii` lane's
-//! slabs of `slab`), insertion only when a request
-//! changes state, amortised sweeping of idle keys, the optional cap on keys (over all lanes)
-//! with its shared overflow state, the fences of reset keys, and the metrics of all of them.
+//! slabs of `slab`; see `lanes`), insertion only when a request changes state, amortised
+//! sweeping of idle keys, the optional cap on keys (over all lanes) with its shared
+//! overflow state, the fences of reset keys (`fence`), refunds and corrections (`settle`),
+//! and the metrics of all of them.
 //!
 //! # Which state a receipt belongs to
 //!
@@ -29,13 +30,15 @@
 //!   fence goes (and the key returns to its lane) once both lives' stamps are stale in real
 //!   time; checks of a fenced key take the slow path meanwhile.
 
+mod fence;
+mod lanes;
+mod settle;
+
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use dashmap::DashMap;
-use dashmap::mapref::entry::Entry;
 use metrics::{Counter, Gauge};
 
 use crate::algorithm::{
@@ -45,9 +48,8 @@ use crate::algorithm::{
 use crate::store::Receipt;
 use crate::{Algorithm, Decision, Policy};
 
-use super::compact::{Lane, Packed, Wide, lane};
-use super::slab::Slab;
-use super::staggered::Staggered;
+use self::fence::Fence;
+use self::lanes::{FenceKey, Insert, Maps, on_lane};
 
 /// The map hasher (a type parameter of [`Keyed`] so tests can force equal hashes).
 pub(super) type Hasher = foldhash::fast::RandomState;
@@ -85,12 +87,12 @@ pub(super) enum Slot<K> {
 macro_rules! with_keyed {
     ($slot:expr, $k:ident => $body:expr) => {
         match $slot {
-            Slot::Gcra($k) => $body,
-            Slot::LeakyBucket($k) => $body,
-            Slot::FixedWindow($k) => $body,
-            Slot::SlidingLog($k) => $body,
-            Slot::SlidingWindow($k) => $body,
-            Slot::Concurrency($k) => $body,
+            $crate::store::memory::keyed::Slot::Gcra($k) => $body,
+            $crate::store::memory::keyed::Slot::LeakyBucket($k) => $body,
+            $crate::store::memory::keyed::Slot::FixedWindow($k) => $body,
+            $crate::store::memory::keyed::Slot::SlidingLog($k) => $body,
+            $crate::store::memory::keyed::Slot::SlidingWindow($k) => $body,
+            $crate::store::memory::keyed::Slot::Concurrency($k) => $body,
         }
     };
 }
@@ -126,174 +128,6 @@ impl<K: Hash + Eq + Clone + 'static> Slot<K> {
     }
 }
 
-/// The key maps of one policy, one per lane (see `compact`): each holds its keys in the
-/// smallest form that keeps them whole. The fixed-size lanes are [`Staggered`], so their
-/// bytes per key do not swing with the key count; the `ascii` lane is a [`Slab`].
-pub(super) struct Maps<K, S, H = Hasher> {
-    v4: Staggered<u64, S, H>,
-    p64: Staggered<u64, S, H>,
-    v6: Staggered<Wide, S, H>,
-    v6net: Staggered<Wide, S, H>,
-    short: Staggered<Wide, S, H>,
-    ascii: Slab<Packed, S, H>,
-    long: DashMap<Box<str>, S, H>,
-    full: DashMap<K, S, H>,
-}
-
-impl<K: Hash + Eq, S: Default, H: BuildHasher + Clone> Maps<K, S, H> {
-    fn with_hasher(hasher: &H) -> Self {
-        Self {
-            v4: Staggered::with_hasher(hasher),
-            p64: Staggered::with_hasher(hasher),
-            v6: Staggered::with_hasher(hasher),
-            v6net: Staggered::with_hasher(hasher),
-            short: Staggered::with_hasher(hasher),
-            ascii: Slab::with_hasher(hasher),
-            long: DashMap::with_hasher(hasher.clone()),
-            full: DashMap::with_hasher(hasher.clone()),
-        }
-    }
-
-    /// The dashmaps of the lanes keyed by one word.
-    fn word_parts(&self) -> impl Iterator<Item = &DashMap<u64, S, H>> {
-        self.v4.parts().iter().chain(self.p64.parts())
-    }
-
-    /// The dashmaps of the lanes keyed by two words.
-    fn wide_parts(&self) -> impl Iterator<Item = &DashMap<Wide, S, H>> {
-        let wide = [&self.v6, &self.v6net, &self.short];
-        wide.into_iter().flat_map(Staggered::parts)
-    }
-
-    /// Keys held, over all lanes.
-    pub(super) fn len(&self) -> usize {
-        let words: usize = self.word_parts().map(DashMap::len).sum();
-        let wides: usize = self.wide_parts().map(DashMap::len).sum();
-        words + wides + self.ascii.len() + self.long.len() + self.full.len()
-    }
-
-    /// Keeps the entries whose state passes `keep`; answers how many went.
-    fn retain(&self, keep: impl Fn(&S) -> bool) -> usize {
-        fn go<Q: Hash + Eq, S, H: BuildHasher + Clone>(
-            map: &DashMap<Q, S, H>,
-            keep: &impl Fn(&S) -> bool,
-        ) -> usize {
-            let mut removed = 0;
-            map.retain(|_, state| {
-                let kept = keep(state);
-                removed += usize::from(!kept);
-                kept
-            });
-            removed
-        }
-        let words: usize = self.word_parts().map(|m| go(m, &keep)).sum();
-        let wides: usize = self.wide_parts().map(|m| go(m, &keep)).sum();
-        let ascii = self.ascii.retain(&keep);
-        words + wides + ascii + go(&self.long, &keep) + go(&self.full, &keep)
-    }
-}
-
-/// Runs `$body` with `$map` bound to the lane map of `$key`, `$q` to its compact form (a
-/// borrow the map can look up), `$own` to a closure making the owned map key and `$fence`
-/// to one making its [`FenceKey`] (both capture only what the lookup needs).
-macro_rules! on_lane {
-    ($maps:expr, $key:expr, |$map:ident, $q:ident, $own:ident, $fence:ident| $body:expr) => {
-        match lane($key) {
-            Lane::V4(x) => {
-                let ($map, $q, $own) = ($maps.v4.part(&x), &x, || x);
-                let $fence = || FenceKey::<K>::V4(x);
-                $body
-            }
-            Lane::P64(x) => {
-                let ($map, $q, $own) = ($maps.p64.part(&x), &x, || x);
-                let $fence = || FenceKey::<K>::P64(x);
-                $body
-            }
-            Lane::V6(x) => {
-                let ($map, $q, $own) = ($maps.v6.part(&x), &x, || x);
-                let $fence = || FenceKey::<K>::V6(x);
-                $body
-            }
-            Lane::V6Net(x) => {
-                let ($map, $q, $own) = ($maps.v6net.part(&x), &x, || x);
-                let $fence = || FenceKey::<K>::V6Net(x);
-                $body
-            }
-            Lane::Short(x) => {
-                let ($map, $q, $own) = ($maps.short.part(&x), &x, || x);
-                let $fence = || FenceKey::<K>::Short(x);
-                $body
-            }
-            Lane::Ascii(x) => {
-                let ($map, $q, $own) = (&$maps.ascii, &x, || x);
-                let $fence = || FenceKey::<K>::Ascii(x);
-                $body
-            }
-            Lane::Long(s) => {
-                let ($map, $q, $own) = (&$maps.long, s, || Box::<str>::from(s));
-                let $fence = || FenceKey::<K>::Long(Box::<str>::from(s));
-                $body
-            }
-            Lane::Full(k) => {
-                let ($map, $q, $own) = (&$maps.full, k, || k.clone());
-                let $fence = || FenceKey::<K>::Full(k.clone());
-                $body
-            }
-        }
-    };
-}
-
-/// A key as the fences of reset keys hold it: its lane and compact form, owned.
-#[derive(PartialEq, Eq, Hash)]
-enum FenceKey<K> {
-    V4(u64),
-    P64(u64),
-    V6(Wide),
-    V6Net(Wide),
-    Short(Wide),
-    Ascii(Packed),
-    Long(Box<str>),
-    Full(K),
-}
-
-impl<K: Clone + 'static> FenceKey<K> {
-    fn of(key: &K) -> Self {
-        match lane(key) {
-            Lane::V4(x) => FenceKey::V4(x),
-            Lane::P64(x) => FenceKey::P64(x),
-            Lane::V6(x) => FenceKey::V6(x),
-            Lane::V6Net(x) => FenceKey::V6Net(x),
-            Lane::Short(x) => FenceKey::Short(x),
-            Lane::Ascii(x) => FenceKey::Ascii(x),
-            Lane::Long(s) => FenceKey::Long(s.into()),
-            Lane::Full(k) => FenceKey::Full(k.clone()),
-        }
-    }
-}
-
-/// The insertion of a new key into a lane's map, for [`Keyed::check_new`] and [`Keyed::debit`].
-trait Insert<Q, S> {
-    /// Runs `f` on the state of `q` under the map's write lock, with `true` when `q` was not
-    /// held and has just been inserted with the default state; `None` when the map has no
-    /// room for `q`.
-    fn insert_with<R>(&self, q: Q, f: impl FnOnce(&S, bool) -> R) -> Option<R>;
-}
-
-impl<Q: Hash + Eq, S: Default, H: BuildHasher + Clone> Insert<Q, S> for DashMap<Q, S, H> {
-    fn insert_with<R>(&self, q: Q, f: impl FnOnce(&S, bool) -> R) -> Option<R> {
-        Some(match self.entry(q) {
-            Entry::Occupied(state) => f(state.get(), false),
-            Entry::Vacant(vacant) => f(&vacant.insert(S::default()), true),
-        })
-    }
-}
-
-impl<S: Default, H: BuildHasher> Insert<Packed, S> for Slab<Packed, S, H> {
-    fn insert_with<R>(&self, q: Packed, f: impl FnOnce(&S, bool) -> R) -> Option<R> {
-        Slab::insert_with(self, q, f)
-    }
-}
-
 /// The keys of one policy and their state under its algorithm.
 pub(super) struct Keyed<K, A: KeyedAlgorithm, H = Hasher> {
     algorithm: A,
@@ -323,19 +157,6 @@ pub(super) struct Keyed<K, A: KeyedAlgorithm, H = Hasher> {
     /// Sweeps run (tests count them).
     #[cfg(test)]
     pub(super) sweeps: AtomicUsize,
-}
-
-/// A reset key's state (see the module docs): it decides at `now + shift`, so every stamp
-/// it hands out is above `boundary`, the largest stamp any earlier life handed out.
-struct Fence<S> {
-    state: S,
-    shift: u64,
-    boundary: u64,
-    /// The largest stamp handed out for the key in any life (it goes when this is stale).
-    bound: u64,
-    /// Concurrency permits taken before the reset and not yet released (their releases
-    /// give back nothing).
-    old_permits: u64,
 }
 
 impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm> Keyed<K, A> {
@@ -479,74 +300,6 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
         self.held.load(Ordering::Acquire) >= self.max_keys
     }
 
-    /// A check of a fenced key, or `None` when `key` has no fence (or its fence just went).
-    #[cold]
-    fn check_fenced(&self, key: &FenceKey<K>, now: u64, cost: u64) -> Option<(Decision, Receipt)> {
-        let mut fences = lock(&self.fences);
-        let fence = fences.get_mut(key)?;
-        if self.fence_is_done(fence, now) {
-            fences.remove(key);
-            self.unfence(1);
-            return None;
-        }
-        let (decision, receipt) =
-            self.algorithm
-                .check(&fence.state, now.saturating_add(fence.shift), cost);
-        if let Some(stamp) = receipt.stamp() {
-            fence.bound = fence.bound.max(stamp);
-        }
-        Some((decision, own_receipt(receipt)))
-    }
-
-    /// A reservation of a fenced key, or `None` when `key` has no fence (or its fence just
-    /// went).
-    #[cold]
-    fn reserve_fenced(
-        &self,
-        key: &FenceKey<K>,
-        now: u64,
-        cost: u64,
-        max_wait: u64,
-    ) -> Option<Reserved> {
-        let mut fences = lock(&self.fences);
-        let fence = fences.get_mut(key)?;
-        if self.fence_is_done(fence, now) {
-            fences.remove(key);
-            self.unfence(1);
-            return None;
-        }
-        let mut reserved = self.algorithm.reserve(
-            &fence.state,
-            now.saturating_add(fence.shift),
-            cost,
-            max_wait,
-        );
-        if let Some(stamp) = reserved.receipt.stamp() {
-            fence.bound = fence.bound.max(stamp);
-        }
-        reserved.receipt = own_receipt(reserved.receipt);
-        Some(reserved)
-    }
-
-    /// Whether a fence can go: its state is idle and no stamp of any life of the key can
-    /// take anything from a state created now (concurrency: every permit is back).
-    fn fence_is_done(&self, fence: &Fence<A::State>, now: u64) -> bool {
-        fence.old_permits == 0
-            && self
-                .algorithm
-                .is_idle(&fence.state, now.saturating_add(fence.shift))
-            && self.algorithm.stale(fence.bound, now)
-    }
-
-    /// `n` fences went: their keys no longer hold state.
-    fn unfence(&self, n: usize) {
-        self.fenced.fetch_sub(n, Ordering::AcqRel);
-        self.release(n);
-        // Precision: a gauge is an f64; key counts stay far below 2^53.
-        #[allow(clippy::cast_precision_loss)]
-        self.keys_gauge().decrement(n as f64);
-    }
-
     /// A reservation for a key holding state (in its lane or behind its fence); an unseen
     /// key is absent, where a reservation is a check (no wait), so it goes through
     /// [`Keyed::check`] (with its insertion and overflow handling).
@@ -600,180 +353,6 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
             self.algorithm.peek(&self.overflow, now, cost)
         } else {
             self.algorithm.peek(&A::State::default(), now, cost)
-        }
-    }
-
-    /// Gives back what the charge of `cost` with `receipt` still holds (nothing for
-    /// [`Receipt::NONE`]), on the state the charge was made on: the overflow state for a
-    /// receipt marked [`OVERFLOW_BIT`]; otherwise the key's own state in the same life (in
-    /// its lane; behind its fence when the stamp is above the fence's boundary). A charge
-    /// whose state is gone (evicted when idle, or reset) gives back nothing.
-    pub(super) fn refund(&self, key: &K, now: u64, cost: u64, receipt: Receipt) {
-        self.settle_back(key, now, cost, receipt, false);
-    }
-
-    /// [`Keyed::refund`] for a correction's give-back: by
-    /// [`KeyedAlgorithm::give_back`], which pays off a debt.
-    pub(super) fn give_back(&self, key: &K, now: u64, cost: u64, receipt: Receipt) {
-        self.settle_back(key, now, cost, receipt, true);
-    }
-
-    /// The algorithm's refund, or its give-back when `correcting`.
-    fn back(&self, state: &A::State, now: u64, cost: u64, stamp: u64, correcting: bool) -> bool {
-        if correcting {
-            self.algorithm.give_back(state, now, cost, stamp)
-        } else {
-            self.algorithm.refund(state, now, cost, stamp)
-        }
-    }
-
-    fn settle_back(&self, key: &K, now: u64, cost: u64, receipt: Receipt, correcting: bool) {
-        let Some(stamp) = receipt.stamp() else {
-            return;
-        };
-        if stamp & OVERFLOW_BIT != 0 {
-            // Unless the key's own stamps can reach bit 63 by now (then the two cannot be
-            // told apart, and nothing comes back).
-            if now.saturating_add(self.algorithm.headroom()) < OVERFLOW_BIT {
-                // The overflow state is never evicted.
-                let _ = self.back(&self.overflow, now, cost, stamp & !OVERFLOW_BIT, correcting);
-            }
-            return;
-        }
-        let found = on_lane!(self.map, key, |map, q, _own, _fence| match map.get(q) {
-            Some(state) => {
-                if self.back(&state, now, cost, stamp, correcting) {
-                    let until = now.saturating_add(self.algorithm.headroom());
-                    self.strict_until.fetch_max(until, Ordering::AcqRel);
-                }
-                true
-            }
-            None => false,
-        });
-        if !found && self.fenced.load(Ordering::Acquire) != 0 {
-            self.refund_fenced(key, now, cost, stamp, correcting);
-        }
-    }
-
-    #[cold]
-    fn refund_fenced(&self, key: &K, now: u64, cost: u64, stamp: u64, correcting: bool) {
-        let mut fences = lock(&self.fences);
-        let Some(fence) = fences.get_mut(&FenceKey::of(key)) else {
-            return;
-        };
-        if stamp > fence.boundary {
-            // A fence goes only once every stamp is stale, so what this returns is moot.
-            let shifted = now.saturating_add(fence.shift);
-            let _ = self.back(&fence.state, shifted, cost, stamp, correcting);
-        } else {
-            // A charge from before the reset: the reset forgot it; a permit is accounted.
-            fence.old_permits -= cost.min(fence.old_permits);
-        }
-    }
-
-    /// Charges `extra` units to `key` at `now` without refusing (a correction's extra
-    /// charge), on the state a check of `key` would charge now: its own (inserted if it
-    /// holds none), its fence's, or the overflow state while `max_keys` keys are held.
-    pub(super) fn debit(&self, key: &K, now: u64, extra: u64) {
-        if extra == 0 {
-            return;
-        }
-        let held = on_lane!(self.map, key, |map, q, _own, _fence| map
-            .get(q)
-            .map(|state| self.algorithm.debit(&state, now, extra))
-            .is_some());
-        if !held {
-            self.debit_new(key, now, extra);
-        }
-    }
-
-    /// [`Keyed::debit`] of a key not in its lane (as [`Keyed::check_new`] charges one).
-    #[cold]
-    #[inline(never)]
-    fn debit_new(&self, key: &K, now: u64, extra: u64) {
-        if self.fenced.load(Ordering::Acquire) != 0 {
-            let mut fences = lock(&self.fences);
-            if let Some(fence) = fences.get_mut(&FenceKey::of(key)) {
-                let shifted = now.saturating_add(fence.shift);
-                self.algorithm.debit(&fence.state, shifted, extra);
-                return;
-            }
-        }
-        on_lane!(self.map, key, |map, _q, own, _fence| {
-            if !self.take_room() {
-                self.after_insert(now);
-                if !self.take_room() {
-                    self.algorithm.debit(&self.overflow, now, extra);
-                    return;
-                }
-            }
-            let debited = map.insert_with(own(), |state, inserted| {
-                if inserted {
-                    self.keys_gauge().increment(1.0);
-                } else {
-                    self.release(1);
-                }
-                self.algorithm.debit(state, now, extra);
-            });
-            if debited.is_none() {
-                // The lane has no room left for the key (2^32 keys in one slab shard).
-                self.release(1);
-                self.algorithm.debit(&self.overflow, now, extra);
-                return;
-            }
-            self.after_insert(now);
-        });
-    }
-
-    /// Forgets `key`'s charges (its next request sees a full budget), fencing its state so
-    /// that no receipt handed out before gives back anything after (see the module docs).
-    pub(super) fn reset(&self, key: &K, now: u64) {
-        let mut fences = lock(&self.fences);
-        // Announced before the key leaves its lane, so a concurrent check of it waits for
-        // the fence (on the lock) instead of inserting the key again.
-        self.fenced.fetch_add(1, Ordering::AcqRel);
-        let removed = on_lane!(self.map, key, |map, q, _own, _fence| map
-            .remove(q)
-            .map(|(_, s)| s));
-        let before = self
-            .algorithm
-            .stamp_bound(now)
-            .max(self.max_booked.load(Ordering::Acquire));
-        let permits = removed.as_ref().map_or(0, |s| self.algorithm.permits(s));
-        let fence_key = FenceKey::of(key);
-        if let Some(fence) = fences.get_mut(&fence_key) {
-            // Fenced already: a new life behind a higher fence.
-            let side = self.algorithm.stamp_bound(now.saturating_add(fence.shift));
-            fence.old_permits = fence
-                .old_permits
-                .saturating_add(self.algorithm.permits(&fence.state))
-                .saturating_add(permits);
-            fence.bound = fence.bound.max(before).max(side);
-            fence.boundary = fence.bound;
-            fence.shift = self.algorithm.fence_shift(fence.boundary, now);
-            fence.state = A::State::default();
-            self.fenced.fetch_sub(1, Ordering::AcqRel);
-            if removed.is_some() {
-                // A check that raced the first fence put the key back in its lane.
-                self.release(1);
-                self.keys_gauge().decrement(1.0);
-            }
-        } else if removed.is_some() {
-            // The key's room in the cap and in the gauge passes to the fence.
-            fences.insert(
-                fence_key,
-                Fence {
-                    state: A::State::default(),
-                    shift: self.algorithm.fence_shift(before, now),
-                    boundary: before,
-                    bound: before,
-                    old_permits: permits,
-                },
-            );
-        } else {
-            // Not held: its charges, if any, were on a state that went when idle, or on the
-            // overflow state, which a reset of one key does not touch.
-            self.fenced.fetch_sub(1, Ordering::AcqRel);
         }
     }
 
