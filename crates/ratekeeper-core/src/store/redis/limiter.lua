@@ -578,18 +578,43 @@ local function fenced(i, s)
   return f ~= nil and s <= f
 end
 
--- A refund gives back only what the charge with this receipt still holds (case B26).
+-- A correction's reading of the windows (see give_back):
+-- Fixed windows and counters as stored, rolled to the window of now, never clamped.
+local function with_debt(i)
+  local st = load(i)
+  local w = math.floor(now / param(i, 2))
+  if algo(i) == 2 then
+    if st[1] == w then
+      return {w, st[2]}
+    end
+    return {w, 0}
+  end
+  if st[1] == w then
+    return {w, st[2], st[3]}
+  elseif st[1] + 1 == w then
+    return {w, 0, st[2]}
+  end
+  return {w, 0, 0}
+end
+
+-- Gives back `cost` units of the charge with receipt stamp s: only what that charge still
+-- holds (case B26). One rule for a refund and for a correction's give-back but for the turns
+-- already booked beyond now + tau (GCRA), which `pays_debt` decides: a refund (false) keeps
+-- a later reservation's turn, a correction (true) reads them as a debt and pays it off.
 -- GCRA (stamp s = the TAT right after the charge, st = the stored TAT):
 --   st <= now                : the bucket drained the charge: nothing;
 --   st == s                  : the charge is the latest: TAT = s - cost * T;
---   st - tau > now           : a later reservation still waits for its slot: nothing;
+--   st - tau > now           : a refund: a later reservation still waits for its slot,
+--                              nothing; a give-back: as the next rule;
 --   otherwise                : min(cost * T, max(min(s, st) - now, 0)) off the top, so a
 --                              charge never gives back time already drained, nor more than
 --                              is outstanding.
 --   Never below now (a TAT in the past is "absent": deleted).
 -- Fixed window: only in the window the charge counted in. Sliding window counter: from the
 -- current count in that window, from the previous count in the next one, later nothing.
-local function refund(i)
+-- Sliding log: from the entry stamped s while it counts. A refund reads the window counts
+-- as checks do; a give-back keeps a count above the limit whole (with_debt).
+local function give_back(i, pays_debt)
   local cost, s = cost_of(i), stamp_of(i)
   if s < 0 or cost <= 0 then
     return
@@ -634,14 +659,15 @@ local function refund(i)
   end
   if algo(i) == 1 then
     local st = load(i)
-    local t, tau = param(i, 2), param(i, 3)
-    local give = 0
-    if st > now then
-      if st == s then
-        give = cost * t
-      elseif st - tau <= now then
-        give = math.min(cost * t, math.max(math.min(s, st) - now, 0))
-      end
+    if st <= now then
+      return
+    end
+    if st ~= s and st - param(i, 3) > now and not pays_debt then
+      return
+    end
+    local give = cost * param(i, 2)
+    if st ~= s then
+      give = math.min(give, math.max(math.min(s, st) - now, 0))
     end
     if give > 0 then
       st = math.max(st - give, now)
@@ -650,7 +676,12 @@ local function refund(i)
     end
     return
   end
-  local st = current(i)
+  local st
+  if pays_debt then
+    st = with_debt(i)
+  else
+    st = current(i)
+  end
   local changed = false
   if algo(i) == 2 then
     if st[1] == s and st[2] > 0 then
@@ -674,7 +705,7 @@ if mode == 'refund' then
   -- Latest charge first, as the memory store gives back: a request that charged one key
   -- twice gets both back (its later charge is the latest booking).
   for i = n, 1, -1 do
-    refund(i)
+    give_back(i, false)
   end
   return peek_all()
 end
@@ -682,80 +713,14 @@ end
 -- 'correct': settles charges whose true cost is now known (Store::correct), latest first
 -- like 'refund'. Per key, the stamp says what to do with `cost` units:
 --   stamp >= 0 (or -1: none): give back `cost` units of the charge with that receipt, by the
---     refund rules, except that the state is read with its debt: a GCRA TAT beyond
---     now + tau is a debt left by extra charges, paid off (no "a later reservation waits"
---     rule), and a window count above the limit is kept whole, not read as the limit;
+--     refund rules with pays_debt (see give_back): a GCRA TAT beyond now + tau is a debt
+--     left by extra charges, paid off (no "a later reservation waits" rule), and a window
+--     count above the limit is kept whole, not read as the limit;
 --   stamp -2 ('debit'): charge `cost` units at now without refusing, the twin of the
 --     algorithms' `debited`: GCRA TAT = max(TAT, now) + cost * T; windows: count += cost in
 --     the window of now; sliding log: cost units in an entry stamped now (merged into the
 --     newest when it is stamped now or later). The state may go beyond the capacity; PX
 --     follows it as for any write.
--- Fixed windows and counters as stored, rolled to the window of now, never clamped.
-local function with_debt(i)
-  local st = load(i)
-  local w = math.floor(now / param(i, 2))
-  if algo(i) == 2 then
-    if st[1] == w then
-      return {w, st[2]}
-    end
-    return {w, 0}
-  end
-  if st[1] == w then
-    return {w, st[2], st[3]}
-  elseif st[1] + 1 == w then
-    return {w, 0, st[2]}
-  end
-  return {w, 0, 0}
-end
-
-local function give_back(i)
-  local cost, s = cost_of(i), stamp_of(i)
-  if s < 0 or cost <= 0 then
-    return
-  end
-  if fenced(i, s) then
-    return
-  end
-  if algo(i) == 4 then
-    refund(i)
-    return
-  end
-  if algo(i) == 1 then
-    local st = load(i)
-    if st <= now then
-      return
-    end
-    local give = cost * param(i, 2)
-    if st ~= s then
-      give = math.min(give, math.max(math.min(s, st) - now, 0))
-    end
-    if give > 0 then
-      st = math.max(st - give, now)
-      cache[KEYS[i]] = st
-      store(i, st)
-    end
-    return
-  end
-  local st = with_debt(i)
-  local changed = false
-  if algo(i) == 2 then
-    if st[1] == s and st[2] > 0 then
-      st = {st[1], math.max(st[2] - cost, 0)}
-      changed = true
-    end
-  elseif st[1] == s and st[2] > 0 then
-    st = {st[1], math.max(st[2] - cost, 0), st[3]}
-    changed = true
-  elseif st[1] == s + 1 and st[3] > 0 then
-    st = {st[1], st[2], math.max(st[3] - cost, 0)}
-    changed = true
-  end
-  if changed then
-    cache[KEYS[i]] = st
-    store(i, st)
-  end
-end
-
 local function debit(i)
   local cost = cost_of(i)
   if cost <= 0 then
@@ -794,7 +759,7 @@ if mode == 'correct' then
     if stamp_of(i) == -2 then
       debit(i)
     else
-      give_back(i)
+      give_back(i, true)
     end
   end
   return peek_all()
