@@ -1,7 +1,11 @@
 -- ratekeeper limiter, state format v2: twins of ratekeeper_core::algorithm::Gcra (also the
 -- leaky-bucket meter), ::FixedWindow and ::SlidingWindow, in integer µs.
 --
--- KEYS[i]   one key per (policy, client key); all KEYS share one hash tag (one Cluster slot).
+-- KEYS      every key the script reads or writes, all with one hash tag (one Cluster slot):
+--           KEYS[1..n] the states, one per charge (policy, client key); in the 'refund',
+--           'correct' and 'reset' modes KEYS[n+1..2n] their reset fences, "<state>#reset"
+--           in the same order (see `fenced`); then the ban keys (see "Bans" below).
+-- KEYS[i]   the state of charge i.
 --           Each state records the parameter it was written under, so a changed quota reads
 --           it under the parameters now in force (case B27):
 --           GCRA: "<TAT>:<T>:<tau>", the theoretical arrival time, emission interval and
@@ -49,9 +53,10 @@
 -- parameters, sent only when some policy of the call has a ban: per ban four values (the
 -- position i of its charge, refusals, within µs, duration µs), then the number of bans b;
 -- its ban keys are the last b KEYS, in the same order ("<until>:<first>:<count>" µs, PX =
--- until the ban ends and the count runs out). A call without the tail has
--- #ARGV = 4 + 6 * #KEYS (with it, 4 + 6n + 4b + 1, never of that form). Rows of a ban carry
--- code 3 (refused by a ban in force) or 4 (this refusal started a ban).
+-- until the ban ends and the count runs out). With k keys per charge (2 in the modes that
+-- send fences, else 1), a call without the tail has #KEYS = k * n and #ARGV = 4 + 6 * n;
+-- with it, #KEYS = k * n + b and #ARGV = 4 + 6n + 4b + 1, never 4 + 6 * #KEYS / k. Rows of
+-- a ban carry code 3 (refused by a ban in force) or 4 (this refusal started a ban).
 local clock = redis.call('TIME')
 local server_now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 if ARGV[2] ~= '' and server_now > tonumber(ARGV[2]) then
@@ -63,18 +68,29 @@ if ARGV[1] ~= '' then
 end
 local mode = ARGV[3]
 local min_ttl = tonumber(ARGV[4]) or 0
-local n = #KEYS
+-- Keys per charge: the state, and its reset fence in the modes that read or write fences.
+local per_charge = 1
+if mode == 'refund' or mode == 'correct' or mode == 'reset' then
+  per_charge = 2
+end
+local n = #KEYS / per_charge
 
 -- Bans: ban_of[i] = {key, after, within, duration} for a charge i whose policy has one.
 local ban_of = {}
 if #ARGV ~= 4 + 6 * n then
   local b = tonumber(ARGV[#ARGV])
-  n = n - b
+  n = (#KEYS - b) / per_charge
   for j = 1, b do
     local at = 4 + 6 * n + 4 * (j - 1)
-    ban_of[tonumber(ARGV[at + 1])] = {key = KEYS[n + j], after = tonumber(ARGV[at + 2]),
-      within = tonumber(ARGV[at + 3]), duration = tonumber(ARGV[at + 4])}
+    ban_of[tonumber(ARGV[at + 1])] = {key = KEYS[per_charge * n + j],
+      after = tonumber(ARGV[at + 2]), within = tonumber(ARGV[at + 3]),
+      duration = tonumber(ARGV[at + 4])}
   end
+end
+
+-- The reset fence of charge i (only in the modes that send fences).
+local function fence_key(i)
+  return KEYS[n + i]
 end
 
 local function param(i, j)
@@ -572,9 +588,9 @@ end
 -- Reset fences (see the 'reset' block): a receipt stamped at or below the fence of its key
 -- was handed out before a reset of the key, so its refund gives back nothing. The fence is
 -- a key of its own, "<state key>#reset" (policy names never hold '#'), in the state key's
--- hash tag, so it lives in the same Cluster slot.
+-- hash tag, so it lives in the same Cluster slot; it is declared in KEYS (fence_key).
 local function fenced(i, s)
-  local f = tonumber(redis.call('GET', KEYS[i] .. '#reset'))
+  local f = tonumber(redis.call('GET', fence_key(i)))
   return f ~= nil and s <= f
 end
 
@@ -956,7 +972,7 @@ if mode == 'reset' then
       end
       span = (fence + windows) * w - now
     end
-    local fkey = key .. '#reset'
+    local fkey = fence_key(i)
     local ttl = math.max(1, min_ttl, math.ceil(span / 1000))
     local old = tonumber(redis.call('GET', fkey))
     if old and old > fence then

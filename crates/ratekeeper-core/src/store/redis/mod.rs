@@ -34,7 +34,9 @@
 //!   the stale guard below).
 //! - **Keys** are `rl:v2:{<client key>}:<policy>`. The hash tag holds the whole client key, so
 //!   every policy of one client lives in one Cluster slot and a multi-policy check is one
-//!   atomic script with every key passed in `KEYS`. The tag encodes the key's kind
+//!   atomic script. Every key a script reads or writes (the states, their reset fences in
+//!   a refund, correction or reset, the ban keys) is declared in the call's `KEYS`, as
+//!   Redis's scripting contract asks. The tag encodes the key's kind
 //!   (`ip:`, `net:`, `i:`, `s:`, tuples in parentheses) so different keys never share a name;
 //!   `{ } | % ( ) ,`, spaces, control and non-ASCII bytes are escaped as `%XX`, and encodings
 //!   longer than 128 bytes become `h:<sha1>`. `v2` is the state-format version: a deploy

@@ -306,6 +306,13 @@ pub(super) enum Mode {
 }
 
 impl Mode {
+    /// Whether the script reads or writes the reset fences of the keys in this mode (a
+    /// refund or a correction reads them, a reset writes them), so the call declares them
+    /// in `KEYS` after the states.
+    pub(super) const fn touches_fences(self) -> bool {
+        matches!(self, Self::Refund | Self::Correct | Self::Reset)
+    }
+
     /// Writes the mode argument (`ARGV[3]`).
     fn write(self, cmd: &mut redis::Cmd) {
         match self {
@@ -524,14 +531,27 @@ impl ScriptRunner {
     fn command(&self, group: &Group, mode: Mode, sent: u64) -> redis::Cmd {
         let n = group.len();
         let bans = group.bans.len();
-        // EVALSHA, digest, key count, names, ban keys, 4 arguments, then 6 per key (5 params,
-        // stamp), then the bans' tail (4 per ban and their count).
-        let args = 3 + n + bans + 4 + 6 * n + if bans == 0 { 0 } else { 4 * bans + 1 };
-        let bytes = 60 + group.names.len() + 32 + 6 * 20 * n;
+        // Every key the script touches is declared: the states, their reset fences in the
+        // modes that read or write them, the ban keys.
+        let fences = mode.touches_fences();
+        let keys = n * if fences { 2 } else { 1 } + bans;
+        // EVALSHA, digest, key count, keys, 4 arguments, then 6 per key (5 params, stamp),
+        // then the bans' tail (4 per ban and their count).
+        let args = 3 + keys + 4 + 6 * n + if bans == 0 { 0 } else { 4 * bans + 1 };
+        let names = group.names.len() * if fences { 2 } else { 1 };
+        let bytes = 60 + names + 32 + 6 * 20 * n;
         let mut cmd = redis::Cmd::with_capacity(args, bytes);
-        cmd.arg("EVALSHA").arg(self.script.get_hash()).arg(n + bans);
+        cmd.arg("EVALSHA").arg(self.script.get_hash()).arg(keys);
         for name in group.names() {
             cmd.arg(name);
+        }
+        if fences {
+            let mut fence = String::new();
+            for name in group.names() {
+                fence.clear();
+                keys::push_fence(&mut fence, name);
+                cmd.arg(fence.as_str());
+            }
         }
         for (_, key, _) in &group.bans {
             cmd.arg(key);
@@ -759,27 +779,93 @@ mod tests {
         ];
         assert_eq!(args(&runner.command(&group, Mode::Check, 10)), expected);
 
-        // With a learned offset the guard is sent + offset + allowance, Redis µs; a refund
-        // carries none; a reservation says how long it may wait.
+        // With a learned offset the guard is sent + offset + allowance, Redis µs; a
+        // reservation says how long it may wait; a peek or an inspection declares the
+        // states alone, like a check.
         runner.guard.learn(10, 1_000_000);
         expected[6] = "1001000";
         assert_eq!(args(&runner.command(&group, Mode::Check, 10)), expected);
-        expected[6] = "";
-        expected[7] = "refund";
-        assert_eq!(args(&runner.command(&group, Mode::Refund, 10)), expected);
-        expected[6] = "1001000";
+        for (mode, arg) in [(Mode::Peek, "peek"), (Mode::Inspect, "inspect")] {
+            expected[7] = arg;
+            assert_eq!(args(&runner.command(&group, mode, 10)), expected);
+        }
         expected[7] = "reserve:250";
         assert_eq!(
             args(&runner.command(&group, Mode::Reserve(250), 10)),
             expected
         );
+        // A refund, a correction and a reset carry no guard and declare each state's reset
+        // fence after the states (the script reads or writes it): four keys.
+        let fenced = |expected: &[&str], mode: &str| {
+            let mut out: Vec<String> = expected.iter().map(|a| (*a).to_owned()).collect();
+            out[2] = "4".to_owned();
+            out[6] = String::new();
+            out[7] = mode.to_owned();
+            out.insert(5, "rl:v2:{s:a%20b}:p1#reset".to_owned());
+            out.insert(6, "rl:v2:{s:a%20b}:p2#reset".to_owned());
+            out
+        };
+        for (mode, arg) in [
+            (Mode::Refund, "refund"),
+            (Mode::Correct, "correct"),
+            (Mode::Reset, "reset"),
+        ] {
+            assert_eq!(
+                args(&runner.command(&group, mode, 10)),
+                fenced(&expected, arg)
+            );
+        }
         // A refund group keeps the names and parameters, with the receipts given.
         let refund = group.refund_of([Receipt::new(11), Receipt::NONE]);
-        expected[6] = "";
-        expected[7] = "refund";
         expected[14] = "11";
         expected[20] = "-1";
-        assert_eq!(args(&runner.command(&refund, Mode::Refund, 10)), expected);
+        assert_eq!(
+            args(&runner.command(&refund, Mode::Refund, 10)),
+            fenced(&expected, "refund")
+        );
+    }
+
+    /// A group with a ban declares the ban key last, after the states and (when the mode
+    /// touches them) their fences.
+    #[test]
+    fn ban_keys_come_after_the_states_and_their_fences() {
+        let quota = Quota::per_second(NonZeroU32::MIN);
+        let ban = crate::Ban::after(NonZeroU32::MIN, Duration::from_secs(1))
+            .lasting(Duration::from_secs(1));
+        let banned = RedisPolicy::new(&Policy::new("p", quota).with_ban(ban)).unwrap();
+        let mut group = Group::default();
+        group.push("rl", &Key::from("k"), &banned, 1, Receipt::NONE, 0);
+        let client = redis::Client::open("redis://127.0.0.1:1/").unwrap();
+        let timing = super::super::link::Timing {
+            connect: Duration::from_millis(10),
+            ready: Duration::from_millis(10),
+            every: Duration::from_millis(10),
+        };
+        let clock = ManualClock::new();
+        let runner = ScriptRunner::new(
+            Conn::Single(Link::single(client, timing)),
+            0,
+            None,
+            Arc::new(clock),
+            Guard::new(1_000),
+        );
+        let check = args(&runner.command(&group, Mode::Check, 0));
+        assert_eq!(check[2..5], ["2", "rl:v2:{s:k}:p", "rl:v2:{s:k}:ban:p"]);
+        let reset = args(&runner.command(&group, Mode::Reset, 0));
+        assert_eq!(
+            reset[2..6],
+            [
+                "3",
+                "rl:v2:{s:k}:p",
+                "rl:v2:{s:k}:p#reset",
+                "rl:v2:{s:k}:ban:p"
+            ]
+        );
+        // The bans' tail: the charge's position, refusals, within and duration (µs), count.
+        assert_eq!(
+            reset[reset.len() - 5..],
+            ["1", "1", "1000000", "1000000", "1"]
+        );
     }
 
     #[test]
