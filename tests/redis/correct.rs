@@ -326,10 +326,9 @@ async fn corrections_leave_the_sum_of_true_costs_on_the_tiered_store() {
 
 /// The memory store's `a_higher_true_cost_is_charged_without_refusal_and_the_debt_is_waited_out`
 /// on Redis (10 per 10 s; an estimate of 2 at 0 corrected to 13 at 2 s, a unit at 3 s):
-/// the same wait for the token bucket, the leaky bucket, the fixed window and the sliding
-/// log. The sliding window counter's checks read a count above the limit as the limit (the
-/// quota in force), so its debt weighs at most the limit in the next window: 8 s, where the
-/// memory store waits 7 s + (10 s - 90 s / 13).
+/// the same wait as the memory store for every algorithm; the sliding window counter's
+/// debt weighs whole in the next window: 7 s + (10 s - 90 s / 13), not the 8 s of a debt
+/// read as the limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_extra_charge_is_forced_and_waited_out_on_redis_as_in_memory() {
     let server = RedisServer::start();
@@ -373,13 +372,16 @@ async fn an_extra_charge_is_forced_and_waited_out_on_redis_as_in_memory() {
             .check_now(&[Charge::new(mid, &key, 1)])
             .expect("check");
         assert!(!on_redis.is_allowed(), "{algorithm}");
+        assert_eq!(
+            on_redis.retry_after(),
+            on_memory.retry_after(),
+            "{algorithm}"
+        );
         if algorithm == Algorithm::SlidingWindow {
-            assert_eq!(on_redis.retry_after(), Some(Duration::from_secs(8)));
-        } else {
+            // 90 s / 13 = 6.923076923 s: the wait to the ns.
             assert_eq!(
                 on_redis.retry_after(),
-                on_memory.retry_after(),
-                "{algorithm}"
+                Some(Duration::from_nanos(10_076_923_077))
             );
         }
     }

@@ -15,7 +15,9 @@ use proptest::prelude::any;
 use proptest::test_runner::TestCaseError;
 use ratekeeper_core::clock::ManualClock;
 use ratekeeper_core::store::redis::{OwnedCharge, RedisStore};
-use ratekeeper_core::store::{Charge, Decisions, MemoryStore, PolicyId, Store};
+use ratekeeper_core::store::{
+    Charge, Correction, Decisions, MemoryStore, PolicyId, Receipt, Refund, Store,
+};
 use ratekeeper_core::{Algorithm, Key, Policy, Quota};
 use ratekeeper_tests::differential::{Pair, sequence, start_ns};
 use ratekeeper_tests::redis::RedisServer;
@@ -197,4 +199,86 @@ async fn a_reservation_ends_a_remembered_denial() {
     // The next check waits for the turn after the booked one: 11 s + 1 s - now.
     let d = both(&memory, &redis, &[(ids[0], &k, 1)]).await;
     assert_eq!(d.retry_after(), Some(Duration::from_millis(1_900)));
+}
+
+/// Gives back `cost` of the charge (`policy`, `key`) with each store's own receipt, as a
+/// refund (`actual` = `None`) or a correction to `actual`, on both stores.
+async fn settle(
+    memory: &MemoryStore<Key, ManualClock>,
+    redis: &RedisStore,
+    (policy, key, cost): (PolicyId, &Key, u64),
+    receipts: (Receipt, Receipt),
+    actual: Option<u64>,
+) {
+    let charge = Charge::new(policy, key, cost);
+    let owned = (policy, key.clone(), cost);
+    match actual {
+        None => {
+            memory.refund(&[Refund::new(charge, receipts.0)]);
+            redis
+                .refund_async(&[(owned, receipts.1)])
+                .await
+                .expect("redis refunds");
+        }
+        Some(actual) => {
+            memory.correct(&[Correction::new(charge, receipts.0, actual)]);
+            redis
+                .correct_async(&[(owned, receipts.1, actual)])
+                .await
+                .expect("redis corrects");
+        }
+    }
+}
+
+/// A debt and a refund on the window algorithms (4 per 2 s): a correction charges 7 units
+/// past the limit, a refund of another charge in the same window takes 1 off the count with
+/// its debt, and both stores answer alike in that window and the next (the sliding window
+/// counter weighs the whole debt there: 9 of the previous window, not the limit).
+#[tokio::test(flavor = "current_thread")]
+async fn a_debt_and_a_refund_weigh_alike_on_the_windows() {
+    let server = RedisServer::start();
+    for (name, algorithm) in [
+        ("fw", Algorithm::FixedWindow),
+        ("sw", Algorithm::SlidingWindow),
+    ] {
+        let policies = [Policy::new(name, quota(4, 2_000, 4)).with_algorithm(algorithm)];
+        // 10 s: the start of window 5.
+        let (memory, redis, clock, ids) = pair(&server, &policies, 10_000).await;
+        let k = Key::from("debt");
+        let a = both(&memory, &redis, &[(ids[0], &k, 2)]).await;
+        let b = both(&memory, &redis, &[(ids[0], &k, 1)]).await;
+        assert!(a.is_allowed() && b.is_allowed(), "{algorithm}");
+        clock.set(10_500 * MS);
+        // A was 9: 7 units past the estimate, 10 counted, 6 of them beyond the limit.
+        settle(
+            &memory,
+            &redis,
+            (ids[0], &k, 2),
+            (a.receipt(0), a.receipt(0)),
+            Some(9),
+        )
+        .await;
+        let d = both(&memory, &redis, &[(ids[0], &k, 1)]).await;
+        assert!(!d.is_allowed(), "{algorithm}: {d:?}");
+        // B is refunded: 9 counted, still a debt.
+        settle(
+            &memory,
+            &redis,
+            (ids[0], &k, 1),
+            (b.receipt(0), b.receipt(0)),
+            None,
+        )
+        .await;
+        for at_ms in [10_600, 11_999, 12_000, 12_700, 13_500, 13_999, 14_000] {
+            clock.set(at_ms * MS);
+            let d = both(&memory, &redis, &[(ids[0], &k, 1)]).await;
+            both(&memory, &redis, &[(ids[0], &k, 0)]).await;
+            // In window 5 the debt refuses; in window 6 the sliding counter still refuses
+            // at 12.7 s: the 9 units of window 5 weigh 9 * 0.65 = 5.85 > 3 (read as the
+            // limit, 4 * 0.65 = 2.6, a unit would fit).
+            let refused =
+                at_ms < 12_000 || (algorithm == Algorithm::SlidingWindow && at_ms <= 12_700);
+            assert_eq!(d.is_allowed(), !refused, "{algorithm} at {at_ms} ms: {d:?}");
+        }
+    }
 }

@@ -13,6 +13,9 @@
 --             absent = TAT 0.
 --           Fixed window: "<window>:<count>:<W>" with window = floor(t / W); absent = count 0.
 --           Sliding window counter: "<window>:<current>:<previous>:<W>"; absent = both 0.
+--           Window counts are the units charged, read as stored: a count above the limit
+--           (a correction's debt, or units charged under a higher limit) counts whole, as
+--           in the memory store.
 --           Sliding log: a sorted set, one member "<ts>:<units>:<end>" per log entry
 --             (end = running total of units through it), scored by its timestamp ts (µs);
 --             absent = empty. Entries are counted under the window in
@@ -185,8 +188,8 @@ local function sl_write_newest(i, e)
 end
 
 -- Fixed window and counter states written under another window length: the units still
--- counted at now under the old length move into the current window of the new length
--- (clamped to the limit later), so a changed W never mixes windows and never frees units.
+-- counted at now under the old length move into the current window of the new length, so
+-- a changed W never mixes windows and never frees units.
 local function fw_in_force(i, w, c, w_old)
   local len = param(i, 2)
   if w_old == len then
@@ -256,10 +259,11 @@ local function load(i)
   return v
 end
 
+-- Fixed window: {window, count}, rolled to the window of now (counts as stored).
 local function fw_current(i, st)
   local w = math.floor(now / param(i, 2))
   if st[1] == w then
-    return {w, math.min(st[2], param(i, 3))}
+    return {w, st[2]}
   end
   return {w, 0}
 end
@@ -268,14 +272,14 @@ local function fw_until_end(i, w)
   return (w + 1) * param(i, 2) - now
 end
 
--- Sliding window counter: {window, current, previous}.
+-- Sliding window counter: {window, current, previous}, rolled to the window of now (counts
+-- as stored).
 local function sw_current(i, st)
   local w = math.floor(now / param(i, 2))
-  local cap = param(i, 3)
   if st[1] == w then
-    return {w, math.min(st[2], cap), math.min(st[3], cap)}
+    return {w, st[2], st[3]}
   elseif st[1] + 1 == w then
-    return {w, 0, math.min(st[2], cap)}
+    return {w, 0, st[2]}
   end
   return {w, 0, 0}
 end
@@ -288,7 +292,8 @@ end
 -- limit * W, to the ns like the memory store: e (µs) and `less` (ns, 0..999), meaning
 -- e * 1000 - less ns; nil when current + cost > limit. floor(room * W * 1000 / previous) is
 -- q * 1000 + floor(r * 1000 / previous) with room * W = q * previous + r, so every
--- intermediate stays below 2^53 (the Rust side keeps 2 * limit * W there) and is exact.
+-- intermediate stays below 2^53 (the Rust side keeps 2 * limit * W there; r < previous, so
+-- r * 1000 too while a count, a debt included, is below 2^43) and is exact.
 local function sw_earliest(i, previous, current, cost)
   local room = param(i, 3) - current - cost
   if room < 0 then
@@ -305,6 +310,18 @@ local function sw_earliest(i, previous, current, cost)
     return 0, 0
   end
   return w - q, f
+end
+
+-- The units the estimate leaves for the current window, floor((limit * W - previous *
+-- (W - elapsed)) / W), at least 0; exact whatever the previous count (a debt too): the
+-- product is only taken when it is at most limit * W.
+local function sw_budget(i, st)
+  local limit, w = param(i, 3), param(i, 2)
+  local left = w - sw_elapsed(i, st)
+  if st[3] > 0 and left > math.floor(limit * w / st[3]) then
+    return 0
+  end
+  return math.floor((limit * w - st[3] * left) / w)
 end
 
 local function sw_reset(i, st)
@@ -414,16 +431,15 @@ local function verdict(i, st)
     if cost == 0 then
       return 0, nil, 0
     end
+    -- Allowed when previous * (W - elapsed) + (current + n) * W <= limit * W, that is
+    -- from the earliest elapsed on (sw_earliest: exact whatever the counts, a debt too).
     local elapsed = sw_elapsed(i, st)
-    if st[3] * (w - elapsed) + (st[2] + cost) * w <= limit * w then
+    local e, less = sw_earliest(i, st[3], st[2], cost)
+    if e and e <= elapsed then
       return 0, {st[1], st[2] + cost, st[3]}, 0
     end
     -- retry_after = the µs value minus `less` ns (see sw_earliest).
-    local e, less = sw_earliest(i, st[3], st[2], cost)
     if e then
-      if e <= elapsed then
-        return 1, nil, 0, 0
-      end
       return 1, nil, e - elapsed, less
     end
     e, less = sw_earliest(i, st[2], 0, cost)
@@ -518,9 +534,7 @@ local function report(out, i, code, st, retry, stamp, less)
       reset = sl_expires_in(i, st.newest[1])
     end
   elseif algo(i) == 3 then
-    local limit, w = param(i, 3), param(i, 2)
-    local budget = math.floor(math.max(limit * w - st[3] * (w - sw_elapsed(i, st)), 0) / w)
-    remaining = math.max(budget - st[2], 0)
+    remaining = math.max(sw_budget(i, st) - st[2], 0)
     reset = sw_reset(i, st)
   elseif algo(i) == 2 then
     remaining = math.max(param(i, 3) - st[2], 0)
@@ -594,25 +608,6 @@ local function fenced(i, s)
   return f ~= nil and s <= f
 end
 
--- A correction's reading of the windows (see give_back):
--- Fixed windows and counters as stored, rolled to the window of now, never clamped.
-local function with_debt(i)
-  local st = load(i)
-  local w = math.floor(now / param(i, 2))
-  if algo(i) == 2 then
-    if st[1] == w then
-      return {w, st[2]}
-    end
-    return {w, 0}
-  end
-  if st[1] == w then
-    return {w, st[2], st[3]}
-  elseif st[1] + 1 == w then
-    return {w, 0, st[2]}
-  end
-  return {w, 0, 0}
-end
-
 -- Gives back `cost` units of the charge with receipt stamp s: only what that charge still
 -- holds (case B26). One rule for a refund and for a correction's give-back but for the turns
 -- already booked beyond now + tau (GCRA), which `pays_debt` decides: a refund (false) keeps
@@ -628,8 +623,8 @@ end
 --   Never below now (a TAT in the past is "absent": deleted).
 -- Fixed window: only in the window the charge counted in. Sliding window counter: from the
 -- current count in that window, from the previous count in the next one, later nothing.
--- Sliding log: from the entry stamped s while it counts. A refund reads the window counts
--- as checks do; a give-back keeps a count above the limit whole (with_debt).
+-- Sliding log: from the entry stamped s while it counts. Window counts are read as stored
+-- (a debt whole), by a refund and a give-back alike.
 local function give_back(i, pays_debt)
   local cost, s = cost_of(i), stamp_of(i)
   if s < 0 or cost <= 0 then
@@ -692,12 +687,7 @@ local function give_back(i, pays_debt)
     end
     return
   end
-  local st
-  if pays_debt then
-    st = with_debt(i)
-  else
-    st = current(i)
-  end
+  local st = current(i)
   local changed = false
   if algo(i) == 2 then
     if st[1] == s and st[2] > 0 then
@@ -730,8 +720,7 @@ end
 -- like 'refund'. Per key, the stamp says what to do with `cost` units:
 --   stamp >= 0 (or -1: none): give back `cost` units of the charge with that receipt, by the
 --     refund rules with pays_debt (see give_back): a GCRA TAT beyond now + tau is a debt
---     left by extra charges, paid off (no "a later reservation waits" rule), and a window
---     count above the limit is kept whole, not read as the limit;
+--     left by extra charges, paid off (no "a later reservation waits" rule);
 --   stamp -2 ('debit'): charge `cost` units at now without refusing, the twin of the
 --     algorithms' `debited`: GCRA TAT = max(TAT, now) + cost * T; windows: count += cost in
 --     the window of now; sliding log: cost units in an entry stamped now (merged into the
@@ -763,7 +752,7 @@ local function debit(i)
     cache[KEYS[i]] = nil
     return
   else
-    st = with_debt(i)
+    st = current(i)
     st[2] = st[2] + cost
   end
   cache[KEYS[i]] = st

@@ -49,9 +49,12 @@
 //!   lowered one is enforced at once. GCRA: a TAT written under another emission interval
 //!   keeps the units it holds, `used = ceil((TAT - now) / T_old)`, re-spaced by the new `T`:
 //!   `TAT = now + min(used * T, tau)`; and a TAT never lies more than `tau` ahead of now.
-//!   Windows: counts are clamped to the new limit; a state written under another window
-//!   length moves the units it still counts into the current window of the new length (never
-//!   mixing the two windowings).
+//!   Windows: counts are the units charged and are read as stored, so a lowered limit
+//!   applies at once to the units already counted (a count above it refuses until enough
+//!   of it has aged out: the fixed window until it ends, the sliding window counter within
+//!   the next window); a state written under another window length moves the units it
+//!   still counts into the current window of the new length (never mixing the two
+//!   windowings).
 //! - **Receipts.** An allowed charge returns a [`Receipt`]: GCRA and the leaky bucket the TAT
 //!   right after the charge (µs), the windows the index of the window it counted in. A refund
 //!   gives back only what that charge still holds: GCRA the whole charge when it is still the
@@ -73,7 +76,9 @@
 //!   units is forced at the time of the correction, never refused: GCRA
 //!   `TAT = max(TAT, now) + x * T`, windows `count += x` in the current window, the sliding
 //!   log `x` units stamped now. The state may go beyond the capacity and later requests
-//!   wait the debt out (checks read a window count above the limit as the limit).
+//!   wait the debt out, as in the memory store: a window count above the limit counts
+//!   whole (in the sliding window counter's next window too), and a refund or a give-back
+//!   takes its units off the count with its debt.
 //! - **TTL on every write** (`SET ... PX`) equal to the time until the state equals "absent"
 //!   (GCRA: `TAT - now`; fixed window: until the window ends; rounded up to a ms), so idle
 //!   keys disappear and no key is ever left without a TTL. A denial writes nothing.
@@ -807,11 +812,10 @@ impl Store<Key> for RedisStore {
     /// Spawns the correction on the current tokio runtime (dropped with a warning outside
     /// one), within the decision deadline, a failure counted and logged as for refunds; see
     /// [`RedisStore::correct_async`] for the rules. Every algorithm the store runs gives back
-    /// by the receipt and charges the extra without refusing. The window algorithms' checks
-    /// read a count above the limit as the limit (the quota in force, which a changed
-    /// deployment may have lowered), so a debt in a fixed window refuses until the window
-    /// ends, and in a sliding window counter weighs at most the limit in the next window;
-    /// corrections themselves give back from the count with its debt.
+    /// by the receipt and charges the extra without refusing, as the memory store does: a
+    /// debt in a fixed window refuses until the window ends, and in a sliding window counter
+    /// weighs whole in the next window; refunds and give-backs take off the count with its
+    /// debt.
     fn correct(&self, corrections: &[Correction<'_, Key>]) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             tracing::warn!("redis store correction outside a tokio runtime; dropped");
