@@ -521,3 +521,51 @@ async fn a_give_back_after_its_lease_expired_goes_to_redis_by_the_grant() {
     // 6 charges of 2, one of them corrected to 0: 10 units used.
     assert_eq!(d.as_slice()[0].remaining(), 90, "{d:?}");
 }
+
+/// The tiered store's lease script on a fixed window whose count is above the limit (a
+/// correction's extra charge, 7 counted of 4): a background renewal (need 0) grants
+/// nothing and leaves the count whole, where it used to write the limit back over the
+/// debt; a request's lease (need 1) is refused until the window ends.
+#[test]
+fn a_lease_renewal_leaves_a_fixed_window_debt_whole() {
+    const LEASE: &str = include_str!("../../crates/ratekeeper-core/src/store/redis/lease.lua");
+    let server = RedisServer::start();
+    let key = "rl:v2:{s:client}:fw";
+    // W = 10 s, limit 4; at 1 005 s (window 100, 5 s left) 7 units are counted.
+    let state = "100:7:10000000";
+    server
+        .cli(&["SET", key, state, "PX", "600000"])
+        .expect("set");
+    let lease = |need: &str| {
+        // ARGV: now µs, no stale guard, no TTL floor, fixed window, W µs, limit, -, need, want.
+        let args = [
+            "EVAL",
+            LEASE,
+            "1",
+            key,
+            "1005000000",
+            "",
+            "0",
+            "2",
+            "10000000",
+            "4",
+            "0",
+            need,
+            "4",
+        ];
+        let reply = server.cli(&args).expect("lease script answers");
+        // After the server time: status, granted, code, remaining, reset_after µs,
+        // retry_after µs, stamp.
+        reply.lines().skip(1).map(str::to_owned).collect::<Vec<_>>()
+    };
+    assert_eq!(lease("0"), ["0", "0", "0", "0", "5000000", "0", "100"]);
+    assert_eq!(
+        server.cli(&["GET", key]).as_deref().map(str::trim),
+        Some(state)
+    );
+    assert_eq!(lease("1"), ["0", "0", "1", "0", "5000000", "5000000", "-1"]);
+    assert_eq!(
+        server.cli(&["GET", key]).as_deref().map(str::trim),
+        Some(state)
+    );
+}
