@@ -1,8 +1,8 @@
-//! Memory ≡ Redis: seeded, bounded random sequences of check / reserve / refund / peek run on
-//! the memory store (the reference) and on a standalone Redis store with an aligned clock,
-//! every algorithm the Redis store takes, the answers compared field by field after every
-//! step (see `ratekeeper_tests::differential`). proptest shrinks a failing sequence to its
-//! smallest form.
+//! Memory ≡ Redis: seeded, bounded random sequences of check / reserve / refund / correct /
+//! peek run on the memory store (the reference) and on a standalone Redis store with an
+//! aligned clock, every algorithm the Redis store takes, the answers compared field by
+//! field after every step (see `ratekeeper_tests::differential`). proptest shrinks a
+//! failing sequence to its smallest form.
 //!
 //! `SWEEP_CASES` multiplies the number of sequences (default 1) and `SWEEP_SEED` (a number)
 //! picks another seed, as for the other sweeps; CI uses neither.
@@ -280,5 +280,42 @@ async fn a_debt_and_a_refund_weigh_alike_on_the_windows() {
                 at_ms < 12_000 || (algorithm == Algorithm::SlidingWindow && at_ms <= 12_700);
             assert_eq!(d.is_allowed(), !refused, "{algorithm} at {at_ms} ms: {d:?}");
         }
+    }
+}
+
+/// A debt on the leaky bucket's shaper (4 per s, queue of 2: T = 250 ms, tau = 500 ms): a
+/// charge of 1 corrected to 9 leaves the TAT 2.25 s ahead, beyond the queue. A reservation
+/// waits the debt out on both stores: denied, final, until the unit fits (2 s) or, with a
+/// shorter `max_wait`, until the queue is within it; it is not read as a full queue of
+/// 500 ms.
+#[tokio::test(flavor = "current_thread")]
+async fn a_debt_on_the_shaper_is_waited_out_alike() {
+    let server = RedisServer::start();
+    let policies =
+        [Policy::new("leaky", quota(4, 1_000, 2)).with_algorithm(Algorithm::LeakyBucket)];
+    let (memory, redis, clock, ids) = pair(&server, &policies, 10_000).await;
+    let k = Key::from("shaped");
+    let d = both(&memory, &redis, &[(ids[0], &k, 1)]).await;
+    settle(
+        &memory,
+        &redis,
+        (ids[0], &k, 1),
+        (d.receipt(0), d.receipt(0)),
+        Some(9),
+    )
+    .await;
+    clock.set(10_100 * MS);
+    for (max_wait_ms, retry_ms) in [(0, 2_150), (1_000, 1_900), (5_000, 1_900)] {
+        let max_wait = Duration::from_millis(max_wait_ms);
+        let m = memory
+            .reserve_now(&[Charge::new(ids[0], &k, 1)], max_wait)
+            .expect("memory reserves");
+        let r = redis
+            .reserve_async(&[(ids[0], k.clone(), 1)], max_wait)
+            .await
+            .expect("redis reserves");
+        assert_eq!(m, r, "max_wait {max_wait_ms} ms");
+        assert!(!r.is_allowed() && r.is_final(), "{r:?}");
+        assert_eq!(r.retry_after(), Some(Duration::from_millis(retry_ms)));
     }
 }

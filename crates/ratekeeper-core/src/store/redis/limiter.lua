@@ -1009,6 +1009,21 @@ end
 --     retry_after = max(the meter's retry_after, delay - max_wait), final.
 --   Other algorithms (kind -1) check; their denials are not final (check-and-retry).
 --   The delay of the request is the longest of its policies'.
+-- The state the leaky-bucket shaper reads (LeakyBucket::shape), and whether it is a debt:
+-- the state in force, at most tau ahead; the shaper never queues beyond tau, so a TAT
+-- beyond now + tau is a correction's debt, which a charge that can fit (0 < cost <= burst)
+-- reads as stored, and waits out (as the memory store's shaper).
+local function shaper_state(i, cost)
+  local st, horizon = current(i), now + param(i, 3)
+  if st <= horizon then
+    return st, false
+  end
+  if cost > 0 and cost <= param(i, 4) then
+    return st, true
+  end
+  return horizon, false
+end
+
 local max_wait = nil
 if string.sub(mode, 1, 8) == 'reserve:' then
   max_wait = tonumber(string.sub(mode, 9))
@@ -1043,10 +1058,13 @@ if max_wait then
         end
       end
     elseif kind == 2 then
-      -- The shaper reads the state in force, at most tau ahead (LeakyBucket::shape).
-      local st = math.min(current(i), now + param(i, 3))
+      local st, in_debt = shaper_state(i, cost)
       shown = st
-      if cost > 0 then
+      if in_debt then
+        -- Waits the debt out: until the charge fits the bucket and the queue max_wait.
+        local tau = param(i, 3)
+        code, retry = 1, math.max(st + cost * param(i, 2) - tau - now, st - now - max_wait)
+      elseif cost > 0 then
         local d = st - now
         local c, ns, r = verdict(i, st)
         if c == 0 and d <= max_wait then
@@ -1070,7 +1088,7 @@ if max_wait then
       if kind == 1 then
         shown = math.max(load(i), now)
       elseif kind == 2 then
-        shown = math.min(current(i), now + param(i, 3))
+        shown = shaper_state(i, cost)
       else
         shown = current(i)
       end

@@ -156,7 +156,9 @@
 //!        otherwise: denied, final, retry_after = wait - max_wait
 //! leaky bucket (shaper): tat = min(max(stored, now), now + tau); delay = tat - now
 //!        queued when the meter allows and delay <= max_wait, else denied, final, with
-//!        retry_after = max(meter's retry_after, delay - max_wait)
+//!        retry_after = max(meter's retry_after, delay - max_wait); a stored TAT beyond
+//!        now + tau (a correction's debt: the shaper never queues that far) is read as
+//!        stored, its denial waiting the debt out
 //! windows, sliding log: a check (allowed now, or a denial that is not final)
 //! ```
 //!
