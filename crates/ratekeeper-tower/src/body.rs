@@ -155,29 +155,6 @@ impl From<ResponseBody<axum::body::Body>> for axum::body::Body {
     }
 }
 
-/// Polls `body` for its next frame and drops `held` (a concurrency permit, say) once the
-/// body has ended: after its last frame, on an error, or at its end of stream. The shared
-/// `poll_frame` of the bodies that hold a request's place in flight until the response is
-/// read.
-pub(crate) fn poll_holding<B, H>(
-    mut body: Pin<&mut ResponseBody<B>>,
-    held: &mut Option<H>,
-    cx: &mut Context<'_>,
-) -> Poll<Option<Result<Frame<Bytes>, B::Error>>>
-where
-    B: Body<Data = Bytes>,
-{
-    let frame = ready!(body.as_mut().poll_frame(cx));
-    let done = match &frame {
-        None | Some(Err(_)) => true,
-        Some(Ok(_)) => body.is_end_stream(),
-    };
-    if done {
-        held.take();
-    }
-    Poll::Ready(frame)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

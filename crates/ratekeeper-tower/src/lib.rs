@@ -66,6 +66,7 @@ pub mod cost;
 pub mod degraded;
 mod error;
 pub mod fallback;
+mod held;
 pub mod info;
 pub mod key;
 pub mod policy;

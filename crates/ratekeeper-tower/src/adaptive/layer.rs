@@ -1,23 +1,27 @@
+//! [`AdaptiveConcurrencyLayer`]: the state its services share (one limiter per key, the
+//! refusal rendered once) and its metric names. The builder is in [`builder`](super::builder),
+//! a key's limiter and its permits in [`limiter`](super::limiter).
+
 use std::fmt;
-use std::hash::{BuildHasher as _, Hash as _, Hasher as _};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
 use dashmap::DashMap;
 use http::header::{CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue, StatusCode};
-use metrics::{Counter, Gauge};
+use metrics::Counter;
 use ratekeeper_core::Key;
-use ratekeeper_core::clock::{Clock, MonotonicClock};
+use ratekeeper_core::clock::Clock;
 use tower_layer::Layer;
 
-use super::AdaptiveConcurrency;
-use super::controller::{ControllerSettings, GradientController, LimitChange};
-use super::partition::{Classify, InFlight, Partitions, Unclassified};
-use crate::BuildError;
-use crate::key::{GlobalKey, KeyExtractor};
+use super::builder::AdaptiveConcurrencyBuilder;
+use super::controller::ControllerSettings;
+use super::limiter::{Gauges, Limiter, Permit, Snapshot};
+use super::partition::Partitions;
+use super::{AdaptiveConcurrency, Unclassified};
+use crate::key::GlobalKey;
 
 /// Gauge: the current in-flight limit, labels `name` (the layer's name) and `key`.
 pub const LIMIT: &str = "ratekeeper_adaptive_limit";
@@ -36,182 +40,6 @@ pub const REQUESTS_TOTAL: &str = "ratekeeper_adaptive_requests_total";
 /// one overflow limiter (key label `overflow`), label `name`.
 pub const OVERFLOW_TOTAL: &str = "ratekeeper_adaptive_overflow_total";
 
-/// The `Retry-After` of a refusal when none is set: 1 s, the smallest the header can say.
-const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
-
-/// One key's limit: the controller and the requests in flight, behind one lock, and its
-/// gauges.
-pub(crate) struct Limiter {
-    state: Mutex<State>,
-    gauges: Gauges,
-}
-
-struct State {
-    controller: GradientController,
-    in_flight: InFlight,
-}
-
-struct Gauges {
-    limit: Gauge,
-    in_flight: Gauge,
-    latency: Gauge,
-    min_latency: Gauge,
-}
-
-/// What the layer admitted: released (and counted out of the partition) on drop.
-pub(crate) struct Permit {
-    limiter: Arc<Limiter>,
-    partition: usize,
-    started: u64,
-    in_flight: u32,
-    name: Arc<str>,
-}
-
-impl Limiter {
-    fn new(
-        settings: ControllerSettings,
-        seed: u64,
-        now: u64,
-        partitions: usize,
-        gauges: Gauges,
-    ) -> Self {
-        let controller = GradientController::new(settings, seed, now);
-        gauges.limit.set(f64::from(controller.limit()));
-        Self {
-            state: Mutex::new(State {
-                controller,
-                in_flight: InFlight::new(partitions),
-            }),
-            gauges,
-        }
-    }
-
-    /// A poisoned lock only means a panic elsewhere while it was held; the state is still
-    /// consistent (every update is a few plain assignments), so it is used as it is.
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn try_admit(
-        self: &Arc<Self>,
-        partition: usize,
-        partitions: &Partitions,
-        now: u64,
-        name: &Arc<str>,
-    ) -> Option<Permit> {
-        let mut state = self.lock();
-        let change = state.controller.tick(now);
-        let limit = state.controller.limit();
-        let admitted = state.in_flight.try_admit(partition, limit, partitions, now);
-        let in_flight = state.in_flight.total;
-        drop(state);
-        if let Some(change) = change {
-            self.report_change(change, name, None);
-        }
-        if !admitted {
-            return None;
-        }
-        self.gauges.in_flight.set(f64::from(in_flight));
-        Some(Permit {
-            limiter: Arc::clone(self),
-            partition,
-            started: now,
-            in_flight,
-            name: Arc::clone(name),
-        })
-    }
-
-    fn report_change(&self, change: LimitChange, name: &str, latency: Option<(u64, Option<u64>)>) {
-        self.gauges.limit.set(f64::from(change.to));
-        let (latency_ms, min_latency_ms) = match latency {
-            Some((l, m)) => (l as f64 / 1e6, m.map_or(f64::NAN, |m| m as f64 / 1e6)),
-            None => (f64::NAN, f64::NAN),
-        };
-        tracing::debug!(
-            name,
-            from = change.from,
-            to = change.to,
-            latency_ms,
-            min_latency_ms,
-            "adaptive concurrency limit changed"
-        );
-    }
-
-    pub(crate) fn snapshot(&self) -> Snapshot {
-        let state = self.lock();
-        Snapshot {
-            limit: state.controller.limit(),
-            in_flight: state.in_flight.total,
-            in_flight_by_partition: state.in_flight.by_partition.to_vec(),
-            min_latency: state.controller.min_rtt_ns().map(Duration::from_nanos),
-            latency: state.controller.sample_rtt_ns().map(Duration::from_nanos),
-            measuring: state.controller.is_measuring(),
-        }
-    }
-}
-
-impl Permit {
-    /// Records the request's latency (admission to response at `now`, ns).
-    pub(crate) fn sample(&self, now: u64) {
-        let latency = now.saturating_sub(self.started);
-        let mut state = self.limiter.lock();
-        let change = state
-            .controller
-            .sample(latency, self.started, self.in_flight, now);
-        let estimate = state.controller.sample_rtt_ns();
-        let min = state.controller.min_rtt_ns();
-        drop(state);
-        if let Some(change) = change {
-            let g = &self.limiter.gauges;
-            if let Some(e) = estimate {
-                g.latency.set(e as f64 / 1e9);
-            }
-            if let Some(m) = min {
-                g.min_latency.set(m as f64 / 1e9);
-            }
-            self.limiter
-                .report_change(change, &self.name, estimate.map(|e| (e, min)));
-        }
-    }
-}
-
-impl Drop for Permit {
-    fn drop(&mut self) {
-        let mut state = self.limiter.lock();
-        state.in_flight.release(self.partition);
-        let total = state.in_flight.total;
-        drop(state);
-        self.limiter.gauges.in_flight.set(f64::from(total));
-    }
-}
-
-impl fmt::Debug for Permit {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Permit")
-            .field("partition", &self.partition)
-            .field("started_ns", &self.started)
-            .finish_non_exhaustive()
-    }
-}
-
-/// The state of one key's limit, from [`AdaptiveConcurrencyLayer::snapshot`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Snapshot {
-    /// Requests that may be in flight now.
-    pub limit: u32,
-    /// Requests in flight now (admitted, response body not ended).
-    pub in_flight: u32,
-    /// Requests in flight per partition, in the order the partitions were declared.
-    pub in_flight_by_partition: Vec<u32>,
-    /// The measured minimum latency, once measured.
-    pub min_latency: Option<Duration>,
-    /// The latency estimate of the last update interval that had requests.
-    pub latency: Option<Duration>,
-    /// Whether the minimum latency is being measured (the limit is then the lowest).
-    pub measuring: bool,
-}
-
 /// The refusal a layer answers with, rendered once.
 pub(crate) struct Answer {
     pub(crate) status: StatusCode,
@@ -222,7 +50,12 @@ pub(crate) struct Answer {
 }
 
 impl Answer {
-    fn new(status: StatusCode, retry_after: Duration, name: &str, partitions: &Partitions) -> Self {
+    pub(super) fn new(
+        status: StatusCode,
+        retry_after: Duration,
+        name: &str,
+        partitions: &Partitions,
+    ) -> Self {
         // Delay-seconds rounded up, at least 1 (RFC 9110 §10.2.3).
         let secs = retry_after
             .as_secs()
@@ -284,14 +117,14 @@ pub(crate) struct Shared<K, C> {
     pub(crate) name: Arc<str>,
     /// Whether refused gRPC calls get a gRPC answer.
     pub(crate) grpc: bool,
-    settings: ControllerSettings,
-    limiters: DashMap<Key, Arc<Limiter>, foldhash::fast::RandomState>,
-    overflow: OnceLock<Arc<Limiter>>,
-    max_keys: usize,
-    seed: AtomicU64,
+    pub(super) settings: ControllerSettings,
+    pub(super) limiters: DashMap<Key, Arc<Limiter>, foldhash::fast::RandomState>,
+    pub(super) overflow: OnceLock<Arc<Limiter>>,
+    pub(super) max_keys: usize,
+    pub(super) seed: AtomicU64,
     /// Per partition: `[admitted, shed]`.
-    counters: Box<[[OnceLock<Counter>; 2]]>,
-    overflow_counter: OnceLock<Counter>,
+    pub(super) counters: Box<[[OnceLock<Counter>; 2]]>,
+    pub(super) overflow_counter: OnceLock<Counter>,
 }
 
 impl<K, C> Shared<K, C> {
@@ -441,237 +274,5 @@ impl<S, K, C> Layer<S> for AdaptiveConcurrencyLayer<K, C> {
 
     fn layer(&self, inner: S) -> Self::Service {
         AdaptiveConcurrency::new(inner, self.clone())
-    }
-}
-
-/// Builds an [`AdaptiveConcurrencyLayer`]; [`build`](Self::build) checks the settings.
-pub struct AdaptiveConcurrencyBuilder<K = GlobalKey, C = Unclassified> {
-    key: K,
-    classify: C,
-    settings: ControllerSettings,
-    partitions: Vec<(Box<str>, f64)>,
-    status: StatusCode,
-    retry_after: Duration,
-    clock: Arc<dyn Clock>,
-    name: Box<str>,
-    max_keys: usize,
-    grpc: bool,
-}
-
-impl AdaptiveConcurrencyBuilder {
-    fn new() -> Self {
-        Self {
-            key: GlobalKey,
-            classify: Unclassified,
-            settings: ControllerSettings::default(),
-            partitions: Vec::new(),
-            status: StatusCode::SERVICE_UNAVAILABLE,
-            retry_after: DEFAULT_RETRY_AFTER,
-            clock: Arc::new(MonotonicClock::new()),
-            name: "adaptive".into(),
-            max_keys: 1024,
-            grpc: false,
-        }
-    }
-}
-
-impl<K, C> AdaptiveConcurrencyBuilder<K, C> {
-    /// Every controller setting at once (see [`ControllerSettings`]).
-    pub fn controller(mut self, settings: ControllerSettings) -> Self {
-        self.settings = settings;
-        self
-    }
-
-    /// The lowest limit, also the limit while the minimum latency is measured (default 3).
-    pub fn min_limit(mut self, n: u32) -> Self {
-        self.settings.min_limit = n;
-        self
-    }
-
-    /// The highest limit (default 1000).
-    pub fn max_limit(mut self, n: u32) -> Self {
-        self.settings.max_limit = n;
-        self
-    }
-
-    /// The limit before the first update (default 20).
-    pub fn initial_limit(mut self, n: u32) -> Self {
-        self.settings.initial_limit = n;
-        self
-    }
-
-    /// Adds a priority partition with a guaranteed `share` of the limit, in `(0, 1]`; the
-    /// shares of all partitions add up to at most 1 (what is left is shared by whoever
-    /// comes first). Declare the most important partition first: a request whose
-    /// [`Classify`] name matches no partition goes to the last one.
-    pub fn partition(mut self, name: &str, share: f64) -> Self {
-        self.partitions.push((name.into(), share));
-        self
-    }
-
-    /// Sets the classifier that puts each request into a partition (a closure over a
-    /// [`RequestParts`](crate::RequestParts) returning a partition name).
-    pub fn classify<C2: Classify>(self, classify: C2) -> AdaptiveConcurrencyBuilder<K, C2> {
-        AdaptiveConcurrencyBuilder {
-            key: self.key,
-            classify,
-            settings: self.settings,
-            partitions: self.partitions,
-            status: self.status,
-            retry_after: self.retry_after,
-            clock: self.clock,
-            name: self.name,
-            max_keys: self.max_keys,
-            grpc: self.grpc,
-        }
-    }
-
-    /// Keeps one limit per key (a route, a downstream, a tenant) instead of one for every
-    /// request. Key values become the `key` label of the gauges, so key by something with
-    /// few values, not by client IP.
-    pub fn key<K2>(self, key: K2) -> AdaptiveConcurrencyBuilder<K2, C> {
-        AdaptiveConcurrencyBuilder {
-            key,
-            classify: self.classify,
-            settings: self.settings,
-            partitions: self.partitions,
-            status: self.status,
-            retry_after: self.retry_after,
-            clock: self.clock,
-            name: self.name,
-            max_keys: self.max_keys,
-            grpc: self.grpc,
-        }
-    }
-
-    /// Most keys with a limit of their own (default 1024, at least 1); requests of further
-    /// keys share one overflow limit, counted in [`OVERFLOW_TOTAL`].
-    pub fn max_keys(mut self, n: usize) -> Self {
-        self.max_keys = n;
-        self
-    }
-
-    /// Answers refusals with `429 Too Many Requests` (gRPC `RESOURCE_EXHAUSTED`) instead of
-    /// `503 Service Unavailable` (gRPC `UNAVAILABLE`).
-    pub fn too_many_requests(mut self) -> Self {
-        self.status = StatusCode::TOO_MANY_REQUESTS;
-        self
-    }
-
-    /// Whether this layer serves gRPC (tonic, gRPC-Web): a refused gRPC call then gets a
-    /// trailers-only gRPC answer (HTTP `200 OK`, `grpc-status: 14` `UNAVAILABLE`, or `8`
-    /// `RESOURCE_EXHAUSTED` with [`too_many_requests`](Self::too_many_requests)) instead of
-    /// an HTTP status. A gRPC call is `content-type: application/grpc` (or
-    /// `application/grpc+<format>`) on an HTTP/2 request, or a gRPC-Web content type on any
-    /// HTTP version. Default `false`: every refusal is an HTTP status, whatever the
-    /// request's `content-type` says.
-    pub fn grpc(mut self, on: bool) -> Self {
-        self.grpc = on;
-        self
-    }
-
-    /// The `Retry-After` of a refusal, rounded up to whole seconds, at least 1 (default 1 s).
-    pub fn retry_after(mut self, after: Duration) -> Self {
-        self.retry_after = after;
-        self
-    }
-
-    /// The clock latencies are measured on (default [`MonotonicClock`]).
-    pub fn clock(mut self, clock: impl Clock) -> Self {
-        self.clock = Arc::new(clock);
-        self
-    }
-
-    /// The layer's name: the `name` label of its metrics, the policy named in a 429
-    /// (default `"adaptive"`).
-    pub fn name(mut self, name: &str) -> Self {
-        self.name = name.into();
-        self
-    }
-
-    /// Checks the settings and builds the layer.
-    ///
-    /// # Errors
-    ///
-    /// [`BuildError::Config`] naming the field: a controller setting out of range (see
-    /// [`ControllerSettings::validate`]), a partition share outside `(0, 1]`, shares adding
-    /// up to more than 1, an empty or repeated partition name, `max_keys` of 0, or an empty
-    /// name; or the key extractor's own error ([`KeyExtractor::check`]).
-    pub fn build(self) -> Result<AdaptiveConcurrencyLayer<K, C>, BuildError>
-    where
-        K: KeyExtractor,
-    {
-        self.key.check()?;
-        self.settings.validate()?;
-        let err = |field: &str, message: String| BuildError::Config {
-            field: format!("adaptive.{field}"),
-            message,
-        };
-        let mut sum = 0.0;
-        for (i, (name, share)) in self.partitions.iter().enumerate() {
-            if name.is_empty() {
-                return Err(err("partition", "a partition needs a name".into()));
-            }
-            if self.partitions[..i].iter().any(|(n, _)| n == name) {
-                return Err(err("partition", format!("{name:?} is declared twice")));
-            }
-            if !(*share > 0.0 && *share <= 1.0) {
-                return Err(err(
-                    "partition",
-                    format!("the share of {name:?}, {share}, is outside (0, 1]"),
-                ));
-            }
-            sum += share;
-        }
-        if sum > 1.0 + 1e-9 {
-            return Err(err(
-                "partition",
-                format!("the shares add up to {sum}, more than 1"),
-            ));
-        }
-        if self.max_keys == 0 {
-            return Err(err("max_keys", "must be at least 1".into()));
-        }
-        if self.name.is_empty() {
-            return Err(err("name", "must not be empty".into()));
-        }
-        Ok(self.finish())
-    }
-
-    fn finish(self) -> AdaptiveConcurrencyLayer<K, C> {
-        let partitions = Partitions::new(&self.partitions);
-        let answer = Answer::new(self.status, self.retry_after, &self.name, &partitions);
-        let seed = std::hash::RandomState::new().build_hasher();
-        let mut seed = seed;
-        self.name.hash(&mut seed);
-        AdaptiveConcurrencyLayer {
-            shared: Arc::new(Shared {
-                key: self.key,
-                classify: self.classify,
-                counters: (0..partitions.len()).map(|_| Default::default()).collect(),
-                partitions,
-                answer,
-                clock: self.clock,
-                name: Arc::from(&*self.name),
-                grpc: self.grpc,
-                settings: self.settings,
-                limiters: DashMap::default(),
-                overflow: OnceLock::new(),
-                max_keys: self.max_keys,
-                seed: AtomicU64::new(seed.finish()),
-                overflow_counter: OnceLock::new(),
-            }),
-        }
-    }
-}
-
-impl<K, C> fmt::Debug for AdaptiveConcurrencyBuilder<K, C> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AdaptiveConcurrencyBuilder")
-            .field("name", &self.name)
-            .field("settings", &self.settings)
-            .field("partitions", &self.partitions)
-            .field("status", &self.status)
-            .finish_non_exhaustive()
     }
 }

@@ -108,19 +108,23 @@
 //! # }
 //! ```
 
+mod builder;
 pub mod controller;
 mod future;
 mod layer;
+mod limiter;
 mod partition;
 mod service;
 #[cfg(test)]
 mod tests;
 
+pub use builder::AdaptiveConcurrencyBuilder;
 pub use controller::{ControllerSettings, GradientController, LimitChange};
 pub use future::{AdaptiveBody, ResponseFuture};
 pub use layer::{
-    AdaptiveConcurrencyBuilder, AdaptiveConcurrencyLayer, IN_FLIGHT, LATENCY_SECONDS, LIMIT,
-    MIN_LATENCY_SECONDS, OVERFLOW_TOTAL, REQUESTS_TOTAL, Snapshot, TEMPORARY_REDUCED_CAPACITY_TYPE,
+    AdaptiveConcurrencyLayer, IN_FLIGHT, LATENCY_SECONDS, LIMIT, MIN_LATENCY_SECONDS,
+    OVERFLOW_TOTAL, REQUESTS_TOTAL, TEMPORARY_REDUCED_CAPACITY_TYPE,
 };
+pub use limiter::Snapshot;
 pub use partition::{Classify, Unclassified};
 pub use service::AdaptiveConcurrency;

@@ -1,0 +1,66 @@
+//! The whole request path of [`RateLimit`](super::RateLimit): Delay mode, nested layers,
+//! gRPC answers and settlement, one file a theme.
+
+mod delay;
+mod grpc;
+mod settle;
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::num::NonZeroU32;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+
+use http::{Request, Response};
+use ratekeeper_core::{Policy, Quota};
+use tower::{ServiceBuilder, ServiceExt};
+
+use crate::{GlobalKey, RateLimitLayer};
+
+fn ok(_req: Request<()>) -> std::future::Ready<Result<Response<String>, Infallible>> {
+    std::future::ready(Ok(Response::new(String::new())))
+}
+
+/// Polls a future once with a no-op waker.
+fn futures_poll<F: Future>(f: Pin<&mut F>) -> Poll<F::Output> {
+    let mut cx = Context::from_waker(Waker::noop());
+    f.poll(&mut cx)
+}
+
+#[tokio::test]
+async fn nested_layers_report_the_most_restrictive_policy_once() {
+    let inner = RateLimitLayer::builder()
+        .policy(Policy::new(
+            "route",
+            Quota::per_minute(NonZeroU32::new(2).unwrap()),
+        ))
+        .key(GlobalKey)
+        .headers(crate::report::HeaderStyle::Both)
+        .build()
+        .unwrap();
+    let outer = RateLimitLayer::builder()
+        .policy(Policy::new(
+            "global",
+            Quota::per_minute(NonZeroU32::new(100).unwrap()),
+        ))
+        .key(GlobalKey)
+        .headers(crate::report::HeaderStyle::Both)
+        .build()
+        .unwrap();
+    let svc = ServiceBuilder::new()
+        .layer(outer)
+        .layer(inner)
+        .service_fn(ok);
+    let res = svc.oneshot(Request::new(())).await.unwrap();
+    let h = res.headers();
+    assert_eq!(h.get_all("x-ratelimit-limit").iter().count(), 1);
+    assert_eq!(h["x-ratelimit-limit"], "2");
+    assert_eq!(h["x-ratelimit-remaining"], "1");
+    assert_eq!(h["x-ratelimit-reset"], "30");
+    assert_eq!(h.get_all("ratelimit").iter().count(), 1);
+    assert_eq!(h["ratelimit"], "\"route\";r=1;t=30, \"global\";r=99;t=1");
+    assert_eq!(
+        h["ratelimit-policy"],
+        "\"route\";q=2;w=60, \"global\";q=100;w=60"
+    );
+}
