@@ -60,6 +60,11 @@
 //!
 //! ```toml
 //! key = { kind = "forwarded", trusted = ["127.0.0.0/8"] }
+//!
+//! [[policies]]
+//! name = "api"
+//! quota = "100/m"
+//!
 //! [exempt]
 //! networks = ["127.0.0.0/8"]
 //! ```
@@ -71,6 +76,11 @@
 //!
 //! ```toml
 //! key = { kind = "header", header = "x-api-key" }
+//!
+//! [[policies]]
+//! name = "api"
+//! quota = "100/m"
+//!
 //! [exempt]
 //! networks = ["10.0.0.0/8"]     # internal clients, reached through the proxy
 //! trusted = ["127.0.0.1/32"]    # the proxy (reads X-Forwarded-For)
