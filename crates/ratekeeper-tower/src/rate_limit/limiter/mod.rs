@@ -20,6 +20,7 @@ use ratekeeper_core::store::{
 use smallvec::SmallVec;
 use tokio::time::Instant;
 
+mod exempt;
 mod respond;
 
 pub(crate) use respond::{FAILED, NO_RESPONSE, Respond};
@@ -32,7 +33,7 @@ use super::ticket::Ticket;
 use crate::cost::Cost;
 use crate::degraded::{Degrade, StoreDegraded};
 use crate::info::Info;
-use crate::key::{KeyExtractor, PeerIp};
+use crate::key::KeyExtractor;
 use crate::policy::{AllPolicies, Applied, Plan, Resolve, Rules};
 use crate::report::Reporter;
 use crate::usage::UsageRules;
@@ -109,13 +110,8 @@ impl<K, Co, St, R> Limiter<K, Co, St, R> {
         if rules.exempt_preflight && crate::cors::is_preflight(req) {
             return Prepared::Exempt;
         }
-        if !rules.exempt_networks.is_empty() {
-            if let Some(peer) = PeerIp::peer_addr(req) {
-                let ip = crate::key::normalize_ip(peer.ip(), &rules.nat64);
-                if rules.exempt_networks.iter().any(|n| n.contains(&ip)) {
-                    return Prepared::Exempt;
-                }
-            }
+        if !rules.exempt_networks.is_empty() && self.network_exempt(req) {
+            return Prepared::Exempt;
         }
         let (key, key_error) = match self.key.extract(req) {
             Ok(key) => (key, None),
