@@ -5,11 +5,11 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::header::{CACHE_CONTROL, CONTENT_TYPE};
+use http::header::CONTENT_TYPE;
 use http::{HeaderMap, HeaderValue, StatusCode};
 
 use crate::key::KeyError;
-use crate::report::trailers_only;
+use crate::report::{Unavailable, trailers_only};
 
 /// A response the layer writes itself (a 429, a 503 when the store fails closed, or a key
 /// error), in HTTP form until [`Refusal::answer`] gives it the form the request reads.
@@ -53,16 +53,16 @@ impl Answer {
         Self::text(status, Bytes::from(message))
     }
 
-    /// The `503 Service Unavailable` of a store that could not decide and fails closed.
-    pub(crate) fn unavailable() -> Self {
-        let mut answer = Self::text(
-            StatusCode::SERVICE_UNAVAILABLE,
-            Bytes::from_static(b"rate limiter unavailable\n"),
-        );
-        answer
-            .headers
-            .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
-        answer
+    /// The `503 Service Unavailable` of a store that could not decide and fails closed,
+    /// rendered when the layer was built.
+    pub(crate) fn unavailable(unavailable: &Unavailable) -> Self {
+        let (status, headers, body) = unavailable.parts();
+        Self {
+            status,
+            headers,
+            body,
+            policy: None,
+        }
     }
 
     /// What a response future answers when polled after it completed.

@@ -177,6 +177,7 @@ mod reporter;
 mod template;
 #[cfg(test)]
 mod tests;
+mod unavailable;
 
 use http::HeaderName;
 
@@ -186,6 +187,8 @@ pub use partition_key::PartitionKey;
 pub(crate) use problem::ProblemParts;
 pub use problem::{Limited, ProblemJson, Rejection};
 pub(crate) use reporter::Reporter;
+pub use unavailable::TEMPORARY_REDUCED_CAPACITY_TYPE;
+pub(crate) use unavailable::{DEFAULT_UNAVAILABLE_RETRY_AFTER, Unavailable};
 
 /// The single-policy field names as constants: a use is a compile-time value, while a
 /// clone of the public statics goes through `Bytes`' vtable (three per response).
