@@ -19,5 +19,6 @@ mod modes;
 mod refunds;
 mod stacks;
 mod trust;
+mod unavailable;
 mod upgrades;
 mod usage;
