@@ -302,4 +302,37 @@ mod tests {
         assert!(res.headers().get("x-ratelimit-limit").is_none());
         assert_eq!(res.body().as_ref(), b"hi");
     }
+
+    /// A gRPC call to a layer that serves gRPC gets the fail-closed answer as `UNAVAILABLE`,
+    /// with the same `retry-after`, a `RetryInfo`, and the configured wait rounded up.
+    #[tokio::test]
+    async fn fail_closed_grpc_call_is_unavailable_with_retry_after() {
+        let fake = Fake {
+            mode: 2,
+            policy: FailurePolicy::Deny,
+            held: Arc::new(AtomicU32::new(0)),
+        };
+        let svc = ServiceBuilder::new()
+            .layer(
+                ConcurrencyLimitLayer::new(NonZeroU32::new(3).unwrap())
+                    .key(GlobalKey)
+                    .grpc(true)
+                    .shared(fake)
+                    .unavailable_retry_after(Duration::from_millis(4_100)),
+            )
+            .service_fn(|_req: Request<()>| async {
+                Ok::<_, Infallible>(Response::new(String::from("hi")))
+            });
+        let req = Request::builder()
+            .version(http::Version::HTTP_2)
+            .header("content-type", "application/grpc")
+            .body(())
+            .unwrap();
+        let res = svc.oneshot(req).await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        assert_eq!(res.headers()["content-type"], "application/grpc");
+        assert_eq!(res.headers()["grpc-status"], "14");
+        assert_eq!(res.headers()["retry-after"], "5");
+        assert!(res.headers().contains_key("grpc-status-details-bin"));
+    }
 }
