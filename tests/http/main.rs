@@ -20,5 +20,6 @@ mod modes;
 mod refunds;
 mod stacks;
 mod trust;
+mod unavailable;
 mod upgrades;
 mod usage;

@@ -224,13 +224,27 @@ async fn redis_down_or_slow_fails_open() {
     }
 }
 
-/// Case B18 (b): fail closed: R1..R5 get 503, with no made-up Remaining.
+/// Case B18 (b): fail closed: R1..R5 get 503, with no made-up Remaining, and say when to
+/// retry: `Retry-After: 1` (the layer's default, the breaker's 500 ms open period rounded
+/// up) and a problem+json body of the temporary-reduced-capacity type naming the same wait.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_down_or_slow_fails_closed() {
     let answers = redis_down_or_slow(FailurePolicy::Deny, None).await;
     for a in &answers[..5] {
         assert_eq!(a.status, 503, "{a:?}");
         assert_eq!(a.remaining, None);
+        assert_eq!(a.retry_after, Some(1), "{a:?}");
+        let problem: serde_json::Value = serde_json::from_str(&a.body).expect("problem+json");
+        assert_eq!(
+            problem["type"],
+            ratekeeper_axum::report::TEMPORARY_REDUCED_CAPACITY_TYPE,
+            "{a:?}"
+        );
+        assert_eq!(problem["status"], 503);
+        assert_eq!(
+            problem["detail"],
+            "the rate limiter cannot decide now (its store is unavailable); retry after 1 s"
+        );
     }
 }
 

@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use ratekeeper_core::store::{MemoryStore, Store};
 use ratekeeper_core::{Algorithm, Key, Policy, Quota};
@@ -16,7 +17,10 @@ use super::mode::Mode;
 use crate::error::BuildError;
 use crate::key::PeerIp;
 use crate::policy::{AllPolicies, Resolve, Rules, Settle};
-use crate::report::{HeaderStyle, PartitionKey, Rejection, Reporter, ResetFormat};
+use crate::report::{
+    DEFAULT_UNAVAILABLE_RETRY_AFTER, HeaderStyle, PartitionKey, Rejection, Reporter, ResetFormat,
+    Unavailable,
+};
 use crate::usage::{Usage, UsageRules};
 
 /// Everything a [`RateLimitBuilder`] holds that does not change its type, moved as a whole when a
@@ -37,6 +41,8 @@ struct Settings {
     quiet_forwarded: bool,
     raw_keys: bool,
     grpc: bool,
+    /// The fail-closed 503's `Retry-After`; `None`: the default.
+    unavailable_retry_after: Option<Duration>,
 }
 
 impl RateLimitLayer {
@@ -444,6 +450,24 @@ impl<K, Co, St, R> RateLimitBuilder<K, Co, St, R> {
         self
     }
 
+    /// How long a client should wait before it retries after the `503 Service Unavailable`
+    /// the layer answers when the store cannot decide and its failure policy is
+    /// [`FailurePolicy::Deny`](ratekeeper_core::store::FailurePolicy::Deny) (fail closed).
+    ///
+    /// The 503 carries it as `Retry-After` in whole seconds, rounded up and at least 1, in an
+    /// RFC 9457 `application/problem+json` body of type
+    /// [`TEMPORARY_REDUCED_CAPACITY_TYPE`](crate::report::TEMPORARY_REDUCED_CAPACITY_TYPE)
+    /// whose `detail` names the same seconds; a gRPC call gets `UNAVAILABLE` with the same
+    /// delay as `retry-after` and a `google.rpc.RetryInfo` (see [`RateLimitBuilder::grpc`]).
+    /// Default 1 s: the Redis store's default circuit-breaker open period (500 ms) rounded
+    /// up, after which the breaker lets a request probe Redis again. With a longer breaker
+    /// period (`RedisStoreBuilder::breaker`), set the same duration here, so clients come
+    /// back when the store is tried again rather than while it is still skipped.
+    pub fn unavailable_retry_after(mut self, retry_after: Duration) -> Self {
+        self.settings.unavailable_retry_after = Some(retry_after);
+        self
+    }
+
     /// Registers the policies with the store and builds the layer.
     ///
     /// Logs one INFO event (target `ratekeeper`) naming the policies (name, quota,
@@ -574,6 +598,11 @@ impl<K, Co, St, R> RateLimitBuilder<K, Co, St, R> {
             mode: settings.mode,
             request_info: settings.request_info,
             usage,
+            unavailable: Unavailable::rate_limit(
+                settings
+                    .unavailable_retry_after
+                    .unwrap_or(DEFAULT_UNAVAILABLE_RETRY_AFTER),
+            ),
         }))
     }
 }

@@ -35,7 +35,7 @@ use crate::degraded::{Degrade, StoreDegraded};
 use crate::info::Info;
 use crate::key::KeyExtractor;
 use crate::policy::{AllPolicies, Applied, Plan, Resolve, Rules};
-use crate::report::Reporter;
+use crate::report::{Reporter, Unavailable};
 use crate::usage::UsageRules;
 
 /// What the layer does with a request once the store decided. Every verdict but
@@ -87,6 +87,8 @@ pub(crate) struct Limiter<K, Co, St, R = AllPolicies> {
     pub(crate) diag: Diagnostics,
     /// The policies settled from the response (a header, a trailer, the body).
     pub(crate) usage: UsageRules,
+    /// The 503 when the store cannot decide and fails closed.
+    pub(crate) unavailable: Unavailable,
 }
 
 impl<K, Co, St, R> Limiter<K, Co, St, R> {
@@ -383,9 +385,14 @@ fn denied_charge<'a>(applied: &'a Applied, decisions: &Decisions) -> (&'a Key, u
 /// [`StoreDegraded`], for a fallback or handler to read) or gets a 503
 /// ([`FailurePolicy::Deny`]: failing closed is not a rate limit, so not a 429).
 ///
-/// `None`: the request goes on (fail open or degrade); `Some`: the 503 to answer with.
+/// `None`: the request goes on (fail open or degrade); `Some`: the 503 to answer with, the
+/// limiter's `unavailable`.
 #[cold]
-pub(crate) fn store_failed(err: &StoreError, extensions: &mut Extensions) -> Option<Answer> {
+pub(crate) fn store_failed(
+    err: &StoreError,
+    extensions: &mut Extensions,
+    unavailable: &Unavailable,
+) -> Option<Answer> {
     // `Local` and `FailSoft` are answered inside the store; should one ever reach the layer,
     // it fails open.
     let action = match err.failure_policy() {
@@ -394,7 +401,7 @@ pub(crate) fn store_failed(err: &StoreError, extensions: &mut Extensions) -> Opt
     };
     if action == FailurePolicy::Deny {
         tracing::debug!(error = %err, "rate-limit store could not decide; answering 503 (fail closed)");
-        return Some(Answer::unavailable());
+        return Some(Answer::unavailable(unavailable));
     }
     tracing::debug!(error = %err, %action, "rate-limit store could not decide; the request goes on without rate-limit headers");
     extensions.insert(StoreDegraded { action });
@@ -430,6 +437,8 @@ pub(crate) trait Erased<SF>: Respond {
     fn release(&self, ticket: &Ticket, decisions: &Decisions);
     /// This limiter as a settlement holds it.
     fn responder(self: Arc<Self>) -> Arc<dyn Respond>;
+    /// The 503 when the store cannot decide and fails closed (see [`store_failed`]).
+    fn unavailable(&self) -> &Unavailable;
 }
 
 impl<K, Co, St, R> Erased<St::Future> for Limiter<K, Co, St, R>
@@ -472,6 +481,10 @@ where
 
     fn responder(self: Arc<Self>) -> Arc<dyn Respond> {
         self
+    }
+
+    fn unavailable(&self) -> &Unavailable {
+        &self.unavailable
     }
 }
 
