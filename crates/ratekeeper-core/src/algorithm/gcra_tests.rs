@@ -108,7 +108,8 @@ fn remaining_never_negative_and_never_above_burst() {
 fn saturating_at_extreme_quotas_and_clocks() {
     let extremes = [
         gcra(1, Duration::from_nanos(1), 1),
-        gcra(u32::MAX, Duration::from_nanos(1), u32::MAX),
+        // The fastest rate a quota holds (1 per ns) with the largest burst.
+        gcra(1, Duration::from_nanos(1), u32::MAX),
         gcra(1, Duration::from_nanos(u64::MAX), 1),
         gcra(u32::MAX, Duration::from_nanos(u64::MAX), 1),
         gcra(u32::MAX, Duration::from_nanos(u64::MAX), u32::MAX),
