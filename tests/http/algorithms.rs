@@ -338,6 +338,67 @@ async fn a_burst_at_the_window_boundary_for_every_algorithm() {
     }
 }
 
+/// A burst with an algorithm that holds `limit` (a window algorithm) is a build error
+/// naming the policy and the algorithms that take a burst; it used to be ignored, so
+/// "10/m burst 3" admitted 10 in a row. Without the burst the same policy builds.
+#[test]
+fn a_burst_with_a_window_algorithm_is_a_build_error() {
+    let bursty: Quota = "10/m burst 3".parse().unwrap();
+    for algorithm in [
+        Algorithm::FixedWindow,
+        Algorithm::SlidingLog,
+        Algorithm::SlidingWindow,
+    ] {
+        let build = |quota: Quota| {
+            RateLimitLayer::builder()
+                .policy(Policy::new("search", quota).with_algorithm(algorithm))
+                .key(GlobalKey)
+                .build()
+        };
+        let err = build(bursty).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!(
+                "policy \"search\" sets burst 3 but algorithm {algorithm} takes no burst"
+            )),
+            "{err}"
+        );
+        assert!(err.contains("use gcra or leaky-bucket"), "{err}");
+        assert!(build("10/m".parse().unwrap()).is_ok(), "{algorithm}");
+    }
+    // GCRA and the leaky bucket honour it.
+    for algorithm in [Algorithm::Gcra, Algorithm::LeakyBucket] {
+        let built = RateLimitLayer::builder()
+            .policy(Policy::new("search", bursty).with_algorithm(algorithm))
+            .key(GlobalKey)
+            .build();
+        assert!(built.is_ok(), "{algorithm}");
+    }
+}
+
+/// A rate above 1 per ns cannot be represented (the emission interval is a whole ns): the
+/// quota is refused, and a `per_second` quota past it fails the build instead of acting as
+/// 1 per ns.
+#[test]
+fn a_rate_above_one_per_nanosecond_is_refused() {
+    assert_eq!(
+        Quota::new(u32::MAX, Duration::from_nanos(1)),
+        Err(QuotaError::RateTooHigh)
+    );
+    assert!("4294967295/1ns".parse::<Quota>().is_err());
+    let fast = Quota::per_second(std::num::NonZeroU32::MAX);
+    let err = RateLimitLayer::builder()
+        .policy(Policy::new("fast", fast))
+        .key(GlobalKey)
+        .build()
+        .unwrap_err();
+    assert!(
+        err.to_string().contains(
+            "invalid quota of policy \"fast\": quota rate must be at most 1 per nanosecond"
+        ),
+        "{err}"
+    );
+}
+
 /// Case B11: zero, negative and huge configuration values.
 #[test]
 fn zero_negative_and_huge_configuration_values() {
