@@ -326,10 +326,9 @@ async fn corrections_leave_the_sum_of_true_costs_on_the_tiered_store() {
 
 /// The memory store's `a_higher_true_cost_is_charged_without_refusal_and_the_debt_is_waited_out`
 /// on Redis (10 per 10 s; an estimate of 2 at 0 corrected to 13 at 2 s, a unit at 3 s):
-/// the same wait for the token bucket, the leaky bucket, the fixed window and the sliding
-/// log. The sliding window counter's checks read a count above the limit as the limit (the
-/// quota in force), so its debt weighs at most the limit in the next window: 8 s, where the
-/// memory store waits 7 s + (10 s - 90 s / 13).
+/// the same wait as the memory store for every algorithm; the sliding window counter's
+/// debt weighs whole in the next window: 7 s + (10 s - 90 s / 13), not the 8 s of a debt
+/// read as the limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_extra_charge_is_forced_and_waited_out_on_redis_as_in_memory() {
     let server = RedisServer::start();
@@ -373,13 +372,16 @@ async fn an_extra_charge_is_forced_and_waited_out_on_redis_as_in_memory() {
             .check_now(&[Charge::new(mid, &key, 1)])
             .expect("check");
         assert!(!on_redis.is_allowed(), "{algorithm}");
+        assert_eq!(
+            on_redis.retry_after(),
+            on_memory.retry_after(),
+            "{algorithm}"
+        );
         if algorithm == Algorithm::SlidingWindow {
-            assert_eq!(on_redis.retry_after(), Some(Duration::from_secs(8)));
-        } else {
+            // 90 s / 13 = 6.923076923 s: the wait to the ns.
             assert_eq!(
                 on_redis.retry_after(),
-                on_memory.retry_after(),
-                "{algorithm}"
+                Some(Duration::from_nanos(10_076_923_077))
             );
         }
     }
@@ -518,4 +520,52 @@ async fn a_give_back_after_its_lease_expired_goes_to_redis_by_the_grant() {
         .expect("decides");
     // 6 charges of 2, one of them corrected to 0: 10 units used.
     assert_eq!(d.as_slice()[0].remaining(), 90, "{d:?}");
+}
+
+/// The tiered store's lease script on a fixed window whose count is above the limit (a
+/// correction's extra charge, 7 counted of 4): a background renewal (need 0) grants
+/// nothing and leaves the count whole, where it used to write the limit back over the
+/// debt; a request's lease (need 1) is refused until the window ends.
+#[test]
+fn a_lease_renewal_leaves_a_fixed_window_debt_whole() {
+    const LEASE: &str = include_str!("../../crates/ratekeeper-core/src/store/redis/lease.lua");
+    let server = RedisServer::start();
+    let key = "rl:v2:{s:client}:fw";
+    // W = 10 s, limit 4; at 1 005 s (window 100, 5 s left) 7 units are counted.
+    let state = "100:7:10000000";
+    server
+        .cli(&["SET", key, state, "PX", "600000"])
+        .expect("set");
+    let lease = |need: &str| {
+        // ARGV: now µs, no stale guard, no TTL floor, fixed window, W µs, limit, -, need, want.
+        let args = [
+            "EVAL",
+            LEASE,
+            "1",
+            key,
+            "1005000000",
+            "",
+            "0",
+            "2",
+            "10000000",
+            "4",
+            "0",
+            need,
+            "4",
+        ];
+        let reply = server.cli(&args).expect("lease script answers");
+        // After the server time: status, granted, code, remaining, reset_after µs,
+        // retry_after µs, stamp.
+        reply.lines().skip(1).map(str::to_owned).collect::<Vec<_>>()
+    };
+    assert_eq!(lease("0"), ["0", "0", "0", "0", "5000000", "0", "100"]);
+    assert_eq!(
+        server.cli(&["GET", key]).as_deref().map(str::trim),
+        Some(state)
+    );
+    assert_eq!(lease("1"), ["0", "0", "1", "0", "5000000", "5000000", "-1"]);
+    assert_eq!(
+        server.cli(&["GET", key]).as_deref().map(str::trim),
+        Some(state)
+    );
 }

@@ -1,8 +1,8 @@
-//! Memory ≡ Redis: seeded, bounded random sequences of check / reserve / refund / peek run on
-//! the memory store (the reference) and on a standalone Redis store with an aligned clock,
-//! every algorithm the Redis store takes, the answers compared field by field after every
-//! step (see `ratekeeper_tests::differential`). proptest shrinks a failing sequence to its
-//! smallest form.
+//! Memory ≡ Redis: seeded, bounded random sequences of check / reserve / refund / correct /
+//! peek run on the memory store (the reference) and on a standalone Redis store with an
+//! aligned clock, every algorithm the Redis store takes, the answers compared field by
+//! field after every step (see `ratekeeper_tests::differential`). proptest shrinks a
+//! failing sequence to its smallest form.
 //!
 //! `SWEEP_CASES` multiplies the number of sequences (default 1) and `SWEEP_SEED` (a number)
 //! picks another seed, as for the other sweeps; CI uses neither.
@@ -15,7 +15,9 @@ use proptest::prelude::any;
 use proptest::test_runner::TestCaseError;
 use ratekeeper_core::clock::ManualClock;
 use ratekeeper_core::store::redis::{OwnedCharge, RedisStore};
-use ratekeeper_core::store::{Charge, Decisions, MemoryStore, PolicyId, Store};
+use ratekeeper_core::store::{
+    Charge, Correction, Decisions, MemoryStore, PolicyId, Receipt, Refund, Store,
+};
 use ratekeeper_core::{Algorithm, Key, Policy, Quota};
 use ratekeeper_tests::differential::{Pair, sequence, start_ns};
 use ratekeeper_tests::redis::RedisServer;
@@ -197,4 +199,123 @@ async fn a_reservation_ends_a_remembered_denial() {
     // The next check waits for the turn after the booked one: 11 s + 1 s - now.
     let d = both(&memory, &redis, &[(ids[0], &k, 1)]).await;
     assert_eq!(d.retry_after(), Some(Duration::from_millis(1_900)));
+}
+
+/// Gives back `cost` of the charge (`policy`, `key`) with each store's own receipt, as a
+/// refund (`actual` = `None`) or a correction to `actual`, on both stores.
+async fn settle(
+    memory: &MemoryStore<Key, ManualClock>,
+    redis: &RedisStore,
+    (policy, key, cost): (PolicyId, &Key, u64),
+    receipts: (Receipt, Receipt),
+    actual: Option<u64>,
+) {
+    let charge = Charge::new(policy, key, cost);
+    let owned = (policy, key.clone(), cost);
+    match actual {
+        None => {
+            memory.refund(&[Refund::new(charge, receipts.0)]);
+            redis
+                .refund_async(&[(owned, receipts.1)])
+                .await
+                .expect("redis refunds");
+        }
+        Some(actual) => {
+            memory.correct(&[Correction::new(charge, receipts.0, actual)]);
+            redis
+                .correct_async(&[(owned, receipts.1, actual)])
+                .await
+                .expect("redis corrects");
+        }
+    }
+}
+
+/// A debt and a refund on the window algorithms (4 per 2 s): a correction charges 7 units
+/// past the limit, a refund of another charge in the same window takes 1 off the count with
+/// its debt, and both stores answer alike in that window and the next (the sliding window
+/// counter weighs the whole debt there: 9 of the previous window, not the limit).
+#[tokio::test(flavor = "current_thread")]
+async fn a_debt_and_a_refund_weigh_alike_on_the_windows() {
+    let server = RedisServer::start();
+    for (name, algorithm) in [
+        ("fw", Algorithm::FixedWindow),
+        ("sw", Algorithm::SlidingWindow),
+    ] {
+        let policies = [Policy::new(name, quota(4, 2_000, 4)).with_algorithm(algorithm)];
+        // 10 s: the start of window 5.
+        let (memory, redis, clock, ids) = pair(&server, &policies, 10_000).await;
+        let k = Key::from("debt");
+        let a = both(&memory, &redis, &[(ids[0], &k, 2)]).await;
+        let b = both(&memory, &redis, &[(ids[0], &k, 1)]).await;
+        assert!(a.is_allowed() && b.is_allowed(), "{algorithm}");
+        clock.set(10_500 * MS);
+        // A was 9: 7 units past the estimate, 10 counted, 6 of them beyond the limit.
+        settle(
+            &memory,
+            &redis,
+            (ids[0], &k, 2),
+            (a.receipt(0), a.receipt(0)),
+            Some(9),
+        )
+        .await;
+        let d = both(&memory, &redis, &[(ids[0], &k, 1)]).await;
+        assert!(!d.is_allowed(), "{algorithm}: {d:?}");
+        // B is refunded: 9 counted, still a debt.
+        settle(
+            &memory,
+            &redis,
+            (ids[0], &k, 1),
+            (b.receipt(0), b.receipt(0)),
+            None,
+        )
+        .await;
+        for at_ms in [10_600, 11_999, 12_000, 12_700, 13_500, 13_999, 14_000] {
+            clock.set(at_ms * MS);
+            let d = both(&memory, &redis, &[(ids[0], &k, 1)]).await;
+            both(&memory, &redis, &[(ids[0], &k, 0)]).await;
+            // In window 5 the debt refuses; in window 6 the sliding counter still refuses
+            // at 12.7 s: the 9 units of window 5 weigh 9 * 0.65 = 5.85 > 3 (read as the
+            // limit, 4 * 0.65 = 2.6, a unit would fit).
+            let refused =
+                at_ms < 12_000 || (algorithm == Algorithm::SlidingWindow && at_ms <= 12_700);
+            assert_eq!(d.is_allowed(), !refused, "{algorithm} at {at_ms} ms: {d:?}");
+        }
+    }
+}
+
+/// A debt on the leaky bucket's shaper (4 per s, queue of 2: T = 250 ms, tau = 500 ms): a
+/// charge of 1 corrected to 9 leaves the TAT 2.25 s ahead, beyond the queue. A reservation
+/// waits the debt out on both stores: denied, final, until the unit fits (2 s) or, with a
+/// shorter `max_wait`, until the queue is within it; it is not read as a full queue of
+/// 500 ms.
+#[tokio::test(flavor = "current_thread")]
+async fn a_debt_on_the_shaper_is_waited_out_alike() {
+    let server = RedisServer::start();
+    let policies =
+        [Policy::new("leaky", quota(4, 1_000, 2)).with_algorithm(Algorithm::LeakyBucket)];
+    let (memory, redis, clock, ids) = pair(&server, &policies, 10_000).await;
+    let k = Key::from("shaped");
+    let d = both(&memory, &redis, &[(ids[0], &k, 1)]).await;
+    settle(
+        &memory,
+        &redis,
+        (ids[0], &k, 1),
+        (d.receipt(0), d.receipt(0)),
+        Some(9),
+    )
+    .await;
+    clock.set(10_100 * MS);
+    for (max_wait_ms, retry_ms) in [(0, 2_150), (1_000, 1_900), (5_000, 1_900)] {
+        let max_wait = Duration::from_millis(max_wait_ms);
+        let m = memory
+            .reserve_now(&[Charge::new(ids[0], &k, 1)], max_wait)
+            .expect("memory reserves");
+        let r = redis
+            .reserve_async(&[(ids[0], k.clone(), 1)], max_wait)
+            .await
+            .expect("redis reserves");
+        assert_eq!(m, r, "max_wait {max_wait_ms} ms");
+        assert!(!r.is_allowed() && r.is_final(), "{r:?}");
+        assert_eq!(r.retry_after(), Some(Duration::from_millis(retry_ms)));
+    }
 }

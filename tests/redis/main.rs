@@ -6,6 +6,7 @@
 
 mod bans;
 mod correct;
+mod declared;
 mod differential;
 mod faults;
 mod fleet;

@@ -1355,7 +1355,7 @@ async fn a_lowered_limit_applies_at_once_fixed_window() {
 }
 
 /// Case B27: a changed window length never mixes windowings: the units a sliding window counter
-/// still counts move into the new windowing (and are clamped to the new limit).
+/// still counts move into the new windowing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_changed_window_keeps_counted_units_sliding_window() {
     let server = RedisServer::start();

@@ -12,7 +12,10 @@
 //! - **peek**: one charge of cost 0 (it passes and writes nothing, reporting the state);
 //! - **reserve**: the charges of a check with a `max_wait` (the Delay mode);
 //! - **refund**: the charges of an earlier allowed check or reservation, each store with the
-//!   receipts its own answer carried.
+//!   receipts its own answer carried;
+//! - **correct**: the same charges corrected to true costs from 0 to twice the capacity,
+//!   each store with its own receipts: a give-back below the estimate, an extra charge
+//!   (a debt, beyond the capacity) above it.
 //!
 //! Policies: one per algorithm the Redis store takes (GCRA, leaky bucket, fixed window,
 //! sliding window counter, sliding log), every emission interval and window a whole µs. The
@@ -24,7 +27,9 @@ use std::time::Duration;
 
 use ratekeeper_core::clock::ManualClock;
 use ratekeeper_core::store::redis::{OwnedCharge, RedisStore};
-use ratekeeper_core::store::{Charge, Decisions, MemoryStore, PolicyId, Receipt, Refund, Store};
+use ratekeeper_core::store::{
+    Charge, Correction, Decisions, MemoryStore, PolicyId, Receipt, Refund, Store,
+};
 use ratekeeper_core::{Algorithm, Key, Policy, Quota};
 
 use crate::sweep::Gen;
@@ -59,6 +64,9 @@ const STEPS_US: [u64; 12] = [
 /// Costs of a charge (4 exceeds every capacity: "can never fit").
 const COSTS: [u64; 8] = [0, 1, 1, 1, 1, 2, 3, 4];
 
+/// True costs of a correction (above 4: beyond every capacity, a debt).
+const ACTUALS: [u64; 6] = [0, 1, 2, 3, 5, 9];
+
 /// Reservation bounds.
 const MAX_WAITS_MS: [u64; 4] = [0, 100, 1_000, 10_000];
 
@@ -71,6 +79,9 @@ pub enum Op {
     Reserve(Vec<(usize, usize, u64)>, Duration),
     /// Gives back what step `of` (an allowed check or reservation) charged.
     Refund(usize),
+    /// Corrects the charges of step `of` (an allowed check or reservation) to these true
+    /// costs, one per charge.
+    Correct(usize, Vec<u64>),
 }
 
 /// One step: the clock moves by `advance_us`, then `op` runs.
@@ -112,14 +123,23 @@ pub fn sequence(data: &[u8], max_steps: usize) -> Vec<Step> {
                 let c = charges(&mut g, n_policies);
                 Op::Reserve(c, Duration::from_millis(g.pick(&MAX_WAITS_MS)))
             }
-            _ => {
+            kind => {
                 let allowed: Vec<usize> = (0..out.len())
-                    .filter(|&i| !matches!(out[i].op, Op::Refund(_)))
+                    .filter(|&i| matches!(out[i].op, Op::Check(_) | Op::Reserve(..)))
                     .collect();
                 if allowed.is_empty() {
                     Op::Check(charges(&mut g, n_policies))
                 } else {
-                    Op::Refund(allowed[g.below(allowed.len())])
+                    let of = allowed[g.below(allowed.len())];
+                    if kind == 6 {
+                        Op::Refund(of)
+                    } else {
+                        let n = match &out[of].op {
+                            Op::Check(c) | Op::Reserve(c, _) => c.len(),
+                            _ => 0,
+                        };
+                        Op::Correct(of, (0..n).map(|_| g.pick(&ACTUALS)).collect())
+                    }
                 }
             }
         };
@@ -207,6 +227,39 @@ impl Pair {
                     let m = m.map_err(|e| format!("{log}memory failed: {e}"))?;
                     let r = r.map_err(|e| format!("{log}redis failed: {e}"))?;
                     (m, r)
+                }
+                Op::Correct(of, actual) => {
+                    let Some(Some((m_taken, r_taken))) = answers.get(*of) else {
+                        answers.push(None);
+                        continue;
+                    };
+                    let (Op::Check(c) | Op::Reserve(c, _)) = &steps[*of].op else {
+                        answers.push(None);
+                        continue;
+                    };
+                    let mem: Vec<Correction<'_, Key>> = c
+                        .iter()
+                        .zip(m_taken.receipts())
+                        .zip(actual)
+                        .map(|((&(p, k, cost), r), &a)| {
+                            Correction::new(Charge::new(self.ids[p], &keys[k], cost), r, a)
+                        })
+                        .collect();
+                    let red: Vec<(OwnedCharge, Receipt, u64)> = c
+                        .iter()
+                        .zip(r_taken.receipts())
+                        .zip(actual)
+                        .map(|((&(p, k, cost), r), &a)| {
+                            ((self.redis_ids[p], keys[k].clone(), cost), r, a)
+                        })
+                        .collect();
+                    self.memory.correct(&mem);
+                    self.redis
+                        .correct_async(&red)
+                        .await
+                        .map_err(|e| format!("{log}redis correction failed: {e}"))?;
+                    answers.push(None);
+                    continue;
                 }
                 Op::Refund(of) => {
                     let Some(Some((m_taken, r_taken))) = answers.get(*of) else {

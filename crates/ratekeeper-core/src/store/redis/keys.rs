@@ -118,6 +118,17 @@ pub(super) fn full(prefix: &str, tag: &str, policy: &str) -> String {
     out
 }
 
+/// What a state key's reset fence adds to its name: `<state key>#reset` (a policy name has
+/// no `#`, so no state is ever named like a fence), same hash tag.
+pub(super) const FENCE_SUFFIX: &str = "#reset";
+
+/// Appends the reset fence of the state key `full` (made by [`full`] or [`push_full`]) to
+/// `out`: `<full>#reset`.
+pub(super) fn push_fence(out: &mut String, full: &str) {
+    out.push_str(full);
+    out.push_str(FENCE_SUFFIX);
+}
+
 /// The ban key of the limiter key `full` (made by [`full`]) of `policy`:
 /// `<prefix>:v2:{<client key>}:ban:<policy>`, in the same Cluster slot (same hash tag). A
 /// policy name has no `:`, so no policy's limiter key and no concurrency key

@@ -19,7 +19,9 @@
 -- the bucket or window: in the lower half a lease takes exactly the request's cost, so near
 -- the limit no unit the client is still owed sits unspent on one instance while the client
 -- talks to another. (This also caps a grant at half of what is left: room - reserve <=
--- ceil(room / 2) for room <= capacity.) A background renewal sends need = 0.
+-- ceil(room / 2) for room <= capacity.) A background renewal sends need = 0. A grant of
+-- nothing writes nothing: the state stays as it is, a fixed window's count above the limit
+-- (a correction's debt) included.
 --
 -- Returns {server_now, status, granted, code, remaining, reset_after, retry_after, stamp}:
 -- status 0 = done, 1 = stale (nothing else, nothing written); code 0 allowed (granted >= need),
@@ -56,13 +58,15 @@ if algo == 2 then
     local a, b, d = string.match(raw, '^(%d+):(%d+):(%d+)$')
     if a then
       a, b, d = tonumber(a), tonumber(b), tonumber(d)
+      -- The count as stored, as limiter.lua reads it: above the limit it is a debt (a
+      -- correction's extra charge), kept whole.
       if d == len then
         if a == w then
-          count = math.min(b, limit)
+          count = b
         end
       elseif (a + 1) * d > now then
         -- written under another window length: its units still count, in this window
-        count = math.min(b, limit)
+        count = b
       end
     end
   end
@@ -71,20 +75,20 @@ if algo == 2 then
   if count > 0 then
     reset = until_end
   end
+  local room = math.max(limit - count, 0)
   if need > limit then
-    return {server_now, 0, 0, 2, limit - count, reset, 0, -1}
+    return {server_now, 0, 0, 2, room, reset, 0, -1}
   end
-  local room = limit - count
   if room < need then
     return {server_now, 0, 0, 1, room, reset, until_end, -1}
   end
   local grant = grant_of(room, limit)
-  count = count + grant
-  if count > 0 then
+  if grant > 0 then
+    count = count + grant
     redis.call('SET', key, string.format('%.0f:%.0f:%.0f', w, count, len), 'PX',
       string.format('%.0f', math.max(1, min_ttl, math.ceil(until_end / 1000))))
   end
-  return {server_now, 0, grant, 0, limit - count, until_end, 0, w}
+  return {server_now, 0, grant, 0, room - grant, until_end, 0, w}
 end
 
 -- GCRA

@@ -7,8 +7,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::script::{ALGO_FIXED_WINDOW, ALGO_GCRA, BadReply, ScriptRunner, unavailable};
-use super::{BreakerOpen, OwnedCharge, RedisStore, keys};
+use super::check::BreakerOpen;
+use super::policy::{ALGO_FIXED_WINDOW, ALGO_GCRA};
+use super::reply::BadReply;
+use super::script::{ScriptRunner, unavailable};
+use super::{OwnedCharge, RedisStore, keys};
 use crate::store::{Decisions, PolicyId, Receipt, StoreError};
 use crate::{Decision, Key, Outcome};
 

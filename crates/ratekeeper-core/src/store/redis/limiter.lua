@@ -1,7 +1,11 @@
 -- ratekeeper limiter, state format v2: twins of ratekeeper_core::algorithm::Gcra (also the
 -- leaky-bucket meter), ::FixedWindow and ::SlidingWindow, in integer µs.
 --
--- KEYS[i]   one key per (policy, client key); all KEYS share one hash tag (one Cluster slot).
+-- KEYS      every key the script reads or writes, all with one hash tag (one Cluster slot):
+--           KEYS[1..n] the states, one per charge (policy, client key); in the 'refund',
+--           'correct' and 'reset' modes KEYS[n+1..2n] their reset fences, "<state>#reset"
+--           in the same order (see `fenced`); then the ban keys (see "Bans" below).
+-- KEYS[i]   the state of charge i.
 --           Each state records the parameter it was written under, so a changed quota reads
 --           it under the parameters now in force (case B27):
 --           GCRA: "<TAT>:<T>:<tau>", the theoretical arrival time, emission interval and
@@ -9,6 +13,9 @@
 --             absent = TAT 0.
 --           Fixed window: "<window>:<count>:<W>" with window = floor(t / W); absent = count 0.
 --           Sliding window counter: "<window>:<current>:<previous>:<W>"; absent = both 0.
+--           Window counts are the units charged, read as stored: a count above the limit
+--           (a correction's debt, or units charged under a higher limit) counts whole, as
+--           in the memory store.
 --           Sliding log: a sorted set, one member "<ts>:<units>:<end>" per log entry
 --             (end = running total of units through it), scored by its timestamp ts (µs);
 --             absent = empty. Entries are counted under the window in
@@ -49,9 +56,10 @@
 -- parameters, sent only when some policy of the call has a ban: per ban four values (the
 -- position i of its charge, refusals, within µs, duration µs), then the number of bans b;
 -- its ban keys are the last b KEYS, in the same order ("<until>:<first>:<count>" µs, PX =
--- until the ban ends and the count runs out). A call without the tail has
--- #ARGV = 4 + 6 * #KEYS (with it, 4 + 6n + 4b + 1, never of that form). Rows of a ban carry
--- code 3 (refused by a ban in force) or 4 (this refusal started a ban).
+-- until the ban ends and the count runs out). With k keys per charge (2 in the modes that
+-- send fences, else 1), a call without the tail has #KEYS = k * n and #ARGV = 4 + 6 * n;
+-- with it, #KEYS = k * n + b and #ARGV = 4 + 6n + 4b + 1, never 4 + 6 * #KEYS / k. Rows of
+-- a ban carry code 3 (refused by a ban in force) or 4 (this refusal started a ban).
 local clock = redis.call('TIME')
 local server_now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 if ARGV[2] ~= '' and server_now > tonumber(ARGV[2]) then
@@ -63,18 +71,29 @@ if ARGV[1] ~= '' then
 end
 local mode = ARGV[3]
 local min_ttl = tonumber(ARGV[4]) or 0
-local n = #KEYS
+-- Keys per charge: the state, and its reset fence in the modes that read or write fences.
+local per_charge = 1
+if mode == 'refund' or mode == 'correct' or mode == 'reset' then
+  per_charge = 2
+end
+local n = #KEYS / per_charge
 
 -- Bans: ban_of[i] = {key, after, within, duration} for a charge i whose policy has one.
 local ban_of = {}
 if #ARGV ~= 4 + 6 * n then
   local b = tonumber(ARGV[#ARGV])
-  n = n - b
+  n = (#KEYS - b) / per_charge
   for j = 1, b do
     local at = 4 + 6 * n + 4 * (j - 1)
-    ban_of[tonumber(ARGV[at + 1])] = {key = KEYS[n + j], after = tonumber(ARGV[at + 2]),
-      within = tonumber(ARGV[at + 3]), duration = tonumber(ARGV[at + 4])}
+    ban_of[tonumber(ARGV[at + 1])] = {key = KEYS[per_charge * n + j],
+      after = tonumber(ARGV[at + 2]), within = tonumber(ARGV[at + 3]),
+      duration = tonumber(ARGV[at + 4])}
   end
+end
+
+-- The reset fence of charge i (only in the modes that send fences).
+local function fence_key(i)
+  return KEYS[n + i]
 end
 
 local function param(i, j)
@@ -169,8 +188,8 @@ local function sl_write_newest(i, e)
 end
 
 -- Fixed window and counter states written under another window length: the units still
--- counted at now under the old length move into the current window of the new length
--- (clamped to the limit later), so a changed W never mixes windows and never frees units.
+-- counted at now under the old length move into the current window of the new length, so
+-- a changed W never mixes windows and never frees units.
 local function fw_in_force(i, w, c, w_old)
   local len = param(i, 2)
   if w_old == len then
@@ -240,10 +259,11 @@ local function load(i)
   return v
 end
 
+-- Fixed window: {window, count}, rolled to the window of now (counts as stored).
 local function fw_current(i, st)
   local w = math.floor(now / param(i, 2))
   if st[1] == w then
-    return {w, math.min(st[2], param(i, 3))}
+    return {w, st[2]}
   end
   return {w, 0}
 end
@@ -252,14 +272,14 @@ local function fw_until_end(i, w)
   return (w + 1) * param(i, 2) - now
 end
 
--- Sliding window counter: {window, current, previous}.
+-- Sliding window counter: {window, current, previous}, rolled to the window of now (counts
+-- as stored).
 local function sw_current(i, st)
   local w = math.floor(now / param(i, 2))
-  local cap = param(i, 3)
   if st[1] == w then
-    return {w, math.min(st[2], cap), math.min(st[3], cap)}
+    return {w, st[2], st[3]}
   elseif st[1] + 1 == w then
-    return {w, 0, math.min(st[2], cap)}
+    return {w, 0, st[2]}
   end
   return {w, 0, 0}
 end
@@ -272,7 +292,8 @@ end
 -- limit * W, to the ns like the memory store: e (µs) and `less` (ns, 0..999), meaning
 -- e * 1000 - less ns; nil when current + cost > limit. floor(room * W * 1000 / previous) is
 -- q * 1000 + floor(r * 1000 / previous) with room * W = q * previous + r, so every
--- intermediate stays below 2^53 (the Rust side keeps 2 * limit * W there) and is exact.
+-- intermediate stays below 2^53 (the Rust side keeps 2 * limit * W there; r < previous, so
+-- r * 1000 too while a count, a debt included, is below 2^43) and is exact.
 local function sw_earliest(i, previous, current, cost)
   local room = param(i, 3) - current - cost
   if room < 0 then
@@ -289,6 +310,18 @@ local function sw_earliest(i, previous, current, cost)
     return 0, 0
   end
   return w - q, f
+end
+
+-- The units the estimate leaves for the current window, floor((limit * W - previous *
+-- (W - elapsed)) / W), at least 0; exact whatever the previous count (a debt too): the
+-- product is only taken when it is at most limit * W.
+local function sw_budget(i, st)
+  local limit, w = param(i, 3), param(i, 2)
+  local left = w - sw_elapsed(i, st)
+  if st[3] > 0 and left > math.floor(limit * w / st[3]) then
+    return 0
+  end
+  return math.floor((limit * w - st[3] * left) / w)
 end
 
 local function sw_reset(i, st)
@@ -398,16 +431,15 @@ local function verdict(i, st)
     if cost == 0 then
       return 0, nil, 0
     end
+    -- Allowed when previous * (W - elapsed) + (current + n) * W <= limit * W, that is
+    -- from the earliest elapsed on (sw_earliest: exact whatever the counts, a debt too).
     local elapsed = sw_elapsed(i, st)
-    if st[3] * (w - elapsed) + (st[2] + cost) * w <= limit * w then
+    local e, less = sw_earliest(i, st[3], st[2], cost)
+    if e and e <= elapsed then
       return 0, {st[1], st[2] + cost, st[3]}, 0
     end
     -- retry_after = the µs value minus `less` ns (see sw_earliest).
-    local e, less = sw_earliest(i, st[3], st[2], cost)
     if e then
-      if e <= elapsed then
-        return 1, nil, 0, 0
-      end
       return 1, nil, e - elapsed, less
     end
     e, less = sw_earliest(i, st[2], 0, cost)
@@ -502,9 +534,7 @@ local function report(out, i, code, st, retry, stamp, less)
       reset = sl_expires_in(i, st.newest[1])
     end
   elseif algo(i) == 3 then
-    local limit, w = param(i, 3), param(i, 2)
-    local budget = math.floor(math.max(limit * w - st[3] * (w - sw_elapsed(i, st)), 0) / w)
-    remaining = math.max(budget - st[2], 0)
+    remaining = math.max(sw_budget(i, st) - st[2], 0)
     reset = sw_reset(i, st)
   elseif algo(i) == 2 then
     remaining = math.max(param(i, 3) - st[2], 0)
@@ -572,24 +602,30 @@ end
 -- Reset fences (see the 'reset' block): a receipt stamped at or below the fence of its key
 -- was handed out before a reset of the key, so its refund gives back nothing. The fence is
 -- a key of its own, "<state key>#reset" (policy names never hold '#'), in the state key's
--- hash tag, so it lives in the same Cluster slot.
+-- hash tag, so it lives in the same Cluster slot; it is declared in KEYS (fence_key).
 local function fenced(i, s)
-  local f = tonumber(redis.call('GET', KEYS[i] .. '#reset'))
+  local f = tonumber(redis.call('GET', fence_key(i)))
   return f ~= nil and s <= f
 end
 
--- A refund gives back only what the charge with this receipt still holds (case B26).
+-- Gives back `cost` units of the charge with receipt stamp s: only what that charge still
+-- holds (case B26). One rule for a refund and for a correction's give-back but for the turns
+-- already booked beyond now + tau (GCRA), which `pays_debt` decides: a refund (false) keeps
+-- a later reservation's turn, a correction (true) reads them as a debt and pays it off.
 -- GCRA (stamp s = the TAT right after the charge, st = the stored TAT):
 --   st <= now                : the bucket drained the charge: nothing;
 --   st == s                  : the charge is the latest: TAT = s - cost * T;
---   st - tau > now           : a later reservation still waits for its slot: nothing;
+--   st - tau > now           : a refund: a later reservation still waits for its slot,
+--                              nothing; a give-back: as the next rule;
 --   otherwise                : min(cost * T, max(min(s, st) - now, 0)) off the top, so a
 --                              charge never gives back time already drained, nor more than
 --                              is outstanding.
 --   Never below now (a TAT in the past is "absent": deleted).
 -- Fixed window: only in the window the charge counted in. Sliding window counter: from the
 -- current count in that window, from the previous count in the next one, later nothing.
-local function refund(i)
+-- Sliding log: from the entry stamped s while it counts. Window counts are read as stored
+-- (a debt whole), by a refund and a give-back alike.
+local function give_back(i, pays_debt)
   local cost, s = cost_of(i), stamp_of(i)
   if s < 0 or cost <= 0 then
     return
@@ -634,14 +670,15 @@ local function refund(i)
   end
   if algo(i) == 1 then
     local st = load(i)
-    local t, tau = param(i, 2), param(i, 3)
-    local give = 0
-    if st > now then
-      if st == s then
-        give = cost * t
-      elseif st - tau <= now then
-        give = math.min(cost * t, math.max(math.min(s, st) - now, 0))
-      end
+    if st <= now then
+      return
+    end
+    if st ~= s and st - param(i, 3) > now and not pays_debt then
+      return
+    end
+    local give = cost * param(i, 2)
+    if st ~= s then
+      give = math.min(give, math.max(math.min(s, st) - now, 0))
     end
     if give > 0 then
       st = math.max(st - give, now)
@@ -674,7 +711,7 @@ if mode == 'refund' then
   -- Latest charge first, as the memory store gives back: a request that charged one key
   -- twice gets both back (its later charge is the latest booking).
   for i = n, 1, -1 do
-    refund(i)
+    give_back(i, false)
   end
   return peek_all()
 end
@@ -682,80 +719,13 @@ end
 -- 'correct': settles charges whose true cost is now known (Store::correct), latest first
 -- like 'refund'. Per key, the stamp says what to do with `cost` units:
 --   stamp >= 0 (or -1: none): give back `cost` units of the charge with that receipt, by the
---     refund rules, except that the state is read with its debt: a GCRA TAT beyond
---     now + tau is a debt left by extra charges, paid off (no "a later reservation waits"
---     rule), and a window count above the limit is kept whole, not read as the limit;
+--     refund rules with pays_debt (see give_back): a GCRA TAT beyond now + tau is a debt
+--     left by extra charges, paid off (no "a later reservation waits" rule);
 --   stamp -2 ('debit'): charge `cost` units at now without refusing, the twin of the
 --     algorithms' `debited`: GCRA TAT = max(TAT, now) + cost * T; windows: count += cost in
 --     the window of now; sliding log: cost units in an entry stamped now (merged into the
 --     newest when it is stamped now or later). The state may go beyond the capacity; PX
 --     follows it as for any write.
--- Fixed windows and counters as stored, rolled to the window of now, never clamped.
-local function with_debt(i)
-  local st = load(i)
-  local w = math.floor(now / param(i, 2))
-  if algo(i) == 2 then
-    if st[1] == w then
-      return {w, st[2]}
-    end
-    return {w, 0}
-  end
-  if st[1] == w then
-    return {w, st[2], st[3]}
-  elseif st[1] + 1 == w then
-    return {w, 0, st[2]}
-  end
-  return {w, 0, 0}
-end
-
-local function give_back(i)
-  local cost, s = cost_of(i), stamp_of(i)
-  if s < 0 or cost <= 0 then
-    return
-  end
-  if fenced(i, s) then
-    return
-  end
-  if algo(i) == 4 then
-    refund(i)
-    return
-  end
-  if algo(i) == 1 then
-    local st = load(i)
-    if st <= now then
-      return
-    end
-    local give = cost * param(i, 2)
-    if st ~= s then
-      give = math.min(give, math.max(math.min(s, st) - now, 0))
-    end
-    if give > 0 then
-      st = math.max(st - give, now)
-      cache[KEYS[i]] = st
-      store(i, st)
-    end
-    return
-  end
-  local st = with_debt(i)
-  local changed = false
-  if algo(i) == 2 then
-    if st[1] == s and st[2] > 0 then
-      st = {st[1], math.max(st[2] - cost, 0)}
-      changed = true
-    end
-  elseif st[1] == s and st[2] > 0 then
-    st = {st[1], math.max(st[2] - cost, 0), st[3]}
-    changed = true
-  elseif st[1] == s + 1 and st[3] > 0 then
-    st = {st[1], st[2], math.max(st[3] - cost, 0)}
-    changed = true
-  end
-  if changed then
-    cache[KEYS[i]] = st
-    store(i, st)
-  end
-end
-
 local function debit(i)
   local cost = cost_of(i)
   if cost <= 0 then
@@ -782,7 +752,7 @@ local function debit(i)
     cache[KEYS[i]] = nil
     return
   else
-    st = with_debt(i)
+    st = current(i)
     st[2] = st[2] + cost
   end
   cache[KEYS[i]] = st
@@ -794,7 +764,7 @@ if mode == 'correct' then
     if stamp_of(i) == -2 then
       debit(i)
     else
-      give_back(i)
+      give_back(i, true)
     end
   end
   return peek_all()
@@ -991,7 +961,7 @@ if mode == 'reset' then
       end
       span = (fence + windows) * w - now
     end
-    local fkey = key .. '#reset'
+    local fkey = fence_key(i)
     local ttl = math.max(1, min_ttl, math.ceil(span / 1000))
     local old = tonumber(redis.call('GET', fkey))
     if old and old > fence then
@@ -1039,6 +1009,21 @@ end
 --     retry_after = max(the meter's retry_after, delay - max_wait), final.
 --   Other algorithms (kind -1) check; their denials are not final (check-and-retry).
 --   The delay of the request is the longest of its policies'.
+-- The state the leaky-bucket shaper reads (LeakyBucket::shape), and whether it is a debt:
+-- the state in force, at most tau ahead; the shaper never queues beyond tau, so a TAT
+-- beyond now + tau is a correction's debt, which a charge that can fit (0 < cost <= burst)
+-- reads as stored, and waits out (as the memory store's shaper).
+local function shaper_state(i, cost)
+  local st, horizon = current(i), now + param(i, 3)
+  if st <= horizon then
+    return st, false
+  end
+  if cost > 0 and cost <= param(i, 4) then
+    return st, true
+  end
+  return horizon, false
+end
+
 local max_wait = nil
 if string.sub(mode, 1, 8) == 'reserve:' then
   max_wait = tonumber(string.sub(mode, 9))
@@ -1073,10 +1058,13 @@ if max_wait then
         end
       end
     elseif kind == 2 then
-      -- The shaper reads the state in force, at most tau ahead (LeakyBucket::shape).
-      local st = math.min(current(i), now + param(i, 3))
+      local st, in_debt = shaper_state(i, cost)
       shown = st
-      if cost > 0 then
+      if in_debt then
+        -- Waits the debt out: until the charge fits the bucket and the queue max_wait.
+        local tau = param(i, 3)
+        code, retry = 1, math.max(st + cost * param(i, 2) - tau - now, st - now - max_wait)
+      elseif cost > 0 then
         local d = st - now
         local c, ns, r = verdict(i, st)
         if c == 0 and d <= max_wait then
@@ -1100,7 +1088,7 @@ if max_wait then
       if kind == 1 then
         shown = math.max(load(i), now)
       elseif kind == 2 then
-        shown = math.min(current(i), now + param(i, 3))
+        shown = shaper_state(i, cost)
       else
         shown = current(i)
       end

@@ -34,7 +34,9 @@
 //!   the stale guard below).
 //! - **Keys** are `rl:v2:{<client key>}:<policy>`. The hash tag holds the whole client key, so
 //!   every policy of one client lives in one Cluster slot and a multi-policy check is one
-//!   atomic script with every key passed in `KEYS`. The tag encodes the key's kind
+//!   atomic script. Every key a script reads or writes (the states, their reset fences in
+//!   a refund, correction or reset, the ban keys) is declared in the call's `KEYS`, as
+//!   Redis's scripting contract asks. The tag encodes the key's kind
 //!   (`ip:`, `net:`, `i:`, `s:`, tuples in parentheses) so different keys never share a name;
 //!   `{ } | % ( ) ,`, spaces, control and non-ASCII bytes are escaped as `%XX`, and encodings
 //!   longer than 128 bytes become `h:<sha1>`. `v2` is the state-format version: a deploy
@@ -47,17 +49,20 @@
 //!   lowered one is enforced at once. GCRA: a TAT written under another emission interval
 //!   keeps the units it holds, `used = ceil((TAT - now) / T_old)`, re-spaced by the new `T`:
 //!   `TAT = now + min(used * T, tau)`; and a TAT never lies more than `tau` ahead of now.
-//!   Windows: counts are clamped to the new limit; a state written under another window
-//!   length moves the units it still counts into the current window of the new length (never
-//!   mixing the two windowings).
-//! - **Receipts.** An allowed charge returns a [`Receipt`]: GCRA and the leaky bucket the TAT
-//!   right after the charge (µs), the windows the index of the window it counted in. A refund
-//!   gives back only what that charge still holds: GCRA the whole charge when it is still the
-//!   latest (stored TAT = receipt), nothing when the bucket has drained it or a later
-//!   reservation still waits (TAT - tau > now), otherwise at most the part of its slot that
-//!   lies ahead of now, `min(cost * T, min(receipt, TAT) - now)`, never below now; the fixed
-//!   window only in the window it counted in; the sliding window counter from the current
-//!   count in that window, from the previous count in the next, and nothing later.
+//!   Windows: counts are the units charged and are read as stored, so a lowered limit
+//!   applies at once to the units already counted (a count above it refuses until enough
+//!   of it has aged out: the fixed window until it ends, the sliding window counter within
+//!   the next window); a state written under another window length moves the units it
+//!   still counts into the current window of the new length (never mixing the two
+//!   windowings).
+//! - **Receipts.** An allowed charge returns a [`Receipt`](crate::store::Receipt): GCRA and the
+//!   leaky bucket the TAT right after the charge (µs), the windows the index of the window it
+//!   counted in. A refund gives back only what that charge still holds: GCRA the whole charge
+//!   when it is still the latest (stored TAT = receipt), nothing when the bucket has drained it
+//!   or a later reservation still waits (TAT - tau > now), otherwise at most the part of its slot
+//!   that lies ahead of now, `min(cost * T, min(receipt, TAT) - now)`, never below now; the fixed
+//!   window only in the window it counted in; the sliding window counter from the current count
+//!   in that window, from the previous count in the next, and nothing later.
 //! - **Peek and reset.** [`RedisStore::peek_async`] reads a key's state without writing
 //!   (the script's `peek` mode); [`RedisStore::reset_async`] forgets a key under one policy
 //!   or all of them in one atomic call and writes a **fence** beside each state
@@ -71,7 +76,9 @@
 //!   units is forced at the time of the correction, never refused: GCRA
 //!   `TAT = max(TAT, now) + x * T`, windows `count += x` in the current window, the sliding
 //!   log `x` units stamped now. The state may go beyond the capacity and later requests
-//!   wait the debt out (checks read a window count above the limit as the limit).
+//!   wait the debt out, as in the memory store: a window count above the limit counts
+//!   whole (in the sliding window counter's next window too), and a refund or a give-back
+//!   takes its units off the count with its debt.
 //! - **TTL on every write** (`SET ... PX`) equal to the time until the state equals "absent"
 //!   (GCRA: `TAT - now`; fixed window: until the window ends; rounded up to a ms), so idle
 //!   keys disappear and no key is ever left without a TTL. A denial writes nothing.
@@ -149,7 +156,9 @@
 //!        otherwise: denied, final, retry_after = wait - max_wait
 //! leaky bucket (shaper): tat = min(max(stored, now), now + tau); delay = tat - now
 //!        queued when the meter allows and delay <= max_wait, else denied, final, with
-//!        retry_after = max(meter's retry_after, delay - max_wait)
+//!        retry_after = max(meter's retry_after, delay - max_wait); a stored TAT beyond
+//!        now + tau (a correction's debt: the shaper never queues that far) is read as
+//!        stored, its denial waiting the debt out
 //! windows, sliding log: a check (allowed now, or a denial that is not final)
 //! ```
 //!
@@ -296,15 +305,20 @@
 
 mod breaker;
 mod builder;
+mod check;
 mod failure;
+mod group;
 mod guard;
 mod keys;
 mod lease;
 mod link;
 pub(crate) use lease::LeaseGrant;
 mod negative;
+mod policy;
+mod reply;
 mod reset;
 mod script;
+mod settle;
 mod shared;
 mod slots;
 
@@ -319,12 +333,11 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use failure::Failover;
-use negative::Lookup;
-use script::{Group, Groups, RedisPolicy};
-use shared::{Shared, correct_groups, refund_groups};
+use policy::RedisPolicy;
+use shared::Shared;
 use smallvec::SmallVec;
 
-use super::{Charge, Checked, Correction, Decisions, PolicyId, Receipt, Refund, Store, StoreError};
+use super::{Charge, Checked, Correction, Decisions, PolicyId, Refund, Store, StoreError};
 use crate::{Key, Policy};
 
 /// Largest state span the Redis store accepts (GCRA tolerance `burst * T`, fixed-window
@@ -465,270 +478,7 @@ impl RedisStore {
             self.failover.policy,
         )
     }
-
-    /// Checks owned charges all-or-nothing (the async form of [`Store::check`]).
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError::UnknownPolicy`] for an unregistered policy; [`StoreError::Failed`] when
-    /// Redis could not decide and the failure policy is not
-    /// [`FailurePolicy::Local`](crate::store::FailurePolicy::Local).
-    pub async fn check_async(&self, charges: &[OwnedCharge]) -> Result<Decisions, StoreError> {
-        match self.check_owned(charges.iter().cloned().collect()) {
-            Checked::Ready(result) => result,
-            Checked::Pending(future) => future.await,
-        }
-    }
-
-    /// Gives back `refunds` (charge and receipt each) and waits for Redis: the async form of
-    /// [`Store::refund`], with the same rules. Refunds with [`Receipt::NONE`] give back
-    /// nothing and are not sent.
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError::UnknownPolicy`] for an unregistered policy, the Redis error of a failed
-    /// call (the other groups are still sent), [`StoreError::Timeout`] after the deadline.
-    pub async fn refund_async(&self, refunds: &[(OwnedCharge, Receipt)]) -> Result<(), StoreError> {
-        let groups = self.groups(
-            refunds
-                .iter()
-                .filter(|(_, r)| r.is_some())
-                .map(|((p, k, c), r)| (*p, k, *c, *r)),
-        )?;
-        if let Some(cache) = &self.shared.negative {
-            cache.forget(refunds.iter().map(|((p, k, _), _)| (*p, k)));
-        }
-        refund_groups(&self.shared, &groups).await
-    }
-
-    /// Corrects charges whose true cost is now known and waits for Redis: the async form of
-    /// [`Store::correct`], with the same rules. Each correction is the charge as it was made,
-    /// the receipt its decision carried and the true cost. One script call per client key
-    /// gives back (by the receipt: nothing for [`Receipt::NONE`]) or charges the extra
-    /// without refusing; corrections to the estimate itself are not sent.
-    ///
-    /// # Errors
-    ///
-    /// [`StoreError::UnknownPolicy`] for an unregistered policy (nothing is sent), the Redis
-    /// error of a failed call (the other groups are still sent), [`StoreError::Timeout`]
-    /// after the deadline.
-    pub async fn correct_async(
-        &self,
-        corrections: &[(OwnedCharge, Receipt, u64)],
-    ) -> Result<(), StoreError> {
-        let groups = self.correction_groups(
-            corrections
-                .iter()
-                .map(|((p, k, c), r, actual)| (*p, k, *c, *r, *actual)),
-        )?;
-        if let Some(cache) = &self.shared.negative {
-            cache.forget(corrections.iter().map(|((p, k, _), _, _)| (*p, k)));
-        }
-        correct_groups(&self.shared, &groups).await
-    }
-
-    /// Groups corrections `(policy, key, cost, receipt, actual)` by client key: each one a
-    /// give-back of `cost - actual` by its receipt (none without a receipt) or an extra
-    /// charge of `actual - cost` (marked with [`Group::mark_debits`]).
-    fn correction_groups<'k>(
-        &self,
-        corrections: impl Iterator<Item = (PolicyId, &'k Key, u64, Receipt, u64)>,
-    ) -> Result<Groups, StoreError> {
-        let settled: Vec<(PolicyId, &Key, u64, Receipt, bool)> = corrections
-            .filter_map(|(policy, key, cost, receipt, actual)| {
-                if actual > cost {
-                    Some((policy, key, actual - cost, receipt, true))
-                } else if actual < cost && receipt.is_some() {
-                    Some((policy, key, cost - actual, receipt, false))
-                } else {
-                    None
-                }
-            })
-            .collect();
-        let mut groups =
-            self.groups(settled.iter().map(|&(p, k, units, r, _)| (p, k, units, r)))?;
-        for group in &mut groups {
-            group.mark_debits(|slot| settled.get(slot).is_some_and(|s| s.4));
-        }
-        Ok(groups)
-    }
-
-    /// Groups charges by client key (one hash tag, one atomic script call each), keeping
-    /// each charge's index in the request. Equal keys are exactly the keys with one hash tag
-    /// (the tag encoding is injective), so keys are compared, not their names.
-    fn groups<'k>(
-        &self,
-        charges: impl Iterator<Item = (PolicyId, &'k Key, u64, Receipt)>,
-    ) -> Result<Groups, StoreError> {
-        let mut groups = Groups::new();
-        // The client key of each group, in the groups' order.
-        let mut group_keys: SmallVec<[&Key; 1]> = SmallVec::new();
-        for (slot, (policy, key, cost, receipt)) in charges.enumerate() {
-            let Some(p) = self.policies.get(policy.index()) else {
-                return Err(StoreError::UnknownPolicy(policy));
-            };
-            let g = match group_keys.iter().position(|k| *k == key) {
-                Some(g) => g,
-                None => {
-                    group_keys.push(key);
-                    groups.push(Group::default());
-                    groups.len() - 1
-                }
-            };
-            if let Some(group) = groups.get_mut(g) {
-                group.push(&self.shared.prefix, key, p, cost, receipt, slot);
-            }
-        }
-        Ok(groups)
-    }
-
-    /// Reserves owned charges for a request that may wait up to `max_wait` (the async form
-    /// of [`Store::reserve`]; see the module docs, "Reservations").
-    ///
-    /// # Errors
-    ///
-    /// As [`RedisStore::check_async`].
-    pub async fn reserve_async(
-        &self,
-        charges: &[OwnedCharge],
-        max_wait: Duration,
-    ) -> Result<Decisions, StoreError> {
-        match self.reserve_owned(charges.iter().cloned().collect(), max_wait) {
-            Checked::Ready(result) => result,
-            Checked::Pending(future) => future.await,
-        }
-    }
-
-    fn reserve_owned(&self, charges: Owned, max_wait: Duration) -> Checked<RedisCheck> {
-        // Each key's stamp says how its policy reserves (see `limiter.lua`).
-        let kinds = charges.iter().map(|(p, k, c)| {
-            let kind = self
-                .policies
-                .get(p.index())
-                .map_or(script::RESERVE_NONE, |rp| rp.reserve);
-            let stamp = if kind == script::RESERVE_NONE {
-                Receipt::NONE
-            } else {
-                Receipt::new(kind)
-            };
-            (*p, k, *c, stamp)
-        });
-        let groups = match self.groups(kinds) {
-            Ok(groups) => groups,
-            Err(err) => return Checked::Ready(Err(err)),
-        };
-        let shared = &self.shared;
-        if !shared.breaker.admit(shared.app.now()) {
-            let err = StoreError::Unavailable(Box::new(BreakerOpen));
-            return Checked::Ready(self.failover.apply(&charges, err, &shared.degraded));
-        }
-        let shared = Arc::clone(&self.shared);
-        let failover = self.failover.clone();
-        Checked::Pending(Box::pin(async move {
-            let run = shared.reserve(&groups, charges.len(), max_wait);
-            match shared.timed(run, failover.policy.as_str()).await {
-                Ok(decisions) => {
-                    // A reservation that books a turn changed its keys' state: a denial
-                    // remembered for them could now be too short (or wrong).
-                    if decisions.is_allowed() {
-                        if let Some(cache) = &shared.negative {
-                            cache.forget(charges.iter().map(|(p, k, _)| (*p, k)));
-                        }
-                    }
-                    Ok(decisions)
-                }
-                Err(err) => failover.apply(&charges, err, &shared.degraded),
-            }
-        }))
-    }
-
-    fn check_owned(&self, charges: Owned) -> Checked<RedisCheck> {
-        let shared = &self.shared;
-        let groups = match self.groups(charges.iter().map(|(p, k, c)| (*p, k, *c, Receipt::NONE))) {
-            Ok(groups) => groups,
-            Err(err) => return Checked::Ready(Err(err)),
-        };
-        let mut wait = None;
-        let mut probe = false;
-        if let Some(cache) = &shared.negative {
-            match cache.lookup(&charges, &self.policies, shared.clock.now()) {
-                Lookup::Hit(decisions) => return Checked::Ready(Ok(shared.hit(decisions))),
-                Lookup::Wait(turn) => wait = Some(turn),
-                Lookup::Probe => probe = true,
-                Lookup::Miss => {}
-            }
-        }
-        if wait.is_none() && !shared.breaker.admit(shared.app.now()) {
-            if probe {
-                if let Some(cache) = &shared.negative {
-                    cache.release(&charges);
-                }
-            }
-            let err = StoreError::Unavailable(Box::new(BreakerOpen));
-            return Checked::Ready(self.failover.apply(&charges, err, &shared.degraded));
-        }
-        let shared = Arc::clone(&self.shared);
-        let failover = self.failover.clone();
-        let policies = Arc::clone(&self.policies);
-        Checked::Pending(Box::pin(async move {
-            let mut left = shared.deadline;
-            if let Some(turn) = wait {
-                // Another request of this key is probing Redis: its answer first (a probe
-                // that failed hands over to the next one), then look again. All within the
-                // deadline: a request still waiting then is a store that did not answer in
-                // time, so the failure policy decides it, without one more call to the
-                // Redis that is already late (the probe itself tells the breaker).
-                let waited = std::time::Instant::now();
-                let mut turn = Some(turn);
-                while let Some(mut t) = turn.take() {
-                    let left = shared.deadline.saturating_sub(waited.elapsed());
-                    if tokio::time::timeout(left, t.changed()).await.is_err() {
-                        return failover.apply(&charges, StoreError::Timeout, &shared.degraded);
-                    }
-                    let Some(cache) = &shared.negative else {
-                        break;
-                    };
-                    match cache.lookup(&charges, &policies, shared.clock.now()) {
-                        Lookup::Hit(decisions) => return Ok(shared.hit(decisions)),
-                        Lookup::Probe => probe = true,
-                        Lookup::Wait(next) => turn = Some(next),
-                        Lookup::Miss => {}
-                    }
-                }
-                if !shared.breaker.admit(shared.app.now()) {
-                    if let (true, Some(cache)) = (probe, &shared.negative) {
-                        cache.release(&charges);
-                    }
-                    let err = StoreError::Unavailable(Box::new(BreakerOpen));
-                    return failover.apply(&charges, err, &shared.degraded);
-                }
-                left = left.saturating_sub(waited.elapsed());
-            }
-            let run = shared.run(&groups, charges.len());
-            match shared
-                .timed_within(run, failover.policy.as_str(), left)
-                .await
-            {
-                Ok((decisions, hold)) => {
-                    if let Some(cache) = &shared.negative {
-                        cache.update(&charges, &decisions, hold, &policies, shared.clock.now());
-                    }
-                    Ok(decisions)
-                }
-                Err(err) => {
-                    if let (true, Some(cache)) = (probe, &shared.negative) {
-                        cache.release(&charges);
-                    }
-                    failover.apply(&charges, err, &shared.degraded)
-                }
-            }
-        }))
-    }
 }
-
-#[derive(Debug, thiserror::Error)]
-#[error("circuit breaker open: Redis is skipped until the next probe")]
-struct BreakerOpen;
 
 impl Store<Key> for RedisStore {
     type Future = RedisCheck;
@@ -766,30 +516,7 @@ impl Store<Key> for RedisStore {
     /// Spawns the refund on the current tokio runtime (dropped with a warning outside one);
     /// see [`RedisStore::refund_async`] for the rules.
     fn refund(&self, refunds: &[Refund<'_, Key>]) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!("redis store refund outside a tokio runtime; dropped");
-            return;
-        };
-        let groups = match self.groups(
-            refunds
-                .iter()
-                .filter(|r| r.receipt.is_some())
-                .map(|r| (r.charge.policy, r.charge.key, r.charge.cost, r.receipt)),
-        ) {
-            Ok(groups) if groups.is_empty() => return,
-            Ok(groups) => groups,
-            Err(err) => {
-                tracing::warn!(error = %err, "redis store refund of an unknown policy; dropped");
-                return;
-            }
-        };
-        if let Some(cache) = &self.shared.negative {
-            cache.forget(refunds.iter().map(|r| (r.charge.policy, r.charge.key)));
-        }
-        let shared = Arc::clone(&self.shared);
-        runtime.spawn(async move {
-            let _ = refund_groups(&shared, &groups).await;
-        });
+        self.refund_in_background(refunds);
     }
 
     /// See [`RedisStore::peek_async`].
@@ -805,34 +532,12 @@ impl Store<Key> for RedisStore {
     /// Spawns the correction on the current tokio runtime (dropped with a warning outside
     /// one), within the decision deadline, a failure counted and logged as for refunds; see
     /// [`RedisStore::correct_async`] for the rules. Every algorithm the store runs gives back
-    /// by the receipt and charges the extra without refusing. The window algorithms' checks
-    /// read a count above the limit as the limit (the quota in force, which a changed
-    /// deployment may have lowered), so a debt in a fixed window refuses until the window
-    /// ends, and in a sliding window counter weighs at most the limit in the next window;
-    /// corrections themselves give back from the count with its debt.
+    /// by the receipt and charges the extra without refusing, as the memory store does: a
+    /// debt in a fixed window refuses until the window ends, and in a sliding window counter
+    /// weighs whole in the next window; refunds and give-backs take off the count with its
+    /// debt.
     fn correct(&self, corrections: &[Correction<'_, Key>]) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!("redis store correction outside a tokio runtime; dropped");
-            return;
-        };
-        let groups = match self.correction_groups(corrections.iter().map(|c| {
-            let charge = c.charge;
-            (charge.policy, charge.key, charge.cost, c.receipt, c.actual)
-        })) {
-            Ok(groups) if groups.is_empty() => return,
-            Ok(groups) => groups,
-            Err(err) => {
-                tracing::warn!(error = %err, "redis store correction of an unknown policy; dropped");
-                return;
-            }
-        };
-        if let Some(cache) = &self.shared.negative {
-            cache.forget(corrections.iter().map(|c| (c.charge.policy, c.charge.key)));
-        }
-        let shared = Arc::clone(&self.shared);
-        runtime.spawn(async move {
-            let _ = correct_groups(&shared, &groups).await;
-        });
+        self.correct_in_background(corrections);
     }
 
     /// Redis `TIME` as learned from the latest reply (advanced on the app's monotonic clock),

@@ -59,7 +59,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use dashmap::DashMap;
 use tokio::sync::watch;
 
-use super::script::{ALGO_FIXED_WINDOW, ALGO_GCRA, RedisPolicy};
+use super::policy::{ALGO_FIXED_WINDOW, ALGO_GCRA, RedisPolicy};
 use super::{OwnedCharge, nanos};
 use crate::store::{Decisions, PolicyId};
 use crate::{Decision, Key, Outcome};

@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use super::script::{BadReply, Group, Mode, unavailable};
+use super::group::Group;
+use super::reply::BadReply;
+use super::script::{Mode, unavailable};
 use super::shared::{Shared, collect};
 use super::{RedisCheck, RedisStore};
 use crate::store::{Checked, Decisions, PolicyId, Receipt, StoreError};

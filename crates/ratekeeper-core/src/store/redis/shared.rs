@@ -10,9 +10,11 @@ use std::time::Duration;
 
 use super::breaker::Breaker;
 use super::failure::Outage;
+use super::group::Group;
 use super::link::FLEET_SCRIPT;
 use super::negative::NegativeCache;
-use super::script::{BadReply, Group, Mode, Row, Rows, ScriptRunner, unavailable};
+use super::reply::{BadReply, Row, Rows};
+use super::script::{Mode, ScriptRunner, unavailable};
 use crate::Decision;
 use crate::clock::Clock;
 use crate::store::{Decisions, Receipt, StoreError};

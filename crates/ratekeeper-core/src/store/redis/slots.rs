@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::keys;
-use super::script::{BadReply, Conn, redis_failure, unavailable};
+use super::reply::BadReply;
+use super::script::{Conn, redis_failure, unavailable};
 use crate::Key;
 use crate::store::slots::{AcquireFuture, Acquired, SharedSlots, SlotLease};
 use crate::store::{FailurePolicy, StoreError};

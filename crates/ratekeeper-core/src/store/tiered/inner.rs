@@ -66,7 +66,8 @@ pub(super) struct Inner {
     /// The Redis store's decision clock (ns).
     pub(super) clock: Arc<dyn Clock>,
     pub(super) generation: AtomicU64,
-    /// Bumped by [`TieredStore::shutdown`]: background renewals started before give up.
+    /// Bumped by [`TieredStore::shutdown`](super::TieredStore::shutdown): background
+    /// renewals started before give up.
     pub(super) epoch: AtomicU64,
     pub(super) decisions: AtomicU64,
     pub(super) local: AtomicU64,

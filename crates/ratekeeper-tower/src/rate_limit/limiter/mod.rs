@@ -225,22 +225,29 @@ impl<K, Co, St, R> Limiter<K, Co, St, R> {
 
     /// The "cost can never fit" warning, once per layer (every other denial, and the later
     /// cannot-fit ones, are DEBUG events).
+    #[inline]
     fn log_denial(&self, applied: &Applied, decisions: &Decisions) {
         if decisions.is_cannot_fit() {
-            let (key, cost) = denied_charge(applied, decisions);
-            let policy = self.deciding_name(applied, decisions);
-            let key = self.diag.key_text(key);
-            if self.diag.first_cannot_fit() {
-                tracing::warn!(
-                    key,
-                    cost,
-                    policy,
-                    "request cost is larger than the policy's burst; it can never be allowed \
-                     (logged once per layer; later ones at DEBUG)"
-                );
-            } else {
-                tracing::debug!(key, cost, policy, "request cost can never fit the burst");
-            }
+            self.log_cannot_fit(applied, decisions);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn log_cannot_fit(&self, applied: &Applied, decisions: &Decisions) {
+        let (key, cost) = denied_charge(applied, decisions);
+        let policy = self.deciding_name(applied, decisions);
+        let key = self.diag.key_text(key);
+        if self.diag.first_cannot_fit() {
+            tracing::warn!(
+                key,
+                cost,
+                policy,
+                "request cost is larger than the policy's burst; it can never be allowed \
+                 (logged once per layer; later ones at DEBUG)"
+            );
+        } else {
+            tracing::debug!(key, cost, policy, "request cost can never fit the burst");
         }
     }
 }
@@ -351,21 +358,21 @@ where
     fn limited(&self, ticket: &Ticket, decisions: &Decisions) -> Answer {
         let applied = &ticket.charges;
         let policies = applied.policy_indices();
-        let (status, headers, body) =
+        let (head, body) =
             self.reporter
-                .limited(decisions, &policies, ticket.pk.as_deref(), || {
+                .limited_response(decisions, &policies, ticket.pk.as_deref(), || {
                     self.store.unix_now()
                 });
-        let deciding = decisions
-            .deciding()
-            .and_then(|i| applied.entries.get(i))
-            .map(|e| e.index as usize);
-        Answer {
-            status,
-            headers,
-            body,
-            policy: deciding.map(|i| (self.names().clone(), i)),
-        }
+        // Only a gRPC answer names the policy.
+        let policy = if ticket.refusal.grpc {
+            decisions
+                .deciding()
+                .and_then(|i| applied.entries.get(i))
+                .map(|e| (self.names().clone(), e.index as usize))
+        } else {
+            None
+        };
+        Answer { head, body, policy }
     }
 }
 
