@@ -477,11 +477,20 @@ fn zero_negative_and_huge_configuration_values() {
     }
 }
 
-/// Case B11 C7: 2,000,000,000 per 1,000 ms, burst 2,000,000,000; four threads each send
-/// 1,000,000 requests at the frozen time t = 0: all 4,000,000 are admitted.
+/// Case B11 C7: 2,000,000,000 per 1,000 ms is more than 1 per ns, which the emission
+/// interval (whole ns) cannot represent: a typed configuration error, not a limiter that
+/// silently refills at 1 per ns. The fastest rate a quota holds, 1,000,000,000 per
+/// 1,000 ms, with burst 2,000,000,000: four threads each send 1,000,000 requests at the
+/// frozen time t = 0, and all 4,000,000 are admitted.
 #[test]
 fn huge_rate_four_threads_at_frozen_time_all_admitted() {
-    let quota = Quota::new(2_000_000_000, Duration::from_secs(1)).unwrap();
+    assert_eq!(
+        Quota::new(2_000_000_000, Duration::from_secs(1)),
+        Err(QuotaError::RateTooHigh)
+    );
+    let quota = Quota::new(1_000_000_000, Duration::from_secs(1))
+        .and_then(|q| q.with_burst(2_000_000_000))
+        .unwrap();
     let mut store = MemoryStore::with_clock(ManualClock::new());
     let id =
         ratekeeper_core::store::Store::register(&mut store, &Policy::new("c7", quota)).unwrap();
