@@ -39,6 +39,17 @@ fn mismatches() -> Vec<(String, usize, usize, &'static str, &'static str)> {
             "policy \"api\" uses the concurrency algorithm",
         ),
         (
+            "[[policies]]\nname = \"search\"\nquota = \"10/m burst 3\"\n\
+             algorithm = \"sliding_window\"\n"
+                .to_owned(),
+            3,
+            9,
+            "policies[0].quota",
+            "policy \"search\" sets burst 3 but algorithm sliding-window takes no burst (it \
+             holds the limit, 10): remove the burst, or use gcra or leaky-bucket, the \
+             algorithms that take one",
+        ),
+        (
             format!("key = {{ kind = \"header\" }}\n{API}"),
             1,
             7,
@@ -385,6 +396,13 @@ fn values_of_the_wrong_type_say_what_is_expected() {
         (
             format!(
                 "{policy}ban = {{ after = 2, within = \"1m\", duration = \"99999999999999999999d\" }}\n"
+            ),
+            "policies[0].ban",
+            "`duration` is longer than 365 days",
+        ),
+        (
+            format!(
+                "{policy}ban = {{ after = 1, within = \"1m\", duration = \"999999999999d\" }}\n"
             ),
             "policies[0].ban",
             "`duration` is longer than 365 days",
