@@ -601,8 +601,7 @@ fn quota(g: &mut Gen<'_>) -> Quota {
         ]),
         _ => g.magnitude().max(1),
     };
-    // A quota refused (more than 1 per ns, or a tolerance past u64::MAX ns): per second,
-    // or per day where even that is more than 1 per ns.
+    // A quota refused (a tolerance past u64::MAX ns): per second, or per day.
     let q = Quota::from_nanos(limit, period)
         .or_else(|| Quota::from_nanos(limit, 1_000_000_000))
         .unwrap_or(Quota::per_day(limit));

@@ -41,7 +41,7 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::{Algorithm, Quota, QuotaError};
+use crate::{Algorithm, Quota};
 
 /// Why a policy name was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -79,15 +79,6 @@ pub enum PolicyError {
         /// The quota's limit.
         limit: u32,
     },
-    /// The quota cannot be represented (a [`Quota::per_second`] above 1 per ns; see
-    /// [`Quota::validate`]).
-    #[error("invalid quota of policy {policy:?}: {error}")]
-    InvalidQuota {
-        /// The policy's name.
-        policy: String,
-        /// What is wrong with the quota.
-        error: QuotaError,
-    },
 }
 
 impl PolicyError {
@@ -99,11 +90,6 @@ impl PolicyError {
     /// Whether the error is about a burst the policy's algorithm cannot honour.
     pub fn is_burst(&self) -> bool {
         matches!(self, Self::BurstNotSupported { .. })
-    }
-
-    /// Whether the error is about the quota itself.
-    pub fn is_quota(&self) -> bool {
-        matches!(self, Self::InvalidQuota { .. })
     }
 }
 
@@ -452,8 +438,7 @@ impl Policy {
     /// # Errors
     ///
     /// [`PolicyError::InvalidName`] when the name is empty, longer than 64 bytes or has a
-    /// character outside `[A-Za-z0-9_.-]`; [`PolicyError::InvalidQuota`] when the quota is
-    /// more than 1 per ns ([`Quota::validate`]); [`PolicyError::BurstNotSupported`] when the
+    /// character outside `[A-Za-z0-9_.-]`; [`PolicyError::BurstNotSupported`] when the
     /// quota's burst differs from its limit and the algorithm is not GCRA or the leaky
     /// bucket; [`PolicyError::InvalidBan`] when the ban's `within` or `duration` is zero, not
     /// a whole number of µs, or longer than [`Ban::MAX_DURATION`].
@@ -477,12 +462,6 @@ impl Policy {
     /// ```
     pub fn validate(&self) -> Result<(), PolicyError> {
         self.validate_name()?;
-        if let Err(error) = self.quota.validate() {
-            return Err(PolicyError::InvalidQuota {
-                policy: self.name.to_string(),
-                error,
-            });
-        }
         let q = &self.quota;
         let takes_burst = matches!(self.algorithm, Algorithm::Gcra | Algorithm::LeakyBucket);
         if q.burst() != q.limit() && !takes_burst {
@@ -617,26 +596,6 @@ mod tests {
         let big = Policy::new("w", "10/m burst 50".parse().unwrap())
             .with_algorithm(Algorithm::FixedWindow);
         assert!(big.validate().unwrap_err().is_burst());
-    }
-
-    /// A `per_second` quota above 1 per ns (which its `const` constructor cannot refuse) is
-    /// refused when the policy is validated.
-    #[test]
-    fn a_quota_above_one_per_nanosecond_is_refused() {
-        let policy = Policy::new("fast", Quota::per_second(NonZeroU32::MAX));
-        let err = policy.validate().unwrap_err();
-        assert!(err.is_quota());
-        assert_eq!(
-            err,
-            PolicyError::InvalidQuota {
-                policy: "fast".into(),
-                error: QuotaError::RateTooHigh
-            }
-        );
-        assert!(
-            err.to_string()
-                .starts_with("invalid quota of policy \"fast\": ")
-        );
     }
 
     /// GCRA and the leaky bucket advertise the quota's own refill time, not the sum of the

@@ -509,12 +509,10 @@ fn compare<M: Model>(algorithm: Algorithm, quota: Quota, trace: &[Step]) {
     }
 }
 
-/// `limit` per `period` ns with `burst`, the limit clamped to `period` (quotas refuse more
-/// than 1 per ns) and to 1 where `limit × ceil(period / limit)` would exceed `u64::MAX` ns
-/// (quotas refuse a tolerance that does not fit), and the burst clamped to
-/// [`Quota::max_burst`], so generated edges stay at the largest valid values.
+/// `limit` per `period` ns with `burst`, the burst clamped to [`Quota::max_burst`] and the
+/// limit to 1 where `limit × ceil(period / limit)` would exceed `u64::MAX` ns (quotas refuse
+/// a tolerance that does not fit), so generated edges stay at the largest valid values.
 fn quota(limit: u32, period: u64, burst: u32) -> Quota {
-    let limit = u32::try_from(period).map_or(limit, |p| limit.min(p));
     let period = Duration::from_nanos(period);
     let q = Quota::new(limit, period)
         .or_else(|_| Quota::new(1, period))

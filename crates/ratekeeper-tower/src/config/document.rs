@@ -53,7 +53,7 @@ impl LayerConfig {
             if let Err(e) = p.validate() {
                 let field = if e.is_ban() {
                     "ban"
-                } else if e.is_burst() || e.is_quota() {
+                } else if e.is_burst() {
                     "quota"
                 } else {
                     "name"

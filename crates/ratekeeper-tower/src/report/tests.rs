@@ -492,7 +492,7 @@ fn advertised_quota_is_the_capacity_over_the_full_refill_time() {
         // 7 × 142 857 143 ns is 1.000000001 s, but 7 per second advertises w=1.
         (q(7, 1_000, 7), Algorithm::Gcra, (7, 1)),
         (q(3, 1_000, 3), Algorithm::LeakyBucket, (3, 1)),
-        // The fastest rate a quota holds (1 per ns) still advertises its period.
+        // 1 per ns still advertises its period.
         (
             q(1_000_000_000, 1_000, 1_000_000_000),
             Algorithm::Gcra,
