@@ -6,7 +6,11 @@
 # every sliding 1 s window. Prints the markdown table of BENCHMARKS.md ("Fleet").
 #
 #   scripts/fleet.sh                         # the whole table (about 5 minutes)
-#   scripts/fleet.sh one 4 fail-soft pause   # one run
+#   scripts/fleet.sh tiered                  # the same faults on the tiered store (no Cluster)
+#   scripts/fleet.sh reset                   # an operator's reset under load, both stores
+#   scripts/fleet.sh one 4 fail-soft pause   # one run (one-tiered: on the tiered store)
+#   FLEET_TRACE=1 RUST_LOG=ratekeeper_core=debug scripts/fleet.sh one 4 fail-soft kill-primary
+#                                            # per-100 ms outcomes and the stores' log on stderr
 #   scripts/fleet.sh flood                   # 8 instances, 12 000 checks/s against 1 000/s
 #   RK_PROFILE=dev scripts/fleet.sh          # a debug build (no release build needed)
 #

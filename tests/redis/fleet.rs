@@ -18,7 +18,7 @@ use ratekeeper_axum::core::store::redis::RedisStore;
 use ratekeeper_axum::core::store::{FailurePolicy, Store};
 use ratekeeper_axum::{GlobalKey, Policy, Quota, RateLimitLayer};
 use ratekeeper_tests::fleet::{Fault, Outcome, Scenario, run};
-use ratekeeper_tests::redis::RedisServer;
+use ratekeeper_tests::redis::{RedisCluster, RedisServer};
 use ratekeeper_tests::spawn;
 
 /// The budget of the start test: 10 per minute, burst 10, one key for the whole fleet.
@@ -345,4 +345,121 @@ fn the_first_degraded_decision_warns_at_once() {
     assert!(!breaker_open, "3 failures of 5 open nothing");
     assert!(warnings[0].contains("could not decide"), "{}", warnings[0]);
     assert!(warnings[0].contains("allow"), "{}", warnings[0]);
+}
+
+/// The primary serving `key`'s slot and its replica, killed (`kill -9`): the slot stays down
+/// (no replica to promote) while the rest of the Cluster answers. Blocking (`redis-cli`).
+fn kill_slot(cluster: &mut RedisCluster, key: &str) {
+    let primary = cluster.primary_for(key);
+    let port = cluster.nodes[primary].port().to_string();
+    let replica = cluster
+        .nodes
+        .iter()
+        .position(|n| {
+            n.cli(&["ROLE"]).is_some_and(|r| {
+                let mut lines = r.lines();
+                lines.next() == Some("slave") && lines.nth(1) == Some(port.as_str())
+            })
+        })
+        .expect("the primary has a replica");
+    cluster.nodes[replica].kill();
+    cluster.nodes[primary].kill();
+}
+
+/// Case: outage, a Cluster slot down. The primary holding the key dies with its replica, so
+/// the slot stays down while the other primaries answer: the store's prober finds a fresh
+/// connection ready (scripts loaded, `TIME` read) again and again, and each time the breaker
+/// closes, the next decision fails on the slot and opens it again; another client's key,
+/// on a slot that is up, is decided by Redis all along. Under fail-soft the instance keeps
+/// to its share over the whole outage (here the whole quota, `instances(1)`: one unit to
+/// start, then 20 per second); a share that started afresh whenever Redis answered (a
+/// probe, the other key) would give one more unit each time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_soft_keeps_its_share_while_a_cluster_slot_is_down() {
+    const RATE: u32 = 20;
+    let mut cluster = tokio::task::spawn_blocking(RedisCluster::start)
+        .await
+        .expect("cluster");
+    let urls = cluster.urls();
+    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let mut store = RedisStore::builder()
+        .deadline(Duration::from_millis(500))
+        .on_failure(FailurePolicy::FailSoft)
+        .instances(NonZeroU32::new(1).expect("1"))
+        .cluster(&nodes)
+        .await
+        .expect("store ready");
+    let api = store
+        .register(&Policy::new(
+            "api",
+            Quota::per_second(NonZeroU32::new(RATE).expect("rate")),
+        ))
+        .expect("policy");
+    let key = ratekeeper_axum::Key::from("slot-down");
+    let charge = [(api, key, 1)];
+    assert!(
+        store
+            .check_async(&charge)
+            .await
+            .expect("Redis decides")
+            .is_allowed()
+    );
+    // `Key::from("slot-down")` is stored under the hash tag `{s:slot-down}`. Another
+    // client's key on a slot that stays up: its decisions go on being Redis's.
+    let other = tokio::task::block_in_place(|| {
+        let down = cluster.primary_for("{s:slot-down}");
+        let other = (0..64)
+            .map(|i| format!("up-{i}"))
+            .find(|k| cluster.primary_for(&format!("{{s:{k}}}")) != down)
+            .expect("a key on another primary");
+        kill_slot(&mut cluster, "{s:slot-down}");
+        other
+    });
+    let up = [(api, ratekeeper_axum::Key::from(other.as_str()), 1)];
+
+    // Two seconds of checks, one every 5 ms, each on its own task as in a server (a check
+    // that goes to Redis may take up to the deadline): the share's units are all taken as
+    // they come.
+    let store = std::sync::Arc::new(store);
+    let began = tokio::time::Instant::now();
+    let mut checks = tokio::task::JoinSet::new();
+    for i in 0..400u32 {
+        tokio::time::sleep_until(began + Duration::from_millis(5) * i).await;
+        let store = std::sync::Arc::clone(&store);
+        let (charge, up) = (charge.clone(), up.clone());
+        checks.spawn(async move {
+            let decided = store.check_async(&charge).await;
+            let at = tokio::time::Instant::now();
+            // The other client, whose slot answers, as often (it does not count).
+            let _ = store.check_async(&up).await;
+            (at, decided)
+        });
+    }
+    let mut first = None;
+    let mut last = began;
+    let mut local = 0u32;
+    while let Some(done) = checks.join_next().await {
+        let (at, decided) = done.expect("check task");
+        match decided {
+            Ok(d) if d.receipts().all(|r| r.is_some()) => {
+                panic!("Redis decided although the key's slot is down: {d:?}")
+            }
+            Ok(d) => {
+                first = Some(first.map_or(at, |f: tokio::time::Instant| f.min(at)));
+                last = last.max(at);
+                local += u32::from(d.is_allowed());
+            }
+            Err(e) => panic!("fail-soft answers every degraded decision: {e}"),
+        }
+    }
+    let first = first.expect("a degraded decision");
+    let elapsed = last.duration_since(first).as_secs_f64();
+    // The share: one unit to start, then RATE per second, plus one unit of refill at the
+    // edge.
+    let bound = 1 + (f64::from(RATE) * elapsed).ceil() as u32 + 1;
+    assert!(
+        local <= bound,
+        "admitted {local} on its own in {elapsed:.3} s, share bound {bound}: {:?}",
+        store.stats()
+    );
 }

@@ -1,7 +1,8 @@
 //! The fleet harness: `N` app instances (tasks, each with its own Redis store handle and
-//! connection) share one quota through a real `redis-server` (standalone, or a Cluster of 3
-//! primaries and 3 replicas) while a fault is injected; every decision is logged with its
-//! time, and the run is summed up per sliding 1 s window.
+//! connection, or its own tiered store over one) share one quota through a real
+//! `redis-server` (standalone, or a Cluster of 3 primaries and 3 replicas) while a fault is
+//! injected (or an operator resets the key); every decision is logged with its time, and the
+//! run is summed up per sliding 1 s window.
 //!
 //! Used by the `fleet` binary (`scripts/fleet.sh`: the table in `BENCHMARKS.md`) and, as a
 //! short subset, by the `redis_fleet` test. Bounded in time: a run lasts
@@ -21,6 +22,12 @@
 //!   pause: `SIGSTOP` to `SIGCONT`; a restart: kill to the new server answering `PING`; a
 //!   Cluster primary kill: kill to the replica's promotion) and the target
 //!   `F + 2 × deadline + 100 ms`.
+//!
+//! A reset run ([`Fault::Reset`]) reports instead the units admitted in the 1 s from the
+//! reset's answer on ([`Report::after_reset`]) against what one fresh bucket admits in it
+//! (`burst + limit`) plus what the other instances may still spend of units leased before
+//! the reset: their units held at the reset ([`Report::held_at_reset`]) and, the documented
+//! bound, `(N - 1) × max_lease` ([`Report::reset_bound`]).
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -28,7 +35,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use ratekeeper_core::store::redis::RedisStore;
-use ratekeeper_core::store::{FailurePolicy, PolicyId, Store, StoreError};
+use ratekeeper_core::store::tiered::TieredStore;
+use ratekeeper_core::store::{Charge, Checked, FailurePolicy, PolicyId, Store, StoreError};
 use ratekeeper_core::{Key, Policy, Quota};
 
 use crate::redis::{RedisCluster, RedisServer};
@@ -38,8 +46,10 @@ use crate::redis::{RedisCluster, RedisServer};
 pub enum Fault {
     /// No fault.
     None,
-    /// One app instance dies (its task is aborted and its store dropped, like `kill -9`);
-    /// the others take its traffic.
+    /// One app instance stops deciding (its load generator is aborted with the requests in
+    /// flight, like `kill -9` or a drain); the others take its traffic. Its store is kept,
+    /// unused, until the end of the run: for the tiered store that is an instance drained
+    /// by a deploy, whose unspent leases its sweeper must give back.
     KillInstance,
     /// `SIGSTOP` Redis for this long, then `SIGCONT`.
     Pause(Duration),
@@ -47,6 +57,8 @@ pub enum Fault {
     Restart,
     /// `kill -9` the Cluster primary that holds the key; its replica is promoted.
     KillPrimary,
+    /// An operator resets the key ([`Store::reset`]) through the first instance, under load.
+    Reset,
 }
 
 impl Fault {
@@ -58,6 +70,7 @@ impl Fault {
             Self::Pause(d) => format!("SIGSTOP {} ms", d.as_millis()),
             Self::Restart => "restart Redis".to_owned(),
             Self::KillPrimary => "kill primary".to_owned(),
+            Self::Reset => "reset".to_owned(),
         }
     }
 }
@@ -73,12 +86,18 @@ pub struct Scenario {
     pub fault: Fault,
     /// A Redis Cluster (3 primaries, 3 replicas) instead of one server.
     pub cluster: bool,
+    /// Every instance decides through a [`TieredStore`] over its Redis store (leases; the
+    /// builder's defaults, [`TIERED_MAX_LEASE`] units at most) instead of the Redis store.
+    pub tiered: bool,
     /// Quota: `limit` units per second, burst `burst` (GCRA), one key shared by the fleet.
     pub limit: u32,
     /// Bucket capacity.
     pub burst: u32,
     /// Offered load as a multiple of `limit` (spread evenly over the live instances).
     pub offered: f64,
+    /// Offered load before [`Scenario::fault_at`], when it differs from `offered` (a reset
+    /// run: below the quota, so the instances lease ahead, then above it).
+    pub offered_before: Option<f64>,
     /// Decision deadline of every store.
     pub deadline: Duration,
     /// How long load is offered.
@@ -96,9 +115,11 @@ impl Default for Scenario {
             on_failure: FailurePolicy::Allow,
             fault: Fault::None,
             cluster: false,
+            tiered: false,
             limit: 200,
             burst: 20,
             offered: 2.0,
+            offered_before: None,
             deadline: Duration::from_millis(50),
             duration: Duration::from_secs(5),
             fault_at: Duration::from_secs(2),
@@ -161,9 +182,18 @@ pub struct Report {
     pub unavailable: usize,
     /// The fault's failure-policy window (see the module docs; zero when none).
     pub failure_window: Duration,
-    /// The fault's length `F` (zero for no fault and an instance kill).
+    /// The fault's length `F` (zero for no fault and an instance kill; a reset: its call).
     pub fault_len: Duration,
+    /// A reset run: units the other instances held for the key when the reset was sent
+    /// (leased before it; zero for the Redis store).
+    pub held_at_reset: u64,
+    /// A reset run: units admitted in the 1 s from the reset's answer on.
+    pub after_reset: u64,
 }
+
+/// The tiered store's [`max_lease`](ratekeeper_core::store::tiered::TieredStoreBuilder::max_lease)
+/// default: `N_max` in its over-admission bound.
+pub const TIERED_MAX_LEASE: u64 = 100;
 
 impl Report {
     /// `F + 2 × deadline + 100 ms`: the longest failure-policy window the fault may cost.
@@ -174,6 +204,61 @@ impl Report {
     /// Whether the failure-policy window is within [`Report::window_target`].
     pub fn window_met(&self) -> bool {
         self.failure_window <= self.window_target()
+    }
+
+    /// What one fresh bucket admits in the 1 s from a reset on: `burst + limit`.
+    pub fn fresh_budget(&self) -> u64 {
+        u64::from(self.scenario.burst) + u64::from(self.scenario.limit)
+    }
+
+    /// The documented bound of a reset run's 1 s from the reset: a fresh bucket, plus up to
+    /// one lease ([`TIERED_MAX_LEASE`]) on each instance but the one that reset (whose lease
+    /// the reset drops) for the tiered store; the fresh bucket alone for the Redis store.
+    pub fn reset_bound(&self) -> u64 {
+        let others = if self.scenario.tiered {
+            (self.scenario.instances as u64).saturating_sub(1) * TIERED_MAX_LEASE
+        } else {
+            0
+        };
+        self.fresh_budget() + others
+    }
+
+    /// Whether [`Report::after_reset`] is within [`Report::reset_bound`].
+    pub fn reset_held(&self) -> bool {
+        self.after_reset <= self.reset_bound()
+    }
+
+    /// One markdown row of a reset run: instances, store, offered before and after, decisions,
+    /// admitted, worst ratio, degraded, admitted in the 1 s from the reset, the units the
+    /// others held at the reset, the fresh budget, the bound and whether it held.
+    pub fn reset_row(&self) -> String {
+        let s = &self.scenario;
+        format!(
+            "| {} | {} | {:.1}× → {:.1}× | {} | {} | {} | {:.2} | {} | {} | {} | {} {} |",
+            s.instances,
+            if s.tiered { "tiered" } else { "redis" },
+            s.offered_before.unwrap_or(s.offered),
+            s.offered,
+            self.events.len(),
+            self.admitted(),
+            self.degraded(),
+            self.worst_ratio,
+            self.after_reset,
+            self.held_at_reset,
+            self.fresh_budget(),
+            self.reset_bound(),
+            if self.reset_held() {
+                "held"
+            } else {
+                "not held"
+            },
+        )
+    }
+
+    /// The header of [`Report::reset_row`].
+    pub fn reset_header() -> &'static str {
+        "| N | store | offered | decisions | admitted | degraded | worst 1 s ÷ (burst + limit) | admitted in the 1 s from the reset | held by the others at the reset | burst + limit | bound |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|"
     }
 
     /// Degraded decisions.
@@ -197,12 +282,13 @@ impl Report {
     pub fn row(&self) -> String {
         let s = &self.scenario;
         let ms = |d: Duration| d.as_millis();
-        let window = if matches!(s.fault, Fault::None | Fault::KillInstance) {
+        let no_window = matches!(s.fault, Fault::None | Fault::KillInstance | Fault::Reset);
+        let window = if no_window {
             "–".to_owned()
         } else {
             format!("{}", ms(self.failure_window))
         };
-        let target = if matches!(s.fault, Fault::None | Fault::KillInstance) {
+        let target = if no_window {
             "–".to_owned()
         } else {
             format!(
@@ -212,8 +298,9 @@ impl Report {
             )
         };
         format!(
-            "| {} | {} | {} | {} | {:.1}× | {} | {} | {} | {:.2} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {:.1}× | {} | {} | {} | {:.2} | {} | {} | {} | {} |",
             s.instances,
+            if s.tiered { "tiered" } else { "redis" },
             if s.cluster { "cluster" } else { "standalone" },
             s.fault.name(),
             s.on_failure,
@@ -231,8 +318,8 @@ impl Report {
 
     /// The header of [`Report::row`].
     pub fn header() -> &'static str {
-        "| N | Redis | fault | policy | offered | decisions | admitted | degraded | worst 1 s ÷ (burst + limit) | 503 | failure window ms | F ms | target ms |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "| N | store | Redis | fault | policy | offered | decisions | admitted | degraded | worst 1 s ÷ (burst + limit) | 503 | failure window ms | F ms | target ms |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     }
 }
 
@@ -262,9 +349,15 @@ impl Backend {
     }
 }
 
+/// An instance's store: the Redis store, or a tiered store over it.
+enum Handle {
+    Redis(RedisStore),
+    Tiered(TieredStore),
+}
+
 /// One instance: its store, the policy id and the limit Redis reports for it.
 struct Instance {
-    store: RedisStore,
+    store: Handle,
     policy: PolicyId,
     /// The limit a decision made by Redis reports (the advertised burst); a fail-soft share
     /// reports its own, smaller one.
@@ -272,14 +365,40 @@ struct Instance {
 }
 
 impl Instance {
+    async fn build(backend: &Backend, s: &Scenario, quota: Quota) -> Self {
+        let redis = backend.store(s).await.expect("store ready");
+        let policy = Policy::new("api", quota);
+        let (store, id) = if s.tiered {
+            let mut tiered = TieredStore::builder()
+                .build(redis)
+                .expect("the tiered store's defaults");
+            let id = tiered.register(&policy).expect("policy");
+            (Handle::Tiered(tiered), id)
+        } else {
+            let mut redis = redis;
+            let id = redis.register(&policy).expect("policy");
+            (Handle::Redis(redis), id)
+        };
+        Self {
+            store,
+            policy: id,
+            redis_limit: s.burst,
+        }
+    }
+
     async fn decide(&self) -> Outcome {
-        let result = self
-            .store
-            .check_async(&[(self.policy, Key::from(KEY), 1)])
-            .await;
+        let key = Key::from(KEY);
+        let result = match &self.store {
+            Handle::Redis(store) => store.check_async(&[(self.policy, key, 1)]).await,
+            Handle::Tiered(store) => match store.check(&[Charge::new(self.policy, &key, 1)]) {
+                Checked::Ready(result) => result,
+                Checked::Pending(future) => future.await,
+            },
+        };
         match result {
-            // Redis's admissions carry a receipt; the failure policy's (fail-soft, local)
-            // never do: the charge was not made in Redis.
+            // Redis's admissions carry a receipt (so do the tiered store's, spent from a
+            // lease Redis granted); the failure policy's (fail-soft, local) never do: the
+            // charge was not made in Redis.
             Ok(d) if d.is_allowed() => {
                 if d.receipts().all(|r| r.is_some()) {
                     Outcome::Admitted
@@ -298,6 +417,32 @@ impl Instance {
             Err(e) if e.failure_policy() == FailurePolicy::Deny => Outcome::Unavailable,
             // Fail open (and every other failure the layer lets through).
             Err(_) => Outcome::DegradedAdmitted,
+        }
+    }
+
+    /// Units this instance holds for the key (leased, unspent; zero for the Redis store).
+    fn held(&self) -> u64 {
+        match &self.store {
+            Handle::Redis(_) => 0,
+            Handle::Tiered(store) => store.held(self.policy, &Key::from(KEY)),
+        }
+    }
+
+    /// Resets the key through this instance's store.
+    async fn reset(&self) -> Result<(), StoreError> {
+        let key = Key::from(KEY);
+        match &self.store {
+            Handle::Redis(store) => store.reset_async(Some(self.policy), &key).await,
+            Handle::Tiered(store) => store.reset_async(Some(self.policy), &key).await,
+        }
+        .map(drop)
+    }
+
+    /// Ends the instance: a tiered store gives its unused units back (bounded by the Redis
+    /// store's deadline per call).
+    async fn shutdown(&self) {
+        if let Handle::Tiered(store) = &self.store {
+            let _ = store.shutdown().await;
         }
     }
 }
@@ -334,18 +479,15 @@ pub async fn run(scenario: Scenario) -> Report {
         .expect("burst");
     let mut instances = Vec::new();
     for _ in 0..scenario.instances {
-        let mut store = backend.store(&scenario).await.expect("store ready");
-        let policy = store.register(&Policy::new("api", quota)).expect("policy");
-        instances.push(Arc::new(Instance {
-            store,
-            policy,
-            redis_limit: scenario.burst,
-        }));
+        instances.push(Arc::new(Instance::build(&backend, &scenario, quota).await));
     }
     let events = Arc::new(std::sync::Mutex::new(Vec::<Event>::new()));
     let live = Arc::new(AtomicUsize::new(scenario.instances));
     let stop = Arc::new(AtomicBool::new(false));
     let rate = f64::from(scenario.limit) * scenario.offered;
+    let rate_before =
+        f64::from(scenario.limit) * scenario.offered_before.unwrap_or(scenario.offered);
+    let fault_at = scenario.fault_at;
     let start = Instant::now();
     let mut seed = scenario.seed.max(1);
     let mut generators = Vec::new();
@@ -360,6 +502,11 @@ pub async fn run(scenario: Scenario) -> Report {
             let mut inflight = tokio::task::JoinSet::new();
             while !stop.load(Ordering::Relaxed) {
                 // Each live instance offers an equal part of the fleet's load.
+                let rate = if at < start + fault_at {
+                    rate_before
+                } else {
+                    rate
+                };
                 let per = rate / live.load(Ordering::Relaxed).max(1) as f64;
                 at += Duration::from_secs_f64(1.0 / per);
                 tokio::time::sleep_until(at.into()).await;
@@ -383,17 +530,43 @@ pub async fn run(scenario: Scenario) -> Report {
 
     tokio::time::sleep_until((start + scenario.fault_at).into()).await;
     let mut backend = backend;
-    let fault_len = inject(scenario.fault, &mut backend, &mut generators, &live).await;
+    let fault_start = start.elapsed();
+    let mut held_at_reset = 0;
+    let fault_len = if scenario.fault == Fault::Reset {
+        // What the other instances hold, leased before the reset, as it is sent.
+        held_at_reset = instances.iter().skip(1).map(|i| i.held()).sum();
+        let began = Instant::now();
+        instances[0].reset().await.expect("the reset reaches Redis");
+        began.elapsed()
+    } else {
+        inject(scenario.fault, &mut backend, &mut generators, &live).await
+    };
     tokio::time::sleep_until((start + scenario.duration.max(scenario.fault_at + fault_len)).into())
         .await;
     stop.store(true, Ordering::Relaxed);
     for g in generators {
         let _ = g.await;
     }
+    for instance in &instances {
+        instance.shutdown().await;
+    }
     drop(instances);
     let mut events = events.lock().map(|e| e.clone()).unwrap_or_default();
     events.sort_by_key(|e| e.at);
-    summarise(scenario, events, fault_len)
+    let mut report = summarise(scenario, events, fault_len);
+    if report.scenario.fault == Fault::Reset {
+        // From the reset's answer on: a decision answered earlier may have been made by
+        // Redis before the reset.
+        let from = fault_start + fault_len;
+        let to = from + Duration::from_secs(1);
+        report.held_at_reset = held_at_reset;
+        report.after_reset = report
+            .events
+            .iter()
+            .filter(|e| e.outcome.is_admitted() && e.at >= from && e.at < to)
+            .count() as u64;
+    }
+    report
 }
 
 /// Injects `fault`; returns its length `F`.
@@ -431,6 +604,8 @@ async fn inject(
         (Fault::KillPrimary, Backend::Cluster(cluster)) => {
             tokio::task::block_in_place(|| kill_primary(cluster))
         }
+        // Made by `run` through an instance.
+        (Fault::Reset, _) => Duration::ZERO,
         // Not meaningful for this backend: no fault.
         (Fault::Pause(_) | Fault::Restart, Backend::Cluster(_))
         | (Fault::KillPrimary, Backend::Single(_)) => Duration::ZERO,
@@ -537,6 +712,8 @@ fn summarise(scenario: Scenario, events: Vec<Event>, fault_len: Duration) -> Rep
         unavailable,
         failure_window,
         fault_len,
+        held_at_reset: 0,
+        after_reset: 0,
         scenario,
         events,
     }

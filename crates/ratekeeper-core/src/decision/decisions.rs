@@ -226,6 +226,7 @@ impl Decisions {
     /// The index of the decision that headers report: when denied, the denial that lasts
     /// longest (a "cannot fit" first); when allowed, the policy closest to exhaustion
     /// (fewest remaining, then the longest reset).
+    #[inline]
     pub fn deciding(&self) -> Option<usize> {
         // One policy (the usual layer): its decision is the one, whatever it says.
         let items: &[Decision] = match &self.items {

@@ -149,6 +149,7 @@ impl Decision {
     }
 
     /// The outcome.
+    #[inline]
     pub const fn outcome(&self) -> Outcome {
         match self.kind {
             Kind::Allowed => Outcome::Allowed,
@@ -216,6 +217,7 @@ impl Decision {
     }
 
     /// For [`Outcome::Denied`], the exact time until the same request would pass.
+    #[inline]
     pub const fn retry_after(&self) -> Option<Duration> {
         match self.outcome() {
             Outcome::Denied { retry_after } => Some(retry_after),
@@ -236,6 +238,7 @@ impl Decision {
     }
 
     /// Time until the key's state is back to "as if absent" (bucket full, window over).
+    #[inline]
     pub const fn reset_after(&self) -> Duration {
         Duration::from_nanos(self.reset_after_ns)
     }
@@ -267,6 +270,7 @@ impl fmt::Debug for Decision {
 /// assert_eq!(ceil_secs(Duration::from_nanos(1)), 1);
 /// assert_eq!(ceil_secs(Duration::ZERO), 0);
 /// ```
+#[inline]
 pub const fn ceil_secs(d: Duration) -> u64 {
     if d.subsec_nanos() == 0 {
         d.as_secs()

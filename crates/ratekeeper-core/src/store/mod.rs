@@ -271,11 +271,14 @@ pub enum FailurePolicy {
     /// (the Redis store builder's `instances`) or learned: every instance registers itself
     /// in Redis every 250 ms and reads how many live instances there are (an outage uses the
     /// size last learned; an instance that joined less than 250 ms before it may be missing).
-    /// The share store is made at the outage's first degraded decision and dropped when the
-    /// shared store answers again. Nothing is known then about how full each key's bucket
-    /// was in the shared store (a key at its limit has an empty bucket there), so each key's
-    /// share starts with **one unit** when the outage first sees it, and refills at the
-    /// share's rate (`limit / N` per period) up to the share's burst.
+    /// The share store is made at the outage's first degraded decision and kept until an
+    /// outage begins a second or more after the last degraded decision: a shared store that
+    /// answers only for a moment in between (a probe; on a Redis Cluster with a primary
+    /// down, the keys whose slots are up) does not start the shares afresh, so the keys
+    /// whose slot is down stay within the bound below. Nothing is known about how full each
+    /// key's bucket was in the shared store (a key at its limit has an empty bucket there),
+    /// so each key's share starts with **one unit** when the outage first sees it, and
+    /// refills at the share's rate (`limit / N` per period) up to the share's burst.
     ///
     /// What it promises, per key, while the shared store is unreachable: the fleet admits
     /// at most `N + limit × elapsed / period` units (one unit per instance, then the

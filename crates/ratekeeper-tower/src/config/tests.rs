@@ -60,6 +60,23 @@ fn mismatches() -> Vec<(String, usize, usize, &'static str, &'static str)> {
             "`header` only applies with kind = \"header\"",
         ),
         (
+            format!("{API}[exempt]\ntrusted = [\"127.0.0.1/32\"]\n"),
+            5,
+            11,
+            "exempt.trusted",
+            "`trusted` only applies with `networks` (the networks it exempts)",
+        ),
+        (
+            format!(
+                "key = {{ kind = \"forwarded\", trusted = [\"10.0.0.0/8\"] }}\n{API}\
+                 [exempt]\nnetworks = [\"10.0.0.0/8\"]\ntrusted = [\"127.0.0.1/32\"]\n"
+            ),
+            7,
+            11,
+            "exempt.trusted",
+            "a `forwarded` key's `trusted` networks already say which proxies forward",
+        ),
+        (
             format!("max_wait_ms = 5\n{API}"),
             1,
             15,

@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::header::{CACHE_CONTROL, CONTENT_TYPE};
-use http::{HeaderMap, HeaderValue, StatusCode};
+use http::response::Parts;
+use http::{HeaderMap, HeaderValue, Response, StatusCode};
 
 use crate::key::KeyError;
 use crate::report::trailers_only;
@@ -15,25 +16,26 @@ use crate::report::trailers_only;
 /// error), in HTTP form until [`Refusal::answer`] gives it the form the request reads.
 #[derive(Debug)]
 pub(crate) struct Answer {
-    pub(crate) status: StatusCode,
-    pub(crate) headers: HeaderMap,
+    /// The status and header fields (default version, no extensions): the response's head
+    /// as it is, so the response is put together without a head to replace.
+    pub(crate) head: Parts,
     pub(crate) body: Bytes,
-    /// For a 429: the layer's policy names and the index of the one the headers report, to
-    /// name it in a gRPC answer.
+    /// For a 429 to a gRPC call: the layer's policy names and the index of the one the
+    /// headers report, to name it in the gRPC answer (`None` for an HTTP answer).
     pub(crate) policy: Option<(Arc<[Box<str>]>, usize)>,
 }
 
 impl Answer {
     /// A plain-text answer.
     fn text(status: StatusCode, body: Bytes) -> Self {
-        let mut headers = HeaderMap::new();
-        headers.insert(
+        let (mut head, ()) = Response::new(()).into_parts();
+        head.status = status;
+        head.headers.insert(
             CONTENT_TYPE,
             HeaderValue::from_static("text/plain; charset=utf-8"),
         );
         Self {
-            status,
-            headers,
+            head,
             body,
             policy: None,
         }
@@ -60,6 +62,7 @@ impl Answer {
             Bytes::from_static(b"rate limiter unavailable\n"),
         );
         answer
+            .head
             .headers
             .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
         answer
@@ -90,27 +93,37 @@ impl Refusal {
     /// `answer` in the form the request (whose header fields are `request`) reads:
     /// unchanged, or for a gRPC call a trailers-only response with the matching gRPC status
     /// and the request's `content-type`. Every answer of the layer goes through here, once.
+    // Inlined: an HTTP answer (every refusal but a gRPC call's) is handed on where it is,
+    // not moved into and out of a call.
+    #[inline]
     pub(crate) fn answer(self, mut answer: Answer, request: &HeaderMap) -> Answer {
-        if !self.grpc {
-            return answer;
+        if self.grpc {
+            grpc_form(&mut answer, request);
         }
-        let Some(content_type) = request.get(CONTENT_TYPE).cloned() else {
-            return answer;
-        };
-        let policy = answer
-            .policy
-            .as_ref()
-            .and_then(|(names, i)| names.get(*i))
-            .map(|n| &**n);
-        let (status, body) = trailers_only(
-            answer.status,
-            &mut answer.headers,
-            &answer.body,
-            policy,
-            content_type,
-        );
-        answer.status = status;
-        answer.body = body;
         answer
     }
+}
+
+/// The trailers-only gRPC form of `answer` for a gRPC call whose header fields are
+/// `request` (unchanged when the call carries no `content-type`).
+#[cold]
+#[inline(never)]
+fn grpc_form(answer: &mut Answer, request: &HeaderMap) {
+    let Some(content_type) = request.get(CONTENT_TYPE).cloned() else {
+        return;
+    };
+    let policy = answer
+        .policy
+        .as_ref()
+        .and_then(|(names, i)| names.get(*i))
+        .map(|n| &**n);
+    let (status, body) = trailers_only(
+        answer.head.status,
+        &mut answer.head.headers,
+        &answer.body,
+        policy,
+        content_type,
+    );
+    answer.head.status = status;
+    answer.body = body;
 }

@@ -470,12 +470,10 @@ where
                     return Poll::Ready(Ok(Response::from_parts(parts, body)));
                 }
                 KindProj::Answered { answer } => {
-                    let answer = answer
+                    let Answer { head, body, .. } = answer
                         .take()
                         .unwrap_or_else(Answer::polled_after_completion);
-                    let mut res = Response::new(ResponseBody::full(answer.body));
-                    *res.status_mut() = answer.status;
-                    *res.headers_mut() = answer.headers;
+                    let res = Response::from_parts(head, ResponseBody::full(body));
                     return Poll::Ready(Ok(res));
                 }
                 KindProj::Checking { check, pending } => {

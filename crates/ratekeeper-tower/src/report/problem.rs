@@ -90,6 +90,7 @@ impl<'a> Limited<'a> {
 
     /// The `Retry-After` value in whole seconds (rounded up, at least 1), or `None` when the
     /// cost can never fit.
+    #[inline]
     pub fn retry_after_secs(&self) -> Option<u64> {
         self.decisions.retry_after().map(|d| ceil_secs(d).max(1))
     }

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{CACHE_CONTROL, CONTENT_LENGTH, RETRY_AFTER};
-use http::{HeaderMap, HeaderValue, StatusCode};
+use http::response::Parts;
+use http::{HeaderMap, HeaderValue, StatusCode, Version};
 use ratekeeper_core::store::Decisions;
 use ratekeeper_core::{Key, Policy};
 
@@ -36,10 +37,10 @@ pub(crate) struct Reporter {
     pub(super) windowless: bool,
     pub(crate) partition_key: Option<PartitionKey>,
     pub(crate) rejection: Option<Arc<dyn Rejection>>,
-    /// The header fields of the default 429 in the `X-RateLimit` style, in order, with
-    /// placeholder numbers (see [`Reporter::limited`]); `None` if the map does not keep
-    /// them in that order.
-    pub(super) template_429: Option<HeaderMap>,
+    /// The head (status and header fields) of the default 429 in the `X-RateLimit` style,
+    /// the fields in order, with placeholder numbers (see [`Reporter::limited`]); `None` if
+    /// the map does not keep them in that order.
+    pub(super) template_429: Option<Parts>,
     /// The last usual 429, while 429s repeat it.
     pub(super) recent_429: Recent429,
     /// The layer serves gRPC: a gRPC call's refusal is a trailers-only gRPC answer (see
@@ -156,18 +157,49 @@ impl Reporter {
         pk: Option<&str>,
         unix_now: impl FnOnce() -> Duration,
     ) -> (StatusCode, HeaderMap, Bytes) {
+        let (head, body) = self.limited_response(decisions, policies, pk, unix_now);
+        (head.status, head.headers, body)
+    }
+
+    /// [`Reporter::limited`] as a response head and body, ready to become the response
+    /// (`Response::from_parts`). The head has the default version and no extensions.
+    #[inline]
+    pub(crate) fn limited_response(
+        &self,
+        decisions: &Decisions,
+        policies: &[usize],
+        pk: Option<&str>,
+        unix_now: impl FnOnce() -> Duration,
+    ) -> (Parts, Bytes) {
         let limited = Limited::new(decisions, &self.names, policies, &self.problems);
         if let Some((template, retry_after, d, shown)) = self.template_fits(&limited) {
             return self.limited_from_template(template, &limited, retry_after, d, shown, unix_now);
         }
+        self.limited_general(&limited, decisions, policies, pk, unix_now)
+    }
+
+    /// [`Reporter::limited_response`] for every 429 but the usual one: the rejection's
+    /// response with the layer's fields.
+    #[inline(never)]
+    fn limited_general(
+        &self,
+        limited: &Limited<'_>,
+        decisions: &Decisions,
+        policies: &[usize],
+        pk: Option<&str>,
+        unix_now: impl FnOnce() -> Duration,
+    ) -> (Parts, Bytes) {
         let res = match &self.rejection {
-            Some(rejection) => rejection.reject(&limited),
-            None => ProblemJson.reject(&limited),
+            Some(rejection) => rejection.reject(limited),
+            None => ProblemJson.reject(limited),
         };
-        let (parts, body) = res.into_parts();
-        let mut headers = parts.headers;
+        let (mut head, body) = res.into_parts();
+        // What the layer answered with before: the rejection's status and fields.
+        head.version = Version::default();
+        head.extensions.clear();
+        let headers = &mut head.headers;
         // The rejection's own rate-limit fields are replaced, not merged with.
-        self.write_headers(decisions, policies, pk, unix_now, &mut headers, false);
+        self.write_headers(decisions, policies, pk, unix_now, headers, false);
         headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
         match limited.retry_after_secs() {
             Some(secs) => {
@@ -179,6 +211,6 @@ impl Reporter {
         }
         // The body is complete: its length is known here (and the usual 429 sends it too).
         headers.insert(CONTENT_LENGTH, number(body.len() as u64));
-        (parts.status, headers, body)
+        (head, body)
     }
 }

@@ -45,6 +45,13 @@ impl fmt::Debug for ClockRef {
 /// flaps does not flood the log; the breaker's own WARN and INFO lines are not limited.
 pub(super) const WARN_EVERY: u64 = 10_000_000_000;
 
+/// A degraded decision less than this many ns (1 s) after the previous one keeps the
+/// fail-soft share of the previous outage: Redis answered only for a moment in between (a
+/// probe that closed the breaker; on a Cluster with a primary down, the keys of the slots
+/// that are up), and a share started afresh each time would give every key one more unit
+/// per instance each time.
+pub(super) const SHARE_KEPT: u64 = 1_000_000_000;
+
 /// Where an outage stands, for its log lines and the fail-soft share store: shared by the
 /// store, its check futures and the breaker's prober. Times are ns on the app's clock.
 #[derive(Debug, Default)]
@@ -53,29 +60,36 @@ pub(super) struct Outage {
     during: AtomicBool,
     /// When the last "first degraded decision" WARN was written (0: never).
     warned_at: AtomicU64,
+    /// When the last degraded decision was made (0: never).
+    last_degraded: AtomicU64,
     /// The fleet size learned from Redis (live instances registered there; 0: not known).
     pub(super) instances: AtomicU32,
-    /// The current outage's fail-soft store, made at its first degraded decision.
+    /// The fail-soft store of the current (or last) outage, made at its first degraded
+    /// decision; dropped when an outage begins [`SHARE_KEPT`] or more after the last
+    /// degraded decision.
     share: Mutex<Option<Arc<Share>>>,
 }
 
 impl Outage {
     /// Redis answered: the outage (if any) is over; the next degraded decision starts a new
-    /// one, with a fresh fail-soft share.
+    /// one (with a fresh fail-soft share unless it comes within [`SHARE_KEPT`] of the last).
     pub(super) fn end(&self) {
         if self.during.load(Ordering::Relaxed) {
             self.during.store(false, Ordering::Relaxed);
-            if let Ok(mut share) = self.share.lock() {
-                share.take();
-            }
         }
     }
 
     /// A degraded decision at `now`: whether it is the first of its outage (and so starts
     /// one), and whether its WARN line is due.
     fn begin(&self, now: u64) -> (bool, bool) {
+        let previous = self.last_degraded.swap(now.max(1), Ordering::AcqRel);
         if self.during.load(Ordering::Relaxed) || self.during.swap(true, Ordering::AcqRel) {
             return (false, false);
+        }
+        if previous == 0 || now.saturating_sub(previous) >= SHARE_KEPT {
+            if let Ok(mut share) = self.share.lock() {
+                share.take();
+            }
         }
         let last = self.warned_at.load(Ordering::Relaxed);
         let due = last == 0 || now.saturating_sub(last) >= WARN_EVERY;

@@ -20,6 +20,7 @@ use ratekeeper_core::store::{
 use smallvec::SmallVec;
 use tokio::time::Instant;
 
+mod exempt;
 mod respond;
 
 pub(crate) use respond::{FAILED, NO_RESPONSE, Respond};
@@ -32,7 +33,7 @@ use super::ticket::Ticket;
 use crate::cost::Cost;
 use crate::degraded::{Degrade, StoreDegraded};
 use crate::info::Info;
-use crate::key::{KeyExtractor, PeerIp};
+use crate::key::KeyExtractor;
 use crate::policy::{AllPolicies, Applied, Plan, Resolve, Rules};
 use crate::report::Reporter;
 use crate::usage::UsageRules;
@@ -109,13 +110,8 @@ impl<K, Co, St, R> Limiter<K, Co, St, R> {
         if rules.exempt_preflight && crate::cors::is_preflight(req) {
             return Prepared::Exempt;
         }
-        if !rules.exempt_networks.is_empty() {
-            if let Some(peer) = PeerIp::peer_addr(req) {
-                let ip = crate::key::normalize_ip(peer.ip(), &rules.nat64);
-                if rules.exempt_networks.iter().any(|n| n.contains(&ip)) {
-                    return Prepared::Exempt;
-                }
-            }
+        if !rules.exempt_networks.is_empty() && self.network_exempt(req) {
+            return Prepared::Exempt;
         }
         let (key, key_error) = match self.key.extract(req) {
             Ok(key) => (key, None),
@@ -225,22 +221,29 @@ impl<K, Co, St, R> Limiter<K, Co, St, R> {
 
     /// The "cost can never fit" warning, once per layer (every other denial, and the later
     /// cannot-fit ones, are DEBUG events).
+    #[inline]
     fn log_denial(&self, applied: &Applied, decisions: &Decisions) {
         if decisions.is_cannot_fit() {
-            let (key, cost) = denied_charge(applied, decisions);
-            let policy = self.deciding_name(applied, decisions);
-            let key = self.diag.key_text(key);
-            if self.diag.first_cannot_fit() {
-                tracing::warn!(
-                    key,
-                    cost,
-                    policy,
-                    "request cost is larger than the policy's burst; it can never be allowed \
-                     (logged once per layer; later ones at DEBUG)"
-                );
-            } else {
-                tracing::debug!(key, cost, policy, "request cost can never fit the burst");
-            }
+            self.log_cannot_fit(applied, decisions);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn log_cannot_fit(&self, applied: &Applied, decisions: &Decisions) {
+        let (key, cost) = denied_charge(applied, decisions);
+        let policy = self.deciding_name(applied, decisions);
+        let key = self.diag.key_text(key);
+        if self.diag.first_cannot_fit() {
+            tracing::warn!(
+                key,
+                cost,
+                policy,
+                "request cost is larger than the policy's burst; it can never be allowed \
+                 (logged once per layer; later ones at DEBUG)"
+            );
+        } else {
+            tracing::debug!(key, cost, policy, "request cost can never fit the burst");
         }
     }
 }
@@ -351,21 +354,21 @@ where
     fn limited(&self, ticket: &Ticket, decisions: &Decisions) -> Answer {
         let applied = &ticket.charges;
         let policies = applied.policy_indices();
-        let (status, headers, body) =
+        let (head, body) =
             self.reporter
-                .limited(decisions, &policies, ticket.pk.as_deref(), || {
+                .limited_response(decisions, &policies, ticket.pk.as_deref(), || {
                     self.store.unix_now()
                 });
-        let deciding = decisions
-            .deciding()
-            .and_then(|i| applied.entries.get(i))
-            .map(|e| e.index as usize);
-        Answer {
-            status,
-            headers,
-            body,
-            policy: deciding.map(|i| (self.names().clone(), i)),
-        }
+        // Only a gRPC answer names the policy.
+        let policy = if ticket.refusal.grpc {
+            decisions
+                .deciding()
+                .and_then(|i| applied.entries.get(i))
+                .map(|e| (self.names().clone(), e.index as usize))
+        } else {
+            None
+        };
+        Answer { head, body, policy }
     }
 }
 
