@@ -537,12 +537,15 @@ fn a_lease_renewal_leaves_a_fixed_window_debt_whole() {
         .cli(&["SET", key, state, "PX", "600000"])
         .expect("set");
     let lease = |need: &str| {
-        // ARGV: now µs, no stale guard, no TTL floor, fixed window, W µs, limit, -, need, want.
+        // KEYS: the state, its lease record. ARGV: now µs, no stale guard, no TTL floor,
+        // fixed window, W µs, limit, -, need, want, back within 1 s.
+        let record = format!("{key}#leased");
         let args = [
             "EVAL",
             LEASE,
-            "1",
+            "2",
             key,
+            &record,
             "1005000000",
             "",
             "0",
@@ -552,18 +555,25 @@ fn a_lease_renewal_leaves_a_fixed_window_debt_whole() {
             "0",
             need,
             "4",
+            "1000000",
         ];
         let reply = server.cli(&args).expect("lease script answers");
         // After the server time: status, granted, code, remaining, reset_after µs,
-        // retry_after µs, stamp.
+        // retry_after µs, stamp, leased units, µs until they are back (none here).
         reply.lines().skip(1).map(str::to_owned).collect::<Vec<_>>()
     };
-    assert_eq!(lease("0"), ["0", "0", "0", "0", "5000000", "0", "100"]);
+    assert_eq!(
+        lease("0"),
+        ["0", "0", "0", "0", "5000000", "0", "100", "0", "0"]
+    );
     assert_eq!(
         server.cli(&["GET", key]).as_deref().map(str::trim),
         Some(state)
     );
-    assert_eq!(lease("1"), ["0", "0", "1", "0", "5000000", "5000000", "-1"]);
+    assert_eq!(
+        lease("1"),
+        ["0", "0", "1", "0", "5000000", "5000000", "-1", "0", "0"]
+    );
     assert_eq!(
         server.cli(&["GET", key]).as_deref().map(str::trim),
         Some(state)

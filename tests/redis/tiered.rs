@@ -807,9 +807,10 @@ async fn a_client_moved_to_another_instance_gets_what_it_is_owed_at_once() {
 /// Case B39, units taken ahead in the upper half of the bucket (burst 100): A holds units
 /// unspent when the client moves. Its background sweeper gives them back within the lease
 /// TTL and one period although A never sees the key again, and B's denial from the burst
-/// (a `retry_after` of hundreds of seconds, computed from a Redis state that counted A's
-/// units) is not remembered past that although the client keeps retrying on B every 100 ms:
-/// B admits exactly the units A returned.
+/// (the Redis state alone would say hundreds of seconds, as it counts A's units) tells the
+/// client to come back when A's units are back, not later, and is not remembered past that
+/// although the client keeps retrying on B every 100 ms: B admits exactly the units A
+/// returned.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn units_an_instance_leased_come_home_although_it_never_sees_the_key_again() {
     let server = RedisServer::start();
@@ -829,7 +830,129 @@ async fn units_an_instance_leased_come_home_although_it_never_sees_the_key_again
     let retry = moved
         .b_first_retry
         .expect("B's burst was denied once it had taken the rest");
-    assert!(retry > Duration::from_secs(100), "{moved:?}");
+    // Lease TTL 1 s, period 100 ms, then the give-back's deadline (2 s) and stale tolerance
+    // (100 ms).
+    assert!(retry <= Duration::from_millis(3_200), "{moved:?}");
+}
+
+/// The lease TTL, sweeper period, Redis deadline and stale tolerance (default) of the
+/// tests of a denial's `retry_after` while units are leased.
+const LEASED_TTL: Duration = Duration::from_secs(1);
+const LEASED_PERIOD: Duration = Duration::from_millis(100);
+const LEASED_DEADLINE: Duration = Duration::from_secs(1);
+const STALE_TOLERANCE: Duration = Duration::from_millis(100);
+
+/// What B answered a client that moved there from A.
+#[derive(Debug)]
+struct FirstDenial {
+    /// Units A held, unspent, when the client moved.
+    a_held: u64,
+    /// B's admissions before its first denial.
+    b_admitted: usize,
+    /// Whether the client's retry, made `retry` after that denial, was admitted.
+    retry_admitted: bool,
+}
+
+/// Two tiered stores (lease TTL `ttl`, period 100 ms, deadline 1 s) on one Redis, GCRA 10 per
+/// 10 000 000 ms with burst `burst` (T = 1 000 s: nothing refills during the test), key
+/// `client:1`. A takes 6 requests in a row (it leases units ahead, in the upper half of the
+/// bucket) and never sees the key again; the client moves to B and sends one request every
+/// `pace` until the first denial (at most `burst` + 1 requests), whose `retry_after` must be
+/// at most `ttl` + period + deadline + stale tolerance (asserted before the client waits it),
+/// waits it, and retries once.
+async fn first_denial_on_b(
+    server: &RedisServer,
+    burst: u32,
+    ttl: Duration,
+    pace: Duration,
+) -> FirstDenial {
+    let policy = Policy::new("api", quota(10, 10_000_000, burst));
+    let mut stores = Vec::new();
+    for _ in 0..2 {
+        let redis = RedisStore::builder()
+            .deadline(LEASED_DEADLINE)
+            .stale_tolerance(STALE_TOLERANCE)
+            .standalone(&server.url())
+            .await
+            .expect("redis store");
+        let mut store = TieredStore::builder()
+            .lease_ttl(ttl)
+            .lease_period(LEASED_PERIOD)
+            .build(redis)
+            .expect("tiered");
+        let id = store.register(&policy).expect("register");
+        stores.push((store, id));
+    }
+    let key = Key::from("client:1");
+    let ((a, id), (b, _)) = (&stores[0], &stores[1]);
+    for _ in 0..6 {
+        assert!(check(a, *id, &key, 1).await.is_allowed(), "A's 6 requests");
+    }
+    // A's last spend may have started a background renewal: its units land shortly.
+    for _ in 0..200 {
+        if a.held(*id, &key) > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let a_held = a.held(*id, &key);
+    let mut b_admitted = 0;
+    let mut retry = None;
+    for _ in 0..=burst {
+        let d = check(b, *id, &key, 1).await;
+        if let Some(after) = d.as_slice()[0].retry_after() {
+            retry = Some(after);
+            break;
+        }
+        assert!(d.is_allowed(), "{d:?}");
+        b_admitted += 1;
+        tokio::time::sleep(pace).await;
+    }
+    let retry = retry.expect("B denies once the bucket is empty");
+    let back = ttl + LEASED_PERIOD + LEASED_DEADLINE + STALE_TOLERANCE;
+    assert!(
+        retry <= back,
+        "B's first denial (after {b_admitted} admitted, A holding {a_held}) says {retry:?}"
+    );
+    tokio::time::sleep(retry).await;
+    let retry_admitted = check(b, *id, &key, 1).await.is_allowed();
+    FirstDenial {
+        a_held,
+        b_admitted,
+        retry_admitted,
+    }
+}
+
+/// Case B39, the `Retry-After` of a denial while another instance holds leased units:
+/// A leased units ahead and stops getting the client's traffic; the client's requests on B
+/// (hot there: one right after the other, so B leases too) take what Redis has left. B's
+/// first denial must not tell the client to wait 1 000 s (what the Redis state alone says,
+/// counting A's unspent units) but at most until A's units are back: the lease TTL, a sweeper
+/// period and the give-back's allowance (deadline and stale tolerance). The client's retry
+/// after that wait is admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denial_while_units_are_leased_elsewhere_waits_only_until_they_are_back() {
+    let server = RedisServer::start();
+    let seen = first_denial_on_b(&server, 100, LEASED_TTL, Duration::ZERO).await;
+    eprintln!("{seen:?}");
+    assert!(seen.a_held > 0, "A holds units taken ahead: {seen:?}");
+    assert!(seen.b_admitted > 0, "{seen:?}");
+    assert!(seen.retry_admitted, "A's units came back: {seen:?}");
+}
+
+/// The same on a key that stays cold on B (one request every 150 ms, longer than the lease
+/// period, so each is the Redis store's own check): the Redis store's denial is bounded by
+/// the units A leased (lease TTL 3 s here, so A still holds them when B runs out), and the
+/// retry after its `retry_after` is admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_denial_while_units_are_leased_elsewhere_waits_only_until_they_are_back() {
+    let server = RedisServer::start();
+    let ttl = Duration::from_secs(3);
+    let seen = first_denial_on_b(&server, 20, ttl, Duration::from_millis(150)).await;
+    eprintln!("{seen:?}");
+    assert!(seen.a_held > 0, "A holds units taken ahead: {seen:?}");
+    assert!(seen.b_admitted > 0, "{seen:?}");
+    assert!(seen.retry_admitted, "A's units came back: {seen:?}");
 }
 
 const MS: u64 = 1_000_000;

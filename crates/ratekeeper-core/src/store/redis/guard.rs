@@ -42,6 +42,12 @@ impl Guard {
         }
     }
 
+    /// How long after it was sent a call may still reach Redis and run (deadline plus
+    /// tolerance), µs.
+    pub(super) const fn allowance(&self) -> u64 {
+        self.allowance
+    }
+
     /// The guard for a call sent at `sent_us` (app monotonic µs), in Redis `TIME` µs; `None`
     /// (no guard) until an offset is known.
     pub(super) fn limit(&self, sent_us: u64) -> Option<u64> {

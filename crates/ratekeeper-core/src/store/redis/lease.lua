@@ -3,6 +3,11 @@
 -- for the tiered store (`store::tiered`), which spends them locally.
 --
 -- KEYS[1]   the state key (GCRA "<TAT>:<T>:<tau>", fixed window "<window>:<count>:<W>", µs).
+-- KEYS[2]   the key's lease record, "<state>#leased": "<units>:<back_by>" (µs), the units
+--           granted ahead of a request (taken to be spent later) by leases that may still hold
+--           them, and when the last of those leases gives its unspent units back at the latest.
+--           An upper bound: units spent or given back meanwhile are not taken off it. Read as
+--           absent once back_by has passed; PX until back_by.
 -- ARGV[1]   injected "now" in µs, or '' to read Redis TIME.
 -- ARGV[2]   stale guard in Redis TIME µs, or '' (as in limiter.lua: a call that reaches Redis
 --           after it does nothing).
@@ -12,6 +17,8 @@
 -- ARGV[8]   need: the least grant worth having (the request's cost; 0 for a background
 --           renewal); fewer available is a denial and writes nothing.
 -- ARGV[9]   want: the most to grant (at least need).
+-- ARGV[10]  back_within: how long after this call a lease's unspent units are back in Redis
+--           at the latest (µs: lease TTL, sweeper period, the give-back's allowance).
 --
 -- Grant: with `room` units free now and `reserve` = ceil(capacity / 2) (GCRA: the burst;
 -- fixed window: the limit), grant = min(want, max(need, room - reserve)) when room >= need.
@@ -23,11 +30,16 @@
 -- nothing writes nothing: the state stays as it is, a fixed window's count above the limit
 -- (a correction's debt) included.
 --
--- Returns {server_now, status, granted, code, remaining, reset_after, retry_after, stamp}:
--- status 0 = done, 1 = stale (nothing else, nothing written); code 0 allowed (granted >= need),
+-- Returns {server_now, status, granted, code, remaining, reset_after, retry_after, stamp,
+-- out_units, out_for}: status 0 = done, 1 = stale (nothing else, nothing written); code 0
+-- allowed (granted >= need),
 -- 1 denied, 2 cannot fit (need > capacity); remaining after the grant; reset_after and
 -- retry_after in µs; stamp the receipt of the whole grant (GCRA: the TAT right after it;
--- fixed window: the window index; -1: nothing granted). A refund of unused units is
+-- fixed window: the window index; -1: nothing granted); out_units and out_for the lease
+-- record after the call (units that may come back, and in how many µs at the latest; 0 0
+-- without one). retry_after is the state's alone: the caller bounds it by the record. A
+-- call with need = want = 0 writes nothing and reads the state and the record. A refund of
+-- unused units is
 -- limiter.lua's 'refund' mode with this stamp. Every write sets PX (GCRA: until the TAT;
 -- fixed window: until the window ends; rounded up to a ms, at least ARGV[3]).
 local clock = redis.call('TIME')
@@ -45,6 +57,34 @@ local p1, p2, p3 = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local need, want = tonumber(ARGV[8]), tonumber(ARGV[9])
 local key = KEYS[1]
 local raw = redis.call('GET', key)
+local back_within = tonumber(ARGV[10])
+
+-- The lease record: units granted ahead that may still come back, until back_by.
+local out_units, out_by = 0, 0
+local rec = redis.call('GET', KEYS[2])
+if rec then
+  local u, b = string.match(rec, '^(%d+):(%d+)$')
+  if u and tonumber(b) > now then
+    out_units, out_by = tonumber(u), tonumber(b)
+  end
+end
+-- Adds `ahead` units that come back by now + back_within, or by `last` if sooner (a fixed
+-- window's end: units given back after it no longer count, so a record never outlives the
+-- window its units were charged in).
+local function record(ahead, last)
+  if ahead > 0 then
+    out_units = out_units + ahead
+    out_by = math.max(out_by, math.min(now + back_within, last))
+    redis.call('SET', KEYS[2], string.format('%.0f:%.0f', out_units, out_by), 'PX',
+      string.format('%.0f', math.max(1, min_ttl, math.ceil((out_by - now) / 1000))))
+  end
+end
+local function out_for()
+  if out_units > 0 then
+    return out_by - now
+  end
+  return 0
+end
 
 local function grant_of(room, capacity)
   return math.min(want, math.max(need, room - math.ceil(capacity / 2)))
@@ -77,10 +117,10 @@ if algo == 2 then
   end
   local room = math.max(limit - count, 0)
   if need > limit then
-    return {server_now, 0, 0, 2, room, reset, 0, -1}
+    return {server_now, 0, 0, 2, room, reset, 0, -1, out_units, out_for()}
   end
   if room < need then
-    return {server_now, 0, 0, 1, room, reset, until_end, -1}
+    return {server_now, 0, 0, 1, room, reset, until_end, -1, out_units, out_for()}
   end
   local grant = grant_of(room, limit)
   if grant > 0 then
@@ -88,7 +128,8 @@ if algo == 2 then
     redis.call('SET', key, string.format('%.0f:%.0f:%.0f', w, count, len), 'PX',
       string.format('%.0f', math.max(1, min_ttl, math.ceil(until_end / 1000))))
   end
-  return {server_now, 0, grant, 0, room - grant, until_end, 0, w}
+  record(grant - need, (w + 1) * len)
+  return {server_now, 0, grant, 0, room - grant, until_end, 0, w, out_units, out_for()}
 end
 
 -- GCRA
@@ -122,11 +163,12 @@ local function remaining_at(st)
   return math.min(math.floor(room / t), burst)
 end
 if need > burst then
-  return {server_now, 0, 0, 2, remaining_at(tat), tat - now, 0, -1}
+  return {server_now, 0, 0, 2, remaining_at(tat), tat - now, 0, -1, out_units, out_for()}
 end
 local room = math.floor((now + tau - tat) / t)
 if room < need then
-  return {server_now, 0, 0, 1, remaining_at(tat), tat - now, tat + need * t - tau - now, -1}
+  return {server_now, 0, 0, 1, remaining_at(tat), tat - now, tat + need * t - tau - now, -1,
+    out_units, out_for()}
 end
 local grant = grant_of(room, burst)
 local new_tat = tat + grant * t
@@ -134,4 +176,6 @@ if grant > 0 then
   redis.call('SET', key, string.format('%.0f:%.0f:%.0f', new_tat, t, tau), 'PX',
     string.format('%.0f', math.max(1, min_ttl, math.ceil((new_tat - now) / 1000))))
 end
-return {server_now, 0, grant, 0, remaining_at(new_tat), new_tat - now, 0, new_tat}
+record(grant - need, now + back_within)
+return {server_now, 0, grant, 0, remaining_at(new_tat), new_tat - now, 0, new_tat, out_units,
+  out_for()}

@@ -3,6 +3,11 @@
 //! Redis store (same keys, same state format as `limiter.lua`) and says how many it granted.
 //! Unused units go back through the Redis store's refund (`limiter.lua`, mode `refund`,
 //! with the grant's stamp as the receipt).
+//!
+//! Each grant that takes units ahead of the request that asked also records them in the
+//! key's lease record (`<state>#leased`, same hash tag): how many units leases may still
+//! hold unspent and when they are back in Redis at the latest. A denial's `retry_after` is
+//! bounded by it ([`RedisStore::bound_by_leases`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,6 +30,17 @@ pub(crate) struct LeaseGrant {
     pub(crate) decision: Decision,
     /// The receipt of the whole grant (a refund of unused units uses it).
     pub(crate) receipt: Receipt,
+    /// The key's lease record after the call.
+    pub(crate) leased: Leased,
+}
+
+/// Units leases of a key may still hold unspent (granted ahead of the requests that asked,
+/// on any instance), and how soon they are back in Redis at the latest. An upper bound:
+/// units spent or given back since are not taken off.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Leased {
+    pub(crate) units: u64,
+    pub(crate) back_in: Duration,
 }
 
 /// The lease script (loaded once per process, sent with `EVALSHA`).
@@ -35,7 +51,11 @@ fn lease_script() -> &'static redis::Script {
 
 impl ScriptRunner {
     /// One round trip of `lease.lua` for `key` (full Redis key name).
-    async fn lease_call(&self, key: &str, args: [u64; 6]) -> Result<Option<[i64; 6]>, StoreError> {
+    async fn lease_call(
+        &self,
+        keys: [&str; 2],
+        args: [u64; 7],
+    ) -> Result<Option<[i64; 8]>, StoreError> {
         let now_arg = self
             .now
             .as_ref()
@@ -47,7 +67,8 @@ impl ScriptRunner {
             .map_or_else(String::new, |g| g.to_string());
         let mut invocation = lease_script().prepare_invoke();
         invocation
-            .key(key)
+            .key(keys[0])
+            .key(keys[1])
             .arg(now_arg)
             .arg(stale)
             .arg(self.min_ttl_ms);
@@ -56,7 +77,7 @@ impl ScriptRunner {
         }
         match self.invoke(&invocation, sent).await?.as_slice() {
             [1] => Ok(None),
-            [0, a, b, c, d, e, f] => Ok(Some([*a, *b, *c, *d, *e, *f])),
+            [0, a, b, c, d, e, f, g, h] => Ok(Some([*a, *b, *c, *d, *e, *f, *g, *h])),
             _ => Err(unavailable(BadReply("wrong lease reply"))),
         }
     }
@@ -65,6 +86,10 @@ impl ScriptRunner {
 impl RedisStore {
     /// Charges between `need` and `want` units of `policy` for `key` in one round trip
     /// (`want >= need`), within the store's deadline and through its circuit breaker.
+    /// Units granted beyond `need` are recorded as leased until `back_within` (the caller's
+    /// lease TTL and sweeper period) plus this store's deadline and stale tolerance (the
+    /// give-back's own call) from now. A denial's `retry_after` is bounded by the lease
+    /// record ([`RedisStore::bound_by_leases`]). `need = want = 0` writes nothing.
     ///
     /// # Errors
     ///
@@ -78,6 +103,7 @@ impl RedisStore {
         key: &Key,
         need: u64,
         want: u64,
+        back_within: Duration,
     ) -> Result<LeaseGrant, StoreError> {
         let Some(p) = self.policies.get(policy.index()) else {
             return Err(StoreError::UnknownPolicy(policy));
@@ -90,18 +116,31 @@ impl RedisStore {
             return Err(StoreError::Unavailable(Box::new(BreakerOpen)));
         }
         let name = keys::full(&shared.prefix, &keys::tag(key), &p.name);
+        let record = format!("{name}#leased");
         let [p1, p2, p3] = p.params;
-        let args = [p.algo, p1, p2, p3, need, want.max(need)];
+        let back_within_us = u64::try_from(back_within.as_micros())
+            .unwrap_or(u64::MAX)
+            .saturating_add(shared.script.guard.allowance());
+        let args = [p.algo, p1, p2, p3, need, want.max(need), back_within_us];
         // A stale call (it reached Redis after its deadline and did nothing) is a timeout.
         let call = async {
             shared
                 .script
-                .lease_call(&name, args)
+                .lease_call([&name, &record], args)
                 .await?
                 .ok_or(StoreError::Timeout)
         };
         let row = shared.timed(call, self.failover.policy.as_str()).await?;
-        let [granted, code, remaining, reset, retry, stamp] = row;
+        let [
+            granted,
+            code,
+            remaining,
+            reset,
+            retry,
+            stamp,
+            out_units,
+            out_for,
+        ] = row;
         let us = |v: i64| Duration::from_micros(u64::try_from(v).unwrap_or(0));
         let outcome = match code {
             0 => Outcome::Allowed,
@@ -116,15 +155,60 @@ impl RedisStore {
             (0, Ok(stamp)) => Receipt::new(stamp),
             _ => Receipt::NONE,
         };
+        let leased = Leased {
+            units: u64::try_from(out_units).unwrap_or(0),
+            back_in: us(out_for),
+        };
+        let decision = Decision::new(outcome, p.limit, remaining, us(reset));
         Ok(LeaseGrant {
             granted: if code == 0 {
                 u64::try_from(granted).unwrap_or(0)
             } else {
                 0
             },
-            decision: Decision::new(outcome, p.limit, remaining, us(reset)),
+            decision: self.bound_by_leases(policy, decision, need, leased),
             receipt,
+            leased,
         })
+    }
+
+    /// `decision` (a denial of `need` units of `policy` on one key) with its `retry_after`
+    /// bounded by the units leases of that key may still give back: no longer than until
+    /// they are back (`leased.back_in`), unless the request needs longer even with them back
+    /// (GCRA: `retry_after - units × T`; fixed window: they do not make up the difference, so
+    /// the window's end). Other decisions, and a decision without leased units, unchanged.
+    pub(crate) fn bound_by_leases(
+        &self,
+        policy: PolicyId,
+        decision: Decision,
+        need: u64,
+        leased: Leased,
+    ) -> Decision {
+        let (Some(retry), Some(p)) = (decision.retry_after(), self.policies.get(policy.index()))
+        else {
+            return decision;
+        };
+        if leased.units == 0 || retry <= leased.back_in {
+            return decision;
+        }
+        let bounded = if p.algo == ALGO_GCRA {
+            // With the units back the state is `units × T` emptier.
+            let t = Duration::from_micros(p.params[0]);
+            let sooner = t.saturating_mul(u32::try_from(leased.units).unwrap_or(u32::MAX));
+            retry.saturating_sub(sooner).max(leased.back_in)
+        } else if u64::from(decision.remaining()).saturating_add(leased.units) >= need {
+            leased.back_in
+        } else {
+            retry
+        };
+        Decision::new(
+            Outcome::Denied {
+                retry_after: bounded.min(retry),
+            },
+            decision.limit(),
+            decision.remaining(),
+            decision.reset_after(),
+        )
     }
 
     /// The failure policy's answer for `charges` that Redis could not decide because of

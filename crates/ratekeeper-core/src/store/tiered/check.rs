@@ -4,13 +4,14 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use super::TieredStore;
 use super::inner::{Inner, give_back, start_sweeper};
 use super::lease::{Lease, TierPolicy};
-use crate::Key;
 use crate::store::redis::{RedisCheck, RedisStore};
 use crate::store::{Charge, Checked, Decisions, PolicyId, Store, StoreError};
+use crate::{Decision, Key};
 
 impl TieredStore {
     /// [`Store::check`] of the tiered store (see the module docs, "How it decides").
@@ -100,12 +101,19 @@ impl TieredStore {
                 let want = target.saturating_sub(held).max(1);
                 // No request waits for this one: it needs nothing, so near the limit it
                 // takes nothing (see "Lease ahead" in the module docs).
-                if let Ok(grant) = redis.lease(policy, &key, 0, want).await {
+                let sent = inner.clock.now();
+                let back_within = inner.back_within();
+                if let Ok(grant) = redis.lease(policy, &key, 0, want, back_within).await {
                     let now = inner.clock.now();
                     let mut s = lease.lock();
                     if grant.granted > 0 {
-                        let expired =
-                            inner.add_grant(&mut s, (policy, &key), now, fixed_window, &grant);
+                        let expired = inner.add_grant(
+                            &mut s,
+                            (policy, &key),
+                            (sent, now),
+                            fixed_window,
+                            &grant,
+                        );
                         drop(s);
                         if let Some(unused) = expired {
                             give_back(&redis, &inner, vec![(policy, key, unused)]);
@@ -137,29 +145,64 @@ impl TieredStore {
     /// A cold key's check, by the Redis store. A denial is not kept in the Redis store's
     /// negative cache: it counted units other instances may give back within the lease TTL,
     /// so it must not be remembered until its `retry_after` (a cold key asks at most about
-    /// once per lease period, so it costs little).
+    /// once per lease period, so it costs little). A denial whose `retry_after` is longer
+    /// than a lease reads the key's lease record (one more round trip, writing nothing) and
+    /// is bounded by it, as a denial of the lease script is.
     fn delegate_cold(&self, charge: &Charge<'_, Key>) -> Checked<RedisCheck> {
-        let denied =
-            |result: &Result<Decisions, StoreError>| result.as_ref().is_ok_and(|d| !d.is_allowed());
+        let bound = self.inner.back_within();
+        let cold = (charge.policy, charge.key.clone(), charge.cost);
+        let redis = Arc::clone(&self.redis);
         match self.delegate(std::slice::from_ref(charge)) {
-            Checked::Ready(result) => {
-                if denied(&result) {
-                    self.redis.forget_denial(charge.policy, charge.key);
+            Checked::Ready(Ok(decisions)) if !decisions.is_allowed() => {
+                self.redis.forget_denial(charge.policy, charge.key);
+                if retry_of(&decisions).is_some_and(|retry| retry > bound) {
+                    Checked::Pending(Box::pin(bound_cold(redis, cold, bound, decisions)))
+                } else {
+                    Checked::Ready(Ok(decisions))
                 }
-                Checked::Ready(result)
             }
-            Checked::Pending(future) => {
-                let redis = Arc::clone(&self.redis);
-                let (policy, key) = (charge.policy, charge.key.clone());
-                Checked::Pending(Box::pin(async move {
-                    let result = future.await;
-                    if denied(&result) {
-                        redis.forget_denial(policy, &key);
-                    }
-                    result
-                }))
-            }
+            Checked::Ready(result) => Checked::Ready(result),
+            Checked::Pending(future) => Checked::Pending(Box::pin(async move {
+                let decisions = future.await?;
+                if decisions.is_allowed() {
+                    return Ok(decisions);
+                }
+                redis.forget_denial(cold.0, &cold.1);
+                if retry_of(&decisions).is_some_and(|retry| retry > bound) {
+                    bound_cold(redis, cold, bound, decisions).await
+                } else {
+                    Ok(decisions)
+                }
+            })),
         }
+    }
+}
+
+/// The `retry_after` of a one-charge denial.
+fn retry_of(decisions: &Decisions) -> Option<Duration> {
+    decisions.as_slice().first().and_then(Decision::retry_after)
+}
+
+/// A cold key's denial (`retry_after` longer than `bound`, a lease's TTL and period)
+/// bounded by the key's lease record, read in one more round trip that writes nothing. If
+/// the read fails, the denial stands as Redis decided it.
+async fn bound_cold(
+    redis: Arc<RedisStore>,
+    (policy, key, cost): (PolicyId, Key, u64),
+    bound: Duration,
+    decisions: Decisions,
+) -> Result<Decisions, StoreError> {
+    let Some(&denial) = decisions.as_slice().first() else {
+        return Ok(decisions);
+    };
+    match redis.lease(policy, &key, 0, 0, bound).await {
+        Ok(read) => Ok(Decisions::one(redis.bound_by_leases(
+            policy,
+            denial,
+            cost,
+            read.leased,
+        ))),
+        Err(_) => Ok(decisions),
     }
 }
 
@@ -195,7 +238,8 @@ async fn renew(
         give_back(&redis, &inner, vec![(id, key.clone(), unused)]);
     }
     inner.round_trips.fetch_add(1, Ordering::Relaxed);
-    let grant = match redis.lease(id, &key, need, want).await {
+    let sent = inner.clock.now();
+    let grant = match redis.lease(id, &key, need, want, inner.back_within()).await {
         Ok(grant) => grant,
         Err(err) if err.is_config() => return Err(err),
         Err(err) => return redis.fail_over(&[(id, key, cost)], err),
@@ -203,7 +247,7 @@ async fn renew(
     let now = inner.clock.now();
     let mut s = lease.lock();
     if grant.decision.is_allowed() {
-        let expired = inner.add_grant(&mut s, (id, &key), now, fixed_window, &grant);
+        let expired = inner.add_grant(&mut s, (id, &key), (sent, now), fixed_window, &grant);
         let spent = s.spend(now, cost, tier);
         drop(s);
         if let Some(unused) = expired {

@@ -192,7 +192,9 @@ impl Inner {
         }
     }
 
-    /// Adds the units of `grant`, taken at `now`, to the lease `state`, with their expiry.
+    /// Adds the units of `grant`, taken at `now` by a call sent at `sent`, to the lease
+    /// `state`, with their expiry (counted from `sent`, so no later than the lease TTL after
+    /// the script ran, as the lease record in Redis assumes).
     /// The lease's expiry is owed a visit, so the units come back even if no request of the
     /// key comes again. Returns the units the lease still held when it had expired by `now`
     /// (the grant starts a new lease): the caller gives them back to Redis.
@@ -201,12 +203,12 @@ impl Inner {
         &self,
         state: &mut LeaseState,
         (policy, key): (PolicyId, &Key),
-        now: u64,
+        (sent, now): (u64, u64),
         fixed_window: bool,
         grant: &LeaseGrant,
     ) -> Option<Unused> {
         let expired = state.expire(now);
-        let expires = self.expiry(now, fixed_window, grant.decision.reset_after());
+        let expires = self.expiry(sent.min(now), fixed_window, grant.decision.reset_after());
         state.add(
             now,
             grant.granted,
@@ -223,6 +225,13 @@ impl Inner {
     /// lease could have given units back (its TTL, then one sweeper period), ns.
     pub(super) fn denial_bound(&self) -> u64 {
         self.ttl.saturating_add(self.period)
+    }
+
+    /// How long after a lease call its unspent units are given back at the latest: the
+    /// lease TTL (counted from when the call was sent), then one sweeper period. The Redis
+    /// store adds the give-back call's own allowance when it records the lease.
+    pub(super) fn back_within(&self) -> Duration {
+        Duration::from_nanos(self.denial_bound())
     }
 }
 

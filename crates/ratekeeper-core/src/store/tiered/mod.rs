@@ -45,10 +45,24 @@
 //! - **Denials** from the lease script are remembered (for the same or a larger cost) until
 //!   their `retry_after` or for at most `lease_ttl + lease_period`, whichever is sooner: the
 //!   Redis state that denied may count units other instances hold and will give back within
-//!   that time (below), so a remembered denial never outlives them. The denial's
-//!   `retry_after` is Redis's (when the request passes even if no leased unit comes back).
-//!   A cold key's denial is not remembered at all (its check goes to Redis every time, at
-//!   most about once per lease period).
+//!   that time (below), so a remembered denial never outlives them. A cold key's denial is
+//!   not remembered at all (its check goes to Redis every time, at most about once per
+//!   lease period).
+//! - **A denial's `retry_after` never outwaits leased units**: each grant records, next to
+//!   the key's state in Redis (key `<state key>#leased`, same hash tag), the units it took
+//!   ahead of the request that asked and when they are back at the latest: the lease TTL
+//!   (counted from when the lease call was sent), one lease period (the sweeper) and the
+//!   Redis store's deadline plus stale tolerance (the give-back's own call). The record is
+//!   an upper bound (units spent or given back meanwhile are not taken off) and expires at
+//!   that time. A denial decided while it lists units is told to come back when they are
+//!   back, unless the quota needs longer even with them back: for GCRA `retry_after`
+//!   shortened by `units × T` but not below that time, for the fixed window that time
+//!   when the units cover what the request lacks (else the window's end). A cold key's
+//!   denial whose `retry_after` is longer than `lease_ttl + lease_period` reads the record
+//!   (one more round trip, writing nothing) and is bounded the same way; if that read
+//!   fails, Redis's `retry_after` stands. The units may have been spent meanwhile: a
+//!   client that comes back then and is denied again gets the quota's own `retry_after`
+//!   once the record has expired.
 //! - **The end of a lease**: units not spent within [`TieredStoreBuilder::lease_ttl`] (default
 //!   1 s; for the fixed window also at the end of the window the units were charged in) go
 //!   back to Redis through the Redis store's refund (its script's `refund` mode, with the
