@@ -338,6 +338,67 @@ async fn a_burst_at_the_window_boundary_for_every_algorithm() {
     }
 }
 
+/// A burst with an algorithm that holds `limit` (a window algorithm) is a build error
+/// naming the policy and the algorithms that take a burst; it used to be ignored, so
+/// "10/m burst 3" admitted 10 in a row. Without the burst the same policy builds.
+#[test]
+fn a_burst_with_a_window_algorithm_is_a_build_error() {
+    let bursty: Quota = "10/m burst 3".parse().unwrap();
+    for algorithm in [
+        Algorithm::FixedWindow,
+        Algorithm::SlidingLog,
+        Algorithm::SlidingWindow,
+    ] {
+        let build = |quota: Quota| {
+            RateLimitLayer::builder()
+                .policy(Policy::new("search", quota).with_algorithm(algorithm))
+                .key(GlobalKey)
+                .build()
+        };
+        let err = build(bursty).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!(
+                "policy \"search\" sets burst 3 but algorithm {algorithm} takes no burst"
+            )),
+            "{err}"
+        );
+        assert!(err.contains("use gcra or leaky-bucket"), "{err}");
+        assert!(build("10/m".parse().unwrap()).is_ok(), "{algorithm}");
+    }
+    // GCRA and the leaky bucket honour it.
+    for algorithm in [Algorithm::Gcra, Algorithm::LeakyBucket] {
+        let built = RateLimitLayer::builder()
+            .policy(Policy::new("search", bursty).with_algorithm(algorithm))
+            .key(GlobalKey)
+            .build();
+        assert!(built.is_ok(), "{algorithm}");
+    }
+}
+
+/// A rate above 1 per ns cannot be represented (the emission interval is a whole ns): the
+/// quota is refused, and a `per_second` quota past it fails the build instead of acting as
+/// 1 per ns.
+#[test]
+fn a_rate_above_one_per_nanosecond_is_refused() {
+    assert_eq!(
+        Quota::new(u32::MAX, Duration::from_nanos(1)),
+        Err(QuotaError::RateTooHigh)
+    );
+    assert!("4294967295/1ns".parse::<Quota>().is_err());
+    let fast = Quota::per_second(std::num::NonZeroU32::MAX);
+    let err = RateLimitLayer::builder()
+        .policy(Policy::new("fast", fast))
+        .key(GlobalKey)
+        .build()
+        .unwrap_err();
+    assert!(
+        err.to_string().contains(
+            "invalid quota of policy \"fast\": quota rate must be at most 1 per nanosecond"
+        ),
+        "{err}"
+    );
+}
+
 /// Case B11: zero, negative and huge configuration values.
 #[test]
 fn zero_negative_and_huge_configuration_values() {
@@ -416,11 +477,20 @@ fn zero_negative_and_huge_configuration_values() {
     }
 }
 
-/// Case B11 C7: 2,000,000,000 per 1,000 ms, burst 2,000,000,000; four threads each send
-/// 1,000,000 requests at the frozen time t = 0: all 4,000,000 are admitted.
+/// Case B11 C7: 2,000,000,000 per 1,000 ms is more than 1 per ns, which the emission
+/// interval (whole ns) cannot represent: a typed configuration error, not a limiter that
+/// silently refills at 1 per ns. The fastest rate a quota holds, 1,000,000,000 per
+/// 1,000 ms, with burst 2,000,000,000: four threads each send 1,000,000 requests at the
+/// frozen time t = 0, and all 4,000,000 are admitted.
 #[test]
 fn huge_rate_four_threads_at_frozen_time_all_admitted() {
-    let quota = Quota::new(2_000_000_000, Duration::from_secs(1)).unwrap();
+    assert_eq!(
+        Quota::new(2_000_000_000, Duration::from_secs(1)),
+        Err(QuotaError::RateTooHigh)
+    );
+    let quota = Quota::new(1_000_000_000, Duration::from_secs(1))
+        .and_then(|q| q.with_burst(2_000_000_000))
+        .unwrap();
     let mut store = MemoryStore::with_clock(ManualClock::new());
     let id =
         ratekeeper_core::store::Store::register(&mut store, &Policy::new("c7", quota)).unwrap();

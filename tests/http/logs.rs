@@ -5,6 +5,7 @@
 //! - route templates that can never match fail when the layer is built, with the fix;
 //! - one INFO event per built layer lists its policies, key, store, header style and mode;
 //! - the one-time proxy warning: once per layer, not with `ForwardedIp`, not when off;
+//! - the one-time warning about a forwarding peer in an exempt network, naming the fix;
 //! - one DEBUG decision event per decision, the key hashed unless raw keys are asked for;
 //! - a Redis outage of 1,000 requests logs a handful of WARN lines (a `redis-server` this
 //!   test started, then killed);
@@ -21,7 +22,7 @@ use ratekeeper_axum::core::store::FailurePolicy;
 use ratekeeper_axum::core::store::redis::RedisStore;
 use ratekeeper_axum::key::{ForwardedIp, PeerAddr};
 use ratekeeper_axum::route::RouteTable;
-use ratekeeper_axum::{BuildError, Policy, Quota, RateLimitLayer};
+use ratekeeper_axum::{BuildError, GlobalKey, Policy, Quota, RateLimitLayer};
 use ratekeeper_tests::redis::{DECISION_DEADLINE, RedisServer};
 use tower::{Layer, Service, ServiceExt, service_fn};
 use tracing_subscriber::fmt::MakeWriter;
@@ -268,6 +269,74 @@ fn no_proxy_warning_with_forwarded_ip_or_when_turned_off() {
         }
     });
     assert!(logs.lines("WARN").is_empty(), "{}", logs.text());
+}
+
+/// A peer in an exempt network that sends `X-Forwarded-For` the layer reads no client from
+/// is a proxy: its requests are limited, and one WARN per layer says so and names the fix
+/// (state the proxies; or, when the layer has rules that do not trust the peer, add it).
+#[test]
+fn a_forwarding_peer_in_an_exempt_network_is_warned_about_once() {
+    let rt = runtime();
+    let (logs, _guard) = capture("warn");
+    let internal = || ["10.0.0.0/8".parse().unwrap()];
+    let no_rules = RateLimitLayer::builder()
+        .policy(Policy::new("api", per_minute(100)))
+        .key(GlobalKey)
+        .exempt_networks(internal())
+        .build()
+        .unwrap()
+        .layer(service_fn(ok));
+    let other_proxy = RateLimitLayer::builder()
+        .policy(Policy::new("api", per_minute(100)))
+        .key(ForwardedIp::trusting(["192.168.0.0/16".parse().unwrap()]))
+        .exempt_networks(internal())
+        .build()
+        .unwrap()
+        .layer(service_fn(ok));
+    rt.block_on(async {
+        // Without the header: exempt, no warning.
+        let res = no_rules
+            .clone()
+            .oneshot(request("10.0.0.2:1000", None))
+            .await
+            .unwrap();
+        assert!(res.headers().get("x-ratelimit-limit").is_none());
+        assert!(logs.lines("WARN").is_empty(), "{}", logs.text());
+        for _ in 0..3 {
+            let res = no_rules
+                .clone()
+                .oneshot(request("10.0.0.2:1000", Some("198.51.100.1")))
+                .await
+                .unwrap();
+            assert_eq!(res.headers()["x-ratelimit-limit"], "100");
+        }
+        let warn = logs.lines("WARN");
+        assert_eq!(warn.len(), 1, "{}", logs.text());
+        for part in [
+            "10.0.0.2",
+            "X-Forwarded-For",
+            "exempt network",
+            ".exempt_client_ip(",
+        ] {
+            assert!(warn[0].contains(part), "{part:?} missing from {}", warn[0]);
+        }
+        for _ in 0..2 {
+            let res = other_proxy
+                .clone()
+                .oneshot(request("10.0.0.3:1000", Some("198.51.100.1")))
+                .await
+                .unwrap();
+            assert_eq!(res.headers()["x-ratelimit-limit"], "100");
+        }
+    });
+    let warn = logs.lines("WARN");
+    assert_eq!(warn.len(), 2, "{}", logs.text());
+    assert!(warn[1].contains("10.0.0.3"), "{}", warn[1]);
+    assert!(
+        warn[1].contains("add the proxy to the trusted proxies"),
+        "{}",
+        warn[1]
+    );
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! The layer over real HTTP on loopback (and, where a case needs other peers or a bare
 //! service, through `oneshot`): algorithms, keys, headers, modes, refunds, CORS, upgrades,
-//! middleware stacks, metrics and logs. Time is a manual clock or tokio's paused clock
+//! middleware stacks, metrics, logs and exemptions. Time is a manual clock or tokio's paused clock
 //! unless a module says otherwise; the modules that use Redis start their own
 //! `redis-server`.
 
@@ -10,6 +10,7 @@ mod algorithms;
 mod bans;
 mod cors;
 mod delay_drops;
+mod exempt;
 mod header_merge;
 mod headers;
 mod keys;
@@ -19,5 +20,6 @@ mod modes;
 mod refunds;
 mod stacks;
 mod trust;
+mod unavailable;
 mod upgrades;
 mod usage;

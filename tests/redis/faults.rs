@@ -5,39 +5,28 @@
 //! These tests measure real latency, so they use wall-clock time; every bound has a margin
 //! for a loaded 2-core CI machine and every loop is bounded in count and time. Latency
 //! bounds apply to the middleware's own time (B18: "each adds <= 100 ms of middleware
-//! latency"), measured on the server around the rate-limit layer and the handler by
-//! [`timed`], not to the client's round trip: on a loaded machine the client, the HTTP stack
-//! and the load tasks share two cores with the server, and their queueing is not the
-//! middleware's latency.
-//!
-//! Nor is the time the operating system keeps the server's thread waiting for a CPU. On a
-//! loaded machine (two busy loops on two cores) a thread whose timer expired can wait tens
-//! of ms, now and then more than 100 ms, before it runs, and its run-queue delay (Linux
-//! `/proc/thread-self/schedstat`) accounts for nearly all of that lateness. So case B18 is
-//! served by [`OwnThread`], one thread that records its run-queue delay whenever it goes to
-//! sleep, and [`timed`] takes out the delay between the event that woke it (the deadline's
-//! timer, the Redis reply) and the answer. What stays is what the middleware itself takes:
-//! its CPU time and its waits for the deadline or for Redis, so a request that waits for
-//! Redis beyond its deadline still fails the bound.
+//! latency"; under load, at most the deadline and a margin), not to the client's round
+//! trip: every test that bounds it serves its app on [`OwnThread`] and measures each request
+//! there with [`timed`], which leaves out the client's and the load's queueing and the time
+//! the operating system kept the server's thread waiting for a CPU, and keeps the
+//! middleware's CPU time and its waits for the deadline or for Redis. So a request that waits
+//! for Redis beyond its deadline still fails the bound.
 
-use std::cell::Cell;
+use std::future::Future;
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::middleware::Next;
-use axum::response::Response;
 use axum::routing::get;
-use http::HeaderValue;
 use http::Request;
 use ratekeeper_axum::StoreDegraded;
 use ratekeeper_axum::core::store::FailurePolicy;
 use ratekeeper_axum::core::store::redis::{RedisStore, RedisStoreBuilder};
 use ratekeeper_axum::{Key, KeyError, Policy, Quota, RateLimitLayer, RequestParts};
+use ratekeeper_tests::own_thread::{OwnThread, Timing, timed};
 use ratekeeper_tests::redis::{DECISION_DEADLINE, RedisCluster, RedisServer};
-use ratekeeper_tests::spawn;
 
 /// The decision deadline of every test here.
 const DEADLINE: Duration = Duration::from_millis(50);
@@ -64,58 +53,6 @@ fn layer(store: RedisStore, policy: Policy) -> Layer {
         .store(store)
         .build()
         .expect("layer")
-}
-
-/// Response header carrying the middleware's own time ([`timed`]), µs.
-const MIDDLEWARE_US: &str = "x-test-middleware-us";
-/// Response header carrying the wall-clock time [`timed`] measured, run-queue delay
-/// included, µs (reported in failure messages).
-const WALL_US: &str = "x-test-wall-us";
-
-/// How long the calling thread has waited for a CPU while runnable since it started: the
-/// second field of Linux `/proc/thread-self/schedstat` (ns). `None` where the file is
-/// missing or unreadable (then [`timed`] reports wall-clock time).
-fn run_queue_delay() -> Option<Duration> {
-    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    let ns = stat.split_whitespace().nth(1)?.parse().ok()?;
-    Some(Duration::from_nanos(ns))
-}
-
-thread_local! {
-    /// The thread's [`run_queue_delay`] when it last parked (went to sleep waiting for a
-    /// timer or I/O); recorded on [`OwnThread`]'s runtime only.
-    static PARKED_AT: Cell<Option<Duration>> = const { Cell::new(None) };
-}
-
-/// Outermost middleware: times everything inside it (the rate-limit layer, its store call
-/// with the deadline, the handler) and reports it in [`MIDDLEWARE_US`]; the wall-clock time
-/// goes in [`WALL_US`].
-///
-/// On [`OwnThread`] the operating system's part is taken out: the run-queue delay of the
-/// server's thread since it last went to sleep (or since the request started, if it has
-/// not slept since). That is the delay between the timer or the Redis reply that woke it
-/// and the answer; the sleep itself (the wait for the deadline or for Redis) stays in.
-/// Elsewhere (a multi-thread runtime, where a request may move between threads) the time
-/// is the wall-clock time.
-async fn timed(req: Request<axum::body::Body>, next: Next) -> Response {
-    let thread = std::thread::current().id();
-    let delay_at_start = run_queue_delay();
-    let start = Instant::now();
-    let mut res = next.run(req).await;
-    let wall = start.elapsed();
-    let delays = (delay_at_start, PARKED_AT.get(), run_queue_delay());
-    let own = match delays {
-        (Some(at_start), Some(parked), Some(now)) if std::thread::current().id() == thread => {
-            wall.saturating_sub(now.saturating_sub(parked.max(at_start)))
-        }
-        _ => wall,
-    };
-    for (name, time) in [(MIDDLEWARE_US, own), (WALL_US, wall)] {
-        if let Ok(v) = HeaderValue::from_str(&time.as_micros().to_string()) {
-            res.headers_mut().insert(name, v);
-        }
-    }
-    res
 }
 
 /// The handler says whether the layer marked the request degraded (the fallback hook).
@@ -174,16 +111,7 @@ async fn get_key(client: &reqwest::Client, addr: std::net::SocketAddr, key: &str
     };
     let remaining = header("x-ratelimit-remaining");
     let retry_after = header("retry-after");
-    let micros = |name: &str| {
-        res.headers()
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse().ok())
-            .map(Duration::from_micros)
-            .unwrap_or_else(|| panic!("{name} header"))
-    };
-    let middleware = micros(MIDDLEWARE_US);
-    let wall = micros(WALL_US);
+    let timing = Timing::from_headers(res.headers()).expect("the answer passed through `timed`");
     let body = res.text().await.unwrap_or_default();
     Answer {
         status,
@@ -191,8 +119,8 @@ async fn get_key(client: &reqwest::Client, addr: std::net::SocketAddr, key: &str
         retry_after,
         body,
         took: start.elapsed(),
-        middleware,
-        wall,
+        middleware: timing.middleware,
+        wall: timing.wall,
     }
 }
 
@@ -205,70 +133,6 @@ fn store(on_failure: FailurePolicy) -> RedisStoreBuilder {
 
 async fn sleep_until(start: Instant, at_ms: u64) {
     tokio::time::sleep_until((start + Duration::from_millis(at_ms)).into()).await;
-}
-
-/// A server of [`app`] on its own OS thread and current-thread runtime. The store is built
-/// there, so its connection, its prober and every request run on that one thread, which
-/// records its run-queue delay whenever it parks: [`timed`] can then take out the time the
-/// operating system kept a woken request waiting for a CPU. Dropping it stops the runtime
-/// and joins the thread.
-struct OwnThread {
-    addr: std::net::SocketAddr,
-    /// A clone of the served layer (its store's stats and readiness).
-    layer: Layer,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl OwnThread {
-    /// Builds the store from `builder` on Redis `url`, serves [`app`] with `policy` on
-    /// loopback and returns once the server listens.
-    async fn serve(builder: RedisStoreBuilder, url: String, policy: Policy) -> Self {
-        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .on_thread_park(|| PARKED_AT.set(run_queue_delay()))
-                .build()
-                .expect("server runtime");
-            runtime.block_on(async move {
-                let store = builder.standalone(&url).await.expect("store");
-                let layer = layer(store, policy);
-                let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-                    .await
-                    .expect("bind loopback");
-                let addr = listener.local_addr().expect("local address");
-                if ready_tx.send((addr, layer.clone())).is_err() {
-                    return;
-                }
-                tokio::select! {
-                    served = axum::serve(listener, app(layer)) => {
-                        served.expect("server on its own thread");
-                    }
-                    _ = stopped => {}
-                }
-            });
-        });
-        let (addr, layer) = ready_rx.await.expect("the server thread started");
-        Self {
-            addr,
-            layer,
-            stop: Some(stop),
-            thread: Some(thread),
-        }
-    }
-}
-
-impl Drop for OwnThread {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
 }
 
 /// Case B18: 3 per 60 s on Redis, deadline 50 ms; Redis accepts connections and never
@@ -289,8 +153,13 @@ async fn redis_down_or_slow(on_failure: FailurePolicy, local: Option<Policy>) ->
         builder = builder.local_policy(p);
     }
     let policy = Policy::new("api", Quota::per_minute(NonZeroU32::new(3).expect("3")));
-    let served = OwnThread::serve(builder, server.url(), policy).await;
-    let (addr, handle) = (served.addr, &served.layer);
+    let url = server.url();
+    let (served, handle) = OwnThread::serve(move || async move {
+        let layer = layer(builder.standalone(&url).await.expect("store"), policy);
+        (app(layer.clone()), layer)
+    })
+    .await;
+    let addr = served.addr();
     let client = client();
     // Warm the connection on another key, so the test starts with a connected store.
     assert_eq!(get_key(&client, addr, "warm").await.status, 200);
@@ -355,13 +224,27 @@ async fn redis_down_or_slow_fails_open() {
     }
 }
 
-/// Case B18 (b): fail closed: R1..R5 get 503, with no made-up Remaining.
+/// Case B18 (b): fail closed: R1..R5 get 503, with no made-up Remaining, and say when to
+/// retry: `Retry-After: 1` (the layer's default, the breaker's 500 ms open period rounded
+/// up) and a problem+json body of the temporary-reduced-capacity type naming the same wait.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_down_or_slow_fails_closed() {
     let answers = redis_down_or_slow(FailurePolicy::Deny, None).await;
     for a in &answers[..5] {
         assert_eq!(a.status, 503, "{a:?}");
         assert_eq!(a.remaining, None);
+        assert_eq!(a.retry_after, Some(1), "{a:?}");
+        let problem: serde_json::Value = serde_json::from_str(&a.body).expect("problem+json");
+        assert_eq!(
+            problem["type"],
+            ratekeeper_axum::report::TEMPORARY_REDUCED_CAPACITY_TYPE,
+            "{a:?}"
+        );
+        assert_eq!(problem["status"], 503);
+        assert_eq!(
+            problem["detail"],
+            "the rate limiter cannot decide now (its store is unavailable); retry after 1 s"
+        );
     }
 }
 
@@ -444,23 +327,52 @@ fn big_quota() -> Policy {
     )
 }
 
-/// Serves [`app`] on `store` with [`big_quota`] and waits (at most 5 s) until Redis decides a
-/// request; returns a clone of the layer (for the store's stats) and the server's address.
-async fn serve_decided(store: RedisStore) -> (Layer, std::net::SocketAddr) {
-    let layer = layer(store, big_quota());
-    let addr = spawn(app(layer.clone())).await;
-    wait_recovered(addr, Duration::from_secs(5)).await;
-    (layer, addr)
+/// Serves [`app`] with [`big_quota`] on [`OwnThread`], on the store `connect` makes there,
+/// and waits (at most 5 s) until Redis decides a request; returns the server and a clone of
+/// the layer (for the store's stats).
+async fn serve_decided<C, F>(connect: C) -> (OwnThread, Layer)
+where
+    C: FnOnce() -> F + Send + 'static,
+    F: Future<Output = RedisStore>,
+{
+    let (served, layer) = OwnThread::serve(move || async move {
+        let layer = layer(connect().await, big_quota());
+        (app(layer.clone()), layer)
+    })
+    .await;
+    wait_recovered(served.addr(), Duration::from_secs(5)).await;
+    (served, layer)
+}
+
+/// The answer that spent the longest in the middleware, checked against the deadline and a
+/// margin.
+fn assert_slowest_within_deadline(answers: &[Answer]) {
+    let slowest = answers
+        .iter()
+        .max_by_key(|a| a.middleware)
+        .expect("the load sent requests");
+    assert!(
+        slowest.middleware <= DEADLINE + MARGIN,
+        "slowest request spent {:?} in the middleware ({:?} wall-clock) against a {:?} limit: \
+         {slowest:?}",
+        slowest.middleware,
+        slowest.wall,
+        DEADLINE + MARGIN
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_under_load_applies_policy_counts_and_recovers() {
     let mut server = RedisServer::start();
-    let store = store(FailurePolicy::Allow)
-        .standalone(&server.url())
-        .await
-        .expect("store");
-    let (handle, addr) = serve_decided(store).await;
+    let url = server.url();
+    let (served, handle) = serve_decided(move || async move {
+        store(FailurePolicy::Allow)
+            .standalone(&url)
+            .await
+            .expect("store")
+    })
+    .await;
+    let addr = served.addr();
 
     let stop = Arc::new(AtomicBool::new(false));
     let load = start_load(addr, 4, Arc::clone(&stop), Duration::from_secs(20));
@@ -479,12 +391,7 @@ async fn kill_9_under_load_applies_policy_counts_and_recovers() {
         answers.iter().all(|a| a.status == 200),
         "fail open answers 200"
     );
-    let slowest = answers
-        .iter()
-        .map(|a| a.middleware)
-        .max()
-        .unwrap_or_default();
-    assert!(slowest <= DEADLINE + MARGIN, "slowest request {slowest:?}");
+    assert_slowest_within_deadline(&answers);
     assert!(answers.iter().any(|a| a.body == "degraded"));
     assert!(answers.iter().any(|a| a.remaining.is_some()));
     assert!(took < Duration::from_secs(10));
@@ -493,11 +400,15 @@ async fn kill_9_under_load_applies_policy_counts_and_recovers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigstop_for_two_seconds_fails_closed_within_deadline_then_recovers() {
     let server = RedisServer::start();
-    let store = store(FailurePolicy::Deny)
-        .standalone(&server.url())
-        .await
-        .expect("store");
-    let (handle, addr) = serve_decided(store).await;
+    let url = server.url();
+    let (served, handle) = serve_decided(move || async move {
+        store(FailurePolicy::Deny)
+            .standalone(&url)
+            .await
+            .expect("store")
+    })
+    .await;
+    let addr = served.addr();
 
     let stop = Arc::new(AtomicBool::new(false));
     let load = start_load(addr, 4, Arc::clone(&stop), Duration::from_secs(20));
@@ -515,12 +426,7 @@ async fn sigstop_for_two_seconds_fails_closed_within_deadline_then_recovers() {
         "fail closed answers 503 while Redis is stopped"
     );
     assert!(answers.iter().all(|a| a.status == 200 || a.status == 503));
-    let slowest = answers
-        .iter()
-        .map(|a| a.middleware)
-        .max()
-        .unwrap_or_default();
-    assert!(slowest <= DEADLINE + MARGIN, "slowest request {slowest:?}");
+    assert_slowest_within_deadline(&answers);
     assert!(handle.store().stats().degraded >= u64::try_from(unavailable).unwrap_or(0));
 }
 
@@ -562,16 +468,19 @@ async fn script_flush_reloads_the_script_without_errors() {
 async fn cluster_failover_keeps_answering_and_recovers() {
     let mut cluster = RedisCluster::start();
     let urls = cluster.urls();
-    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
-    let store = RedisStore::builder()
-        .deadline(DEADLINE)
-        .on_failure(FailurePolicy::Allow)
-        .stale_tolerance(Duration::ZERO)
-        .cluster(&nodes)
-        .await
-        .expect("cluster store");
+    let (served, handle) = serve_decided(move || async move {
+        let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+        RedisStore::builder()
+            .deadline(DEADLINE)
+            .on_failure(FailurePolicy::Allow)
+            .stale_tolerance(Duration::ZERO)
+            .cluster(&nodes)
+            .await
+            .expect("cluster store")
+    })
+    .await;
+    let addr = served.addr();
     let probe_key = "rl:v2:{s:probe}:api";
-    let (handle, addr) = serve_decided(store).await;
 
     let stop = Arc::new(AtomicBool::new(false));
     let load = start_load(addr, 4, Arc::clone(&stop), Duration::from_secs(40));
@@ -584,12 +493,7 @@ async fn cluster_failover_keeps_answering_and_recovers() {
     let answers = load.await.expect("load");
 
     assert!(answers.iter().all(|a| a.status == 200));
-    let slowest = answers
-        .iter()
-        .map(|a| a.middleware)
-        .max()
-        .unwrap_or_default();
-    assert!(slowest <= DEADLINE + MARGIN, "slowest request {slowest:?}");
+    assert_slowest_within_deadline(&answers);
     assert!(took < Duration::from_secs(20));
     let stats = handle.store().stats();
     assert!(stats.redis_decisions > 0 && stats.errors > 0, "{stats:?}");

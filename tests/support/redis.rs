@@ -289,6 +289,9 @@ impl Drop for RedisServer {
     }
 }
 
+/// Attempts at creating a Redis Cluster in [`RedisCluster::start`].
+const CLUSTER_ATTEMPTS: usize = 3;
+
 /// A Redis Cluster of 3 primaries and 3 replicas on loopback.
 #[derive(Debug)]
 pub struct RedisCluster {
@@ -301,29 +304,44 @@ impl RedisCluster {
     /// `redis-cli --cluster create ... --cluster-replicas 1 --cluster-yes`, then waits until
     /// every node reports `cluster_state:ok`.
     ///
+    /// On a loaded machine `redis-cli` can give up while the nodes are still meeting (it
+    /// waits on gossip): a failed creation is retried on six fresh servers, at most
+    /// [`CLUSTER_ATTEMPTS`] times in all. This is set-up, not a check of ratekeeper.
+    ///
     /// # Panics
     ///
-    /// When a server does not start or the cluster is not ok within 20 s.
+    /// When a server does not start, every creation failed, or the cluster is not ok within
+    /// 20 s.
     pub fn start() -> Self {
-        let nodes: Vec<RedisServer> = (0..6).map(|_| RedisServer::start_fresh(true)).collect();
-        let addrs: Vec<String> = nodes
-            .iter()
-            .map(|n| format!("127.0.0.1:{}", n.port()))
-            .collect();
-        let out = Command::new("timeout")
-            .args(["30", "redis-cli", "--cluster", "create"])
-            .args(&addrs)
-            .args(["--cluster-replicas", "1", "--cluster-yes"])
-            .output()
-            .expect("run redis-cli --cluster create");
-        assert!(
-            out.status.success(),
-            "redis-cli --cluster create failed: {}",
-            String::from_utf8_lossy(&out.stdout)
+        let mut failures = Vec::new();
+        for _ in 0..CLUSTER_ATTEMPTS {
+            let nodes: Vec<RedisServer> = (0..6).map(|_| RedisServer::start_fresh(true)).collect();
+            let addrs: Vec<String> = nodes
+                .iter()
+                .map(|n| format!("127.0.0.1:{}", n.port()))
+                .collect();
+            let out = Command::new("timeout")
+                .args(["60", "redis-cli", "--cluster", "create"])
+                .args(&addrs)
+                .args(["--cluster-replicas", "1", "--cluster-yes"])
+                .output()
+                .expect("run redis-cli --cluster create");
+            if out.status.success() {
+                let cluster = Self { nodes };
+                cluster.wait_ok(Duration::from_secs(20));
+                return cluster;
+            }
+            failures.push(format!(
+                "{}: {}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        panic!(
+            "redis-cli --cluster create failed {CLUSTER_ATTEMPTS} times: {}",
+            failures.join("\n---\n")
         );
-        let cluster = Self { nodes };
-        cluster.wait_ok(Duration::from_secs(20));
-        cluster
     }
 
     /// Waits until every running node reports `cluster_state:ok` and the slot map is stable.

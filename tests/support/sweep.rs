@@ -601,7 +601,11 @@ fn quota(g: &mut Gen<'_>) -> Quota {
         ]),
         _ => g.magnitude().max(1),
     };
-    let q = Quota::from_nanos(limit, period).unwrap_or(Quota::per_second(limit));
+    // A quota refused (more than 1 per ns, or a tolerance past u64::MAX ns): per second,
+    // or per day where even that is more than 1 per ns.
+    let q = Quota::from_nanos(limit, period)
+        .or_else(|| Quota::from_nanos(limit, 1_000_000_000))
+        .unwrap_or(Quota::per_day(limit));
     match g.byte() % 3 {
         0 => q,
         1 => q.with_burst(g.pick(&[1, 2, 5, 100, u32::MAX])).unwrap_or(q),
@@ -655,6 +659,11 @@ pub fn layer_trace(data: &[u8]) {
     for i in 0..=g.below(3) {
         let algorithm = g.pick(&ALGORITHMS);
         let quota = quota(&mut g);
+        // Only GCRA and the leaky bucket take a burst; the others are built without one.
+        let quota = match algorithm {
+            Algorithm::Gcra | Algorithm::LeakyBucket => quota,
+            _ => quota.with_burst(quota.limit()).unwrap_or(quota),
+        };
         log.push_str(&format!("p{i}: {algorithm:?} {quota}; "));
         builder = builder.policy(Policy::new(format!("p{i}"), quota).with_algorithm(algorithm));
     }

@@ -56,7 +56,7 @@
 //! // Per user when the auth layer set one, else per client IP behind a proxy at 127.0.0.1.
 //! let key = UserKey::new(|u: &User| Key::from(u.0))
 //!     .or(ForwardedIp::trusting(["127.0.0.1/32".parse()?]));
-//! let search = Policy::new("search", "60/m burst 10".parse()?)
+//! let search = Policy::new("search", "60/m".parse()?)
 //!     .with_algorithm(Algorithm::SlidingWindow);
 //! let limit = RateLimitLayer::builder()
 //!     .policy(search)

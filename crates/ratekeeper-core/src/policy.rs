@@ -10,14 +10,19 @@
 //! assert_eq!(api.name(), "api");
 //! assert_eq!(api.algorithm(), Algorithm::Gcra);
 //!
-//! let search = Policy::new("search", "60/m burst 10".parse()?)
+//! let search = Policy::new("search", "60/m".parse()?)
 //!     .with_algorithm(Algorithm::SlidingWindow);
-//! assert_eq!(search.capacity(), 60); // window algorithms hold `limit`, not `burst`
+//! assert_eq!(search.capacity(), 60); // window algorithms hold `limit` per window
+//!
+//! // Only GCRA and the leaky bucket take a burst; a window algorithm refuses one.
+//! let bursty = Policy::new("search", "60/m burst 10".parse()?)
+//!     .with_algorithm(Algorithm::SlidingWindow);
+//! assert!(bursty.validate().unwrap_err().is_burst());
 //! # Ok::<(), ratekeeper_core::quota::QuotaParseError>(())
 //! ```
 //!
 //! With the `serde` feature a policy reads from configuration as
-//! `{ name = "search", quota = "60/m burst 10", algorithm = "sliding-window" }` (`algorithm`
+//! `{ name = "search", quota = "60/m", algorithm = "sliding-window" }` (`algorithm`
 //! is optional and defaults to `gcra`; unknown fields are errors):
 //!
 //! ```
@@ -36,7 +41,7 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::{Algorithm, Quota};
+use crate::{Algorithm, Quota, QuotaError};
 
 /// Why a policy name was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -55,12 +60,50 @@ pub enum PolicyError {
         /// What is wrong, in a few words.
         reason: &'static str,
     },
+    /// The quota has a burst other than its limit, but the algorithm cannot honour one: the
+    /// window algorithms (fixed window, sliding log, sliding window counter) and the
+    /// concurrency counter hold `limit` per window (or in flight). Only
+    /// [`Algorithm::Gcra`] and [`Algorithm::LeakyBucket`] take a burst.
+    #[error(
+        "policy {policy:?} sets burst {burst} but algorithm {algorithm} takes no burst \
+         (it holds the limit, {limit}): remove the burst, or use gcra or leaky-bucket, \
+         the algorithms that take one"
+    )]
+    BurstNotSupported {
+        /// The policy's name.
+        policy: String,
+        /// The policy's algorithm.
+        algorithm: Algorithm,
+        /// The quota's burst.
+        burst: u32,
+        /// The quota's limit.
+        limit: u32,
+    },
+    /// The quota cannot be represented (a [`Quota::per_second`] above 1 per ns; see
+    /// [`Quota::validate`]).
+    #[error("invalid quota of policy {policy:?}: {error}")]
+    InvalidQuota {
+        /// The policy's name.
+        policy: String,
+        /// What is wrong with the quota.
+        error: QuotaError,
+    },
 }
 
 impl PolicyError {
     /// Whether the error is about a [`Ban`] (not the policy's name).
     pub fn is_ban(&self) -> bool {
         matches!(self, Self::InvalidBan { .. })
+    }
+
+    /// Whether the error is about a burst the policy's algorithm cannot honour.
+    pub fn is_burst(&self) -> bool {
+        matches!(self, Self::BurstNotSupported { .. })
+    }
+
+    /// Whether the error is about the quota itself.
+    pub fn is_quota(&self) -> bool {
+        matches!(self, Self::InvalidQuota { .. })
     }
 }
 
@@ -332,7 +375,10 @@ impl Policy {
         self.ban.as_ref()
     }
 
-    /// The same policy with another algorithm.
+    /// The same policy with another algorithm. A quota with a burst other than its limit
+    /// pairs only with [`Algorithm::Gcra`] or [`Algorithm::LeakyBucket`]; with another
+    /// algorithm [`Policy::validate`] refuses the policy with
+    /// [`PolicyError::BurstNotSupported`].
     pub fn with_algorithm(mut self, algorithm: Algorithm) -> Self {
         self.algorithm = algorithm;
         self
@@ -364,10 +410,11 @@ impl Policy {
     /// `RateLimit-Policy` field (draft-ietf-httpapi-ratelimit-headers) report it. Every
     /// decision of the policy has `0 <= remaining <= q`.
     ///
-    /// - GCRA and the leaky bucket: `(burst, burst * T)`, the capacity and the time an empty
-    ///   bucket takes to refill completely (`T` = [`Quota::emission_interval`], a whole
-    ///   number of ns). `q / w` is the sustained rate; where `burst = limit` this is the
-    ///   quota itself.
+    /// - GCRA and the leaky bucket: `(burst, burst * period / limit)`, the capacity and the
+    ///   time an empty bucket takes to refill completely at the quota's rate
+    ///   ([`Quota::refill_nanos`], rounded up to a whole ns). `q / w` is the sustained rate;
+    ///   where `burst = limit` this is the quota itself (`7/s` advertises 7 per 1 s, not the
+    ///   1.000000001 s that seven emission intervals of 142 857 143 ns add up to).
     /// - Fixed window, sliding log, sliding window counter and concurrency: `(limit, period)`.
     ///
     /// ```
@@ -380,17 +427,18 @@ impl Policy {
     /// assert_eq!(p1.advertised(), (10, Duration::from_secs(10)));
     /// let p2 = Policy::new("p2", "100/m burst 10".parse()?);
     /// assert_eq!(p2.advertised(), (10, Duration::from_secs(6)));
-    /// let fw = Policy::new("fw", "10/m burst 50".parse()?).with_algorithm(Algorithm::FixedWindow);
+    /// let fw = Policy::new("fw", "10/m".parse()?).with_algorithm(Algorithm::FixedWindow);
     /// assert_eq!(fw.advertised(), (10, Duration::from_secs(60)));
+    /// let p3 = Policy::new("p3", "7/s".parse()?);
+    /// assert_eq!(p3.advertised(), (7, Duration::from_secs(1)));
     /// # Ok::<(), ratekeeper_core::quota::QuotaParseError>(())
     /// ```
     pub fn advertised(&self) -> (u32, std::time::Duration) {
         let q = &self.quota;
         match self.algorithm {
-            Algorithm::Gcra | Algorithm::LeakyBucket => (
-                q.burst(),
-                std::time::Duration::from_nanos(q.tolerance_nanos()),
-            ),
+            Algorithm::Gcra | Algorithm::LeakyBucket => {
+                (q.burst(), std::time::Duration::from_nanos(q.refill_nanos()))
+            }
             Algorithm::FixedWindow
             | Algorithm::SlidingLog
             | Algorithm::SlidingWindow
@@ -398,16 +446,53 @@ impl Policy {
         }
     }
 
-    /// Checks the name and the ban.
+    /// Checks the name, the quota against the algorithm, and the ban. Every store calls it
+    /// when a policy is registered, so a limiter is never built with a policy it refuses.
     ///
     /// # Errors
     ///
     /// [`PolicyError::InvalidName`] when the name is empty, longer than 64 bytes or has a
-    /// character outside `[A-Za-z0-9_.-]`; [`PolicyError::InvalidBan`] when the ban's
-    /// `within` or `duration` is zero, not a whole number of µs, or longer than
-    /// [`Ban::MAX_DURATION`].
+    /// character outside `[A-Za-z0-9_.-]`; [`PolicyError::InvalidQuota`] when the quota is
+    /// more than 1 per ns ([`Quota::validate`]); [`PolicyError::BurstNotSupported`] when the
+    /// quota's burst differs from its limit and the algorithm is not GCRA or the leaky
+    /// bucket; [`PolicyError::InvalidBan`] when the ban's `within` or `duration` is zero, not
+    /// a whole number of µs, or longer than [`Ban::MAX_DURATION`].
+    ///
+    /// ```
+    /// use ratekeeper_core::{Algorithm, Policy};
+    ///
+    /// let search = Policy::new("search", "10/m burst 3".parse()?)
+    ///     .with_algorithm(Algorithm::SlidingLog);
+    /// let err = search.validate().unwrap_err();
+    /// assert!(err.is_burst());
+    /// assert_eq!(
+    ///     err.to_string(),
+    ///     "policy \"search\" sets burst 3 but algorithm sliding-log takes no burst (it \
+    ///      holds the limit, 10): remove the burst, or use gcra or leaky-bucket, the \
+    ///      algorithms that take one"
+    /// );
+    /// let gcra = Policy::new("search", "10/m burst 3".parse()?);
+    /// assert!(gcra.validate().is_ok());
+    /// # Ok::<(), ratekeeper_core::quota::QuotaParseError>(())
+    /// ```
     pub fn validate(&self) -> Result<(), PolicyError> {
         self.validate_name()?;
+        if let Err(error) = self.quota.validate() {
+            return Err(PolicyError::InvalidQuota {
+                policy: self.name.to_string(),
+                error,
+            });
+        }
+        let q = &self.quota;
+        let takes_burst = matches!(self.algorithm, Algorithm::Gcra | Algorithm::LeakyBucket);
+        if q.burst() != q.limit() && !takes_burst {
+            return Err(PolicyError::BurstNotSupported {
+                policy: self.name.to_string(),
+                algorithm: self.algorithm,
+                burst: q.burst(),
+                limit: q.limit(),
+            });
+        }
         match self.ban.as_ref().and_then(Ban::problem) {
             None => Ok(()),
             Some(reason) => Err(PolicyError::InvalidBan {
@@ -496,6 +581,77 @@ mod tests {
                 policy.validate().unwrap_err().to_string(),
                 format!("invalid ban of policy \"login\": {says}"),
             );
+        }
+    }
+
+    /// A burst other than the limit pairs only with GCRA and the leaky bucket: with a window
+    /// algorithm or the concurrency counter (which hold `limit`) it is an error naming the
+    /// policy and the algorithms that take a burst.
+    #[test]
+    fn a_burst_with_an_algorithm_that_takes_none_is_refused() {
+        let quota: Quota = "10/m burst 3".parse().unwrap();
+        for algorithm in Algorithm::ALL {
+            let policy = Policy::new("search", quota).with_algorithm(algorithm);
+            match algorithm {
+                Algorithm::Gcra | Algorithm::LeakyBucket => {
+                    assert_eq!(policy.validate(), Ok(()), "{algorithm}");
+                }
+                _ => {
+                    let err = policy.validate().unwrap_err();
+                    assert!(err.is_burst() && !err.is_ban(), "{algorithm}");
+                    assert_eq!(
+                        err.to_string(),
+                        format!(
+                            "policy \"search\" sets burst 3 but algorithm {algorithm} takes no \
+                             burst (it holds the limit, 10): remove the burst, or use gcra or \
+                             leaky-bucket, the algorithms that take one"
+                        )
+                    );
+                }
+            }
+            // Without a burst (or with burst = limit) every algorithm is fine.
+            let plain = Policy::new("search", "10/m burst 10".parse().unwrap());
+            assert_eq!(plain.with_algorithm(algorithm).validate(), Ok(()));
+        }
+        // A burst above the limit is refused the same way.
+        let big = Policy::new("w", "10/m burst 50".parse().unwrap())
+            .with_algorithm(Algorithm::FixedWindow);
+        assert!(big.validate().unwrap_err().is_burst());
+    }
+
+    /// A `per_second` quota above 1 per ns (which its `const` constructor cannot refuse) is
+    /// refused when the policy is validated.
+    #[test]
+    fn a_quota_above_one_per_nanosecond_is_refused() {
+        let policy = Policy::new("fast", Quota::per_second(NonZeroU32::MAX));
+        let err = policy.validate().unwrap_err();
+        assert!(err.is_quota());
+        assert_eq!(
+            err,
+            PolicyError::InvalidQuota {
+                policy: "fast".into(),
+                error: QuotaError::RateTooHigh
+            }
+        );
+        assert!(
+            err.to_string()
+                .starts_with("invalid quota of policy \"fast\": ")
+        );
+    }
+
+    /// GCRA and the leaky bucket advertise the quota's own refill time, not the sum of the
+    /// rounded-up emission intervals (7/s is 7 per 1 s, not per 1.000000001 s).
+    #[test]
+    fn the_advertised_window_is_the_exact_refill_time() {
+        for (text, want) in [
+            ("7/s", (7, Duration::from_secs(1))),
+            ("3/s", (3, Duration::from_secs(1))),
+            ("1000000000/s", (1_000_000_000, Duration::from_secs(1))),
+            ("3/s burst 1", (1, Duration::from_nanos(333_333_334))),
+            ("1/s burst 10", (10, Duration::from_secs(10))),
+        ] {
+            let policy = Policy::new("p", text.parse().unwrap());
+            assert_eq!(policy.advertised(), want, "{text}");
         }
     }
 

@@ -2,9 +2,10 @@
 //!
 //! A [`Quota`] is validated when it is built, so a limiter can never be silently built as
 //! "unlimited" or "deny all": a zero limit, a zero period, a zero burst, a
-//! period longer than `u64::MAX` nanoseconds (about 584 years), or a burst whose refill time
-//! `burst × T` (the GCRA tolerance, `T = period / limit`) exceeds `u64::MAX` ns is a
-//! [`QuotaError`].
+//! period longer than `u64::MAX` nanoseconds (about 584 years), a rate above 1 unit per
+//! nanosecond (the clock's resolution: `limit` larger than the period in ns), or a burst whose
+//! refill time `burst × T` (the GCRA tolerance, `T = period / limit`) exceeds `u64::MAX` ns is
+//! a [`QuotaError`].
 //!
 //! Why the last rule: GCRA and the leaky bucket hold `burst × T` nanoseconds in one `u64`.
 //! If that product saturated, the usable capacity would be `u64::MAX / T` rather than
@@ -33,6 +34,7 @@
 //! // Invalid values are typed errors, never panics.
 //! assert_eq!(Quota::new(0, Duration::from_secs(1)), Err(QuotaError::ZeroLimit));
 //! assert_eq!(Quota::new(10, Duration::ZERO), Err(QuotaError::ZeroPeriod));
+//! assert_eq!(Quota::new(2, Duration::from_nanos(1)), Err(QuotaError::RateTooHigh));
 //! let daily = Quota::per_day(NonZeroU32::new(1).unwrap());
 //! assert_eq!(daily.max_burst(), 213_503);
 //! assert_eq!(daily.with_burst(213_504), Err(QuotaError::ToleranceTooLong));
@@ -83,6 +85,11 @@ pub enum QuotaError {
     /// The burst was 0: nothing could ever pass.
     #[error("quota burst must be at least 1")]
     ZeroBurst,
+    /// More than 1 unit per nanosecond (`limit` larger than the period in ns): the emission
+    /// interval `T` is a whole number of ns, so such a rate cannot be represented (it would
+    /// act as 1 per ns).
+    #[error("quota rate must be at most 1 per nanosecond (limit at most the period in ns)")]
+    RateTooHigh,
     /// `burst × T` (the time an empty bucket takes to refill, `T = ceil(period / limit)`)
     /// does not fit in `u64` nanoseconds (about 584 years): the bucket could not hold
     /// `burst` units. [`Quota::max_burst`] is the largest burst the rate accepts.
@@ -94,16 +101,18 @@ pub enum QuotaError {
 }
 
 impl QuotaError {
-    /// Whether the error is about the limit.
+    /// Whether the error is about the limit ([`QuotaError::RateTooHigh`] is about both the
+    /// limit and the period).
     pub fn is_limit(&self) -> bool {
-        matches!(self, Self::ZeroLimit)
+        matches!(self, Self::ZeroLimit | Self::RateTooHigh)
     }
     /// Whether the error is about the period ([`QuotaError::ToleranceTooLong`] is about
-    /// both the period and the burst).
+    /// both the period and the burst, [`QuotaError::RateTooHigh`] about both the period and
+    /// the limit).
     pub fn is_period(&self) -> bool {
         matches!(
             self,
-            Self::ZeroPeriod | Self::PeriodTooLong | Self::ToleranceTooLong
+            Self::ZeroPeriod | Self::PeriodTooLong | Self::ToleranceTooLong | Self::RateTooHigh
         )
     }
     /// Whether the error is about the burst.
@@ -115,12 +124,15 @@ impl QuotaError {
 /// `limit` units per `period`, with a `burst` (the bucket capacity; defaults to `limit`).
 ///
 /// Derived GCRA values: the emission interval `T = period / limit` (rounded **up** to a whole
-/// nanosecond and at least 1 ns, so the effective rate never exceeds the quota) and the
+/// nanosecond, so the effective rate never exceeds the quota; at least 1 ns, as a rate above
+/// 1 per ns is [`QuotaError::RateTooHigh`]) and the
 /// tolerance `tau = burst * T`, which every `Quota` keeps within `u64::MAX` ns (exact, never
 /// saturated: a larger one is [`QuotaError::ToleranceTooLong`]).
 ///
 /// `burst` is the capacity of GCRA and the leaky bucket. The window algorithms and the
-/// concurrency counter hold `limit` per window (or in flight) and do not use `burst`; see
+/// concurrency counter hold `limit` per window (or in flight) and take no burst: a policy
+/// pairing one of them with a burst other than the limit is refused by
+/// [`Policy::validate`](crate::Policy::validate); see
 /// [`Algorithm::capacity`](crate::Algorithm::capacity).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Quota {
@@ -137,7 +149,8 @@ impl Quota {
     /// # Errors
     ///
     /// [`QuotaError::ZeroLimit`], [`QuotaError::ZeroPeriod`], [`QuotaError::PeriodTooLong`],
-    /// or [`QuotaError::ToleranceTooLong`] when `limit × ceil(period / limit)` exceeds
+    /// [`QuotaError::RateTooHigh`] when `limit` is larger than the period in ns, or
+    /// [`QuotaError::ToleranceTooLong`] when `limit × ceil(period / limit)` exceeds
     /// `u64::MAX` ns (only for periods within `limit` ns of `u64::MAX`).
     pub fn new(limit: u32, period: Duration) -> Result<Self, QuotaError> {
         let limit = NonZeroU32::new(limit).ok_or(QuotaError::ZeroLimit)?;
@@ -145,15 +158,19 @@ impl Quota {
         if period_ns == 0 {
             return Err(QuotaError::ZeroPeriod);
         }
+        if u64::from(limit.get()) > period_ns {
+            return Err(QuotaError::RateTooHigh);
+        }
         Self::from_nanos(limit, period_ns).ok_or(QuotaError::ToleranceTooLong)
     }
 
     /// `limit` per period of `period_ns` nanoseconds, burst = `limit`. Usable in `const`.
     ///
-    /// Returns `None` when `period_ns` is 0 or `limit × ceil(period_ns / limit)` exceeds
-    /// `u64::MAX` (see [`QuotaError::ToleranceTooLong`]).
+    /// Returns `None` when `period_ns` is 0, `limit` is larger than `period_ns` (see
+    /// [`QuotaError::RateTooHigh`]) or `limit × ceil(period_ns / limit)` exceeds `u64::MAX`
+    /// (see [`QuotaError::ToleranceTooLong`]).
     pub const fn from_nanos(limit: NonZeroU32, period_ns: u64) -> Option<Self> {
-        if period_ns == 0 {
+        if period_ns == 0 || limit.get() as u64 > period_ns {
             return None;
         }
         let quota = Self {
@@ -184,6 +201,10 @@ impl Quota {
     }
 
     /// `limit` per second, burst = `limit`.
+    ///
+    /// A `limit` above 1 000 000 000 is more than 1 per nanosecond, which no algorithm can
+    /// represent: [`Quota::validate`] refuses it with [`QuotaError::RateTooHigh`], and so does
+    /// [`Policy::validate`](crate::Policy::validate) when a limiter is built with it.
     pub const fn per_second(limit: NonZeroU32) -> Self {
         Self {
             limit,
@@ -231,6 +252,43 @@ impl Quota {
             return Err(QuotaError::ToleranceTooLong);
         }
         Ok(Self { burst, ..self })
+    }
+
+    /// Checks what the `const` constructors cannot: [`Quota::per_second`] with a `limit`
+    /// above 1 000 000 000 is more than 1 per ns. Every other constructor refuses a bad quota
+    /// itself, so for those this is always `Ok`.
+    ///
+    /// # Errors
+    ///
+    /// [`QuotaError::RateTooHigh`] when `limit` is larger than the period in ns.
+    ///
+    /// ```
+    /// use std::num::NonZeroU32;
+    /// use ratekeeper_core::{Quota, QuotaError};
+    ///
+    /// assert_eq!(Quota::per_second(NonZeroU32::new(1_000_000_000).unwrap()).validate(), Ok(()));
+    /// let too_fast = Quota::per_second(NonZeroU32::MAX);
+    /// assert_eq!(too_fast.validate(), Err(QuotaError::RateTooHigh));
+    /// ```
+    pub const fn validate(&self) -> Result<(), QuotaError> {
+        if self.limit.get() as u64 > self.period_ns {
+            Err(QuotaError::RateTooHigh)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The time an empty bucket takes to refill at the quota's own rate, in ns:
+    /// `ceil(burst × period / limit)`, without the rounding of [`Quota::emission_interval`]
+    /// (`period` itself when `burst = limit`). At most [`Quota::tolerance_nanos`].
+    pub const fn refill_nanos(&self) -> u64 {
+        let exact =
+            (self.burst.get() as u128 * self.period_ns as u128).div_ceil(self.limit.get() as u128);
+        if exact > u64::MAX as u128 {
+            u64::MAX
+        } else {
+            exact as u64
+        }
     }
 
     /// Units per period.
@@ -424,7 +482,8 @@ impl FromStr for Quota {
     /// # Errors
     ///
     /// A [`QuotaParseError`] naming the bad part; values the quota refuses (limit 0, burst 0,
-    /// period 0 or longer than `u64::MAX` ns) are errors too, never an "unlimited" quota.
+    /// period 0 or longer than `u64::MAX` ns, more than 1 per ns) are errors too, never an
+    /// "unlimited" quota.
     fn from_str(input: &str) -> Result<Self, Self::Err> {
         let err = |part, reason: String| QuotaParseError::new(input, part, reason);
         let s = input.trim();
@@ -484,6 +543,15 @@ impl FromStr for Quota {
             )
         })?;
         let limit = NonZeroU32::new(limit).unwrap_or(NonZeroU32::MIN);
+        if period_ns != 0 && u64::from(limit.get()) > period_ns {
+            return Err(err(
+                QuotaPart::Limit,
+                format!(
+                    "limit {limit} per {count_text}{unit} is more than 1 per nanosecond \
+                     (at most {period_ns} per {count_text}{unit})"
+                ),
+            ));
+        }
         let quota = Quota::from_nanos(limit, period_ns).ok_or_else(|| {
             let reason = if period_ns == 0 {
                 "the period is zero".to_owned()

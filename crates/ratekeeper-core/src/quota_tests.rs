@@ -66,7 +66,7 @@ fn display_round_trips() {
         "7/1500ms",
         "60/min burst 10",
         "1/day",
-        "5/3ns",
+        "3/5ns",
         "9/h",
     ] {
         let q: Quota = text.parse().unwrap();
@@ -94,13 +94,56 @@ fn invalid_values_are_typed_errors() {
 }
 
 #[test]
-fn emission_interval_rounds_up_and_is_never_zero() {
+fn emission_interval_rounds_up_to_a_whole_nanosecond() {
     let q = Quota::new(3, Duration::from_secs(1)).unwrap();
     assert_eq!(q.emission_interval_nanos(), 333_333_334);
-    let q = Quota::new(u32::MAX, Duration::from_nanos(1)).unwrap();
-    assert_eq!(q.emission_interval_nanos(), 1);
-    let q = Quota::new(2_000_000_000, Duration::from_secs(1)).unwrap();
-    assert_eq!(q.emission_interval_nanos(), 1);
+    // The quota's own refill time is exact: 3 per second refills in 1 s, not 1.000000002 s.
+    assert_eq!(q.refill_nanos(), NS_PER_SEC);
+    assert_eq!(q.tolerance_nanos(), NS_PER_SEC + 2);
+    let fastest = Quota::new(1_000_000_000, Duration::from_secs(1)).unwrap();
+    assert_eq!(fastest.emission_interval_nanos(), 1);
+    assert_eq!(fastest.refill_nanos(), NS_PER_SEC);
+    let one_per_ns = Quota::new(1, Duration::from_nanos(1)).unwrap();
+    assert_eq!(one_per_ns.emission_interval_nanos(), 1);
+}
+
+/// A rate above 1 per ns would round to 1 per ns (`T` is a whole ns): every constructor,
+/// the parser and [`Quota::validate`] refuse it with [`QuotaError::RateTooHigh`].
+#[test]
+fn rates_above_one_per_nanosecond_are_refused() {
+    for (limit, period) in [
+        (u32::MAX, Duration::from_nanos(1)),
+        (2, Duration::from_nanos(1)),
+        (1_000_000_001, Duration::from_secs(1)),
+        (u32::MAX, Duration::from_secs(1)),
+    ] {
+        assert_eq!(
+            Quota::new(limit, period),
+            Err(QuotaError::RateTooHigh),
+            "{limit} per {period:?}"
+        );
+        let limit = NonZeroU32::new(limit).unwrap();
+        let ns = u64::try_from(period.as_nanos()).unwrap();
+        assert_eq!(Quota::from_nanos(limit, ns), None);
+    }
+    assert!(QuotaError::RateTooHigh.is_limit());
+    assert!(QuotaError::RateTooHigh.is_period());
+    assert!(!QuotaError::RateTooHigh.is_burst());
+    let e = "4294967295/1ns".parse::<Quota>().unwrap_err();
+    assert_eq!(e.part(), QuotaPart::Limit, "{e}");
+    assert_eq!(
+        e.to_string(),
+        "invalid quota \"4294967295/1ns\": limit 4294967295 per 1ns is more than 1 per \
+         nanosecond (at most 1 per 1ns)"
+    );
+    let e = "2000000000/s".parse::<Quota>().unwrap_err();
+    assert!(e.to_string().contains("(at most 1000000000 per s)"), "{e}");
+    assert!("1000000000/s".parse::<Quota>().is_ok());
+    // The const constructor cannot refuse; `validate` (and `Policy::validate`) does.
+    let too_fast = Quota::per_second(NonZeroU32::MAX);
+    assert_eq!(too_fast.validate(), Err(QuotaError::RateTooHigh));
+    let edge = Quota::per_second(NonZeroU32::new(1_000_000_000).unwrap());
+    assert_eq!(edge.validate(), Ok(()));
 }
 
 /// Item 1 of the sweep: a burst whose refill time `burst × T` would saturate `u64` ns is

@@ -113,7 +113,8 @@ fn remaining_never_negative_under_a_random_walk() {
 fn saturating_at_extreme_quotas_and_clock_values() {
     let quotas = [
         (1, Duration::from_nanos(1), 1),
-        (u32::MAX, Duration::from_nanos(1), u32::MAX),
+        // The fastest rate a quota holds (1 per ns) with the largest burst.
+        (1, Duration::from_nanos(1), u32::MAX),
         (1, Duration::from_nanos(u64::MAX), 1),
         (u32::MAX, Duration::from_nanos(u64::MAX), u32::MAX),
         (1, Duration::from_secs(86_400), 213_503),

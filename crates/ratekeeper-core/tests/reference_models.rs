@@ -509,15 +509,32 @@ fn compare<M: Model>(algorithm: Algorithm, quota: Quota, trace: &[Step]) {
     }
 }
 
-/// `limit` per `period` ns with `burst`, the burst clamped to [`Quota::max_burst`] and the
-/// limit to 1 where `limit × ceil(period / limit)` would exceed `u64::MAX` ns (quotas refuse
-/// a tolerance that does not fit), so generated edges stay at the largest valid values.
+/// `limit` per `period` ns with `burst`, the limit clamped to `period` (quotas refuse more
+/// than 1 per ns) and to 1 where `limit × ceil(period / limit)` would exceed `u64::MAX` ns
+/// (quotas refuse a tolerance that does not fit), and the burst clamped to
+/// [`Quota::max_burst`], so generated edges stay at the largest valid values.
 fn quota(limit: u32, period: u64, burst: u32) -> Quota {
+    let limit = u32::try_from(period).map_or(limit, |p| limit.min(p));
     let period = Duration::from_nanos(period);
     let q = Quota::new(limit, period)
         .or_else(|_| Quota::new(1, period))
         .unwrap();
     q.with_burst(burst.min(q.max_burst())).unwrap()
+}
+
+/// [`quota`] without a burst (burst = its limit), for the algorithms that take none.
+fn window_quota(limit: u32, period: u64) -> Quota {
+    let q = quota(limit, period, 1);
+    q.with_burst(q.limit()).unwrap()
+}
+
+/// `q` as `algorithm` takes it: GCRA and the leaky bucket with its burst, the others
+/// (which take no burst) with burst = limit.
+fn for_algorithm(q: Quota, algorithm: Algorithm) -> Quota {
+    match algorithm {
+        Algorithm::Gcra | Algorithm::LeakyBucket => q,
+        _ => q.with_burst(q.limit()).unwrap(),
+    }
 }
 
 proptest! {
@@ -541,21 +558,21 @@ proptest! {
     fn fixed_window_matches_the_event_model(
         limit in 1..12u32, period in 1..3_000u64, trace in steps(1_000, 13)
     ) {
-        compare::<Fixed>(Algorithm::FixedWindow, quota(limit, period, 1), &trace);
+        compare::<Fixed>(Algorithm::FixedWindow, window_quota(limit, period), &trace);
     }
 
     #[test]
     fn sliding_log_matches_the_event_model(
         limit in 1..12u32, period in 1..3_000u64, trace in steps(1_000, 13)
     ) {
-        compare::<Log>(Algorithm::SlidingLog, quota(limit, period, 1), &trace);
+        compare::<Log>(Algorithm::SlidingLog, window_quota(limit, period), &trace);
     }
 
     #[test]
     fn sliding_window_matches_the_event_model(
         limit in 1..12u32, period in 1..300u64, trace in steps(200, 13)
     ) {
-        compare::<Counter>(Algorithm::SlidingWindow, quota(limit, period, 1), &trace);
+        compare::<Counter>(Algorithm::SlidingWindow, window_quota(limit, period), &trace);
     }
 
     /// The shaper: every admitted request's delay keeps outputs at least `T` apart, and
@@ -600,7 +617,7 @@ proptest! {
     fn two_policies_are_all_or_nothing(
         limit in 1..8u32, period in 1..2_000u64, trace in steps(500, 9)
     ) {
-        let q = quota(limit, period, limit);
+        let q = window_quota(limit, period);
         let clock = ManualClock::new();
         let mut store = MemoryStore::with_clock(clock.clone());
         let a = store.register(&Policy::new("a", q).with_algorithm(Algorithm::SlidingLog)).unwrap();
@@ -711,7 +728,7 @@ proptest! {
         for algorithm in Algorithm::ALL {
             let clock = ManualClock::new();
             let mut store = MemoryStore::with_clock(clock.clone());
-            let policy = Policy::new("x", q).with_algorithm(algorithm);
+            let policy = Policy::new("x", for_algorithm(q, algorithm)).with_algorithm(algorithm);
             let id = store.register(&policy).unwrap();
             let capacity = u64::from(policy.capacity());
             for (&t, &cost) in times.iter().zip(&costs) {
@@ -793,7 +810,7 @@ proptest! {
     fn sliding_log_holds_at_most_limit_entries(
         limit in 1..20u32, period in 1..5_000u64, trace in steps(300, 21)
     ) {
-        let log = SlidingLog::new(&quota(limit, period, 1));
+        let log = SlidingLog::new(&window_quota(limit, period));
         let mut state = SlidingLogState::new();
         let mut now = 0;
         for s in &trace {
@@ -823,7 +840,7 @@ proptest! {
         ]),
         limit in 1..8u32, period in 1..2_000u64, burst in 1..8u32, trace in steps(400, 4),
     ) {
-        let q = quota(limit, period, burst);
+        let q = for_algorithm(quota(limit, period, burst), algorithm);
         let (w, t, tau) = (q.period_nanos(), q.emission_interval_nanos(), q.tolerance_nanos());
         let clock = ManualClock::new();
         let mut store = MemoryStore::with_clock(clock.clone());
@@ -903,7 +920,7 @@ fn sliding_window_refunds_of_charges_at_one_instant() {
         step(10, 0, Some(0)),
         step(10, 0, None),
     ];
-    compare::<Counter>(Algorithm::SlidingWindow, quota(9, 274, 1), &trace);
-    compare::<Log>(Algorithm::SlidingLog, quota(9, 274, 1), &trace);
-    compare::<Fixed>(Algorithm::FixedWindow, quota(9, 274, 1), &trace);
+    compare::<Counter>(Algorithm::SlidingWindow, window_quota(9, 274), &trace);
+    compare::<Log>(Algorithm::SlidingLog, window_quota(9, 274), &trace);
+    compare::<Fixed>(Algorithm::FixedWindow, window_quota(9, 274), &trace);
 }

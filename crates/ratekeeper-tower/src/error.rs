@@ -15,7 +15,8 @@ pub enum BuildError {
     /// Two policies share a name.
     #[error("policy name {0:?} is used twice")]
     DuplicatePolicy(String),
-    /// The store refused a policy (invalid name, unsupported algorithm).
+    /// The store refused a policy (invalid name or ban, a burst its algorithm takes none
+    /// of, unsupported algorithm).
     #[error(transparent)]
     Store(#[from] StoreError),
     /// A fixed cost of 0 would make every policy unlimited.

@@ -5,12 +5,14 @@
 use std::convert::Infallible;
 use std::future::Ready;
 use std::num::NonZeroU32;
+use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
 use ratekeeper_core::store::{
     Charge, Checked, Decisions, FailurePolicy, PolicyId, Refund, Store, StoreError,
 };
 use ratekeeper_core::{Key, Policy, Quota};
+use ratekeeper_tower::report::TEMPORARY_REDUCED_CAPACITY_TYPE;
 use ratekeeper_tower::{GlobalKey, RateLimitLayer, StoreDegraded};
 use tower::{ServiceBuilder, ServiceExt};
 
@@ -111,7 +113,92 @@ async fn fail_closed_answers_503_not_429() {
     ] {
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
         assert!(!headers);
-        assert_eq!(body, "rate limiter unavailable\n");
+        let problem: serde_json::Value = serde_json::from_str(&body).expect("problem+json");
+        assert_eq!(problem["type"], TEMPORARY_REDUCED_CAPACITY_TYPE);
+        assert_eq!(problem["status"], 503);
+    }
+}
+
+/// The fail-closed 503 says when to retry: `Retry-After` in whole seconds (the configured
+/// wait rounded up), `Cache-Control: no-store`, and an RFC 9457 problem+json body of the
+/// temporary-reduced-capacity type whose `detail` names the same seconds; no rate-limit
+/// fields (the store could not say what is left). Case B18.
+#[tokio::test]
+async fn fail_closed_503_is_problem_json_with_retry_after() {
+    async fn unavailable<St: Store<Key>>(store: St, wait: Option<Duration>) -> Response<String> {
+        let builder = RateLimitLayer::builder()
+            .policy(Policy::new(
+                "api",
+                Quota::per_minute(NonZeroU32::new(10).expect("10")),
+            ))
+            .key(GlobalKey)
+            .store(store);
+        let builder = match wait {
+            Some(wait) => builder.unavailable_retry_after(wait),
+            None => builder,
+        };
+        let svc = ServiceBuilder::new()
+            .layer(builder.build().expect("layer"))
+            .service_fn(|_req: Request<String>| async move {
+                Ok::<_, Infallible>(Response::new("called".to_owned()))
+            });
+        let res = svc
+            .oneshot(Request::new(String::new()))
+            .await
+            .expect("answer");
+        let (parts, body) = res.into_parts();
+        let body = http_body_util::BodyExt::collect(body)
+            .await
+            .map(|c| String::from_utf8_lossy(&c.to_bytes()).into_owned())
+            .expect("body");
+        Response::from_parts(parts, body)
+    }
+    for (res, secs) in [
+        (unavailable(Failing(FailurePolicy::Deny), None).await, 1),
+        (
+            unavailable(FailingLater(FailurePolicy::Deny), None).await,
+            1,
+        ),
+        (
+            unavailable(
+                Failing(FailurePolicy::Deny),
+                Some(Duration::from_millis(2_500)),
+            )
+            .await,
+            3,
+        ),
+        (
+            unavailable(
+                FailingLater(FailurePolicy::Deny),
+                Some(Duration::from_millis(2_500)),
+            )
+            .await,
+            3,
+        ),
+        // A zero wait would invite a retry at once: still 1.
+        (
+            unavailable(Failing(FailurePolicy::Deny), Some(Duration::ZERO)).await,
+            1,
+        ),
+    ] {
+        assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let headers = res.headers();
+        assert_eq!(headers["content-type"], "application/problem+json");
+        assert_eq!(headers["cache-control"], "no-store");
+        assert_eq!(headers["retry-after"], secs.to_string().as_str());
+        assert!(headers.get("x-ratelimit-remaining").is_none());
+        let problem: serde_json::Value = serde_json::from_str(res.body()).expect("problem+json");
+        assert_eq!(
+            problem,
+            serde_json::json!({
+                "type": TEMPORARY_REDUCED_CAPACITY_TYPE,
+                "title": "Service Unavailable",
+                "status": 503,
+                "detail": format!(
+                    "the rate limiter cannot decide now (its store is unavailable); retry after {secs} s"
+                ),
+            })
+        );
     }
 }
 
@@ -130,8 +217,10 @@ async fn degrade_reaches_the_inner_service_marked_for_the_fallback() {
 
 /// The fail-closed answer to a gRPC call (HTTP/2, to a layer that serves gRPC), for a store
 /// that answers at once and one that answers later: status, `grpc-status`, `grpc-message`,
-/// body length.
-async fn grpc_answer<St: Store<Key>>(store: St) -> (StatusCode, String, String, usize) {
+/// body length, `retry-after`, and whether a `grpc-status-details-bin` (the `RetryInfo`) came.
+async fn grpc_answer<St: Store<Key>>(
+    store: St,
+) -> (StatusCode, String, String, usize, String, bool) {
     let layer = RateLimitLayer::builder()
         .policy(Policy::new(
             "api",
@@ -161,11 +250,15 @@ async fn grpc_answer<St: Store<Key>>(store: St) -> (StatusCode, String, String, 
             .to_owned()
     };
     let (status, code, message) = (res.status(), header("grpc-status"), header("grpc-message"));
+    let (retry, details) = (
+        header("retry-after"),
+        res.headers().contains_key("grpc-status-details-bin"),
+    );
     let body = http_body_util::BodyExt::collect(res.into_body())
         .await
         .map(|c| c.to_bytes().len())
         .unwrap_or(usize::MAX);
-    (status, code, message, body)
+    (status, code, message, body, retry, details)
 }
 
 #[tokio::test]
@@ -180,7 +273,9 @@ async fn fail_closed_answers_grpc_unavailable_to_grpc_calls() {
                 StatusCode::OK,
                 "14".to_owned(),
                 "rate limiter unavailable".to_owned(),
-                0
+                0,
+                "1".to_owned(),
+                true
             )
         );
     }

@@ -217,7 +217,9 @@ pub fn refund_receipts(data: &[u8]) {
     let Ok(mut quota) = Quota::new(limit, Duration::from_nanos(period)) else {
         panic!("a small quota is valid");
     };
-    if g.flip() {
+    // A burst only for the algorithms that take one (the others refuse it).
+    let takes_burst = matches!(algorithm, Algorithm::Gcra | Algorithm::LeakyBucket);
+    if g.flip() && takes_burst {
         if let Ok(q) = quota.with_burst(1 + g.below(limit as usize + 1) as u32) {
             quota = q;
         }

@@ -25,7 +25,8 @@ pub struct FixedWindowState {
 /// `limit` at the end of one window and `limit` again at the start of the next: up to
 /// `2 * limit` inside one period around a boundary (the "boundary double burst"). Use
 /// [`SlidingLog`](super::SlidingLog) or [`SlidingWindow`](super::SlidingWindow) when that
-/// matters. The quota's `burst` is not used: the window holds `limit` units.
+/// matters. The window holds `limit` units and takes no burst: a policy with a burst other
+/// than the limit is refused by [`Policy::validate`](crate::Policy::validate).
 ///
 /// What "time 0" is depends on the store's clock. In the
 /// [`MemoryStore`](crate::store::MemoryStore) with the default

@@ -108,7 +108,8 @@ fn remaining_never_negative_and_never_above_burst() {
 fn saturating_at_extreme_quotas_and_clocks() {
     let extremes = [
         gcra(1, Duration::from_nanos(1), 1),
-        gcra(u32::MAX, Duration::from_nanos(1), u32::MAX),
+        // The fastest rate a quota holds (1 per ns) with the largest burst.
+        gcra(1, Duration::from_nanos(1), u32::MAX),
         gcra(1, Duration::from_nanos(u64::MAX), 1),
         gcra(u32::MAX, Duration::from_nanos(u64::MAX), 1),
         gcra(u32::MAX, Duration::from_nanos(u64::MAX), u32::MAX),
@@ -144,8 +145,11 @@ fn limit_one_per_huge_period_denies_second_with_finite_retry() {
 
 #[test]
 fn huge_rate_admits_all_at_frozen_time() {
-    // Case B11 C7, scaled: 2e9 per second with burst 2e9 at t = 0.
-    let q = Quota::per_second(NonZeroU32::new(2_000_000_000).unwrap());
+    // Case B11 C7, scaled: the fastest rate a quota holds (1e9 per second, 1 per ns) with
+    // burst 2e9 at t = 0 (2e9 per second is more than 1 per ns: `QuotaError::RateTooHigh`).
+    let q = Quota::per_second(NonZeroU32::new(1_000_000_000).unwrap())
+        .with_burst(2_000_000_000)
+        .unwrap();
     let g = Gcra::new(&q);
     let mut tat = 0;
     for _ in 0..100_000 {

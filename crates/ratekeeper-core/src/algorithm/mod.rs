@@ -19,7 +19,9 @@
 //!
 //! `T = period / limit` (rounded up to a whole ns) and `W = period`. The token-bucket
 //! family uses `burst` as its capacity; the window algorithms and the concurrency counter
-//! use `limit` and ignore `burst` ([`Algorithm::capacity`]).
+//! use `limit` and take no burst ([`Algorithm::capacity`]): a policy pairing them with a
+//! burst other than the limit is refused when a limiter is built
+//! ([`PolicyError::BurstNotSupported`](crate::policy::PolicyError::BurstNotSupported)).
 //!
 //! The window-boundary trace (limit 10 per 60 s, one key, 10 requests at t = 59.9 s
 //! then 10 at t = 60.1 s) gives, for the most admitted in any 60 s span:

@@ -141,8 +141,9 @@ impl fmt::Debug for SlidingLogState {
 /// ```
 ///
 /// `n > limit` is [`Outcome::CannotFit`]; `n = 0` always passes and charges nothing.
-/// Memory per key is O(limit) in the worst case (one entry per distinct instant); the
-/// quota's `burst` is not used.
+/// Memory per key is O(limit) in the worst case (one entry per distinct instant). The
+/// algorithm takes no burst: a policy with a burst other than the limit is refused by
+/// [`Policy::validate`](crate::Policy::validate).
 ///
 /// **Cost per check.** The state keeps running totals ([`SlidingLogState`]), so `used` is
 /// one subtraction and the entry `k` of a denial is a binary search: with `e` entries held,

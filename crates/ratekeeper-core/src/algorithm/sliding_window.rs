@@ -45,7 +45,8 @@ pub struct SlidingWindowState {
 /// ```
 ///
 /// `n > limit` is [`Outcome::CannotFit`]; `n = 0` always passes and charges nothing. The
-/// quota's `burst` is not used.
+/// algorithm takes no burst: a policy with a burst other than the limit is refused by
+/// [`Policy::validate`](crate::Policy::validate).
 ///
 /// **Parameters in force:** stored counts above `limit` are read as `limit`. A charge's
 /// receipt stamp is its window index; a refund gives back in that window or the next, as

@@ -103,9 +103,7 @@ fn problem(status: StatusCode, name: &str, partition: &str, secs: u64) -> Bytes 
     Bytes::from(body.to_string())
 }
 
-/// The problem type of a 503 refusal (IANA HTTP problem types).
-pub const TEMPORARY_REDUCED_CAPACITY_TYPE: &str =
-    "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity";
+pub use crate::report::TEMPORARY_REDUCED_CAPACITY_TYPE;
 
 /// The state every service built by one layer shares.
 pub(crate) struct Shared<K, C> {

@@ -11,7 +11,7 @@ use tower_layer::Layer;
 use super::ConcurrencyLimit;
 use super::shared::SharedConcurrencyLimitLayer;
 use crate::key::PeerIp;
-use crate::report::{HeaderStyle, Reporter};
+use crate::report::{DEFAULT_UNAVAILABLE_RETRY_AFTER, HeaderStyle, Reporter, Unavailable};
 
 /// The policy name concurrency limits report in headers and problem bodies.
 pub(crate) const NAME: &str = "concurrency";
@@ -190,6 +190,7 @@ impl<K> ConcurrencyLimitLayer<K> {
             max: self.counter.max(),
             slots: Arc::new(slots),
             reporter: self.reporter,
+            unavailable: Arc::new(Unavailable::concurrency(DEFAULT_UNAVAILABLE_RETRY_AFTER)),
         }
     }
 }

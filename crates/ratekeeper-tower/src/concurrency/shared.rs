@@ -7,9 +7,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::header::CONTENT_TYPE;
-use http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
+use http::{Request, Response};
 use ratekeeper_core::store::slots::{Acquired, SharedSlots};
 use ratekeeper_core::store::{Decisions, FailurePolicy};
 use ratekeeper_core::{Decision, Outcome};
@@ -22,7 +20,7 @@ use super::layer::Permit;
 use super::service::refused;
 use super::upgrade::Held;
 use crate::key::{KeyExtractor, PeerIp};
-use crate::report::Reporter;
+use crate::report::{Reporter, Unavailable, trailers_only};
 
 /// The keyed concurrency layer whose slots live in a shared store (made by
 /// [`ConcurrencyLimitLayer::shared`](super::ConcurrencyLimitLayer::shared)): at most `max`
@@ -32,13 +30,34 @@ use crate::report::Reporter;
 /// with `Retry-After: 1`, gRPC, upgrades, slot held until the response body ends). The
 /// decision takes one round trip to the store, made in the response future before the inner
 /// service is called. When the store cannot decide, its failure policy applies:
-/// [`FailurePolicy::Deny`] answers `503 Service Unavailable`; every other policy passes the
+/// [`FailurePolicy::Deny`] answers `503 Service Unavailable` with `Retry-After` (see
+/// [`SharedConcurrencyLimitLayer::unavailable_retry_after`]); every other policy passes the
 /// request without a slot and without rate-limit headers (fail open).
 pub struct SharedConcurrencyLimitLayer<K = PeerIp> {
     pub(crate) key: Arc<K>,
     pub(crate) max: u32,
     pub(crate) slots: Arc<dyn SharedSlots>,
     pub(crate) reporter: Arc<Reporter>,
+    pub(crate) unavailable: Arc<Unavailable>,
+}
+
+impl<K> SharedConcurrencyLimitLayer<K> {
+    /// How long a client should wait before it retries after the `503 Service Unavailable`
+    /// answered when the slot store cannot decide and fails closed
+    /// ([`FailurePolicy::Deny`]).
+    ///
+    /// The 503 carries it as `Retry-After` in whole seconds, rounded up and at least 1, with
+    /// `Cache-Control: no-store` and an RFC 9457 `application/problem+json` body of type
+    /// [`TEMPORARY_REDUCED_CAPACITY_TYPE`](crate::report::TEMPORARY_REDUCED_CAPACITY_TYPE)
+    /// whose `detail` names the same seconds; a gRPC call (with
+    /// [`ConcurrencyLimitLayer::grpc`](super::ConcurrencyLimitLayer::grpc)) gets `UNAVAILABLE`
+    /// with the same delay as `retry-after` metadata and a `google.rpc.RetryInfo`. Default
+    /// 1 s: the Redis store's default circuit-breaker open period (500 ms) rounded up; with a
+    /// longer breaker period, set the same duration here.
+    pub fn unavailable_retry_after(mut self, retry_after: Duration) -> Self {
+        self.unavailable = Arc::new(Unavailable::concurrency(retry_after));
+        self
+    }
 }
 
 impl<K> Clone for SharedConcurrencyLimitLayer<K> {
@@ -48,6 +67,7 @@ impl<K> Clone for SharedConcurrencyLimitLayer<K> {
             max: self.max,
             slots: Arc::clone(&self.slots),
             reporter: Arc::clone(&self.reporter),
+            unavailable: Arc::clone(&self.unavailable),
         }
     }
 }
@@ -129,6 +149,7 @@ where
         let max = self.layer.max;
         let acquire = self.layer.slots.acquire(&key, max);
         let reporter = Arc::clone(&self.layer.reporter);
+        let unavailable = Arc::clone(&self.layer.unavailable);
         // The service that was made ready goes with this request; a clone takes its place.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
@@ -152,18 +173,12 @@ where
                 Err(err) if err.failure_policy() == FailurePolicy::Deny => {
                     // The store logs the outage once per transition; one DEBUG event per request.
                     tracing::debug!(error = %err, "shared concurrency slots unavailable; failing closed");
-                    let mut headers = HeaderMap::new();
-                    headers.insert(
-                        CONTENT_TYPE,
-                        HeaderValue::from_static("text/plain; charset=utf-8"),
-                    );
-                    let body = Bytes::from_static(b"concurrency limit store unavailable\n");
-                    ResponseFuture::<S::Future>::answered(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        headers,
-                        body,
-                    )
-                    .await
+                    let (mut status, mut headers, mut body) = unavailable.parts();
+                    if let Some(content_type) = reporter.grpc_call(req.version(), req.headers()) {
+                        (status, body) =
+                            trailers_only(status, &mut headers, &body, None, content_type);
+                    }
+                    ResponseFuture::<S::Future>::answered(status, headers, body).await
                 }
                 Err(err) => {
                     tracing::debug!(error = %err, "shared concurrency slots unavailable; failing open");
@@ -180,6 +195,8 @@ mod tests {
     use std::num::NonZeroU32;
     use std::sync::atomic::{AtomicU32, Ordering};
 
+    use bytes::Bytes;
+    use http::StatusCode;
     use http_body_util::BodyExt as _;
     use ratekeeper_core::Key;
     use ratekeeper_core::store::StoreError;
@@ -268,9 +285,54 @@ mod tests {
     async fn store_failure_follows_the_failure_policy() {
         let (res, _) = answer(2, FailurePolicy::Deny).await;
         assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(res.headers()["content-type"], "application/problem+json");
+        assert_eq!(res.headers()["retry-after"], "1");
+        assert_eq!(res.headers()["cache-control"], "no-store");
+        let problem: serde_json::Value = serde_json::from_slice(res.body()).unwrap();
+        assert_eq!(
+            problem["type"],
+            crate::report::TEMPORARY_REDUCED_CAPACITY_TYPE
+        );
+        assert_eq!(
+            problem["detail"],
+            "the concurrency limiter cannot decide now (its store is unavailable); retry after 1 s"
+        );
         let (res, _) = answer(2, FailurePolicy::Allow).await;
         assert_eq!(res.status(), StatusCode::OK);
         assert!(res.headers().get("x-ratelimit-limit").is_none());
         assert_eq!(res.body().as_ref(), b"hi");
+    }
+
+    /// A gRPC call to a layer that serves gRPC gets the fail-closed answer as `UNAVAILABLE`,
+    /// with the same `retry-after`, a `RetryInfo`, and the configured wait rounded up.
+    #[tokio::test]
+    async fn fail_closed_grpc_call_is_unavailable_with_retry_after() {
+        let fake = Fake {
+            mode: 2,
+            policy: FailurePolicy::Deny,
+            held: Arc::new(AtomicU32::new(0)),
+        };
+        let svc = ServiceBuilder::new()
+            .layer(
+                ConcurrencyLimitLayer::new(NonZeroU32::new(3).unwrap())
+                    .key(GlobalKey)
+                    .grpc(true)
+                    .shared(fake)
+                    .unavailable_retry_after(Duration::from_millis(4_100)),
+            )
+            .service_fn(|_req: Request<()>| async {
+                Ok::<_, Infallible>(Response::new(String::from("hi")))
+            });
+        let req = Request::builder()
+            .version(http::Version::HTTP_2)
+            .header("content-type", "application/grpc")
+            .body(())
+            .unwrap();
+        let res = svc.oneshot(req).await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        assert_eq!(res.headers()["content-type"], "application/grpc");
+        assert_eq!(res.headers()["grpc-status"], "14");
+        assert_eq!(res.headers()["retry-after"], "5");
+        assert!(res.headers().contains_key("grpc-status-details-bin"));
     }
 }

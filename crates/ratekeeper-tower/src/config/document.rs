@@ -51,7 +51,13 @@ impl LayerConfig {
         };
         for (i, p) in policies.iter().enumerate() {
             if let Err(e) = p.validate() {
-                let field = if e.is_ban() { "ban" } else { "name" };
+                let field = if e.is_ban() {
+                    "ban"
+                } else if e.is_burst() || e.is_quota() {
+                    "quota"
+                } else {
+                    "name"
+                };
                 return Some((
                     vec![Field("policies".into()), Index(i), Field(field.into())],
                     e.to_string(),

@@ -48,9 +48,50 @@
 //! policies = ["login"]          # route-scoped: only this route, a bucket per route and client
 //!
 //! [exempt]
-//! networks = ["192.0.2.0/24"]   # never limited (matched against the TCP peer)
+//! networks = ["192.0.2.0/24"]   # clients never limited (by the client's address: see below)
 //! preflight = false             # CORS preflights (client-controlled: see the builder)
 //! ```
+//!
+//! # Exempt networks
+//!
+//! `exempt.networks` are matched against the request's **client** address, never a
+//! proxy's. With a `forwarded` key, a request from one of the `trusted` proxies is matched by
+//! the client the proxy forwards; other requests by their TCP peer. So
+//!
+//! ```toml
+//! key = { kind = "forwarded", trusted = ["127.0.0.0/8"] }
+//!
+//! [[policies]]
+//! name = "api"
+//! quota = "100/m"
+//!
+//! [exempt]
+//! networks = ["127.0.0.0/8"]
+//! ```
+//!
+//! exempts local callers that reach the app directly (a health check on loopback), while
+//! every client the proxy on 127.0.0.1 forwards is limited by its own address. With another
+//! key (`peer_ip`, `header`, `global`) behind a reverse proxy, name the proxies in
+//! `[exempt]` so the forwarded clients in `networks` are exempt:
+//!
+//! ```toml
+//! key = { kind = "header", header = "x-api-key" }
+//!
+//! [[policies]]
+//! name = "api"
+//! quota = "100/m"
+//!
+//! [exempt]
+//! networks = ["10.0.0.0/8"]     # internal clients, reached through the proxy
+//! trusted = ["127.0.0.1/32"]    # the proxy (reads X-Forwarded-For)
+//! ```
+//!
+//! Without `trusted` proxies, a request carrying `X-Forwarded-For` or `Forwarded` from a
+//! peer in an exempt network is not exempt: the peer is a proxy, and its clients are not
+//! exempt by its address (the layer logs one WARN naming the fix). Proxies in `trusted`
+//! are read as [`ForwardedIp::trusting`] reads them (the rightmost untrusted entry is the
+//! client; a chain that does not parse exempts nobody). `exempt.trusted` with a `forwarded`
+//! key, or without `networks`, is an error naming the field.
 //!
 //! Tiers charge one of several policies by the value of a request header:
 //!
@@ -306,10 +347,17 @@ pub struct TiersConfig {
     expecting = "exemptions such as { networks = [\"192.0.2.0/24\"], preflight = false }"
 )]
 pub struct ExemptConfig {
-    /// Peers in these networks are not limited (see
-    /// [`exempt_networks`](crate::RateLimitBuilder::exempt_networks)).
+    /// Clients in these networks are not limited, matched by the client's address (see
+    /// [`exempt_networks`](crate::RateLimitBuilder::exempt_networks) and the
+    /// [module docs](self#exempt-networks)).
     #[serde(default, deserialize_with = "networks")]
     pub networks: Vec<IpNet>,
+    /// The networks of the reverse proxies whose forwarded client address (`X-Forwarded-For`)
+    /// is matched against `networks`, for a key that is not `forwarded` (see
+    /// [`exempt_client_ip`](crate::RateLimitBuilder::exempt_client_ip)). Only with
+    /// `networks`; a `forwarded` key's `trusted` networks apply without it.
+    #[serde(default, deserialize_with = "networks")]
+    pub trusted: Vec<IpNet>,
     /// CORS preflights are not limited (see
     /// [`exempt_preflight`](crate::RateLimitBuilder::exempt_preflight)).
     #[serde(default)]
@@ -388,6 +436,13 @@ impl KeyExtractor for ConfigKey {
         matches!(self, Self::PeerIp(_))
     }
 
+    fn trusted_proxies(&self) -> Option<&ForwardedIp> {
+        match self {
+            Self::Forwarded(k) => Some(k),
+            Self::PeerIp(_) | Self::Global(_) | Self::Header(_) => None,
+        }
+    }
+
     fn describe(&self) -> String {
         match self {
             Self::PeerIp(k) => k.describe(),
@@ -459,7 +514,8 @@ impl LayerConfig {
     /// [`BuildError`] as [`RateLimitBuilder::build`](crate::RateLimitBuilder::build) gives
     /// it, and [`BuildError::Config`] naming the field for settings that do not fit together
     /// (a `header` key without `header`, `header` or `trusted` with another kind of key,
-    /// `max_wait_ms` without `mode = "delay"`).
+    /// `exempt.trusted` with a `forwarded` key or without `exempt.networks`, `max_wait_ms`
+    /// without `mode = "delay"`).
     pub fn build(&self) -> Result<ConfiguredLayer, BuildError> {
         self.builder()?.build()
     }
@@ -581,6 +637,26 @@ impl LayerConfig {
                 routes = routes.limit(route.method.0.clone(), &route.path.0, policy);
             }
         }
+        let exempt_trust = if self.exempt.trusted.is_empty() {
+            None
+        } else if self.exempt.networks.is_empty() {
+            return Err(config_err(
+                "exempt.trusted",
+                "`trusted` only applies with `networks` (the networks it exempts)",
+            ));
+        } else if self.key.kind == KeyKind::Forwarded {
+            return Err(config_err(
+                "exempt.trusted",
+                "a `forwarded` key's `trusted` networks already say which proxies forward the \
+                 client address the exempt networks are matched against: list the proxies there",
+            ));
+        } else {
+            let rules = ForwardedIp::trusting(self.exempt.trusted.iter().copied());
+            Some(match nat64 {
+                Some(p) => rules.nat64(p),
+                None => rules,
+            })
+        };
         let mut builder = RateLimitLayer::builder()
             .key(key)
             .cost(self.cost)
@@ -594,6 +670,9 @@ impl LayerConfig {
             .exempt_preflight(self.exempt.preflight);
         if let Some(p) = nat64 {
             builder = builder.nat64(p);
+        }
+        if let Some(rules) = exempt_trust {
+            builder = builder.exempt_client_ip(rules);
         }
         for policy in &self.policies {
             builder = builder.policy(policy.clone());

@@ -39,6 +39,17 @@ fn mismatches() -> Vec<(String, usize, usize, &'static str, &'static str)> {
             "policy \"api\" uses the concurrency algorithm",
         ),
         (
+            "[[policies]]\nname = \"search\"\nquota = \"10/m burst 3\"\n\
+             algorithm = \"sliding_window\"\n"
+                .to_owned(),
+            3,
+            9,
+            "policies[0].quota",
+            "policy \"search\" sets burst 3 but algorithm sliding-window takes no burst (it \
+             holds the limit, 10): remove the burst, or use gcra or leaky-bucket, the \
+             algorithms that take one",
+        ),
+        (
             format!("key = {{ kind = \"header\" }}\n{API}"),
             1,
             7,
@@ -58,6 +69,23 @@ fn mismatches() -> Vec<(String, usize, usize, &'static str, &'static str)> {
             35,
             "key.header",
             "`header` only applies with kind = \"header\"",
+        ),
+        (
+            format!("{API}[exempt]\ntrusted = [\"127.0.0.1/32\"]\n"),
+            5,
+            11,
+            "exempt.trusted",
+            "`trusted` only applies with `networks` (the networks it exempts)",
+        ),
+        (
+            format!(
+                "key = {{ kind = \"forwarded\", trusted = [\"10.0.0.0/8\"] }}\n{API}\
+                 [exempt]\nnetworks = [\"10.0.0.0/8\"]\ntrusted = [\"127.0.0.1/32\"]\n"
+            ),
+            7,
+            11,
+            "exempt.trusted",
+            "a `forwarded` key's `trusted` networks already say which proxies forward",
         ),
         (
             format!("max_wait_ms = 5\n{API}"),
@@ -368,6 +396,13 @@ fn values_of_the_wrong_type_say_what_is_expected() {
         (
             format!(
                 "{policy}ban = {{ after = 2, within = \"1m\", duration = \"99999999999999999999d\" }}\n"
+            ),
+            "policies[0].ban",
+            "`duration` is longer than 365 days",
+        ),
+        (
+            format!(
+                "{policy}ban = {{ after = 1, within = \"1m\", duration = \"999999999999d\" }}\n"
             ),
             "policies[0].ban",
             "`duration` is longer than 365 days",

@@ -3,7 +3,7 @@
 use http::Request;
 use ratekeeper_core::Key;
 
-use super::{KeyError, KeyExtractor};
+use super::{ForwardedIp, KeyError, KeyExtractor};
 
 /// Tries `first`; when it reports [`KeyError::Missing`], tries `second`. A
 /// [`KeyError::Misconfigured`] from `first` is returned as is (a broken server is not an
@@ -53,6 +53,12 @@ where
         self.first.keys_by_peer() || self.second.keys_by_peer()
     }
 
+    fn trusted_proxies(&self) -> Option<&ForwardedIp> {
+        self.first
+            .trusted_proxies()
+            .or_else(|| self.second.trusted_proxies())
+    }
+
     fn check(&self) -> Result<(), crate::BuildError> {
         self.first.check()?;
         self.second.check()
@@ -83,6 +89,12 @@ where
         self.0.keys_by_peer() || self.1.keys_by_peer()
     }
 
+    fn trusted_proxies(&self) -> Option<&ForwardedIp> {
+        self.0
+            .trusted_proxies()
+            .or_else(|| self.1.trusted_proxies())
+    }
+
     fn check(&self) -> Result<(), crate::BuildError> {
         self.0.check()?;
         self.1.check()
@@ -105,6 +117,13 @@ where
 
     fn keys_by_peer(&self) -> bool {
         self.0.keys_by_peer() || self.1.keys_by_peer() || self.2.keys_by_peer()
+    }
+
+    fn trusted_proxies(&self) -> Option<&ForwardedIp> {
+        self.0
+            .trusted_proxies()
+            .or_else(|| self.1.trusted_proxies())
+            .or_else(|| self.2.trusted_proxies())
     }
 
     fn check(&self) -> Result<(), crate::BuildError> {
@@ -131,6 +150,21 @@ mod tests {
         assert_eq!(chain.extract(&req).unwrap().to_string(), "ip:192.0.2.1");
         req.headers_mut().insert("x-api-key", "k".parse().unwrap());
         assert_eq!(chain.extract(&req).unwrap().to_string(), "(x-api-key,k)");
+    }
+
+    /// Combinations report the trust rules of their first part that has some.
+    #[test]
+    fn combinations_report_the_first_trust_rules() {
+        use crate::key::ForwardedIp;
+        let a = ForwardedIp::trusting(["10.0.0.0/8".parse().unwrap()]);
+        let b = ForwardedIp::trusting(["127.0.0.0/8".parse().unwrap()]);
+        let api = HeaderKey::raw("x-api-key");
+        assert_eq!(api.trusted_proxies(), None);
+        assert_eq!(api.clone().or(PeerIp::new()).trusted_proxies(), None);
+        assert_eq!(api.clone().or(a.clone()).trusted_proxies(), Some(&a));
+        assert_eq!(a.clone().or(b.clone()).trusted_proxies(), Some(&a));
+        assert_eq!((GlobalKey, b.clone()).trusted_proxies(), Some(&b));
+        assert_eq!((api, GlobalKey, a.clone()).trusted_proxies(), Some(&a));
     }
 
     #[test]

@@ -80,6 +80,7 @@ mod user;
 pub(crate) use addr::normalize_nets;
 pub use addr::{Nat64Prefix, Nat64PrefixError, normalize_ip};
 pub use combine::Or;
+pub(crate) use forwarded::Client;
 pub use forwarded::{ForwardedIp, MAX_HOPS, Source, Trust};
 pub use header::{HeaderKey, MAX_RAW_LEN, Raw};
 pub use user::UserKey;
@@ -165,6 +166,19 @@ pub trait KeyExtractor: Send + Sync + 'static {
     /// clients would all share one budget). Default `false`.
     fn keys_by_peer(&self) -> bool {
         false
+    }
+
+    /// The trusted-proxy rules by which this extractor reads the client's address, if it
+    /// reads one from a forwarded header ([`ForwardedIp`], and combinations holding one:
+    /// the first part that has rules). Default `None`.
+    ///
+    /// The layer matches its exempt networks
+    /// ([`exempt_networks`](crate::RateLimitBuilder::exempt_networks)) against the client
+    /// address these rules resolve, so a client behind a trusted proxy is exempt by its own
+    /// address, never by the proxy's. A wrapper around another extractor should return the
+    /// inner one's rules.
+    fn trusted_proxies(&self) -> Option<&ForwardedIp> {
+        None
     }
 
     /// How the startup log names this extractor (default: its type without module paths,

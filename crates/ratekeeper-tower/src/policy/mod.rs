@@ -14,8 +14,9 @@
 //!   to infer their parameter types): tiers by plan, per-policy keys, anything.
 //! - [`Except`]: exempt requests matching a predicate.
 //!
-//! The layer also exempts, before any key is extracted: peers in
-//! [`Builder::exempt_networks`](crate::RateLimitBuilder::exempt_networks) and, only when
+//! The layer also exempts, before any key is extracted: clients in
+//! [`Builder::exempt_networks`](crate::RateLimitBuilder::exempt_networks) (by the client's
+//! address as trusted proxies report it, never a proxy's) and, only when
 //! asked with [`Builder::exempt_preflight`](crate::RateLimitBuilder::exempt_preflight), CORS
 //! preflights (see [`crate::cors`]);
 //! and after the key is extracted, keys in [`Builder::exempt_keys`](crate::RateLimitBuilder::exempt_keys).

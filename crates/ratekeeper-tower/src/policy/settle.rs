@@ -8,6 +8,7 @@ use ratekeeper_core::store::{Charge, Decisions, PolicyId, Refund};
 use smallvec::SmallVec;
 
 use super::Applied;
+use crate::key::ForwardedIp;
 
 /// What to do with a charge once the response status is known.
 ///
@@ -52,6 +53,9 @@ pub(crate) struct Rules {
     pub(crate) exempt_preflight: bool,
     /// In the normal form of [`normalize_ip`](crate::key::normalize_ip) with `nat64`.
     pub(crate) exempt_networks: Vec<IpNet>,
+    /// The trust rules that find the client address matched against `exempt_networks`
+    /// (set with the builder, or the key extractor's); `None`: the client is the peer.
+    pub(crate) exempt_trust: Option<ForwardedIp>,
     pub(crate) exempt_keys: Vec<Key>,
     /// NAT64 prefixes read as IPv4 besides the well-known one (exempt networks and peers).
     pub(crate) nat64: Vec<crate::key::Nat64Prefix>,

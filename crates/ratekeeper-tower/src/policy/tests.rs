@@ -117,6 +117,120 @@ async fn exemptions_are_neither_charged_nor_reported() {
     assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
 }
 
+/// Sends `GET /` from `peer` with `X-Forwarded-For: xff` (when set) `n` times; whether each
+/// answer was exempt (200 without rate-limit headers).
+async fn exempt_answers<S, B>(svc: &S, peer: &str, xff: Option<&str>, n: usize) -> Vec<bool>
+where
+    S: tower::Service<Request<()>, Response = Response<B>, Error = Infallible> + Clone,
+{
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let mut req = req(peer, "/");
+        if let Some(xff) = xff {
+            req.headers_mut()
+                .insert("x-forwarded-for", xff.parse().unwrap());
+        }
+        let res = svc.clone().oneshot(req).await.unwrap();
+        out.push(
+            res.status() == StatusCode::OK && !res.headers().contains_key("x-ratelimit-limit"),
+        );
+    }
+    out
+}
+
+/// The exempt networks are read by `exempt_client_ip`'s rules when set, in place of the key
+/// extractor's: here the key trusts 10.0.0.0/8 only, the exemption also the proxy on
+/// 127.0.0.1, whose forwarded client 192.0.2.7 is exempt and 203.0.113.9 is not.
+#[tokio::test]
+async fn exempt_client_ip_replaces_the_key_extractors_rules() {
+    use crate::key::ForwardedIp;
+    let build = |exempt_rules: Option<ForwardedIp>| {
+        let mut builder = RateLimitLayer::builder()
+            .quota(per_minute(2))
+            .key(ForwardedIp::trusting(["10.0.0.0/8".parse().unwrap()]))
+            .exempt_networks(["192.0.2.0/24".parse().unwrap()]);
+        if let Some(rules) = exempt_rules {
+            builder = builder.exempt_client_ip(rules);
+        }
+        ServiceBuilder::new()
+            .layer(builder.build().unwrap())
+            .service_fn(app)
+    };
+    let stated = build(Some(ForwardedIp::trusting(["127.0.0.1/32"
+        .parse()
+        .unwrap()])));
+    assert_eq!(
+        exempt_answers(&stated, "127.0.0.1", Some("192.0.2.7"), 3).await,
+        [true; 3]
+    );
+    assert_eq!(
+        exempt_answers(&stated, "127.0.0.1", Some("203.0.113.9"), 3).await,
+        [false; 3]
+    );
+    // The key's rules alone do not trust 127.0.0.1: its forwarded request is not exempt.
+    let key_only = build(None);
+    assert_eq!(
+        exempt_answers(&key_only, "127.0.0.1", Some("192.0.2.7"), 3).await,
+        [false; 3]
+    );
+    assert_eq!(
+        exempt_answers(&key_only, "10.0.0.5", Some("192.0.2.7"), 3).await,
+        [true; 3]
+    );
+}
+
+/// The NAT64 prefix of the rules the exempt networks are read by applies to the networks:
+/// a network written in the translator's spelling holds the IPv4 clients it embeds.
+#[tokio::test]
+async fn the_trust_rules_nat64_prefix_applies_to_exempt_networks() {
+    use crate::key::{ForwardedIp, Nat64Prefix};
+    let nsp = Nat64Prefix::new("2001:db8:64::/96".parse().unwrap()).unwrap();
+    let layer = RateLimitLayer::builder()
+        .quota(per_minute(2))
+        .key(ForwardedIp::trusting(["10.0.0.0/8".parse().unwrap()]).nat64(nsp))
+        // 192.0.2.0/24 in the translator's spelling.
+        .exempt_networks(["2001:db8:64::c000:200/120".parse().unwrap()])
+        .build()
+        .unwrap();
+    let svc = ServiceBuilder::new().layer(layer).service_fn(app);
+    assert_eq!(
+        exempt_answers(&svc, "10.0.0.5", Some("192.0.2.7"), 3).await,
+        [true; 3]
+    );
+    assert_eq!(
+        exempt_answers(&svc, "10.0.0.5", Some("2001:db8:64::c000:207"), 3).await,
+        [true; 3]
+    );
+    assert_eq!(
+        exempt_answers(&svc, "10.0.0.5", Some("198.51.100.7"), 1).await,
+        [false]
+    );
+}
+
+/// With the default key (the peer) and no rules, a peer in an exempt network that forwards
+/// (`X-Forwarded-For`) is a proxy: its requests are limited under its key, never exempt.
+#[tokio::test]
+async fn a_forwarding_peer_is_not_exempt_without_rules() {
+    let layer = RateLimitLayer::builder()
+        .quota(per_minute(2))
+        .exempt_networks(["127.0.0.0/8".parse().unwrap()])
+        .warn_forwarded(false)
+        .build()
+        .unwrap();
+    let svc = ServiceBuilder::new().layer(layer).service_fn(app);
+    assert_eq!(exempt_answers(&svc, "127.0.0.1", None, 3).await, [true; 3]);
+    assert_eq!(
+        exempt_answers(&svc, "127.0.0.1", Some("203.0.113.9"), 2).await,
+        [false; 2]
+    );
+    let mut forwarded = req("127.0.0.1", "/");
+    forwarded
+        .headers_mut()
+        .insert("x-forwarded-for", "203.0.113.9".parse().unwrap());
+    let res = svc.clone().oneshot(forwarded).await.unwrap();
+    assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
+}
+
 #[tokio::test]
 async fn an_exempt_route_needs_no_key_and_others_still_do() {
     // Keyed by API key; the health check sends none.

@@ -5,12 +5,12 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::header::{CACHE_CONTROL, CONTENT_TYPE};
+use http::header::CONTENT_TYPE;
 use http::response::Parts;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 
 use crate::key::KeyError;
-use crate::report::trailers_only;
+use crate::report::{Unavailable, trailers_only};
 
 /// A response the layer writes itself (a 429, a 503 when the store fails closed, or a key
 /// error), in HTTP form until [`Refusal::answer`] gives it the form the request reads.
@@ -55,17 +55,18 @@ impl Answer {
         Self::text(status, Bytes::from(message))
     }
 
-    /// The `503 Service Unavailable` of a store that could not decide and fails closed.
-    pub(crate) fn unavailable() -> Self {
-        let mut answer = Self::text(
-            StatusCode::SERVICE_UNAVAILABLE,
-            Bytes::from_static(b"rate limiter unavailable\n"),
-        );
-        answer
-            .head
-            .headers
-            .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
-        answer
+    /// The `503 Service Unavailable` of a store that could not decide and fails closed,
+    /// rendered when the layer was built.
+    pub(crate) fn unavailable(unavailable: &Unavailable) -> Self {
+        let (status, headers, body) = unavailable.parts();
+        let (mut head, ()) = Response::new(()).into_parts();
+        head.status = status;
+        head.headers = headers;
+        Self {
+            head,
+            body,
+            policy: None,
+        }
     }
 
     /// What a response future answers when polled after it completed.

@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use ratekeeper_core::store::{MemoryStore, Store};
 use ratekeeper_core::{Algorithm, Key, Policy, Quota};
@@ -16,7 +17,10 @@ use super::mode::Mode;
 use crate::error::BuildError;
 use crate::key::PeerIp;
 use crate::policy::{AllPolicies, Resolve, Rules, Settle};
-use crate::report::{HeaderStyle, PartitionKey, Rejection, Reporter, ResetFormat};
+use crate::report::{
+    DEFAULT_UNAVAILABLE_RETRY_AFTER, HeaderStyle, PartitionKey, Rejection, Reporter, ResetFormat,
+    Unavailable,
+};
 use crate::usage::{Usage, UsageRules};
 
 /// Everything a [`RateLimitBuilder`] holds that does not change its type, moved as a whole when a
@@ -37,6 +41,8 @@ struct Settings {
     quiet_forwarded: bool,
     raw_keys: bool,
     grpc: bool,
+    /// The fail-closed 503's `Retry-After`; `None`: the default.
+    unavailable_retry_after: Option<Duration>,
 }
 
 impl RateLimitLayer {
@@ -267,21 +273,126 @@ impl<K, Co, St, R> RateLimitBuilder<K, Co, St, R> {
         self
     }
 
-    /// Peers inside these networks (for example monitoring or an internal network) are not
-    /// limited. Matched against the TCP peer, never a forwarded header. Peer and networks are
-    /// compared in the normal form of [`normalize_ip`](crate::key::normalize_ip): IPv4-mapped
-    /// and well-known NAT64 (`64:ff9b::/96`) spellings are IPv4, so `::ffff:192.0.2.0/120`
-    /// and `192.0.2.0/24` are the same network and match `192.0.2.7` in either spelling.
+    /// Clients inside these networks (for example monitoring or an internal network) are
+    /// not limited: their requests reach the inner service without rate-limit headers.
+    ///
+    /// A network is matched against the request's **client** address, as the layer's
+    /// trust rules read it: the rules of [`exempt_client_ip`](Self::exempt_client_ip) when
+    /// set, else those of the key extractor
+    /// ([`KeyExtractor::trusted_proxies`](crate::key::KeyExtractor::trusted_proxies):
+    /// a [`ForwardedIp`](crate::key::ForwardedIp) key, or a combination holding one):
+    ///
+    /// - A request from a trusted proxy is matched by the client its forwarded chain names
+    ///   (read as [`ForwardedIp`](crate::key::ForwardedIp) reads it), never by the proxy:
+    ///   an exempt network that holds the proxy does not exempt the clients behind it. A
+    ///   chain that names no client (an entry that does not parse) exempts nobody.
+    /// - Any other request is matched by its TCP peer (an internal caller that reaches the
+    ///   app directly, or a trusted proxy's own request without a forwarded chain) — unless
+    ///   it carries `X-Forwarded-For` or `Forwarded` that the rules read no client from (no
+    ///   rules, a peer that is not a trusted proxy, another header than the rules read): the
+    ///   peer then acts as a proxy the layer was not told to trust, the request is limited
+    ///   like any other, and the layer logs one WARN (target `ratekeeper`) naming the fix.
+    ///   So a proxy inside an exempt network never exempts everyone behind it.
+    ///
+    /// With a key that is not an address ([`HeaderKey`](crate::key::HeaderKey),
+    /// [`UserKey`](crate::key::UserKey)) behind a reverse proxy, state the proxies with
+    /// [`exempt_client_ip`](Self::exempt_client_ip) so that forwarded clients in the
+    /// networks are exempt.
+    ///
+    /// Addresses and networks are compared in the normal form of
+    /// [`normalize_ip`](crate::key::normalize_ip): IPv4-mapped and well-known NAT64
+    /// (`64:ff9b::/96`) spellings are IPv4, so `::ffff:192.0.2.0/120` and `192.0.2.0/24` are
+    /// the same network and match `192.0.2.7` in either spelling. With no exempt network (the
+    /// default) the layer reads no address for exemptions.
+    ///
+    /// ```
+    /// use std::net::SocketAddr;
+    /// use std::num::NonZeroU32;
+    /// use axum::http::{Request, Response, StatusCode};
+    /// use ratekeeper_core::Quota;
+    /// use ratekeeper_tower::key::{ForwardedIp, PeerAddr};
+    /// use ratekeeper_tower::RateLimitLayer;
+    /// use tower::{ServiceBuilder, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let loopback = "127.0.0.0/8".parse()?;
+    /// let svc = ServiceBuilder::new()
+    ///     .layer(
+    ///         RateLimitLayer::builder()
+    ///             .quota(Quota::per_minute(NonZeroU32::MIN))
+    ///             // A reverse proxy on loopback forwards the clients ...
+    ///             .key(ForwardedIp::trusting([loopback]))
+    ///             // ... and local callers (health checks) are exempt.
+    ///             .exempt_networks([loopback])
+    ///             .build()?,
+    ///     )
+    ///     .service_fn(|_req: Request<()>| async { Ok::<_, std::convert::Infallible>(Response::new(())) });
+    /// let request = |xff: Option<&str>| {
+    ///     let mut req = Request::builder();
+    ///     if let Some(client) = xff {
+    ///         req = req.header("x-forwarded-for", client);
+    ///     }
+    ///     let mut req = req.body(()).unwrap();
+    ///     req.extensions_mut().insert(PeerAddr("127.0.0.1:40000".parse::<SocketAddr>().unwrap()));
+    ///     req
+    /// };
+    /// // A client forwarded by the proxy is limited by its own address.
+    /// let first = svc.clone().oneshot(request(Some("203.0.113.9"))).await?;
+    /// assert_eq!(first.status(), StatusCode::OK);
+    /// assert_eq!(first.headers()["x-ratelimit-remaining"], "0");
+    /// let second = svc.clone().oneshot(request(Some("203.0.113.9"))).await?;
+    /// assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS);
+    /// // A local caller without a forwarded chain is exempt: no limit, no headers.
+    /// for _ in 0..3 {
+    ///     let local = svc.clone().oneshot(request(None)).await?;
+    ///     assert_eq!(local.status(), StatusCode::OK);
+    ///     assert!(local.headers().get("x-ratelimit-limit").is_none());
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn exempt_networks(mut self, networks: impl IntoIterator<Item = ipnet::IpNet>) -> Self {
         // Normalised in `build`, with the NAT64 prefixes set by then.
         self.settings.rules.exempt_networks.extend(networks);
         self
     }
 
-    /// Also reads peer addresses inside `prefix`, your NAT64 translator's network-specific
+    /// The trusted-proxy rules by which the layer reads a request's client address for
+    /// [`exempt_networks`](Self::exempt_networks), in place of the key extractor's
+    /// ([`KeyExtractor::trusted_proxies`](crate::key::KeyExtractor::trusted_proxies)).
+    /// Needed behind a reverse proxy when the key is not an address (an API key, a user):
+    /// without rules, a request that a proxy forwarded is never exempt (see
+    /// [`exempt_networks`](Self::exempt_networks)). The rules only decide exemptions; the
+    /// key stays the key extractor's.
+    ///
+    /// ```
+    /// use ratekeeper_core::Quota;
+    /// use ratekeeper_tower::key::{ForwardedIp, HeaderKey};
+    /// use ratekeeper_tower::RateLimitLayer;
+    /// use std::num::NonZeroU32;
+    ///
+    /// let layer = RateLimitLayer::builder()
+    ///     .quota(Quota::per_minute(NonZeroU32::new(600).unwrap()))
+    ///     .key(HeaderKey::raw("x-api-key"))
+    ///     // Internal clients, reached through the proxy on 127.0.0.1, are exempt ...
+    ///     .exempt_networks(["10.0.0.0/8".parse()?])
+    ///     // ... by the address the proxy forwards, not the proxy's own.
+    ///     .exempt_client_ip(ForwardedIp::trusting(["127.0.0.1/32".parse()?]))
+    ///     .build()?;
+    /// # let _ = layer;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn exempt_client_ip(mut self, rules: crate::key::ForwardedIp) -> Self {
+        self.settings.rules.exempt_trust = Some(rules);
+        self
+    }
+
+    /// Also reads client addresses inside `prefix`, your NAT64 translator's network-specific
     /// prefix, as the IPv4 address they embed when matching
-    /// [`exempt_networks`](Self::exempt_networks) (the well-known `64:ff9b::/96` always is).
-    /// Set the same prefix on the key extractor ([`PeerIp::nat64`](crate::key::PeerIp::nat64),
+    /// [`exempt_networks`](Self::exempt_networks) (the well-known `64:ff9b::/96` always is,
+    /// and so is the prefix of the trust rules the exempt networks are read by). Set the
+    /// same prefix on the key extractor ([`PeerIp::nat64`](crate::key::PeerIp::nat64),
     /// [`ForwardedIp::nat64`](crate::key::ForwardedIp::nat64)) so that keys agree.
     pub fn nat64(mut self, prefix: crate::key::Nat64Prefix) -> Self {
         self.settings.rules.nat64.push(prefix);
@@ -336,6 +447,24 @@ impl<K, Co, St, R> RateLimitBuilder<K, Co, St, R> {
     /// not count as a refusal.
     pub fn grpc(mut self, on: bool) -> Self {
         self.settings.grpc = on;
+        self
+    }
+
+    /// How long a client should wait before it retries after the `503 Service Unavailable`
+    /// the layer answers when the store cannot decide and its failure policy is
+    /// [`FailurePolicy::Deny`](ratekeeper_core::store::FailurePolicy::Deny) (fail closed).
+    ///
+    /// The 503 carries it as `Retry-After` in whole seconds, rounded up and at least 1, in an
+    /// RFC 9457 `application/problem+json` body of type
+    /// [`TEMPORARY_REDUCED_CAPACITY_TYPE`](crate::report::TEMPORARY_REDUCED_CAPACITY_TYPE)
+    /// whose `detail` names the same seconds; a gRPC call gets `UNAVAILABLE` with the same
+    /// delay as `retry-after` and a `google.rpc.RetryInfo` (see [`RateLimitBuilder::grpc`]).
+    /// Default 1 s: the Redis store's default circuit-breaker open period (500 ms) rounded
+    /// up, after which the breaker lets a request probe Redis again. With a longer breaker
+    /// period (`RedisStoreBuilder::breaker`), set the same duration here, so clients come
+    /// back when the store is tried again rather than while it is still skipped.
+    pub fn unavailable_retry_after(mut self, retry_after: Duration) -> Self {
+        self.settings.unavailable_retry_after = Some(retry_after);
         self
     }
 
@@ -413,8 +542,23 @@ impl<K, Co, St, R> RateLimitBuilder<K, Co, St, R> {
                 .map_or(u32::MAX, ratekeeper_core::Policy::capacity);
             usage.set(index, rule, capacity);
         }
-        let exempt = std::mem::take(&mut settings.rules.exempt_networks);
-        settings.rules.exempt_networks = crate::key::normalize_nets(exempt, &settings.rules.nat64);
+        let rules = &mut settings.rules;
+        if rules.exempt_networks.is_empty() {
+            rules.exempt_trust = None;
+        } else if rules.exempt_trust.is_none() {
+            rules.exempt_trust = key.trusted_proxies().cloned();
+        }
+        // The trust rules' NAT64 prefixes read the addresses they resolve: the networks
+        // are read with them too.
+        if let Some(trust) = &rules.exempt_trust {
+            for prefix in trust.nat64_prefixes() {
+                if !rules.nat64.contains(prefix) {
+                    rules.nat64.push(*prefix);
+                }
+            }
+        }
+        let exempt = std::mem::take(&mut rules.exempt_networks);
+        rules.exempt_networks = crate::key::normalize_nets(exempt, &rules.nat64);
         key.check()?;
         resolver.check(policies)?;
         let mut ids = SmallVec::new();
@@ -454,6 +598,11 @@ impl<K, Co, St, R> RateLimitBuilder<K, Co, St, R> {
             mode: settings.mode,
             request_info: settings.request_info,
             usage,
+            unavailable: Unavailable::rate_limit(
+                settings
+                    .unavailable_retry_after
+                    .unwrap_or(DEFAULT_UNAVAILABLE_RETRY_AFTER),
+            ),
         }))
     }
 }

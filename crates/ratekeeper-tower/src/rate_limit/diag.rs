@@ -10,7 +10,7 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use http::header::FORWARDED;
-use http::{HeaderName, Request};
+use http::{HeaderMap, HeaderName, Request};
 use ratekeeper_core::store::Decisions;
 use ratekeeper_core::{Key, Outcome, Policy};
 use sha2::{Digest, Sha256};
@@ -48,6 +48,8 @@ pub(crate) struct Diagnostics {
     /// The "cost can never fit" WARN was given (later ones are DEBUG events: a cost that
     /// comes from client input must not flood the logs).
     cannot_fit_warned: AtomicBool,
+    /// The "proxy inside an exempt network" WARN was given.
+    exempt_warned: AtomicBool,
 }
 
 impl Diagnostics {
@@ -58,6 +60,7 @@ impl Diagnostics {
             looked: AtomicU32::new(0),
             raw_keys,
             cannot_fit_warned: AtomicBool::new(false),
+            exempt_warned: AtomicBool::new(false),
         }
     }
 
@@ -83,12 +86,7 @@ impl Diagnostics {
     #[cold]
     #[inline(never)]
     fn check_forwarded<B>(&self, req: &Request<B>, ip: Option<IpAddr>) {
-        let headers = req.headers();
-        let header = if headers.contains_key(&X_FORWARDED_FOR) {
-            "X-Forwarded-For"
-        } else if headers.contains_key(FORWARDED) {
-            "Forwarded"
-        } else {
+        let Some(header) = forwarding_header(req.headers()) else {
             if self.looked.fetch_add(1, Ordering::Relaxed) >= WATCHED_REQUESTS {
                 self.warned.store(true, Ordering::Relaxed);
             }
@@ -111,6 +109,39 @@ impl Diagnostics {
              one budget. Key by the client address the proxy reports with \
              `ForwardedIp::trusting([<proxy network>])`, or turn this warning off with \
              `.warn_forwarded(false)` (logged once)"
+        );
+    }
+
+    /// Warns once (WARN, target `ratekeeper`) that a request from `peer`, inside an exempt
+    /// network, was limited because it carries a forwarding `header` the layer's trust rules
+    /// read no client from: `peer` is a proxy, and its clients are not exempt by its address.
+    /// `rules`: whether the layer has trust rules (then `peer` is not among its trusted
+    /// proxies, or they read another header).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn exempt_proxy(&self, peer: IpAddr, header: &'static str, rules: bool) {
+        if self.exempt_warned.load(Ordering::Relaxed)
+            || self.exempt_warned.swap(true, Ordering::Relaxed)
+        {
+            return;
+        }
+        let fix = if rules {
+            "add the proxy to the trusted proxies of the layer's `ForwardedIp` (or of \
+             `.exempt_client_ip(..)`), reading the header it writes"
+        } else {
+            "state the proxies: key by `ForwardedIp::trusting([<proxy network>])`, or keep the \
+             key and set `.exempt_client_ip(ForwardedIp::trusting([<proxy network>]))` \
+             (config: `key = { kind = \"forwarded\", trusted = [..] }` or `[exempt] trusted = [..]`)"
+        };
+        tracing::warn!(
+            target: "ratekeeper",
+            peer = %peer,
+            header,
+            "a request from {peer} (inside an exempt network) carries a forwarding header \
+             ({header}), but the layer reads no client address from it: {peer} acts as a \
+             proxy, and exempt networks are matched against the client's address, so the \
+             request is limited. To exempt such requests by their clients' addresses, {fix} \
+             (logged once)"
         );
     }
 
@@ -164,6 +195,18 @@ impl Diagnostics {
             mode = %ModeName(mode),
             "rate-limit decision"
         );
+    }
+}
+
+/// The forwarding header a request carries, if any (`X-Forwarded-For` first), by prebuilt
+/// name.
+pub(crate) fn forwarding_header(headers: &HeaderMap) -> Option<&'static str> {
+    if headers.contains_key(&X_FORWARDED_FOR) {
+        Some("X-Forwarded-For")
+    } else if headers.contains_key(FORWARDED) {
+        Some("Forwarded")
+    } else {
+        None
     }
 }
 

@@ -156,7 +156,7 @@ where
     let decisions = match check(&ticket) {
         Checked::Ready(Ok(decisions)) => decisions,
         Checked::Ready(Err(err)) => {
-            return match store_failed(&err, req.extensions_mut()) {
+            return match store_failed(&err, req.extensions_mut(), limiter.limiter().unavailable()) {
                 None => ResponseFuture::unchecked(inner.service().call(req)),
                 Some(answer) => ResponseFuture::refused(answer, ticket.refusal, req.headers()),
             };

@@ -16,7 +16,9 @@ use super::mode::Mode;
 use super::service::RateLimit;
 use crate::key::PeerIp;
 use crate::policy::{AllPolicies, Rules};
-use crate::report::{HeaderStyle, Reporter, ResetFormat};
+use crate::report::{
+    DEFAULT_UNAVAILABLE_RETRY_AFTER, HeaderStyle, Reporter, ResetFormat, Unavailable,
+};
 use crate::usage::UsageRules;
 
 /// A [`tower::Layer`](https://docs.rs/tower/0.5/tower/trait.Layer.html) that rate limits requests (see the [module docs](super)).
@@ -58,6 +60,7 @@ impl RateLimitLayer {
             request_info: false,
             diag: Diagnostics::new(true, false),
             usage: UsageRules::default(),
+            unavailable: Unavailable::rate_limit(DEFAULT_UNAVAILABLE_RETRY_AFTER),
         })
     }
 }

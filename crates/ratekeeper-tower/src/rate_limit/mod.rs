@@ -42,7 +42,10 @@
 //! on without rate-limit headers and with a
 //! [`StoreDegraded`](crate::StoreDegraded) request extension (fail open, or
 //! degrade: the hook a fallback reads), or the layer answers `503 Service Unavailable` (fail
-//! closed: not a 429, the client exceeded nothing).
+//! closed: not a 429, the client exceeded nothing) with `Retry-After` (1 s by default, see
+//! [`RateLimitBuilder::unavailable_retry_after`]), `Cache-Control: no-store` and a
+//! problem+json body of the
+//! [`TEMPORARY_REDUCED_CAPACITY_TYPE`](crate::report::TEMPORARY_REDUCED_CAPACITY_TYPE).
 //!
 //! # Example
 //!

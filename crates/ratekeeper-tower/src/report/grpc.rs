@@ -86,7 +86,8 @@ pub(crate) fn grpc_content_type(version: Version, headers: &HeaderMap) -> Option
 ///   `grpc-status-details-bin` holding a `google.rpc.Status` whose one detail is a
 ///   `google.rpc.RetryInfo` of the same delay. When the cost can never fit (a 429 without
 ///   `Retry-After`) the status is still `RESOURCE_EXHAUSTED`, but without any retry time.
-/// - 503 → `UNAVAILABLE` (14).
+/// - 503 → `UNAVAILABLE` (14), with the same `grpc-status-details-bin` when it has a
+///   `Retry-After` (the fail-closed 503 always does).
 /// - another 4xx (a request without a key) → `INVALID_ARGUMENT` (3), another 5xx → `INTERNAL`
 ///   (13), with the plain-text body as the message.
 pub(crate) fn trailers_only(
@@ -128,7 +129,7 @@ pub(crate) fn trailers_only(
     if let Ok(value) = HeaderValue::try_from(encoded) {
         headers.insert(GRPC_MESSAGE.clone(), value);
     }
-    if let (RESOURCE_EXHAUSTED, Some(secs)) = (code, retry_secs) {
+    if let (RESOURCE_EXHAUSTED | UNAVAILABLE, Some(secs)) = (code, retry_secs) {
         let details = STANDARD_NO_PAD.encode(rpc_status_with_retry(code, &message, secs));
         if let Ok(value) = HeaderValue::try_from(details) {
             headers.insert(GRPC_STATUS_DETAILS_BIN.clone(), value);
@@ -352,6 +353,38 @@ mod tests {
         assert!(headers.get(RETRY_AFTER).is_none());
     }
 
+    /// The fail-closed 503 keeps its message and says when to retry, as a 429 does: the
+    /// `retry-after` metadata and a `RetryInfo` of the same seconds.
+    #[test]
+    fn a_fail_closed_503_becomes_unavailable_with_retry_info() {
+        let mut headers = HeaderMap::new();
+        headers.insert(RETRY_AFTER, HeaderValue::from_static("2"));
+        headers.insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        let (status, body) = trailers_only(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &mut headers,
+            b"{}",
+            None,
+            GRPC,
+        );
+        assert_eq!(status, StatusCode::OK);
+        assert!(body.is_empty());
+        assert_eq!(headers[CONTENT_TYPE], "application/grpc");
+        assert_eq!(headers["grpc-status"], "14");
+        assert_eq!(headers["grpc-message"], "rate limiter unavailable");
+        assert_eq!(headers[RETRY_AFTER], "2");
+        let details = STANDARD_NO_PAD
+            .decode(headers["grpc-status-details-bin"].as_bytes())
+            .unwrap();
+        assert_eq!(
+            details,
+            rpc_status_with_retry(14, "rate limiter unavailable", 2)
+        );
+    }
+
     #[test]
     fn fail_closed_and_key_errors_map_to_their_codes() {
         let mut headers = HeaderMap::new();
@@ -364,6 +397,8 @@ mod tests {
         );
         assert_eq!(headers["grpc-status"], "14");
         assert_eq!(headers["grpc-message"], "rate limiter unavailable");
+        // Without a `Retry-After` there is no retry time to repeat.
+        assert!(headers.get("grpc-status-details-bin").is_none());
 
         let mut headers = HeaderMap::new();
         trailers_only(

@@ -7,7 +7,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use http::{HeaderMap, HeaderName, HeaderValue};
 use ratekeeper_core::decision::ceil_secs;
 use ratekeeper_core::store::Decisions;
-use ratekeeper_core::{Algorithm, Decision, Policy};
+use ratekeeper_core::{Decision, Policy};
 
 use super::{RATELIMIT, RATELIMIT_POLICY, Reporter, names};
 use crate::client::parse::plausible_wait;
@@ -242,8 +242,9 @@ pub(super) fn join_items<'a>(items: impl Iterator<Item = &'a str>, pk: Option<&s
 /// IETF `w`, at least 1).
 ///
 /// For GCRA and the leaky bucket `q` is the capacity (the burst) and `w` the time an empty
-/// bucket takes to refill completely, burst × emission interval, rounded up to whole
-/// seconds; so `q / w` is the sustained rate and `0 <= remaining <= q` always holds, also
+/// bucket takes to refill completely at the quota's rate, burst × period / limit, rounded up
+/// to whole seconds (7 per second advertises `w=1`: the emission interval's rounding up to
+/// a whole ns is not counted); so `q / w` is the sustained rate and `0 <= remaining <= q` always holds, also
 /// when the burst is larger than the per-period limit. Window algorithms (fixed window,
 /// sliding log, sliding window) and the concurrency limit keep `limit` and the period.
 ///
@@ -254,12 +255,7 @@ pub(super) fn join_items<'a>(items: impl Iterator<Item = &'a str>, pk: Option<&s
 /// fixed window 100 per 60 s      q=100 w=60
 /// ```
 pub(crate) fn advertised_quota(policy: &Policy) -> (u32, u64) {
-    let quota = policy.quota();
-    let q = policy.capacity();
-    let window = match policy.algorithm() {
-        Algorithm::Gcra | Algorithm::LeakyBucket => Duration::from_nanos(quota.tolerance_nanos()),
-        _ => quota.period(),
-    };
+    let (q, window) = policy.advertised();
     // `w` must be a positive integer: sub-second windows round up to 1 s.
     (q, ceil_secs(window).max(1))
 }

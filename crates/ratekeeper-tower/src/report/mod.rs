@@ -28,6 +28,13 @@
 //!   of the draft and `violated-policies`. A [`Rejection`] replaces the body; the layer still
 //!   sets the rate-limit headers, `Retry-After`, `Cache-Control` and `Content-Length` (the
 //!   body's length in bytes) on whatever it returns, each exactly once.
+//! - The `503 Service Unavailable` of a store that cannot decide and fails closed
+//!   ([`FailurePolicy::Deny`](ratekeeper_core::store::FailurePolicy::Deny)) is an RFC 9457
+//!   `application/problem+json` body of the [`TEMPORARY_REDUCED_CAPACITY_TYPE`] with a plain
+//!   `detail`, `Retry-After` (delay-seconds, rounded up, at least 1: by default 1, see
+//!   [`RateLimitBuilder::unavailable_retry_after`](crate::RateLimitBuilder::unavailable_retry_after))
+//!   and `Cache-Control: no-store`, and no rate-limit fields (the store could not say what
+//!   is left). A [`Rejection`] does not change it: it is not a rate limit.
 //!
 //! Every header is written with `insert`, never `append`, so each appears once. A 429's
 //! rate-limit fields replace whatever the [`Rejection`] set. On a response from the inner
@@ -105,7 +112,7 @@
 //! |---|---|---|
 //! | 429, limited | `8` (`RESOURCE_EXHAUSTED`) | `rate limit "<policy>" exceeded; retry after <n> s` |
 //! | 429, the cost can never fit | `8` (`RESOURCE_EXHAUSTED`) | `rate limit "<policy>" exceeded: the request costs more than the policy can ever allow; do not retry` |
-//! | 503, store failed closed | `14` (`UNAVAILABLE`) | `rate limiter unavailable` |
+//! | 503, store failed closed | `14` (`UNAVAILABLE`), with `retry-after` and `RetryInfo` | `rate limiter unavailable` |
 //! | 400, no key | `3` (`INVALID_ARGUMENT`) | the key error |
 //! | 500, misconfigured key | `13` (`INTERNAL`) | the key error |
 //!
@@ -177,6 +184,7 @@ mod reporter;
 mod template;
 #[cfg(test)]
 mod tests;
+mod unavailable;
 
 use http::HeaderName;
 
@@ -186,6 +194,8 @@ pub use partition_key::PartitionKey;
 pub(crate) use problem::ProblemParts;
 pub use problem::{Limited, ProblemJson, Rejection};
 pub(crate) use reporter::Reporter;
+pub use unavailable::TEMPORARY_REDUCED_CAPACITY_TYPE;
+pub(crate) use unavailable::{DEFAULT_UNAVAILABLE_RETRY_AFTER, Unavailable};
 
 /// The single-policy field names as constants: a use is a compile-time value, while a
 /// clone of the public statics goes through `Bytes`' vtable (three per response).

@@ -488,10 +488,20 @@ fn advertised_quota_is_the_capacity_over_the_full_refill_time() {
         (q(100, 60_000, 10), Algorithm::LeakyBucket, (10, 6)),
         // Sub-second refill rounds up to 1 s.
         (q(1_000, 1_000, 10), Algorithm::Gcra, (10, 1)),
-        // Window algorithms: limit and period, whatever the burst.
-        (q(1, 1_000, 10), Algorithm::FixedWindow, (1, 1)),
-        (q(100, 60_000, 10), Algorithm::SlidingWindow, (100, 60)),
-        (q(100, 60_000, 10), Algorithm::SlidingLog, (100, 60)),
+        // The quota's own refill time, not the sum of rounded-up emission intervals:
+        // 7 × 142 857 143 ns is 1.000000001 s, but 7 per second advertises w=1.
+        (q(7, 1_000, 7), Algorithm::Gcra, (7, 1)),
+        (q(3, 1_000, 3), Algorithm::LeakyBucket, (3, 1)),
+        // The fastest rate a quota holds (1 per ns) still advertises its period.
+        (
+            q(1_000_000_000, 1_000, 1_000_000_000),
+            Algorithm::Gcra,
+            (1_000_000_000, 1),
+        ),
+        // Window algorithms: limit and period (they take no burst).
+        (q(1, 1_000, 1), Algorithm::FixedWindow, (1, 1)),
+        (q(100, 60_000, 100), Algorithm::SlidingWindow, (100, 60)),
+        (q(100, 60_000, 100), Algorithm::SlidingLog, (100, 60)),
     ] {
         let policy = Policy::new("p", quota).with_algorithm(algorithm);
         assert_eq!(advertised_quota(&policy), want, "{algorithm:?} {quota:?}");

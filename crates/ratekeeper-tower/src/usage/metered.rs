@@ -133,7 +133,7 @@ impl UsageRules {
             }
             match &usage.source {
                 Source::Header(name) => {
-                    let actual = match decimal(head.headers.get(name)) {
+                    let actual = match decimal(&head.headers, name) {
                         Some(actual) => actual,
                         None => {
                             kept(name, "response header", e.cost);
@@ -188,14 +188,23 @@ impl Started {
     }
 }
 
-/// A header or trailer value as a decimal `u64`, `None` when missing or garbled.
-fn decimal(value: Option<&http::HeaderValue>) -> Option<u64> {
-    let text = value?.to_str().ok()?.trim();
+/// The header or trailer `name` of `fields` as a decimal count, `None` when missing or
+/// garbled: not digits only, or the field repeated (two counts, neither to be trusted over
+/// the other). A count too large for `u64` is `u64::MAX`, which the charge caps like any
+/// other count above the policy's capacity.
+fn decimal(fields: &HeaderMap, name: &HeaderName) -> Option<u64> {
+    let mut values = fields.get_all(name).iter();
+    let value = values.next()?;
+    if values.next().is_some() {
+        return None;
+    }
+    let text = value.to_str().ok()?.trim();
     // `u64::from_str` takes a leading `+`; a count is digits only.
     if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    text.parse().ok()
+    // Digits only, so the parse fails only when the count overflows.
+    Some(text.parse().unwrap_or(u64::MAX))
 }
 
 /// The DEBUG event of a missing or garbled header or trailer.
@@ -204,7 +213,7 @@ fn kept(name: &HeaderName, what: &str, estimate: u64) {
         target: USAGE_TARGET,
         field = %name,
         estimate,
-        "{what} with the usage is missing or not a decimal count; the estimate is kept"
+        "{what} with the usage is missing, repeated or not a decimal count; the estimate is kept"
     );
 }
 
@@ -262,7 +271,7 @@ impl Metered {
     pub(crate) fn trailers(&mut self, trailers: &HeaderMap) {
         for count in &mut self.counts {
             match &mut count.how {
-                Counting::Trailer { name, value } => *value = decimal(trailers.get(&*name)),
+                Counting::Trailer { name, value } => *value = decimal(trailers, name),
                 Counting::Body { tally, so_far } => {
                     *so_far = tally.count(BodyEvent::Trailers(trailers));
                 }

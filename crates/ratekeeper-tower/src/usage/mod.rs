@@ -24,11 +24,17 @@
 //! The policies not named keep their charge (a requests-per-minute policy beside a
 //! tokens-per-minute one, say).
 //!
-//! | source | settled when | missing or not a decimal `u64` |
+//! | source | settled when | missing, repeated, or not digits only |
 //! |---|---|---|
 //! | [`Usage::header`] | the response head arrives | the estimate is kept |
 //! | [`Usage::trailer`] | the body ends or is dropped (with the trailer, if it came) | the estimate is kept |
 //! | [`Usage::body`] | the body ends, fails or is dropped | (the [`Tally`] always answers) |
+//!
+//! A header or trailer is read as a decimal count: ASCII digits only (no sign, no
+//! fraction), spaces around them allowed. A field that appears more than once (`5` and
+//! `50`) is garbled, as neither count can be trusted over the other. A count too large for
+//! a `u64` is not garbled: it is the largest count there is, and is charged like any count
+//! above the capacity (see [the bound](#the-bound)).
 //!
 //! A kept estimate is logged at DEBUG (target `ratekeeper::usage`); nothing on this path
 //! panics, and a charge is never lost: until the true cost is known the estimate stands.
@@ -57,7 +63,8 @@
 //! A reported true cost is charged at most the policy's capacity
 //! ([`Policy::capacity`](ratekeeper_core::Policy::capacity): its burst, or its limit for the
 //! window algorithms), or the estimate when that is larger. A response that reports more (a
-//! backend bug, or a header passed through from elsewhere) can empty the key's budget but
+//! backend bug, or a header passed through from elsewhere; also a count too large for a
+//! `u64`, such as `18446744073709551616`) can empty the key's budget but
 //! never lock the key out for longer than the policy takes to refill it whole; so `C` above
 //! is at most the capacity minus the smallest estimate.
 //!
@@ -182,9 +189,11 @@ enum Source {
 }
 
 impl Usage {
-    /// The true cost is the response header `name`, a decimal `u64` (such as
-    /// `x-usage-tokens: 312`). A response without it, or with a value that is not a decimal
-    /// `u64`, keeps the estimate (logged at DEBUG). The header is left on the response.
+    /// The true cost is the response header `name`, a decimal count (such as
+    /// `x-usage-tokens: 312`). A response without it, with the header more than once, or with
+    /// a value that is not digits only keeps the estimate (logged at DEBUG); a count above
+    /// the policy's capacity (also one too large for a `u64`) is charged the capacity. The
+    /// header is left on the response.
     pub fn header(name: HeaderName) -> Self {
         Self {
             source: Source::Header(name),
@@ -192,9 +201,11 @@ impl Usage {
     }
 
     /// The true cost is the trailer `name` of the response body (HTTP/2 or chunked HTTP/1.1
-    /// trailers, gRPC-style), a decimal `u64`. The charge is settled when the body ends, fails
-    /// or is dropped, with the trailer if it came; without it (or with a value that is not a
-    /// decimal `u64`) the estimate is kept (logged at DEBUG).
+    /// trailers, gRPC-style), a decimal count. The charge is settled when the body ends, fails
+    /// or is dropped, with the trailer if it came; without it (or with the trailer more than
+    /// once, or a value that is not digits only) the estimate is kept (logged at DEBUG); a
+    /// count above the policy's capacity (also one too large for a `u64`) is charged the
+    /// capacity.
     pub fn trailer(name: HeaderName) -> Self {
         Self {
             source: Source::Trailer(name),

@@ -165,23 +165,53 @@ async fn a_usage_above_the_estimate_is_charged_without_refusing() {
 
 /// A reported usage far beyond the policy (a backend bug, or `u64::MAX` passed through) is
 /// charged at most the policy's capacity: the key's budget is empty, but the next request
-/// waits one refill of the whole burst, not centuries.
+/// waits one refill of the whole burst, not centuries. A count too large for `u64` is the
+/// same: charged the capacity, not taken for garbled.
 #[tokio::test]
 async fn a_usage_beyond_the_capacity_is_charged_the_capacity() {
+    for value in [
+        "18446744073709551615",
+        "18446744073709551616",
+        "99999999999999999999999",
+    ] {
+        let layer = builder()
+            .usage("tokens", Usage::header(TOKENS))
+            .build()
+            .unwrap();
+        let mut svc = layer.layer(service_fn(move |_req: Request<()>| async move {
+            let res = Response::builder()
+                .header(TOKENS, value)
+                .body(String::new());
+            Ok::<_, Infallible>(res.unwrap())
+        }));
+        let res = svc.ready().await.unwrap().call(ask(50)).await.unwrap();
+        assert_eq!(res.status(), StatusCode::OK);
+        // 1000 tokens a day, all charged: the next token is one emission interval away
+        // (86.4 s), not u64::MAX of them.
+        let probe = svc.ready().await.unwrap().call(ask(1)).await.unwrap();
+        assert_eq!(probe.status(), StatusCode::TOO_MANY_REQUESTS, "{value}");
+        assert_eq!(probe.headers()["retry-after"], "87", "{value}");
+    }
+}
+
+/// The same for a trailer: a count too large for `u64` is charged the capacity.
+#[tokio::test]
+async fn a_trailer_beyond_u64_is_charged_the_capacity() {
     let layer = builder()
-        .usage("tokens", Usage::header(TOKENS))
+        .usage("tokens", Usage::trailer(TOKENS))
         .build()
         .unwrap();
-    let mut svc = layer.layer(service_fn(|_req: Request<()>| async {
-        let res = Response::builder()
-            .header(TOKENS, u64::MAX.to_string())
-            .body(String::new());
-        Ok::<_, Infallible>(res.unwrap())
+    let mut svc = layer.layer(service_fn(|req: Request<()>| async move {
+        let streamed = req.headers()["max-tokens"] != "1";
+        let trailers = streamed.then(|| {
+            let mut t = HeaderMap::new();
+            t.insert(TOKENS, HeaderValue::from_static("18446744073709551616"));
+            t
+        });
+        Ok::<_, Infallible>(Response::new(Frames::new(&["a"], trailers, false)))
     }));
     let res = svc.ready().await.unwrap().call(ask(50)).await.unwrap();
-    assert_eq!(res.status(), StatusCode::OK);
-    // 1000 tokens a day, all charged: the next token is one emission interval away
-    // (86.4 s), not u64::MAX of them.
+    res.into_body().collect().await.unwrap();
     let probe = svc.ready().await.unwrap().call(ask(1)).await.unwrap();
     assert_eq!(probe.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(probe.headers()["retry-after"], "87");
@@ -189,13 +219,16 @@ async fn a_usage_beyond_the_capacity_is_charged_the_capacity() {
 
 #[tokio::test]
 async fn a_missing_or_garbled_header_keeps_the_estimate() {
-    for value in [
-        None,
-        Some("lots"),
-        Some("-5"),
-        Some("+5"),
-        Some(""),
-        Some("99999999999999999999999"),
+    // A repeated field (two counts, 5 and 50) is garbled too: neither is trusted.
+    for values in [
+        &[][..],
+        &["lots"],
+        &["-5"],
+        &["+5"],
+        &[""],
+        &["5", "50"],
+        &["50", "5"],
+        &["5", "5"],
     ] {
         let layer = builder()
             .usage("tokens", Usage::header(TOKENS))
@@ -204,9 +237,9 @@ async fn a_missing_or_garbled_header_keeps_the_estimate() {
         let mut svc = layer.layer(service_fn(move |req: Request<()>| async move {
             let mut res = Response::new(String::new());
             if req.headers().contains_key("max-tokens") {
-                if let Some(v) = value {
+                for v in values {
                     res.headers_mut()
-                        .insert(TOKENS, HeaderValue::from_str(v).unwrap());
+                        .append(TOKENS, HeaderValue::from_str(v).unwrap());
                 }
             }
             Ok::<_, Infallible>(res)
@@ -225,7 +258,7 @@ async fn a_missing_or_garbled_header_keeps_the_estimate() {
             .await
             .unwrap();
         // The probe sends `max-tokens` too, and gets the same value: a kept estimate of 1.
-        assert_eq!(remaining(&probe), 699, "header value {value:?}");
+        assert_eq!(remaining(&probe), 699, "header values {values:?}");
     }
 }
 
@@ -254,6 +287,28 @@ async fn a_trailer_settles_the_charge_when_the_body_ends() {
     assert_eq!(collected.trailers().unwrap()[TOKENS], "7");
     // 1000 - 7 - 1 (the first probe, kept: no trailer) - 1 (this probe).
     assert_eq!(tokens_left(&mut svc).await, 992);
+}
+
+/// A repeated trailer (5 and 50) is garbled: the estimate is kept.
+#[tokio::test]
+async fn a_repeated_trailer_keeps_the_estimate() {
+    let layer = builder()
+        .usage("tokens", Usage::trailer(TOKENS))
+        .build()
+        .unwrap();
+    let mut svc = layer.layer(service_fn(|_req: Request<()>| async {
+        let mut t = HeaderMap::new();
+        t.append(TOKENS, HeaderValue::from_static("5"));
+        t.append(TOKENS, HeaderValue::from_static("50"));
+        Ok::<_, Infallible>(Response::new(Frames::new(&["a"], Some(t), false)))
+    }));
+    let res = svc.ready().await.unwrap().call(ask(300)).await.unwrap();
+    let collected = res.into_body().collect().await.unwrap();
+    assert_eq!(
+        collected.trailers().unwrap().get_all(TOKENS).iter().count(),
+        2
+    );
+    assert_eq!(tokens_left(&mut svc).await, 700);
 }
 
 #[tokio::test]

@@ -184,33 +184,85 @@ impl ForwardedIp {
 
     /// The client address for a request from `peer`, or `None` to key on the peer.
     pub fn client_ip(&self, peer: IpAddr, headers: &HeaderMap) -> Option<IpAddr> {
+        match self.resolve(peer, headers) {
+            Client::Forwarded(ip) => Some(ip),
+            Client::Peer | Client::Unknown => None,
+        }
+    }
+
+    /// Who sent a request from `peer`, as these rules read it: the peer itself (it is not a
+    /// trusted proxy, or it forwarded no entry), the client its chain names, or nobody (the
+    /// chain does not parse, or holds too few entries or only trusted ones beyond
+    /// [`MAX_HOPS`]). [`client_ip`](Self::client_ip) keys the last case on the peer; the
+    /// layer's exempt networks exempt nobody for it.
+    pub(crate) fn resolve(&self, peer: IpAddr, headers: &HeaderMap) -> Client {
         let nat64 = self.peer.nat64_prefixes();
         let peer = normalize_ip(peer, nat64);
         if !self.trusted(peer) {
-            return None;
+            return Client::Peer;
         }
         let mut entries = Entries::new(headers, self.source, nat64);
-        match &self.trust {
-            Trust::Hops(n) => {
-                let n = usize::from(n.get());
-                for _ in 1..n {
-                    entries.next()?.ok()?;
-                }
-                entries.next()?.ok()
-            }
+        // The first entry tells a request without a chain (the proxy's own call, or an
+        // internal caller) from one whose chain names no client.
+        let Some(first) = entries.next() else {
+            return Client::Peer;
+        };
+        let named = match &self.trust {
+            Trust::Hops(n) => Self::hop(first, entries, n.get()),
             Trust::Cidrs(_) => {
-                let mut last = None;
-                for entry in entries {
-                    let ip = entry.ok()?;
-                    if !self.trusted(ip) {
-                        return Some(ip);
-                    }
-                    last = Some(ip);
-                }
-                last
+                Self::walk(std::iter::once(first).chain(entries), |ip| self.trusted(ip))
             }
-        }
+        };
+        named.map_or(Client::Unknown, Client::Forwarded)
     }
+
+    /// The `n`-th entry from the right (`first` is the first); `None` when the chain is
+    /// shorter or an entry up to it does not parse.
+    fn hop(
+        first: Result<IpAddr, ()>,
+        mut entries: impl Iterator<Item = Result<IpAddr, ()>>,
+        n: u8,
+    ) -> Option<IpAddr> {
+        let mut entry = first;
+        for _ in 1..n {
+            entry.ok()?;
+            entry = entries.next()?;
+        }
+        entry.ok()
+    }
+
+    /// The rightmost untrusted entry, or the leftmost when every entry is trusted; `None` at
+    /// the first entry that does not parse.
+    fn walk(
+        entries: impl Iterator<Item = Result<IpAddr, ()>>,
+        trusted: impl Fn(IpAddr) -> bool,
+    ) -> Option<IpAddr> {
+        let mut last = None;
+        for entry in entries {
+            let ip = entry.ok()?;
+            if !trusted(ip) {
+                return Some(ip);
+            }
+            last = Some(ip);
+        }
+        last
+    }
+
+    /// The NAT64 prefixes these rules read as IPv4 besides the well-known one.
+    pub(crate) fn nat64_prefixes(&self) -> &[Nat64Prefix] {
+        self.peer.nat64_prefixes()
+    }
+}
+
+/// Who sent a request, as a [`ForwardedIp`]'s trust rules read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Client {
+    /// The TCP peer: it is not a trusted proxy, or it forwarded no entry.
+    Peer,
+    /// The client a trusted proxy's chain names (normal form).
+    Forwarded(IpAddr),
+    /// A trusted proxy forwarded a chain that names no client.
+    Unknown,
 }
 
 impl KeyExtractor for ForwardedIp {
@@ -223,5 +275,9 @@ impl KeyExtractor for ForwardedIp {
             .ip();
         let ip = self.client_ip(peer, req.headers()).unwrap_or(peer);
         Ok(self.peer.key_for(ip))
+    }
+
+    fn trusted_proxies(&self) -> Option<&ForwardedIp> {
+        Some(self)
     }
 }

@@ -286,3 +286,95 @@ fn long_chains_fall_back_to_the_peer() {
         "ip:10.0.0.5"
     );
 }
+
+/// `resolve` (what exempt networks are matched by) tells the peer's own request from a
+/// forwarded client and from a chain that names nobody; `client_ip` keys the last on the
+/// peer, and never skips an unparsable entry on the way to the `n`-th hop.
+#[test]
+fn resolve_tells_the_peer_a_forwarded_client_and_an_unreadable_chain_apart() {
+    let headers = |name: &str, values: &[&str]| {
+        let mut map = HeaderMap::new();
+        for v in values {
+            map.append(
+                HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                http::HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        map
+    };
+    let xff = |values: &[&str]| headers("x-forwarded-for", values);
+    let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+    let proxy = ip("10.0.0.5");
+    let cidrs = trusting();
+    let hops = ForwardedIp::hops(NonZeroU8::new(2).unwrap());
+    let forwarded = |s: &str| Client::Forwarded(ip(s));
+    for (rules, peer, chain, expected) in [
+        // Not a trusted proxy: the peer, whatever the header says.
+        (
+            &cidrs,
+            ip("203.0.113.9"),
+            xff(&["198.51.100.7"]),
+            Client::Peer,
+        ),
+        // A trusted proxy without a chain: its own call.
+        (&cidrs, proxy, HeaderMap::new(), Client::Peer),
+        (
+            &cidrs,
+            proxy,
+            xff(&["198.51.100.7"]),
+            forwarded("198.51.100.7"),
+        ),
+        (
+            &cidrs,
+            proxy,
+            xff(&["198.51.100.7", "10.0.0.9"]),
+            forwarded("198.51.100.7"),
+        ),
+        // Every entry trusted: the leftmost, an internal caller.
+        (
+            &cidrs,
+            proxy,
+            xff(&["10.0.0.7, 10.0.0.9"]),
+            forwarded("10.0.0.7"),
+        ),
+        (
+            &cidrs,
+            proxy,
+            xff(&["198.51.100.7, not-an-ip"]),
+            Client::Unknown,
+        ),
+        (&cidrs, proxy, xff(&[""]), Client::Unknown),
+        // The rules read `X-Forwarded-For`: a `Forwarded` header is no chain of theirs.
+        (
+            &cidrs,
+            proxy,
+            headers("forwarded", &["for=198.51.100.7"]),
+            Client::Peer,
+        ),
+        (&hops, proxy, HeaderMap::new(), Client::Peer),
+        (
+            &hops,
+            proxy,
+            xff(&["198.51.100.7, 10.0.0.9"]),
+            forwarded("198.51.100.7"),
+        ),
+        // Too short for two hops, or an unparsable entry on the way: nobody.
+        (&hops, proxy, xff(&["10.0.0.9"]), Client::Unknown),
+        (
+            &hops,
+            proxy,
+            xff(&["198.51.100.7, garbage"]),
+            Client::Unknown,
+        ),
+    ] {
+        assert_eq!(rules.resolve(peer, &chain), expected, "{peer} {chain:?}");
+        let keyed = match expected {
+            Client::Forwarded(ip) => Some(ip),
+            Client::Peer | Client::Unknown => None,
+        };
+        assert_eq!(rules.client_ip(peer, &chain), keyed, "{peer} {chain:?}");
+    }
+    // More than `MAX_HOPS` trusted entries: nobody.
+    let long = vec!["10.0.0.7"; MAX_HOPS + 1].join(", ");
+    assert_eq!(cidrs.resolve(proxy, &xff(&[&long])), Client::Unknown);
+}

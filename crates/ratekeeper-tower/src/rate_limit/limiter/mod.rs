@@ -20,6 +20,7 @@ use ratekeeper_core::store::{
 use smallvec::SmallVec;
 use tokio::time::Instant;
 
+mod exempt;
 mod respond;
 
 pub(crate) use respond::{FAILED, NO_RESPONSE, Respond};
@@ -32,9 +33,9 @@ use super::ticket::Ticket;
 use crate::cost::Cost;
 use crate::degraded::{Degrade, StoreDegraded};
 use crate::info::Info;
-use crate::key::{KeyExtractor, PeerIp};
+use crate::key::KeyExtractor;
 use crate::policy::{AllPolicies, Applied, Plan, Resolve, Rules};
-use crate::report::Reporter;
+use crate::report::{Reporter, Unavailable};
 use crate::usage::UsageRules;
 
 /// What the layer does with a request once the store decided. Every verdict but
@@ -86,6 +87,8 @@ pub(crate) struct Limiter<K, Co, St, R = AllPolicies> {
     pub(crate) diag: Diagnostics,
     /// The policies settled from the response (a header, a trailer, the body).
     pub(crate) usage: UsageRules,
+    /// The 503 when the store cannot decide and fails closed.
+    pub(crate) unavailable: Unavailable,
 }
 
 impl<K, Co, St, R> Limiter<K, Co, St, R> {
@@ -109,13 +112,8 @@ impl<K, Co, St, R> Limiter<K, Co, St, R> {
         if rules.exempt_preflight && crate::cors::is_preflight(req) {
             return Prepared::Exempt;
         }
-        if !rules.exempt_networks.is_empty() {
-            if let Some(peer) = PeerIp::peer_addr(req) {
-                let ip = crate::key::normalize_ip(peer.ip(), &rules.nat64);
-                if rules.exempt_networks.iter().any(|n| n.contains(&ip)) {
-                    return Prepared::Exempt;
-                }
-            }
+        if !rules.exempt_networks.is_empty() && self.network_exempt(req) {
+            return Prepared::Exempt;
         }
         let (key, key_error) = match self.key.extract(req) {
             Ok(key) => (key, None),
@@ -387,9 +385,14 @@ fn denied_charge<'a>(applied: &'a Applied, decisions: &Decisions) -> (&'a Key, u
 /// [`StoreDegraded`], for a fallback or handler to read) or gets a 503
 /// ([`FailurePolicy::Deny`]: failing closed is not a rate limit, so not a 429).
 ///
-/// `None`: the request goes on (fail open or degrade); `Some`: the 503 to answer with.
+/// `None`: the request goes on (fail open or degrade); `Some`: the 503 to answer with, the
+/// limiter's `unavailable`.
 #[cold]
-pub(crate) fn store_failed(err: &StoreError, extensions: &mut Extensions) -> Option<Answer> {
+pub(crate) fn store_failed(
+    err: &StoreError,
+    extensions: &mut Extensions,
+    unavailable: &Unavailable,
+) -> Option<Answer> {
     // `Local` and `FailSoft` are answered inside the store; should one ever reach the layer,
     // it fails open.
     let action = match err.failure_policy() {
@@ -398,7 +401,7 @@ pub(crate) fn store_failed(err: &StoreError, extensions: &mut Extensions) -> Opt
     };
     if action == FailurePolicy::Deny {
         tracing::debug!(error = %err, "rate-limit store could not decide; answering 503 (fail closed)");
-        return Some(Answer::unavailable());
+        return Some(Answer::unavailable(unavailable));
     }
     tracing::debug!(error = %err, %action, "rate-limit store could not decide; the request goes on without rate-limit headers");
     extensions.insert(StoreDegraded { action });
@@ -434,6 +437,8 @@ pub(crate) trait Erased<SF>: Respond {
     fn release(&self, ticket: &Ticket, decisions: &Decisions);
     /// This limiter as a settlement holds it.
     fn responder(self: Arc<Self>) -> Arc<dyn Respond>;
+    /// The 503 when the store cannot decide and fails closed (see [`store_failed`]).
+    fn unavailable(&self) -> &Unavailable;
 }
 
 impl<K, Co, St, R> Erased<St::Future> for Limiter<K, Co, St, R>
@@ -476,6 +481,10 @@ where
 
     fn responder(self: Arc<Self>) -> Arc<dyn Respond> {
         self
+    }
+
+    fn unavailable(&self) -> &Unavailable {
+        &self.unavailable
     }
 }
 
