@@ -550,3 +550,111 @@ async fn a_check_reaching_redis_after_its_deadline_charges_nothing() {
     let stats = store.stats();
     assert_eq!((stats.degraded, stats.redis_decisions), (1, 2), "{stats:?}");
 }
+
+/// A Cluster with a primary down is not ready until its replica takes over: the prober's
+/// fresh connection reaches the other primaries, but readiness asks every primary the slot
+/// map names, so the breaker stays open (every decision answered at once by the failure
+/// policy, none waiting on the dead slot) until the promotion, and then the store recovers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_with_a_primary_down_is_not_ready_until_its_replica_takes_over() {
+    let mut cluster = RedisCluster::start();
+    let urls = cluster.urls();
+    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+    // One failure opens the breaker, and for longer than the failover takes: only the
+    // prober can close it in this test.
+    let mut store = store(FailurePolicy::Allow)
+        .breaker(1, Duration::from_secs(60))
+        .cluster(&nodes)
+        .await
+        .expect("cluster store");
+    let api = ratekeeper_axum::core::store::Store::register(
+        &mut store,
+        &Policy::new(
+            "api",
+            Quota::per_hour(NonZeroU32::new(1_000).expect("1000")),
+        ),
+    )
+    .expect("register");
+    let key = Key::from("dead-slot");
+    let redis_key = store.redis_key(api, &key).expect("redis key");
+    store
+        .check_async(&[(api, key.clone(), 1)])
+        .await
+        .expect("decided by Redis before the fault");
+    assert!(store.is_ready());
+
+    let primary = cluster.primary_for(&redis_key);
+    let port = cluster.nodes[primary].port().to_string();
+    let replica = cluster
+        .nodes
+        .iter()
+        .position(|n| {
+            n.cli(&["ROLE"]).is_some_and(|r| {
+                let mut lines = r.lines();
+                lines.next() == Some("slave") && lines.nth(1) == Some(port.as_str())
+            })
+        })
+        .expect("the primary has a replica");
+    tokio::task::block_in_place(|| cluster.nodes[primary].kill());
+
+    // Until the replica is a primary of a Cluster that is ok again (at most 20 s).
+    let began = Instant::now();
+    let mut first_failure = None;
+    let mut after_open = 0u32;
+    loop {
+        assert!(
+            began.elapsed() < Duration::from_secs(20),
+            "no promotion within 20 s"
+        );
+        let promoted = tokio::task::block_in_place(|| {
+            cluster.nodes[replica]
+                .cli(&["ROLE"])
+                .is_some_and(|r| r.starts_with("master"))
+        });
+        if promoted {
+            break;
+        }
+        let sent = Instant::now();
+        let result = store.check_async(&[(api, key.clone(), 1)]).await;
+        let took = sent.elapsed();
+        if first_failure.is_none() {
+            if let Err(err) = &result {
+                assert!(err.is_unavailable(), "{err:?}");
+                first_failure = Some(began.elapsed());
+            }
+        } else {
+            // Once the breaker opened, it stays open: nothing waits on the dead slot, and
+            // the store does not read as ready while the slot has no primary.
+            let err = result.expect_err("the breaker is open while the slot is down");
+            assert!(err.is_unavailable(), "{err:?}");
+            assert!(
+                took < DEADLINE,
+                "a decision waited {took:?} with the breaker open"
+            );
+            assert!(
+                store.is_breaker_open(),
+                "the breaker closed before the promotion"
+            );
+            assert!(!store.is_ready(), "ready before the promotion");
+            after_open += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(first_failure.is_some(), "the dead slot never failed");
+    assert!(after_open > 0, "no decision while the slot was down");
+
+    // The replica took over: the prober makes a connection ready and closes the breaker.
+    let promoted_at = Instant::now();
+    while !store.is_ready() {
+        assert!(
+            promoted_at.elapsed() < Duration::from_secs(20),
+            "not ready 20 s after the promotion"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let d = store
+        .check_async(&[(api, key.clone(), 1)])
+        .await
+        .expect("decided by Redis after the promotion");
+    assert!(d.is_allowed());
+}

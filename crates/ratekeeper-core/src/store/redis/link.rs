@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 use redis::aio::{ConnectionLike, MultiplexedConnection};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisFuture, Value};
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, Value};
 
 use super::script::redis_failure;
 use crate::store::StoreError;
@@ -249,9 +250,13 @@ impl Link {
         }
     }
 
-    /// Makes `fresh` ready in one round trip (on a Cluster, one per primary): loads every
-    /// script (`SCRIPT LOAD`; on a Cluster on every primary, so it fails while a primary
-    /// is unreachable) and reads Redis `TIME` (µs) last, which it returns.
+    /// Makes `fresh` ready in one round trip (on a Cluster, a few per primary): loads every
+    /// script (`SCRIPT LOAD`; on a Cluster on every primary it reached) and reads Redis
+    /// `TIME` (µs) last, which it returns.
+    ///
+    /// On a Cluster it also checks that every slot is served ([`every_slot_served`]), so it
+    /// fails while a primary is down and its replica not yet promoted: a connection that
+    /// reaches only the other primaries is not ready.
     pub(super) async fn ready(fresh: &mut Fresh) -> Result<u64, StoreError> {
         let mut pipe = redis::pipe();
         for script in SCRIPTS {
@@ -274,6 +279,7 @@ impl Link {
                         .await
                         .map_err(redis_failure)?;
                 }
+                every_slot_served(c).await?;
                 redis::cmd("TIME")
                     .query_async(c)
                     .await
@@ -340,6 +346,101 @@ impl Link {
             value => Ok(value),
         }
     }
+}
+
+/// The number of hash slots of a Redis Cluster.
+const CLUSTER_SLOTS: u64 = 16_384;
+
+/// Checks that every slot of the Cluster behind `c` is served: the slot map (`CLUSTER
+/// SLOTS`, from any node) covers all 16 384 slots, and each primary it names answers
+/// `CLUSTER INFO` on the connection's own link to it with `cluster_state:ok`.
+///
+/// The Cluster connection keeps no link to a primary it could not reach, and its fan-out
+/// commands (`SCRIPT LOAD`) skip such a primary, so only this check notices one that is
+/// down: its slots stay mapped to it until its replica is promoted, and the probe sent to
+/// its address fails. Once the live nodes agree it failed they report `cluster_state:fail`
+/// until the promotion, which fails the check too.
+///
+/// # Errors
+///
+/// A store-unavailable [`StoreError`] naming how much of the slot map is covered or which
+/// primary does not serve, or the failure of a command.
+async fn every_slot_served(c: &mut ClusterConnection) -> Result<(), StoreError> {
+    let slots: Value = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query_async(c)
+        .await
+        .map_err(redis_failure)?;
+    let (covered, primaries) = primaries_of(&slots)?;
+    if covered != CLUSTER_SLOTS {
+        return Err(not_served(format!(
+            "the Cluster serves {covered} of {CLUSTER_SLOTS} slots"
+        )));
+    }
+    for (host, port) in primaries {
+        let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+            host: host.clone(),
+            port,
+        });
+        let mut info = redis::cmd("CLUSTER");
+        info.arg("INFO");
+        let reply = c
+            .route_command(info, routing)
+            .await
+            .map_err(|e| not_served(format!("primary {host}:{port} unreachable: {e}")))?;
+        let text = String::from_redis_value(reply)
+            .map_err(|e| not_served(format!("primary {host}:{port}: {e}")))?;
+        if !text.lines().any(|l| l.trim() == "cluster_state:ok") {
+            return Err(not_served(format!(
+                "primary {host}:{port} reports the Cluster down"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The number of slots a `CLUSTER SLOTS` reply covers, and the address of each primary it
+/// names (each once).
+fn primaries_of(slots: &Value) -> Result<(u64, Vec<(String, u16)>), StoreError> {
+    let malformed = || not_served("malformed CLUSTER SLOTS reply".to_owned());
+    let Value::Array(ranges) = slots else {
+        return Err(malformed());
+    };
+    let mut covered = 0u64;
+    let mut primaries: Vec<(String, u16)> = Vec::new();
+    for range in ranges {
+        let Value::Array(fields) = range else {
+            return Err(malformed());
+        };
+        let (Some(Value::Int(start)), Some(Value::Int(end)), Some(Value::Array(primary))) =
+            (fields.first(), fields.get(1), fields.get(2))
+        else {
+            return Err(malformed());
+        };
+        let host: String = primary
+            .first()
+            .and_then(|h| String::from_redis_value_ref(h).ok())
+            .ok_or_else(malformed)?;
+        let port = match primary.get(1) {
+            Some(Value::Int(p)) => u16::try_from(*p).map_err(|_| malformed())?,
+            _ => return Err(malformed()),
+        };
+        let width = u64::try_from(end.saturating_sub(*start).saturating_add(1)).unwrap_or(0);
+        covered = covered.saturating_add(width);
+        if !primaries.iter().any(|(h, p)| *h == host && *p == port) {
+            primaries.push((host, port));
+        }
+    }
+    Ok((covered, primaries))
+}
+
+/// The error of a Cluster with a slot that is not served.
+fn not_served(why: String) -> StoreError {
+    redis_failure(redis::RedisError::from((
+        redis::ErrorKind::Client,
+        "Redis Cluster not ready",
+        why,
+    )))
 }
 
 /// A clone of the connection in use, for one call.
