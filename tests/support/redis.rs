@@ -305,8 +305,8 @@ impl RedisCluster {
     /// every node reports `cluster_state:ok`.
     ///
     /// On a loaded machine `redis-cli` can give up while the nodes are still meeting (it
-    /// waits on gossip): a failed creation is retried on six fresh servers, at most
-    /// [`CLUSTER_ATTEMPTS`] times in all. This is set-up, not a check of ratekeeper.
+    /// waits on gossip): a failed creation is retried on six fresh servers, at most 3
+    /// times in all. This is set-up, not a check of ratekeeper.
     ///
     /// # Panics
     ///
