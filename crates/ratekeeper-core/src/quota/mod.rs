@@ -294,6 +294,7 @@ impl Quota {
 mod parse;
 
 pub use parse::{QuotaParseError, QuotaPart};
+#[cfg(feature = "serde")]
 pub(crate) use parse::{parse_duration_nanos, write_duration_nanos};
 
 #[cfg(test)]
