@@ -3,7 +3,7 @@
 # quota through a real redis-server (or a 3 + 3 Redis Cluster) while a fault is injected:
 # kill -9 an instance, SIGSTOP Redis 200 ms, restart Redis, kill the Cluster primary holding
 # the key. Offered load 2x the quota (200/s, burst 200, one key); admitted units counted in
-# every sliding 1 s window. Prints the markdown table of BENCHMARKS.md ("Fleet").
+# every sliding 1 s window. Prints the markdown table of BENCHMARKS.md ("Fleet harness").
 #
 #   scripts/fleet.sh                         # the whole table (about 5 minutes)
 #   scripts/fleet.sh tiered                  # the same faults on the tiered store (no Cluster)
