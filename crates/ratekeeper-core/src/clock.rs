@@ -45,9 +45,8 @@ pub trait Clock: Send + Sync + 'static {
 ///
 /// Reads the CPU's time-stamp counter through [`quanta`] (the clock governor uses too),
 /// scaled to nanoseconds by a multiply and a shift. Where no invariant counter is available,
-/// `quanta` reads `CLOCK_MONOTONIC` instead. On an x86-64 Linux machine (the project's
-/// benchmark machine) a read costs about 17 ns, against about 50 ns for
-/// [`std::time::Instant::elapsed`].
+/// `quanta` reads `CLOCK_MONOTONIC` instead. A read is cheaper than
+/// [`std::time::Instant::elapsed`] (figures in the repository's `BENCHMARKS.md`).
 ///
 /// The first clock created in a process calibrates the counter against the OS monotonic
 /// clock (about 1 ms, at most 200 ms); later ones reuse that calibration. Clones share the

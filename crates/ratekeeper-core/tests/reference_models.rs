@@ -1,6 +1,6 @@
 //! Every algorithm against a plain reference model, decision by decision, on random traces
-//! (times, costs, keys) run through the memory store; and the DESIGN §3 meaning of
-//! `remaining`, `reset_after` and `retry_after` checked on the models by brute force.
+//! (times, costs, keys) run through the memory store; and the meaning of `remaining`,
+//! `reset_after` and `retry_after` (see `Decision`) checked on the models by brute force.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -77,11 +77,11 @@ fn model_peek<M: Model>(m: &M, now: u64, cost: u64) -> Decision {
     )
 }
 
-/// DESIGN §3 on the model: retry_after is exact, reset_after is the time to "absent",
+/// `Decision`'s meaning on the model: retry_after is exact, reset_after is the time to "absent",
 /// remaining never exceeds the capacity.
 fn check_semantics<M: Model>(m: &M, d: &Decision, now: u64, cost: u64) {
     assert!(u64::from(d.remaining()) <= m.capacity());
-    // Case B37: the advertised quota bounds Remaining.
+    // The advertised quota bounds Remaining.
     assert!(d.remaining() <= d.limit(), "remaining above limit: {d:?}");
     if let Some(r) = d.retry_after() {
         let r = u64::try_from(r.as_nanos()).unwrap();
@@ -122,7 +122,7 @@ impl Model for TokenBucket {
             t,
             tau,
             burst: q.burst().into(),
-            // Case B37: the advertised limit of the token-bucket family is the capacity.
+            // The advertised limit of the token-bucket family is the capacity.
             limit: q.burst(),
             level: tau,
             last: 0,
@@ -176,7 +176,7 @@ impl Model for Water {
             t,
             tau: t * u64::from(q.burst()),
             burst: q.burst().into(),
-            // Case B37: the advertised limit of the token-bucket family is the capacity.
+            // The advertised limit of the token-bucket family is the capacity.
             limit: q.burst(),
             water: 0,
             last: 0,
@@ -735,7 +735,7 @@ proptest! {
                 let d = decisions.as_slice()[0];
                 prop_assert_eq!(d.is_cannot_fit(), cost > capacity, "{} cost {}", algorithm, cost);
                 prop_assert!(u64::from(d.remaining()) <= capacity);
-                // Case B37: the advertised quota bounds Remaining, for every algorithm.
+                // The advertised quota bounds Remaining, for every algorithm.
                 prop_assert!(d.remaining() <= d.limit(), "{}: {:?}", algorithm, d);
                 prop_assert_eq!(d.limit(), policy.advertised().0);
                 if let Some(r) = d.retry_after() {
@@ -756,7 +756,9 @@ proptest! {
 
 #[test]
 fn registration_rejects_nothing_valid_and_quota_rejects_everything_invalid() {
-    // Invalid configurations are typed errors, for every algorithm (B11 C1-C4).
+    // Invalid configurations (zero, negative, huge: the values of
+    // https://github.com/spring-cloud/spring-cloud-gateway/issues/168) are typed errors, for
+    // every algorithm.
     assert!(
         Quota::new(0, Duration::from_secs(1))
             .unwrap_err()
@@ -824,13 +826,13 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 128, failure_persistence: None, ..ProptestConfig::default() })]
 
-    /// Refunds of stale receipts (the charge's window closed, its log entry expired, the
-    /// bucket drained it) give back nothing (case B26), so however many of them arrive the
-    /// quota still holds over every admission, counted without any deduction: at most
-    /// `limit` per aligned window (fixed window), at most `limit` in any `(t - W, t]`
-    /// (sliding log), and `units * T <= tau + (t_j - t_i)` between any two admissions (GCRA,
-    /// leaky bucket). (The sliding window counter only bounds an estimate; its refunds are
-    /// compared with the event model above.)
+    /// Refunds of stale receipts (the charge's window closed, its log entry expired, the bucket
+    /// drained it) give back nothing, so however many of them arrive the quota still holds over
+    /// every admission, counted without any deduction: at most `limit` per aligned window
+    /// (fixed window), at most `limit` in any `(t - W, t]` (sliding log), and
+    /// `units * T <= tau + (t_j - t_i)` between any two admissions (GCRA, leaky bucket). (The
+    /// sliding window counter only bounds an estimate; its refunds are compared with the event
+    /// model above.)
     #[test]
     fn stale_refunds_never_let_more_than_the_limit_through(
         algorithm in prop::sample::select(vec![
@@ -897,10 +899,10 @@ proptest! {
     }
 }
 
-/// A case the proptest found (CI, session 4): two charges at one instant (8, then 1),
-/// refunded in the other order (1, then 8). The model used to give the second refund back
-/// from no event (it looked for one event holding all 8 units) while the store counts both
-/// charges in one window count: the model, not the store, was wrong.
+/// A case the proptest found: two charges at one instant (8, then 1), refunded in the other
+/// order (1, then 8). The model used to give the second refund back from no event (it looked
+/// for one event holding all 8 units) while the store counts both charges in one window count:
+/// the model, not the store, was wrong.
 #[test]
 fn sliding_window_refunds_of_charges_at_one_instant() {
     let step = |dt, cost, refund| Step {

@@ -68,9 +68,11 @@ fn cost_n_charges_n_and_denial_charges_nothing() {
     assert_eq!(run(&g, &mut tat, 0, 6).remaining(), 0);
 }
 
+/// A cost above the burst can never fit (the report
+/// <https://github.com/boinkor-net/governor/issues/11>: it was answered "not yet"): burst 10,
+/// 1 per 100 ms, cost 11.
 #[test]
 fn cost_larger_than_burst_can_never_fit_and_changes_nothing() {
-    // Case B10: burst 10, 1 per 100 ms.
     let g = gcra(10, Duration::from_secs(1), 10);
     let mut tat = 0;
     let d = run(&g, &mut tat, 0, 11);
@@ -132,9 +134,11 @@ fn saturating_at_extreme_quotas_and_clocks() {
     }
 }
 
+/// A huge period (configuration values of
+/// <https://github.com/spring-cloud/spring-cloud-gateway/issues/168>): 1 per ~584 years
+/// (the most u64 ns hold) denies the second request with a finite retry.
 #[test]
 fn limit_one_per_huge_period_denies_second_with_finite_retry() {
-    // Case B11 C8 (within u64 ns): 1 per ~584 years.
     let g = gcra(1, Duration::from_nanos(u64::MAX), 1);
     let mut tat = 0;
     assert!(run(&g, &mut tat, 0, 1).is_allowed());
@@ -142,9 +146,11 @@ fn limit_one_per_huge_period_denies_second_with_finite_retry() {
     assert_eq!(d.retry_after(), Some(Duration::from_nanos(u64::MAX)));
 }
 
+/// A huge rate (configuration values of
+/// <https://github.com/spring-cloud/spring-cloud-gateway/issues/168>): 2e9 per second with
+/// burst 2e9 admits them all at t = 0.
 #[test]
 fn huge_rate_admits_all_at_frozen_time() {
-    // Case B11 C7, scaled: 2e9 per second with burst 2e9 at t = 0.
     let q = Quota::per_second(NonZeroU32::new(2_000_000_000).unwrap());
     let g = Gcra::new(&q);
     let mut tat = 0;
@@ -242,8 +248,9 @@ fn refunds_give_back_only_what_the_charge_still_holds() {
     // A later charge (stamp 60 s) that already proceeded: give back the undrained part
     // of the first charge (20 s at t = 10 s), never moving the TAT below now.
     assert_eq!(g.refunded(2 * t, 10 * S, 1, t), 40 * S);
-    // Case B26: the charge of t = 0 was drained long ago; the bucket is full of new
-    // charges at 120 s (TAT 180 s): the late refund gives back nothing.
+    // A late refund (as in https://github.com/express-rate-limit/express-rate-limit/pull/647):
+    // the charge of t = 0 was drained long ago; the bucket is full of new charges at 120 s
+    // (TAT 180 s): the refund gives back nothing.
     assert_eq!(g.refunded(180 * S, 120 * S, 1, t), 180 * S);
     // Burst 1, T = 1 s: a reservation waits behind the charge (TAT 2 s - tau > now):
     // nothing, or a newcomer would pass at the waiter's instant.
@@ -253,9 +260,10 @@ fn refunds_give_back_only_what_the_charge_still_holds() {
     assert_eq!(one.refunded(u64::MAX, u64::MAX - 1, u64::MAX, u64::MAX), 0);
 }
 
-/// Case B27 on the pure algorithm: a TAT written under "1 per 3,600,000 ms, burst 1",
-/// read at t = 1,000 ms under "100 per 60,000 ms, burst 100", is clamped to now + tau:
-/// no wait longer than the new quota needs from empty (60 s), Reset at most 60 s.
+/// A quota changed between deploys (<https://github.com/3scale/APIcast/issues/667>), on the
+/// pure algorithm: a TAT written under "1 per 3,600,000 ms, burst 1", read at t = 1,000 ms
+/// under "100 per 60,000 ms, burst 100", is clamped to now + tau: no wait longer than the new
+/// quota needs from empty (60 s), Reset at most 60 s.
 #[test]
 fn state_from_an_old_quota_is_clamped_to_the_quota_in_force() {
     let old = gcra(1, Duration::from_secs(3_600), 1);
@@ -277,7 +285,7 @@ fn state_from_an_old_quota_is_clamped_to_the_quota_in_force() {
     assert_eq!(new.in_force(0, now), now);
 }
 
-/// Case B37: a decision's limit is the capacity, so Remaining never exceeds it.
+/// A decision's limit is the capacity, so Remaining never exceeds it.
 #[test]
 fn a_decisions_limit_is_the_burst() {
     // P1: 1 per 1,000 ms, burst 10. P2: 100 per 60,000 ms, burst 10.

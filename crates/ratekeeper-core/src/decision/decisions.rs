@@ -33,7 +33,8 @@ pub struct Decisions {
 /// heap block; zero or three and more two boxed slices (an empty one does not allocate, so
 /// no policy, or decisions without receipts, take less). Keeping two inline too would make
 /// every answer 96 bytes, and its copies cost the one-policy check more than the block
-/// costs two policies (measured: 1 to 2 ns per check against about 150 instructions).
+/// costs two policies (measured in `BENCHMARKS.md`, "Figures behind statements in the API
+/// docs").
 #[derive(Debug, Clone)]
 enum Items {
     One(Receipt, [Decision; 1]),

@@ -46,9 +46,9 @@ fn remaining(s: &MemoryStore<Key, ManualClock>, p: PolicyId, k: u64) -> u32 {
     check(s, p, k, 0).as_slice()[0].remaining()
 }
 
-/// Issue 21: with `max_keys` full, a free probe (cost 0) of a key that is not held
-/// reported the full limit, while a cost-1 request of that key was denied by the overflow
-/// state. Both now read the overflow state; below the cap both read "absent".
+/// With `max_keys` full, a free probe (cost 0) of a key that is not held reads the overflow
+/// state, as a cost-1 request of that key does (not the full limit while the charge is
+/// denied); below the cap both read "absent".
 #[test]
 fn a_free_probe_of_a_key_not_held_reports_the_state_a_charge_would_go_to() {
     for algorithm in Algorithm::ALL {
@@ -70,9 +70,9 @@ fn a_free_probe_of_a_key_not_held_reports_the_state_a_charge_would_go_to() {
     }
 }
 
-/// Issue 21: with `max_keys`, a charge made on the shared overflow state and refunded
-/// after the key got its own entry gave back the key's own later charges (remaining 1 ->
-/// 5). The refund now goes back to the overflow state it was charged on.
+/// With `max_keys`, a charge made on the shared overflow state and refunded after the key
+/// got its own entry goes back to the overflow state it was charged on, never to the key's
+/// own later charges (which would move remaining from 1 to 5).
 #[test]
 fn an_overflow_charge_refunded_after_the_key_got_its_own_entry_leaves_that_entry_alone() {
     for algorithm in Algorithm::ALL {
@@ -126,10 +126,10 @@ fn a_refund_of_a_charge_on_a_state_that_went_never_reaches_the_overflow_state() 
     }
 }
 
-/// Issue 21: a refund made after [`MemoryStore::forget`] freed charges made after the
-/// reset (GCRA, fixed window, sliding log, concurrency). A receipt from before a reset
-/// now gives back nothing; receipts from after it work as usual; and once the old
-/// receipts are stale the key leaves its fence unseen.
+/// A refund made after [`MemoryStore::forget`] never frees charges made after the reset
+/// (GCRA, fixed window, sliding log, concurrency): a receipt from before a reset gives back
+/// nothing; receipts from after it work as usual; and once the old receipts are stale the
+/// key leaves its fence unseen.
 #[test]
 fn a_refund_after_a_reset_never_frees_charges_made_after_it() {
     for algorithm in Algorithm::ALL {
@@ -249,9 +249,9 @@ fn eviction_after_a_later_refund_is_invisible_to_refunds() {
     }
 }
 
-/// Issue 21: with `max_keys` of 1 or 2, every request on the overflow state swept every
-/// lane (3 to 50 us per check against 0.1 to 0.5 us at 1,000). Sweeps to make room now run
-/// at most once per 256 new keys or overflowed decisions.
+/// With `max_keys` of 1 or 2, requests on the overflow state do not sweep every lane each
+/// (3 to 50 us per check against 0.1 to 0.5 us at 1,000 if they did): sweeps to make room
+/// run at most once per 256 new keys or overflowed decisions.
 #[test]
 fn a_small_cap_does_not_sweep_on_every_overflowed_request() {
     for max_keys in [1, 2, 3] {

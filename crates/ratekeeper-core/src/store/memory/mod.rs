@@ -1,6 +1,57 @@
 //! The in-memory store: [`MemoryStore`] (registration, checks and reservations with
 //! receipts, refunds) over one key map per policy (`keyed`); several charges at once in
 //! `all_or_nothing`, bans in `ban`, peeks and resets in `reset`.
+//!
+//! How the store keeps its keys (the public contract is on [`MemoryStore`]).
+//!
+//! # Keys in compact form
+//!
+//! With [`Key`](crate::Key) keys the map does not hold the 40-byte enum: each kind of key
+//! has its own map ("lane") whose key is just large enough, and every lane keeps the key
+//! whole, so two distinct keys never share a budget (a hash collision only costs a
+//! comparison; no fingerprint stands in for a key):
+//!
+//! | key | kept as | map entry (key + 8-byte GCRA state) |
+//! |---|---|---:|
+//! | `Key::Ip` IPv4, `Key::Net` IPv4, `Key::Global` | one `u64` (address, prefix length and kind bits) | 16 bytes |
+//! | `Key::Net(v6, 64)` (the HTTP layer's IPv6 key; host bits clear) | one `u64` (the 64 prefix bits) | 16 bytes |
+//! | `Key::Ip` IPv6 | 16 bytes inline | 24 bytes |
+//! | `Key::Net` IPv6 of another length below 128, host bits clear (/48, /56) | 16 bytes inline (the prefix and a terminating bit) | 24 bytes |
+//! | `Key::Int`, `Key::Str` up to 15 bytes | 16 bytes inline (a length byte and the bytes) | 24 bytes |
+//! | `Key::Str` of 16 to 32 bytes, each byte ASCII and not NUL (API keys, user ids) | 28 bytes: 7 bits per character, in a slab beside the state; the hash table holds its 4-byte slot number | 28 + 8 bytes of slab + a 4-byte bucket |
+//! | other `Key::Str` over 15 bytes | `Box<str>`, the full string | 24 bytes + the string on the heap |
+//! | tuples, networks with host bits set; keys of any type other than `Key` | the key itself | the key's size + 8 |
+//!
+//! An IPv4 address and its IPv4-mapped IPv6 form are different keys and stay apart (one
+//! is in the IPv4 lane, the other in the IPv6 one). The lane of a key depends only on
+//! the key; which lane a key type uses is decided at compile time.
+//!
+//! # Bytes per key
+//!
+//! Each lane is made of hashbrown tables (one control byte per bucket, at most 7/8 of the
+//! buckets full, a power-of-two bucket count), so a lane of 16-byte entries
+//! costs 17 bytes per bucket. The fixed-size lanes are split into 8 maps that take unequal
+//! shares of the keys (23/256 to 42/256, a geometric series over one doubling), so their
+//! doublings are spread out: from 100,000 keys up, an IPv4 or IPv6 /64 key costs between 25.5
+//! and 30.1 bytes of table at any key count (one table alone: 19.4 to 38.9, by the count).
+//! An ASCII string key of 16 to 32 bytes (a typical API key) takes no allocation of its own:
+//! its packed form and its state sit in slabs of fixed-size chunks, filled in order (28 + 8
+//! bytes per key with GCRA, and at most one partly filled chunk per table), and the hash
+//! table, staggered the same way, holds only its slot number (5 bytes per bucket with the
+//! control byte: 7.5 to 9 bytes per key). Any other string over 15 bytes adds a heap block
+//! holding the string to its 24-byte entry.
+//!
+//! With [`MemoryStore::with_max_keys`], a policy holds at most `max_keys` keys: its resident
+//! set stays within the per-key cost above times `max_keys`, times two, plus a constant (a
+//! table filled by swept keys is rehashed in place or into twice the buckets, so under a long
+//! flood each table doubles at most once; a slab reuses the slots of swept keys and holds at
+//! most as many as its table ever held keys at once).
+//!
+//! # Per-key state
+//!
+//! One `AtomicU64` for GCRA, the leaky bucket and the concurrency counter (lock-free CAS);
+//! a small `Mutex`-guarded value for the fixed window, the sliding window
+//! counter and the sliding log (held only for the pure decision, never across I/O).
 
 mod all_or_nothing;
 mod ban;
@@ -40,48 +91,14 @@ use crate::{Decision, Policy};
 /// [`MemoryStore::with_max_keys`] adds a hard cap per policy; keys beyond it share one
 /// overflow budget, so a flood of new keys is still limited.
 ///
-/// **Keys in compact form.** With [`Key`](crate::Key) keys the map does not hold the
-/// 40-byte enum: each kind of key has its own map ("lane") whose key is just large enough,
-/// and every lane keeps the key whole, so two distinct keys never share a budget (a hash
-/// collision only costs a comparison; no fingerprint stands in for a key):
-///
-/// | key | kept as | map entry (key + 8-byte GCRA state) |
-/// |---|---|---:|
-/// | `Key::Ip` IPv4, `Key::Net` IPv4, `Key::Global` | one `u64` (address, prefix length and kind bits) | 16 bytes |
-/// | `Key::Net(v6, 64)` (the HTTP layer's IPv6 key; host bits clear) | one `u64` (the 64 prefix bits) | 16 bytes |
-/// | `Key::Ip` IPv6 | 16 bytes inline | 24 bytes |
-/// | `Key::Net` IPv6 of another length below 128, host bits clear (/48, /56) | 16 bytes inline (the prefix and a terminating bit) | 24 bytes |
-/// | `Key::Int`, `Key::Str` up to 15 bytes | 16 bytes inline (a length byte and the bytes) | 24 bytes |
-/// | `Key::Str` of 16 to 32 bytes, each byte ASCII and not NUL (API keys, user ids) | 28 bytes: 7 bits per character, in a slab beside the state; the hash table holds its 4-byte slot number | 28 + 8 bytes of slab + a 4-byte bucket |
-/// | other `Key::Str` over 15 bytes | `Box<str>`, the full string | 24 bytes + the string on the heap |
-/// | tuples, networks with host bits set; keys of any type other than `Key` | the key itself | the key's size + 8 |
-///
-/// An IPv4 address and its IPv4-mapped IPv6 form are different keys and stay apart (one
-/// is in the IPv4 lane, the other in the IPv6 one). The lane of a key depends only on
-/// the key; which lane a key type uses is decided at compile time.
-///
-/// **Bytes per key.** Each lane is made of hashbrown tables (one control byte per bucket, at
-/// most 7/8 of the buckets full, a power-of-two bucket count), so a lane of 16-byte entries
-/// costs 17 bytes per bucket. The fixed-size lanes are split into 8 maps that take unequal
-/// shares of the keys (23/256 to 42/256, a geometric series over one doubling), so their
-/// doublings are spread out: from 100,000 keys up, an IPv4 or IPv6 /64 key costs between 25.5
-/// and 30.1 bytes of table at any key count (one table alone: 19.4 to 38.9, by the count).
-/// An ASCII string key of 16 to 32 bytes (a typical API key) takes no allocation of its own:
-/// its packed form and its state sit in slabs of fixed-size chunks, filled in order (28 + 8
-/// bytes per key with GCRA, and at most one partly filled chunk per table), and the hash
-/// table, staggered the same way, holds only its slot number (5 bytes per bucket with the
-/// control byte: 7.5 to 9 bytes per key). Any other string over 15 bytes adds a heap block
-/// holding the string to its 24-byte entry.
-///
-/// With [`MemoryStore::with_max_keys`], a policy holds at most `max_keys` keys: its resident
-/// set stays within the per-key cost above times `max_keys`, times two, plus a constant (a
-/// table filled by swept keys is rehashed in place or into twice the buckets, so under a long
-/// flood each table doubles at most once; a slab reuses the slots of swept keys and holds at
-/// most as many as its table ever held keys at once).
-///
-/// Per-key state: one `AtomicU64` for GCRA, the leaky bucket and the concurrency counter
-/// (lock-free CAS); a small `Mutex`-guarded value for the fixed window, the sliding window
-/// counter and the sliding log (held only for the pure decision, never across I/O).
+/// **Keys in compact form.** With [`Key`](crate::Key) keys the map does not hold the enum:
+/// each kind of key has its own map whose key is just large enough (an IPv4 address or the
+/// IPv6 /64 the HTTP layer keys by fits one word), and every form keeps the key whole, so two
+/// distinct keys never share a budget (a hash collision only costs a comparison; no
+/// fingerprint stands in for a key). An IPv4 address and its IPv4-mapped IPv6 form are
+/// different keys and stay apart. With [`MemoryStore::with_max_keys`], a policy's resident
+/// set stays within twice its cost per key times `max_keys`, plus a constant. Bytes per key,
+/// measured beside governor, are in the repository's `BENCHMARKS.md`.
 ///
 /// **Receipts.** Every allowed decision carries the [`Receipt`] of what its charge took (the
 /// TAT after the charge, the window index, the log entry's time; see [`Receipt`]), and

@@ -1,5 +1,5 @@
 //! Unit tests of receipts in the memory store: every refund rule, the all-or-nothing
-//! rollback, dropped Delay-mode waiters, and case B26 on the store.
+//! rollback, dropped Delay-mode waiters, and late refunds on the store.
 
 use std::num::NonZeroUsize;
 use std::time::Duration;
@@ -98,8 +98,8 @@ fn dropped_waiters_never_let_two_requests_in_closer_than_the_emission_interval()
     }
 }
 
-/// One algorithm's run of case B26 on the store (limit 2 per 60,000 ms): R1 at `r1`, R2 and
-/// R3 at `r23`, R1 refunded at `refund`, R4 at `r4`. Returns R4's decision.
+/// One algorithm's run of a late refund on the store (limit 2 per 60,000 ms): R1 at `r1`, R2
+/// and R3 at `r23`, R1 refunded at `refund`, R4 at `r4`. Returns R4's decision.
 fn late_refund_run(policy: Policy, r1: u64, r23: u64, refund: u64, r4: u64) -> Decision {
     let (mut s, clock) = store();
     let p = s.register(&policy).unwrap();
@@ -120,8 +120,10 @@ fn late_refund_run(policy: Policy, r1: u64, r23: u64, refund: u64, r4: u64) -> D
     s.check_now(&c).unwrap().as_slice()[0]
 }
 
-/// Case B26: for every algorithm, a refund that arrives after its charge expired (the window
-/// closed, the log entry left, the bucket drained it) gives back nothing.
+/// For every algorithm, a refund that arrives after its charge expired (the window closed,
+/// the log entry left, the bucket drained it) gives back nothing: the report
+/// <https://github.com/express-rate-limit/express-rate-limit/pull/647>, where such a refund
+/// freed another request's quota.
 #[test]
 fn a_refund_after_its_charge_expired_gives_back_nothing() {
     let two = q(2, 60);
@@ -148,7 +150,8 @@ fn a_refund_after_its_charge_expired_gives_back_nothing() {
     }
 }
 
-/// Case B26, control: a refund inside its charge's window still gives the charge back.
+/// Control for the late refund: a refund inside its charge's window still gives the charge
+/// back.
 #[test]
 fn an_in_window_refund_still_gives_back() {
     let (mut s, clock) = store();

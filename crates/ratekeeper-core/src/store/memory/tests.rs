@@ -156,8 +156,9 @@ fn window_algorithms_fall_back_to_check_and_retry() {
     );
 }
 
-/// Case B10: a reservation whose cost exceeds the burst can never fit: it fails at once,
-/// final and without a retry time, and leaves no state behind.
+/// A reservation whose cost exceeds the burst can never fit (the report
+/// <https://github.com/boinkor-net/governor/issues/11>): it fails at once, final and without a
+/// retry time, and leaves no state behind.
 #[test]
 fn reserving_more_than_the_burst_fails_at_once() {
     let (mut s, _) = store();
@@ -276,12 +277,13 @@ fn reset_forgets_a_key() {
     assert!(s.check_now(&[Charge::new(p, &k, 1)]).unwrap().is_allowed());
 }
 
-/// Case B03: 1,000,000 distinct keys (token bucket 10 per 1,000 ms, burst 10), one
-/// request each over t = 0..999 ms; with a hard cap C = 200,000 keys (the keys live at
-/// once are the last 100 ms: 100,000). Every request: 200, Remaining 9; the store never
-/// holds more than C; after a sweep at t = 1,000 ms + S (S = 100 ms, the time a bucket
-/// takes to refill after one request, so the last keys are idle) it holds 0; a returning
-/// key at t = 2,000 ms + S sees Remaining 9.
+/// Unbounded memory with many distinct keys
+/// (<https://github.com/boinkor-net/governor/issues/171>): 1,000,000 distinct keys (token
+/// bucket 10 per 1,000 ms, burst 10), one request each over t = 0..999 ms; with a hard cap
+/// C = 200,000 keys (the keys live at once are the last 100 ms: 100,000). Every request: 200,
+/// Remaining 9; the store never holds more than C; after a sweep at t = 1,000 ms + S (S = 100
+/// ms, the time a bucket takes to refill after one request, so the last keys are idle) it holds
+/// 0; a returning key at t = 2,000 ms + S sees Remaining 9.
 #[test]
 fn many_distinct_keys_stay_bounded_and_idle_ones_are_evicted() {
     const C: usize = 200_000;

@@ -105,7 +105,7 @@ const fn plain(b: u8) -> bool {
 /// The full key of one (policy, client key) pair.
 pub(super) fn full(prefix: &str, tag: &str, policy: &str) -> String {
     // Pushed piece by piece: `format!` cost about 1 500 instructions per decision here
-    // (callgrind, `scripts/redis_bench.sh` profile in BENCHMARKS.md §7).
+    // (callgrind of the Redis store's check under `scripts/redis_bench.sh`).
     let mut out =
         String::with_capacity(prefix.len() + VERSION.len() + tag.len() + policy.len() + 5);
     out.push_str(prefix);

@@ -7,7 +7,7 @@
 --           in the same order (see `fenced`); then the ban keys (see "Bans" below).
 -- KEYS[i]   the state of charge i.
 --           Each state records the parameter it was written under, so a changed quota reads
---           it under the parameters now in force (case B27):
+--           it under the parameters now in force (a quota changed between deploys):
 --           GCRA: "<TAT>:<T>:<tau>", the theoretical arrival time, emission interval and
 --             tolerance in µs ("<TAT>:<T>" from earlier deploys reads as another tau);
 --             absent = TAT 0.
@@ -609,7 +609,7 @@ local function fenced(i, s)
 end
 
 -- Gives back `cost` units of the charge with receipt stamp s: only what that charge still
--- holds (case B26). One rule for a refund and for a correction's give-back but for the turns
+-- holds. One rule for a refund and for a correction's give-back but for the turns
 -- already booked beyond now + tau (GCRA), which `pays_debt` decides: a refund (false) keeps
 -- a later reservation's turn, a correction (true) reads them as a debt and pays it off.
 -- GCRA (stamp s = the TAT right after the charge, st = the stored TAT):

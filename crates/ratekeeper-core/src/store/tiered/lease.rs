@@ -290,9 +290,10 @@ mod tests {
         )
     }
 
-    /// Case B39: a denial whose `retry_after` is 1 000 s is remembered only as long as other
-    /// instances' leases may still give units back (the bound), then the next check asks
-    /// Redis again.
+    /// A client stranded by another instance's remembered denial
+    /// (<https://github.com/envoyproxy/ratelimit/issues/1077>): a denial whose `retry_after` is
+    /// 1 000 s is remembered only as long as other instances' leases may still give units back
+    /// (the bound), then the next check asks Redis again.
     #[test]
     fn a_remembered_denial_ends_at_the_bound_not_at_its_retry_after() {
         let mut s = LeaseState::default();
