@@ -1,6 +1,7 @@
-//! How the layer answers when the store cannot decide (DESIGN §5 failure policy, case B18):
-//! fail open passes the request without rate-limit headers, fail closed answers 503 (not
-//! 429), and degrade passes it on marked for the fallback.
+//! How the layer answers when the store cannot decide (the failure policy; the report
+//! <https://github.com/envoyproxy/ratelimit/issues/462>, where every request waited for a Redis
+//! that was down): fail open passes the request without rate-limit headers, fail closed answers 503
+//! (not 429), and degrade passes it on marked for the fallback.
 
 use std::convert::Infallible;
 use std::future::Ready;
@@ -122,7 +123,7 @@ async fn fail_closed_answers_503_not_429() {
 /// The fail-closed 503 says when to retry: `Retry-After` in whole seconds (the configured
 /// wait rounded up), `Cache-Control: no-store`, and an RFC 9457 problem+json body of the
 /// temporary-reduced-capacity type whose `detail` names the same seconds; no rate-limit
-/// fields (the store could not say what is left). Case B18.
+/// fields (the store could not say what is left).
 #[tokio::test]
 async fn fail_closed_503_is_problem_json_with_retry_after() {
     async fn unavailable<St: Store<Key>>(store: St, wait: Option<Duration>) -> Response<String> {

@@ -125,9 +125,12 @@ fn huge_numbers_are_ignored_not_overflowed() {
     );
 }
 
-/// Case B42: a reset written as Unix milliseconds (13 digits) is read as milliseconds, not
-/// as Unix seconds 50 000 years ahead; a Unix time in the past is no wait; every field
-/// reads its numbers by the same plausibility rules.
+/// Resets in the wrong unit or in the past (the reports
+/// <https://github.com/RocketChat/docs-old/issues/1358>, a reset sent in Unix milliseconds, and
+/// <https://github.com/withcoral/coral/issues/89>, a reset in the past taken as a huge wait): a
+/// reset written as Unix milliseconds (13 digits) is read as milliseconds, not as Unix seconds
+/// 50 000 years ahead; a Unix time in the past is no wait; every field reads its numbers by the
+/// same plausibility rules.
 #[test]
 fn reset_values_are_read_by_plausibility_in_every_field() {
     let now_ms = NOW * 1000;

@@ -328,7 +328,8 @@ fn exhausted_then_ok(
     (svc, log)
 }
 
-/// Case B42 (a): a reset sent as Unix milliseconds (13 digits) is read as milliseconds: the
+/// A reset sent as Unix milliseconds (13 digits; the report
+/// <https://github.com/RocketChat/docs-old/issues/1358>) is read as milliseconds: the
 /// second request is sent after at most 1.5 s, not refused for a year.
 #[tokio::test(start_paused = true)]
 async fn a_reset_in_unix_milliseconds_waits_milliseconds() {
@@ -353,8 +354,9 @@ async fn a_reset_in_unix_milliseconds_waits_milliseconds() {
     assert!(seen[1].1 <= Duration::from_millis(1500), "{seen:?}");
 }
 
-/// Case B42 (b): a reset in Unix seconds already in the past: the second request is sent at
-/// once.
+/// A reset in Unix seconds already in the past (the report
+/// <https://github.com/withcoral/coral/issues/89>, where it was taken as a huge wait): the
+/// second request is sent at once.
 #[tokio::test(start_paused = true)]
 async fn a_reset_in_the_past_does_not_wait() {
     let start = Instant::now();

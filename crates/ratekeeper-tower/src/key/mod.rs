@@ -382,9 +382,10 @@ mod tests {
         PeerIp::new().extract(&req).unwrap().to_string()
     }
 
+    /// The addresses of <https://github.com/express-rate-limit/express-rate-limit/issues/502>
+    /// (IPv6 clients rotating inside their /64) and IPv4-mapped addresses.
     #[test]
     fn ipv6_is_grouped_by_64_and_mapped_v4_is_v4() {
-        // Case B02's addresses.
         assert_eq!(key("[2001:db8:aa:1::1]:1"), "net:2001:db8:aa:1::/64");
         assert_eq!(
             key("[2001:db8:aa:1:ffff:ffff:ffff:ffff]:1"),

@@ -269,7 +269,8 @@ async fn an_exempt_route_needs_no_key_and_others_still_do() {
     assert_eq!(res.status(), StatusCode::BAD_REQUEST);
 }
 
-/// Case B34: preflights are counted by default; the opt-in exemption only matches a real
+/// Made-up preflights (<https://github.com/sei-protocol/sei-chain/pull/3779>: every OPTIONS request
+/// was exempt): preflights are counted by default; the opt-in exemption only matches a real
 /// preflight (`Origin`, `Access-Control-Request-Method`, no body).
 #[tokio::test]
 async fn preflights_are_counted_unless_exempted_and_only_real_ones_are_exempt() {

@@ -479,7 +479,7 @@ fn advertised_quota_is_the_capacity_over_the_full_refill_time() {
             .with_burst(burst)
             .unwrap()
     };
-    // Case B37.
+    // The advertised quota bounds Remaining.
     for (quota, algorithm, want) in [
         (q(1, 1_000, 10), Algorithm::Gcra, (10, 10)),
         (q(100, 60_000, 10), Algorithm::Gcra, (10, 6)),

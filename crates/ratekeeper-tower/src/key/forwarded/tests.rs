@@ -24,8 +24,9 @@ fn trusting() -> ForwardedIp {
     ForwardedIp::trusting(["10.0.0.0/8".parse().unwrap()])
 }
 
-/// Case B01: `X-Forwarded-For` counts only from a trusted proxy, and only its rightmost
-/// untrusted address; anything unparsable falls back to the peer.
+/// A spoofed `X-Forwarded-For` (<https://github.com/long2ice/fastapi-limiter/issues/9>: a random
+/// one per request bypassed the limiter): it counts only from a trusted proxy, and only its
+/// rightmost untrusted address; anything unparsable falls back to the peer.
 #[test]
 fn only_trusted_proxies_forwarded_for_counts() {
     let ip = trusting();
@@ -198,8 +199,9 @@ fn rfc7239_forwarded() {
     );
 }
 
-/// Case B45: a `,` or `;` inside a quoted-string (here a `host=` the proxy copied from
-/// the client's Host) is text, never an element or pair boundary, so the `for=` the
+/// RFC 7239 quoted strings (<https://github.com/jshttp/forwarded/issues/1>: splitting on `,` and
+/// `;` smuggles a `for=` node): a `,` or `;` inside a quoted-string (here a `host=` the proxy
+/// copied from the client's Host) is text, never an element or pair boundary, so the `for=` the
 /// client wrote inside it never becomes the client address.
 #[test]
 fn quoted_separators_in_forwarded_never_make_a_client_address() {

@@ -59,9 +59,9 @@ async fn delay_rejects_at_once_when_the_wait_exceeds_max_wait() {
     assert_eq!(start.elapsed(), Duration::ZERO);
 }
 
-/// Issue 21: `Mode::Delay { max_wait: Duration::MAX }` answered 429 at once (the deadline
-/// `now + max_wait` overflowed the clock and was read as "now"). It waits, for every
-/// algorithm: GCRA reserves, the fixed window checks and retries.
+/// `Mode::Delay { max_wait: Duration::MAX }` waits, for every algorithm (GCRA reserves, the
+/// fixed window checks and retries), rather than answering 429 at once as it would if the
+/// deadline `now + max_wait` overflowed the clock and were read as "now".
 #[tokio::test(start_paused = true)]
 async fn delay_with_an_unbounded_max_wait_waits_for_capacity() {
     for algorithm in [
@@ -246,8 +246,8 @@ async fn delay_reservations_are_all_or_nothing_across_policies() {
     assert_eq!(res.headers()["x-ratelimit-remaining"], "0");
 }
 
-/// Case B10: in Delay mode a cost above the burst is a 429 at once, without `Retry-After`
-/// and without sleeping.
+/// A cost above the burst can never fit (<https://github.com/boinkor-net/governor/issues/11>): in
+/// Delay mode it is a 429 at once, without `Retry-After` and without sleeping.
 #[tokio::test(start_paused = true)]
 async fn a_cost_above_the_burst_is_rejected_at_once_in_delay_mode() {
     let layer = RateLimitLayer::builder()
