@@ -83,7 +83,9 @@ async fn many_connections_share_one_budget_per_client_ip() {
     assert_eq!((ok, limited), (10, 40));
 }
 
-/// Case B21: one layer on two routes shares one limiter; clones share it; readiness is free.
+/// One layer on two routes shares one limiter; clones share it; readiness is free (the report
+/// <https://github.com/tokio-rs/axum/issues/2634>: a rate limit's state not shared across an axum
+/// router's clones).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn state_shared_across_routes_clones_and_readiness() {
     use axum::{Router, routing::get};

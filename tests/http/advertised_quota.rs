@@ -1,4 +1,4 @@
-//! Case B37 over real HTTP: the advertised quota bounds Remaining. For GCRA and the leaky
+//! The advertised quota bounds Remaining, over real HTTP. For GCRA and the leaky
 //! bucket `X-RateLimit-Limit` and the IETF `q` are the capacity (the burst) and `w` the time
 //! an empty bucket takes to refill completely; window algorithms keep `limit` and the period.
 //! Every response of every algorithm keeps `0 <= Remaining <= Limit` and `r <= q`.
@@ -76,7 +76,7 @@ fn sf_param(field: &str, param: &str) -> u64 {
         .unwrap()
 }
 
-/// The B37 invariant on one response: `0 <= Remaining <= Limit`, `r <= q`, and both
+/// The invariant on one response: `0 <= Remaining <= Limit`, `r <= q`, and both
 /// styles report the same numbers when both are sent.
 fn assert_bounded(seen: &Seen, what: &str) {
     if let Some((limit, remaining)) = seen.x {
@@ -94,7 +94,7 @@ fn assert_bounded(seen: &Seen, what: &str) {
     }
 }
 
-/// Case B37: P1 (GCRA 1 per 1,000 ms, burst 10) and P2 (GCRA 100 per 60,000 ms, burst 10):
+/// P1 (GCRA 1 per 1,000 ms, burst 10) and P2 (GCRA 100 per 60,000 ms, burst 10):
 /// Limit 10, Remaining 9..0 over ten requests, then a 429 with Limit 10 and Remaining 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn x_ratelimit_limit_is_the_burst() {
@@ -112,7 +112,7 @@ async fn x_ratelimit_limit_is_the_burst() {
     }
 }
 
-/// Case B37: the same in the IETF style: `"p1";q=10;w=10`, `"p2";q=10;w=6`, `r` from 9 to 0.
+/// The same in the IETF style: `"p1";q=10;w=10`, `"p2";q=10;w=6`, `r` from 9 to 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ietf_q_is_the_burst_and_w_the_full_refill_time() {
     for (name, q, w) in [
@@ -141,7 +141,7 @@ async fn ietf_q_is_the_burst_and_w_the_full_refill_time() {
     }
 }
 
-/// Case B37: "10 per minute, burst 10": nothing changes where burst = limit.
+/// "10 per minute, burst 10": nothing changes where burst = limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn burst_equal_to_limit_keeps_limit_and_period() {
     let server = serve(Policy::new("m", quota(10, 60_000, 10)), HeaderStyle::Both).await;
@@ -152,7 +152,7 @@ async fn burst_equal_to_limit_keeps_limit_and_period() {
     assert!(state.starts_with("\"m\";r=9;t="), "{state}");
 }
 
-/// Case B37: the invariant on every response of every algorithm the layer takes, for quotas
+/// The invariant on every response of every algorithm the layer takes, for quotas
 /// with the burst above, equal to and below the limit (GCRA and the leaky bucket; the window
 /// algorithms take no burst, so they get the same quotas without one), in both header
 /// styles.
@@ -196,7 +196,7 @@ async fn remaining_never_exceeds_limit_for_any_algorithm() {
     }
 }
 
-/// Case B37 names the leaky bucket with GCRA: the same exact values for P1 and P2 in both
+/// The leaky bucket as GCRA: the same exact values for P1 and P2 in both
 /// header styles (Limit and `q` 10, `w` 10 and 6, Remaining 9..0, then a 429 with Limit 10).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leaky_bucket_limit_is_the_burst() {

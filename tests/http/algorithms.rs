@@ -1,6 +1,7 @@
 //! Every algorithm through the layer over real HTTP, with a manual clock: per-policy
-//! algorithm selection, cases B07, B10, B11, B13 and B17 of `CASES.md`, and the
-//! limits of the wait-for-capacity API.
+//! algorithm selection, the public reports on reset units, costs above the burst,
+//! configuration values, window boundaries and leaky-bucket timestamps (each test names its
+//! report), and the limits of the wait-for-capacity API.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -121,8 +122,9 @@ async fn every_algorithm_is_selectable_per_policy_over_http() {
     }
 }
 
-/// Case B07: fixed window 2 per 10 s; Reset as delta seconds and as epoch seconds; Retry-After
-/// is delta seconds in both modes.
+/// `Retry-After` as seconds, not the reset's Unix time (the report
+/// <https://github.com/cloudfoundry/cloud_controller_ng/issues/2544>): fixed window 2 per 10 s;
+/// Reset as delta seconds and as epoch seconds; Retry-After is delta seconds in both modes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reset_and_retry_after_as_delta_and_epoch() {
     const E_SECS: u64 = 1_700_000_000;
@@ -158,7 +160,8 @@ async fn reset_and_retry_after_as_delta_and_epoch() {
     }
 }
 
-/// Case B10: cost 11 against burst 10 can never fit: 429 without Retry-After, state unchanged.
+/// A cost above the burst never fits (<https://github.com/boinkor-net/governor/issues/11>: it was
+/// answered "not yet"): cost 11 against burst 10: 429 without Retry-After, state unchanged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cost_larger_than_the_burst_never_fits() {
     let clock = ManualClock::new();
@@ -208,8 +211,9 @@ async fn a_cost_larger_than_the_burst_never_fits() {
     assert_eq!((s.status, s.remaining.as_deref()), (200, Some("8")));
 }
 
-/// Case B10 in wait mode: waiting for capacity with a cost above the burst fails at once and
-/// never sleeps; the failed attempts move nothing.
+/// A cost above the burst (<https://github.com/boinkor-net/governor/issues/11>) in wait mode:
+/// waiting for capacity with a cost above the burst fails at once and never sleeps; the failed
+/// attempts move nothing.
 #[tokio::test(start_paused = true)]
 async fn wait_mode_fails_at_once_and_never_sleeps_when_the_cost_cannot_fit() {
     let policy = Policy::new("b10", "10/s burst 10".parse().unwrap());
@@ -241,8 +245,9 @@ async fn wait_mode_fails_at_once_and_never_sleeps_when_the_cost_cannot_fit() {
     assert!(err.is_cannot_fit());
 }
 
-/// Case B13: limit 10 per 60 s; 10 requests at t = 59.9 s then 10 at t = 60.1 s, for every
-/// algorithm, over HTTP; and the most admitted in any 60 s span.
+/// A burst across a window boundary (<https://github.com/plausible/analytics/pull/6497>: a fixed
+/// window admits twice the limit there): limit 10 per 60 s; 10 requests at t = 59.9 s then 10 at
+/// t = 60.1 s, for every algorithm, over HTTP; and the most admitted in any 60 s span.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_at_the_window_boundary_for_every_algorithm() {
     struct Expect {
@@ -375,7 +380,9 @@ fn a_burst_with_a_window_algorithm_is_a_build_error() {
     }
 }
 
-/// Case B11: zero, negative and huge configuration values.
+/// Zero, negative and huge configuration values (the report
+/// <https://github.com/spring-cloud/spring-cloud-gateway/issues/168>: burst capacity 0 turned
+/// limiting off).
 #[test]
 fn zero_negative_and_huge_configuration_values() {
     // C1: rate 0 per 1,000 ms, burst 5.
@@ -453,8 +460,10 @@ fn zero_negative_and_huge_configuration_values() {
     }
 }
 
-/// Case B11 C7: 2,000,000,000 per 1,000 ms, burst 2,000,000,000; four threads each send
-/// 1,000,000 requests at the frozen time t = 0: all 4,000,000 are admitted.
+/// A huge rate (configuration values of
+/// <https://github.com/spring-cloud/spring-cloud-gateway/issues/168>): 2,000,000,000 per 1,000 ms,
+/// burst 2,000,000,000; four threads each send 1,000,000 requests at the frozen time t = 0: all
+/// 4,000,000 are admitted.
 #[test]
 fn huge_rate_four_threads_at_frozen_time_all_admitted() {
     let quota = Quota::new(2_000_000_000, Duration::from_secs(1)).unwrap();
@@ -485,8 +494,9 @@ fn huge_rate_four_threads_at_frozen_time_all_admitted() {
     assert_eq!(d.as_slice()[0].remaining(), 2_000_000_000 - 4_000_001);
 }
 
-/// Case B17: leaky bucket (nginx `limit_req`, burst 0 = burst 1 here), 5,000 per second,
-/// 25,000 requests 40,000 ns apart, on a nanosecond clock through the memory store.
+/// High rates on a leaky bucket (<https://github.com/openresty/openresty/issues/553>: a limit of
+/// 3,000/s admitted about 1,000/s): leaky bucket (nginx `limit_req`, burst 0 = burst 1 here), 5,000
+/// per second, 25,000 requests 40,000 ns apart, on a nanosecond clock through the memory store.
 #[test]
 fn leaky_bucket_nanosecond_timestamps_at_high_rate() {
     let quota = "5000/s burst 1".parse::<Quota>().unwrap();

@@ -1,6 +1,6 @@
-//! Case B34 over real HTTP: a made-up CORS preflight on a catch-all route is counted like any
+//! CORS preflights over real HTTP: a made-up preflight on a catch-all route is counted like any
 //! request that reaches a handler, while a real preflight answered by a CORS layer outside
-//! the limiter stays free (case B23).
+//! the limiter stays free.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -74,8 +74,9 @@ async fn preflight_sequence(server: &TestServer) -> Vec<u16> {
     statuses
 }
 
-/// Case B34: OPTIONS requests that look like preflights but reach the handler are counted
-/// like any request.
+/// OPTIONS requests that look like preflights but reach the handler are counted like any
+/// request (the report <https://github.com/sei-protocol/sei-chain/pull/3779>: every OPTIONS
+/// request was exempt, and an RPC server dispatched one carrying a JSON-RPC body).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn made_up_preflights_are_counted_by_default() {
     let runs = Arc::new(AtomicUsize::new(0));
@@ -89,7 +90,8 @@ async fn made_up_preflights_are_counted_by_default() {
     );
 }
 
-/// Case B34: the opt-in preflight exemption does not cover an OPTIONS request with a body.
+/// The opt-in preflight exemption does not cover an OPTIONS request with a body (the report
+/// <https://github.com/sei-protocol/sei-chain/pull/3779>).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_opt_in_exemption_does_not_cover_a_preflight_with_a_body() {
     let runs = Arc::new(AtomicUsize::new(0));
@@ -99,8 +101,9 @@ async fn the_opt_in_exemption_does_not_cover_a_preflight_with_a_body() {
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
 
-/// Cases B34 and B23: real preflights answered by a CORS layer outside the limiter are
-/// never counted.
+/// Real preflights answered by a CORS layer outside the limiter are never counted (the
+/// report <https://github.com/express-rate-limit/express-rate-limit/issues/69>: preflights
+/// counted as full requests).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_preflights_answered_by_cors_outside_the_limiter_stay_free() {
     let origin = "https://app.example";

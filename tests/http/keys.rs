@@ -1,13 +1,13 @@
 //! Keys, costs and policies end to end: real HTTP on loopback where the peer address does not
 //! matter, and the axum router driven with `oneshot` and a `PeerAddr` extension where a case
-//! needs peers other than 127.0.0.1 (B01, B02, B25).
+//! needs peers other than 127.0.0.1 (forwarded-for, IPv6 and API-key keys).
 //!
 //! Every limiter here uses a `ManualClock` store, so time only moves when a test says so.
-//! The CASES.md traces use the fixed-window algorithm as the cases do (windows aligned to
-//! multiples of 60,000 ms from t=0, hence `Retry-After: 60` early in the window); the other
-//! tests use the default GCRA.
+//! The traces of public reports use the fixed-window algorithm as the reports do (windows
+//! aligned to multiples of 60,000 ms from t=0, hence `Retry-After: 60` early in the
+//! window); the other tests use the default GCRA.
 
-// Trace tables are tuples on purpose: one row per request of a case, as in CASES.md.
+// Trace tables are tuples on purpose: one row per request of a trace.
 #![allow(clippy::type_complexity)]
 
 use std::net::{IpAddr, SocketAddr};
@@ -124,7 +124,7 @@ fn last(log: &Mutex<Vec<String>>) -> String {
 }
 
 // ---------------------------------------------------------------------------------------
-// Done-when lines over real HTTP
+// Keys, costs and policies over real HTTP
 // ---------------------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -580,10 +580,11 @@ async fn an_empty_api_key_counts_as_absent() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Cases from CASES.md
+// Traces of public reports
 // ---------------------------------------------------------------------------------------
 
-/// Case B01: fixed window 3 per 60,000 ms; trusted proxies 10.0.0.0/8.
+/// A spoofed `X-Forwarded-For` (<https://github.com/long2ice/fastapi-limiter/issues/9>: a random
+/// one per request bypassed the limiter): fixed window 3 per 60,000 ms; trusted proxies 10.0.0.0/8.
 #[tokio::test]
 async fn spoofed_forwarded_for_and_trusted_proxies() {
     let (clock, store) = manual_store();
@@ -634,7 +635,9 @@ async fn spoofed_forwarded_for_and_trusted_proxies() {
     }
 }
 
-/// Case B02: fixed window 2 per 60,000 ms; IPv6 by /64, IPv4-mapped as IPv4.
+/// IPv6 clients rotating inside their /64
+/// (<https://github.com/express-rate-limit/express-rate-limit/issues/502>): fixed window 2 per
+/// 60,000 ms; IPv6 by /64, IPv4-mapped as IPv4.
 #[tokio::test]
 async fn ipv6_prefix_and_ipv4_mapped_addresses() {
     let (clock, store) = manual_store();
@@ -674,7 +677,9 @@ async fn ipv6_prefix_and_ipv4_mapped_addresses() {
     }
 }
 
-/// Case B23: fixed window 2 per 60,000 ms per IP; CORS for https://app.example.
+/// CORS preflights not counted, 429s readable cross-origin (the report
+/// <https://github.com/express-rate-limit/express-rate-limit/issues/69>): fixed window 2 per
+/// 60,000 ms per IP; CORS for `https://app.example`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cors_preflight_not_counted_and_429_readable() {
     let origin = "https://app.example";
@@ -686,8 +691,8 @@ async fn cors_preflight_not_counted_and_429_readable() {
     };
     // The recommended order (CORS outside the limiter: real preflights never reach it) and
     // the other one (the limiter's opt-in preflight exemption, safe here because the CORS
-    // layer inside answers every preflight and no handler runs for OPTIONS; case B34 is why
-    // it is not the default) give the same trace.
+    // layer inside answers every preflight and no handler runs for OPTIONS; a made-up
+    // preflight reaching a handler is why it is not the default) give the same trace.
     for cors_outside in [true, false] {
         let (clock, store) = manual_store();
         let layer = RateLimitLayer::builder()
@@ -757,7 +762,9 @@ async fn cors_preflight_not_counted_and_429_readable() {
     }
 }
 
-/// Case B24: per-route fixed windows (login 3, avatar 1 per 60,000 ms) keyed by route template.
+/// Path spellings cannot bypass a per-route limit (<https://github.com/outline/outline/pull/13504>:
+/// the router matched case-insensitively and with an optional trailing slash, the limiter did not):
+/// per-route fixed windows (login 3, avatar 1 per 60,000 ms) keyed by route template.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn path_spellings_cannot_bypass_a_per_route_limit() {
     let (clock, store) = manual_store();
@@ -823,7 +830,8 @@ async fn path_spellings_cannot_bypass_a_per_route_limit() {
     assert_eq!(send("/users/2/avatar").await.unwrap().status(), 429);
 }
 
-/// Case B25: fixed window 3 per 60,000 ms per resolved key: user, validated API key, then IP.
+/// Unvalidated API keys as buckets (<https://github.com/TencentCloud/CubeSandbox/issues/1379>):
+/// fixed window 3 per 60,000 ms per resolved key: user, validated API key, then IP.
 #[tokio::test]
 async fn api_key_and_user_extractors() {
     #[derive(Clone)]

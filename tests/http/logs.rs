@@ -1,6 +1,6 @@
-//! Issue 12, "Operable": what the layer logs, captured with a `tracing` subscriber that
-//! writes into a buffer (installed for the test's thread only, with a current-thread runtime
-//! so every poll runs on that thread).
+//! What the layer logs, captured with a `tracing` subscriber that writes into a buffer
+//! (installed for the test's thread only, with a current-thread runtime so every poll runs
+//! on that thread).
 //!
 //! - route templates that can never match fail when the layer is built, with the fix;
 //! - one INFO event per built layer lists its policies, key, store, header style and mode;

@@ -1,7 +1,10 @@
-//! Case B26 of `CASES.md` over real HTTP, with a manual clock: a settle rule gives a charge
-//! back when the response is a 5xx, and a refund that arrives after its charge expired (the
-//! window closed, the log entry expired, the bucket drained it) frees nothing, for every
-//! algorithm of the case. The control shows that an in-window refund still works.
+//! Late refunds over real HTTP (the report
+//! <https://github.com/express-rate-limit/express-rate-limit/pull/647>: a request that
+//! began in one window and finished after the counter reset was refunded anyway, freeing
+//! someone else's quota), with a manual clock: a settle rule gives a charge back when the
+//! response is a 5xx, and a refund that arrives after its charge expired (the window
+//! closed, the log entry expired, the bucket drained it) frees nothing, for every algorithm
+//! of the report. The control shows that an in-window refund still works.
 //!
 //! Config: limit 2 per 60,000 ms per client IP, `Settle::REFUND_SERVER_ERRORS`. `GET /slow`
 //! answers 500 only when the test releases it; `GET /ok` answers 200.
@@ -65,7 +68,7 @@ struct Times {
     r4: u64,
 }
 
-/// Runs the case's trace for `algorithm` and returns what R1, R2, R3 and R4 saw.
+/// Runs the late-refund trace for `algorithm` and returns what R1, R2, R3 and R4 saw.
 async fn run(algorithm: Algorithm, t: Times) -> [Seen; 4] {
     let clock = ManualClock::new();
     // 2 per 60,000 ms; for the token bucket family burst 2, one unit per 30,000 ms.
@@ -122,7 +125,8 @@ fn r1_500(remaining: u32) -> Seen {
     seen(500, remaining, None)
 }
 
-/// Case B26, fixed window: R1's refund after its window closed frees nothing; R4 is denied.
+/// Late refund (<https://github.com/express-rate-limit/express-rate-limit/pull/647>), fixed window:
+/// R1's refund after its window closed frees nothing; R4 is denied.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fixed_window_late_refund_frees_nothing() {
     let times = Times {
@@ -139,7 +143,8 @@ async fn fixed_window_late_refund_frees_nothing() {
     assert_eq!(r4, seen(429, 0, Some(58)));
 }
 
-/// Case B26, sliding log: R1's refund after its entry left the log frees nothing.
+/// Late refund (<https://github.com/express-rate-limit/express-rate-limit/pull/647>), sliding log:
+/// R1's refund after its entry left the log frees nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sliding_log_late_refund_frees_nothing() {
     let times = Times {
@@ -156,8 +161,8 @@ async fn sliding_log_late_refund_frees_nothing() {
     assert_eq!(r4, seen(429, 0, Some(59)));
 }
 
-/// Case B26, sliding window counter: R1's refund after its window stopped counting frees
-/// nothing.
+/// Late refund (<https://github.com/express-rate-limit/express-rate-limit/pull/647>), sliding
+/// window counter: R1's refund after its window stopped counting frees nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sliding_window_counter_late_refund_frees_nothing() {
     let times = Times {
@@ -175,8 +180,8 @@ async fn sliding_window_counter_late_refund_frees_nothing() {
     assert_eq!(r4, seen(429, 0, Some(88)));
 }
 
-/// Case B26, token bucket and leaky bucket: R1's refund after the bucket drained its charge
-/// frees nothing.
+/// Late refund (<https://github.com/express-rate-limit/express-rate-limit/pull/647>), token bucket
+/// and leaky bucket: R1's refund after the bucket drained its charge frees nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn token_bucket_and_leaky_bucket_late_refund_frees_nothing() {
     for algorithm in [Algorithm::Gcra, Algorithm::LeakyBucket] {
@@ -196,7 +201,8 @@ async fn token_bucket_and_leaky_bucket_late_refund_frees_nothing() {
     }
 }
 
-/// Case B26, control: a refund inside its charge's window still gives the charge back.
+/// Late refund (<https://github.com/express-rate-limit/express-rate-limit/pull/647>), control: a
+/// refund inside its charge's window still gives the charge back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_in_window_refund_still_works() {
     let times = Times {

@@ -1,4 +1,6 @@
-//! CASES.md B22: a 429 turned into a 200, headers dropped on 429, headers duplicated.
+//! A 429 turned into a 200, headers dropped on 429, headers duplicated (the report
+//! <https://github.com/benwis/tower-governor/issues/8>: without a `BufferLayer` the 429
+//! reached the client as a 200 with an empty body).
 //!
 //! Two policies on `GET /api` (global 100 per 60 s; route: burst 1, 1 per 10 s), a custom
 //! JSON rejection, and every stack variant: bare, `HandleErrorLayer`, `BufferLayer` +
@@ -105,8 +107,8 @@ async fn run(server: TestServer, clock: &ManualClock, variant: &str) {
     );
 }
 
-/// Case B22: the 429's status, headers and JSON body survive every stack variant, each
-/// header once.
+/// The 429's status, headers and JSON body survive every stack variant, each header once
+/// (the report <https://github.com/benwis/tower-governor/issues/8>).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_and_headers_survive_every_stack() {
     // Bare.
@@ -141,8 +143,8 @@ async fn status_and_headers_survive_every_stack() {
     run(TestServer::start(app).await, &clock, "nested").await;
 }
 
-/// Case B22 at the tower level: `BufferLayer` without `HandleErrorLayer` keeps the 429 and
-/// its headers.
+/// At the tower level (<https://github.com/benwis/tower-governor/issues/8>): `BufferLayer` without
+/// `HandleErrorLayer` keeps the 429 and its headers.
 #[tokio::test]
 async fn a_buffer_without_handle_error_keeps_the_429() {
     // Without HandleErrorLayer the stack's error type is BoxError, which axum cannot serve;

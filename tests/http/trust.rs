@@ -94,10 +94,11 @@ async fn send(
     (res.status(), key)
 }
 
-/// Case B45: behind a trusted proxy (10.0.0.5) that copies the client's Host into a quoted
-/// `host=`, the `for=` the client wrote inside the quotes is never the client address: the
-/// request is charged to the proxy's `for=` (203.0.113.50 / .51), and the victim addresses
-/// 198.51.100.99 / .98 keep their budgets. The controls key as RFC 7239 says.
+/// RFC 7239 quoted strings (<https://github.com/jshttp/forwarded/issues/1>: splitting on `,` and
+/// `;` smuggles a `for=` node): behind a trusted proxy (10.0.0.5) that copies the client's Host
+/// into a quoted `host=`, the `for=` the client wrote inside the quotes is never the client
+/// address: the request is charged to the proxy's `for=` (203.0.113.50 / .51), and the victim
+/// addresses 198.51.100.99 / .98 keep their budgets. The controls key as RFC 7239 says.
 #[tokio::test]
 async fn a_for_inside_a_quoted_forwarded_value_is_never_the_client() {
     let (app, log) = limited_app(

@@ -72,7 +72,7 @@ fn header_lines(res: &reqwest::Response) -> Vec<String> {
 
 /// The fail-closed 503 byte for byte: problem+json of the temporary-reduced-capacity type,
 /// `Retry-After` in whole seconds (the configured 1.2 s rounded up), `Cache-Control:
-/// no-store`, and no rate-limit fields (the store could not say what is left). Case B18.
+/// no-store`, and no rate-limit fields (the store could not say what is left).
 #[tokio::test]
 async fn fail_closed_503_is_problem_json_with_retry_after() {
     let server = TestServer::start(

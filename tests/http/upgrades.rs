@@ -1,5 +1,7 @@
-//! Case B31 over real HTTP/1.1 on loopback: a WebSocket-style upgrade holds its concurrency
-//! slot until the upgraded connection closes, through the `UpgradeSlot` the layer hands the
+//! WebSocket sessions and the concurrency limit (the report
+//! <https://github.com/wavelens/gradient/pull/197>: upgrades were not held by the limit),
+//! over real HTTP/1.1 on loopback: a WebSocket-style upgrade holds its concurrency slot
+//! until the upgraded connection closes, through the `UpgradeSlot` the layer hands the
 //! handler, not only until the `101` has been sent.
 
 use std::net::SocketAddr;
@@ -106,8 +108,9 @@ fn header<'h>(head: &'h str, name: &str) -> Option<&'h str> {
     })
 }
 
-/// Case B31: A gets 101 and keeps the session open; B (t=200 ms) and C (t=400 ms) get 429
-/// with `Retry-After: 1`; after A closes, the next upgrade gets 101.
+/// An upgrade holds its slot (<https://github.com/wavelens/gradient/pull/197>): A gets 101 and
+/// keeps the session open; B (t=200 ms) and C (t=400 ms) get 429 with `Retry-After: 1`; after A
+/// closes, the next upgrade gets 101.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upgrade_holds_its_slot_until_the_session_closes() {
     let addr = server(true).await;
@@ -143,8 +146,8 @@ async fn an_upgrade_holds_its_slot_until_the_session_closes() {
     assert_eq!(next, 101, "the slot came back after the session closed");
 }
 
-/// Case B31: without `keep`, the slot is freed once the 101 has gone: what the docs say a
-/// handler that does not keep the slot gets.
+/// Without `keep` (<https://github.com/wavelens/gradient/pull/197>), the slot is freed once the 101
+/// has gone: what the docs say a handler that does not keep the slot gets.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_keep_the_slot_ends_with_the_101() {
     let addr = server(false).await;
@@ -162,10 +165,10 @@ async fn without_keep_the_slot_ends_with_the_101() {
     assert_eq!(second, 101);
 }
 
-/// Case B31: a `CONNECT` tunnel (HTTP/1.1 here; HTTP/2 extended CONNECT, RFC 8441, is how
-/// WebSockets run over HTTP/2) carries no `Upgrade` header field, yet its session also outlives
-/// the response: its handler gets an `UpgradeSlot` too and holds the slot until the tunnel
-/// closes.
+/// A tunnel holds its slot too (<https://github.com/wavelens/gradient/pull/197>): a `CONNECT`
+/// tunnel (HTTP/1.1 here; HTTP/2 extended CONNECT, RFC 8441, is how WebSockets run over HTTP/2)
+/// carries no `Upgrade` header field, yet its session also outlives the response: its handler gets
+/// an `UpgradeSlot` too and holds the slot until the tunnel closes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connect_tunnel_holds_its_slot_until_the_tunnel_closes() {
     async fn tunnel(mut req: Request) -> Response {

@@ -131,9 +131,9 @@ async fn both(
     m
 }
 
-/// Issue 20 (one answer): a check that charges one policy and key twice is judged on the
-/// total, and refused as a whole: Redis admitted it (its report re-read each charge alone),
-/// while memory denied it with the `remaining` of a charge it had given back.
+/// Memory and Redis give one answer: a check that charges one policy and key twice is judged
+/// on the total and refused as a whole by both (not admitted by Redis re-reading each charge
+/// alone, nor denied by memory with the `remaining` of a charge it had given back).
 #[tokio::test(flavor = "current_thread")]
 async fn a_duplicate_charge_is_refused_on_its_total_by_every_store() {
     let server = RedisServer::start();
@@ -154,8 +154,9 @@ async fn a_duplicate_charge_is_refused_on_its_total_by_every_store() {
     assert!(d.is_cannot_fit(), "{d:?}");
 }
 
-/// Issue 20 (one answer): the sliding-log script crashed on a duplicate charge (`attempt
-/// to perform arithmetic on field 'count'`), so the failure policy (fail open) decided.
+/// Memory and Redis give one answer: the sliding-log script decides a duplicate charge
+/// itself (a script error there, `attempt to perform arithmetic on field 'count'`, would
+/// leave the decision to the failure policy).
 #[tokio::test(flavor = "current_thread")]
 async fn a_duplicate_sliding_log_charge_is_decided_by_the_script() {
     let server = RedisServer::start();
@@ -172,9 +173,9 @@ async fn a_duplicate_sliding_log_charge_is_decided_by_the_script() {
     assert_eq!(redis.stats().degraded, 0);
 }
 
-/// Issue 20 (one answer): a denial remembered by the negative cache survived a reservation
-/// that booked the key's next turn, so the next check's `retry_after` came out one turn
-/// too short.
+/// Memory and Redis give one answer: a reservation that books the key's next turn replaces
+/// a denial remembered by the negative cache, so the next check's `retry_after` is not one
+/// turn too short.
 #[tokio::test(flavor = "current_thread")]
 async fn a_reservation_ends_a_remembered_denial() {
     let server = RedisServer::start();

@@ -1,11 +1,13 @@
-//! Fault tests of the Redis store over real HTTP: case B18 (Redis never answers: fail open,
-//! fail closed, local fallback), `kill -9` under load with recovery, `SIGSTOP` for 2 s,
-//! `SCRIPT FLUSH`, and a Redis Cluster failover. No panic, no hung request.
+//! Fault tests of the Redis store over real HTTP: Redis never answers (the report
+//! <https://github.com/envoyproxy/ratelimit/issues/462>: with Redis down every request
+//! waited for it; here: fail open, fail closed, local fallback), `kill -9` under load with
+//! recovery, `SIGSTOP` for 2 s, `SCRIPT FLUSH`, and a Redis Cluster failover. No panic, no
+//! hung request.
 //!
 //! These tests measure real latency, so they use wall-clock time; every bound has a margin
 //! for a loaded 2-core CI machine and every loop is bounded in count and time. Latency
-//! bounds apply to the middleware's own time (B18: "each adds <= 100 ms of middleware
-//! latency"; under load, at most the deadline and a margin), not to the client's round
+//! bounds apply to the middleware's own time (each request adds at most 100 ms of
+//! middleware latency; under load, at most the deadline and a margin), not to the client's round
 //! trip: every test that bounds it serves its app on [`OwnThread`] and measures each request
 //! there with [`timed`], which leaves out the client's and the load's queueing and the time
 //! the operating system kept the server's thread waiting for a CPU, and keeps the
@@ -32,8 +34,8 @@ use ratekeeper_tests::redis::{DECISION_DEADLINE, RedisCluster, RedisServer};
 const DEADLINE: Duration = Duration::from_millis(50);
 /// What a request may take beyond the deadline on a busy CI machine.
 const MARGIN: Duration = Duration::from_millis(250);
-/// A client round trip longer than this is a hung request (the wrong behaviour of B18), not
-/// queueing on a busy machine.
+/// A client round trip longer than this is a hung request (waiting for a Redis that is
+/// down), not queueing on a busy machine.
 const HUNG: Duration = Duration::from_secs(5);
 
 type Layer = RateLimitLayer<fn(&RequestParts<'_>) -> Result<Key, KeyError>, u64, RedisStore>;
@@ -135,9 +137,9 @@ async fn sleep_until(start: Instant, at_ms: u64) {
     tokio::time::sleep_until((start + Duration::from_millis(at_ms)).into()).await;
 }
 
-/// Case B18: 3 per 60 s on Redis, deadline 50 ms; Redis accepts connections and never
-/// answers (SIGSTOP) from t=0; R1..R5 at t = 0, 100, .., 400 ms; Redis recovers at
-/// t=1000 ms and R6 is decided by Redis.
+/// Redis down or slow (<https://github.com/envoyproxy/ratelimit/issues/462>): 3 per 60 s on Redis,
+/// deadline 50 ms; Redis accepts connections and never answers (SIGSTOP) from t=0; R1..R5 at t = 0,
+/// 100, .., 400 ms; Redis recovers at t=1000 ms and R6 is decided by Redis.
 ///
 /// Proves: R1..R5 each spend at most 100 ms in the middleware (R1..R3 wait for their 50 ms
 /// deadline, then the breaker is open and R4, R5 do not wait at all) and are answered by
@@ -212,7 +214,8 @@ async fn wait_ready(store: &RedisStore) {
     panic!("the store is not ready 10 s after Redis recovered");
 }
 
-/// Case B18 (a): fail open: R1..R5 pass as degraded decisions, with no made-up Remaining.
+/// Redis down or slow (<https://github.com/envoyproxy/ratelimit/issues/462>), fail open: R1..R5
+/// pass as degraded decisions, with no made-up Remaining.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_down_or_slow_fails_open() {
     let answers = redis_down_or_slow(FailurePolicy::Allow, None).await;
@@ -224,9 +227,10 @@ async fn redis_down_or_slow_fails_open() {
     }
 }
 
-/// Case B18 (b): fail closed: R1..R5 get 503, with no made-up Remaining, and say when to
-/// retry: `Retry-After: 1` (the layer's default, the breaker's 500 ms open period rounded
-/// up) and a problem+json body of the temporary-reduced-capacity type naming the same wait.
+/// Redis down or slow (<https://github.com/envoyproxy/ratelimit/issues/462>), fail closed: R1..R5
+/// get 503, with no made-up Remaining, and say when to retry: `Retry-After: 1` (the layer's
+/// default, the breaker's 500 ms open period rounded up) and a problem+json body of the
+/// temporary-reduced-capacity type naming the same wait.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_down_or_slow_fails_closed() {
     let answers = redis_down_or_slow(FailurePolicy::Deny, None).await;
@@ -248,7 +252,8 @@ async fn redis_down_or_slow_fails_closed() {
     }
 }
 
-/// Case B18 (c): the in-memory fallback is a fixed window of 2 per 60 000 ms.
+/// Redis down or slow (<https://github.com/envoyproxy/ratelimit/issues/462>): the in-memory
+/// fallback is a fixed window of 2 per 60 000 ms.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_down_or_slow_falls_back_to_the_local_limiter() {
     let local = Policy::new(
@@ -264,7 +269,8 @@ async fn redis_down_or_slow_falls_back_to_the_local_limiter() {
     }
 }
 
-/// Case B18, degrade: R1..R5 are served by the axum fallback, with no made-up Remaining.
+/// Redis down or slow (<https://github.com/envoyproxy/ratelimit/issues/462>), degrade: R1..R5 are
+/// served by the axum fallback, with no made-up Remaining.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_down_or_slow_degrade_reaches_the_fallback_hook() {
     let answers = redis_down_or_slow(FailurePolicy::Degrade, None).await;
@@ -499,10 +505,11 @@ async fn cluster_failover_keeps_answering_and_recovers() {
     assert!(stats.redis_decisions > 0 && stats.errors > 0, "{stats:?}");
 }
 
-/// The stale guard (one time source, case B36's other half): a check sent while Redis is
-/// paused is answered by the failure policy at its deadline; when Redis resumes and finally
-/// runs the queued script, the guard (in Redis time, learned from earlier replies) makes it
-/// do nothing, so the request is not charged a second time.
+/// The stale guard (one time source, the other half of the app-clock-skew test in
+/// `store.rs`): a check sent while Redis is paused is answered by the failure policy at its
+/// deadline; when Redis resumes and finally runs the queued script, the guard (in Redis
+/// time, learned from earlier replies) makes it do nothing, so the request is not charged a
+/// second time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_check_reaching_redis_after_its_deadline_charges_nothing() {
     let server = RedisServer::start();

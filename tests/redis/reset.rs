@@ -121,7 +121,7 @@ fn register<S: Store<Key>>(store: &mut S, policies: &[Policy]) -> Vec<PolicyId> 
         .collect()
 }
 
-/// The Done-when checks on two handles of one server: `a` charges, `b` peeks and resets.
+/// The reset and peek checks on two handles of one server: `a` charges, `b` peeks and resets.
 /// `ids` ends with the "other" policy.
 async fn reset_and_peek<S: Refunds>(a: &S, b: &S, ids: &[PolicyId], what: &str) {
     let (&other, ids) = ids.split_last().expect("policies");

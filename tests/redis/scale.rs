@@ -1,5 +1,5 @@
-//! Issue 11 part A on Redis: the sliding log and Delay-mode reservations decide exactly as
-//! the memory store (standalone and Cluster), and every key the new scripts write has a TTL.
+//! The sliding log and Delay-mode reservations on Redis: they decide exactly as
+//! the memory store (standalone and Cluster), and every key their scripts write has a TTL.
 
 use std::time::Duration;
 
@@ -388,8 +388,8 @@ fn assert_reserve_values(d: &[Decisions]) {
     assert_eq!(delays[25], 500);
 }
 
-/// Done-when line 2 of issue 11: the sliding log and reservations on memory, standalone and
-/// Cluster give identical decisions (decisions, delays and finality; headers included).
+/// Conformance: the sliding log and reservations on memory, standalone and Cluster give
+/// identical decisions (decisions, delays and finality; headers included).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_sliding_log_and_reservations_memory_standalone_cluster() {
     let server = RedisServer::start();
@@ -518,8 +518,8 @@ fn assert_ttls(all: &[(String, i64)]) {
     }
 }
 
-/// Done-when line 3 of issue 11: every key the new scripts write (sliding log, reservations,
-/// concurrency slots) has a TTL, on standalone Redis and on every Cluster node.
+/// Every key the sliding-log, reservation and concurrency-slot scripts write has a TTL, on
+/// standalone Redis and on every Cluster node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_key_of_the_new_scripts_has_a_ttl() {
     let server = RedisServer::start();

@@ -1,4 +1,4 @@
-//! Issue 11: the concurrency limit across instances. Three instances (each its own Redis
+//! The concurrency limit across instances. Three instances (each its own Redis
 //! connection, layer and server) share "100 concurrent requests per merchant" through
 //! `RedisStore::slots`, on standalone Redis and on Cluster; a `kill -9`ed instance's slots
 //! free within the lease. With the default lease, a killed holder's slots are free within
@@ -512,11 +512,12 @@ async fn a_holder_paused_for_1_s_keeps_its_slots() {
     eprintln!("SIGSTOP: continued after {continued:?}; {probes} probes, all refused");
 }
 
-/// Case B40: `ConcurrencyLimitLayer::new(1).key(GlobalKey).shared(store.slots())` on a Redis
-/// store (deadline 2 s, slot lease 10 s). Redis is paused while request A's acquire call is
-/// on the wire; A's client disconnects after 200 ms (the request future is dropped); Redis
-/// resumes. 500 ms later the slot set holds 0 slots and request B gets 200 (not a 429 for
-/// the whole 10 s lease).
+/// A slot taken by a request cancelled in flight (<https://github.com/rapina-rs/rapina/issues/516>:
+/// the in-flight count leaked when the client disconnected):
+/// `ConcurrencyLimitLayer::new(1).key(GlobalKey).shared(store.slots())` on a Redis store (deadline
+/// 2 s, slot lease 10 s). Redis is paused while request A's acquire call is on the wire; A's client
+/// disconnects after 200 ms (the request future is dropped); Redis resumes. 500 ms later the slot
+/// set holds 0 slots and request B gets 200 (not a 429 for the whole 10 s lease).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slot_whose_request_was_dropped_while_its_acquire_was_on_the_wire_is_released() {
     use axum::Router;

@@ -1,5 +1,6 @@
 //! The Redis store against real `redis-server` processes: the conformance suite (memory,
-//! standalone, Cluster), exact admission under concurrency, TTLs, and cases B12, B19, B20.
+//! standalone, Cluster), exact admission under concurrency, TTLs, hash slots, late refunds,
+//! changed quotas and app clock skew.
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -69,10 +70,10 @@ fn refund(t: u64, of: usize) -> Step {
     }
 }
 
-/// Refund traces (case B26's rules): an in-window fixed-window refund, a GCRA refund of the
-/// latest charge, a multi-policy refund whose GCRA part the bucket already drained, a
-/// fixed-window refund after the rollover and a stale GCRA receipt (both give back nothing).
-/// Steps are indexed within this trace.
+/// Refund traces (a late refund gives back nothing): an in-window fixed-window refund, a GCRA
+/// refund of the latest charge, a multi-policy refund whose GCRA part the bucket already
+/// drained, a fixed-window refund after the rollover and a stale GCRA receipt (both give back
+/// nothing). Steps are indexed within this trace.
 fn refund_traces() -> Vec<Step> {
     vec![
         // Fixed window 3 per 10 s, window [500 s, 510 s).
@@ -96,7 +97,7 @@ fn refund_traces() -> Vec<Step> {
         refund(521_200, 13), // 15: daily gives back; burst was drained already
         step(521_200, &[(1, "jay"), (2, "jay")], 1), // 16: allowed
         step(521_200, &[(1, "jay"), (2, "jay")], 1), // 17: daily denies again
-        // Fixed window, refund after the rollover (case B26): gives back nothing.
+        // Fixed window, refund after the rollover: gives back nothing.
         step(559_000, &[(3, "kim")], 1), // 18: window [550 s, 560 s)
         step(560_500, &[(3, "kim")], 1), // 19
         step(560_500, &[(3, "kim")], 1), // 20
@@ -630,8 +631,8 @@ async fn hammer(
     out
 }
 
-/// Case B12 checks: exactly `quota` 200s per key with Remaining exactly {quota-1, ..., 0},
-/// every 429 with Remaining 0.
+/// Exact admission under concurrency: exactly `quota` 200s per key with Remaining exactly
+/// {quota-1, ..., 0}, every 429 with Remaining 0.
 fn assert_exact_admission_per_key(
     results: &[(String, u16, Option<u32>)],
     keys: &[String],
@@ -653,8 +654,10 @@ fn assert_exact_admission_per_key(
     }
 }
 
-/// Case B12 on Redis: fixed window 4 per 86 400 000 ms, clock frozen at t=0, 2 app instances
-/// sharing one Redis, 1000 requests over k1..k10 released together.
+/// Concurrent requests never double-admit
+/// (<https://github.com/TerminalWitchcraft/actix-ratelimit/issues/16>: two requests both saw one
+/// remaining and both passed), on Redis: fixed window 4 per 86 400 000 ms, clock frozen at t=0, 2
+/// app instances sharing one Redis, 1000 requests over k1..k10 released together.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_requests_never_double_admit_on_redis() {
     let server = RedisServer::start();
@@ -679,7 +682,9 @@ async fn concurrent_requests_never_double_admit_on_redis() {
     assert_every_key_has_ttl(&server);
 }
 
-/// Case B12 on the memory store (multi-thread runtime with 4 workers), same scenario.
+/// Concurrent requests never double-admit
+/// (<https://github.com/TerminalWitchcraft/actix-ratelimit/issues/16>), on the memory store
+/// (multi-thread runtime with 4 workers), same scenario.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_requests_never_double_admit_on_memory() {
     let clock = ManualClock::new();
@@ -786,12 +791,13 @@ enum TtlStep {
     GoneAfterRealMs(u64),
 }
 
-/// Case B20 for every algorithm (5 per 60 000 ms, burst 5): every key written has a PTTL equal to
-/// the time until its state is "absent" again (token bucket: until full; fixed window: until
-/// the window ends; sliding window counter: until both counts are zero), later writes never
-/// push it beyond that, the old window's key is gone once real time reaches its end, and no
-/// key ever has PTTL -1. The case's fault ("drop the connection right after the increment")
-/// cannot happen: the increment and the PX are one `SET` inside one script.
+/// Every key gets a TTL (<https://github.com/alisaifee/limits/pull/15>: INCR and EXPIRE sent
+/// separately left keys without one), for every algorithm (5 per 60 000 ms, burst 5): every key
+/// written has a PTTL equal to the time until its state is "absent" again (token bucket: until
+/// full; fixed window: until the window ends; sliding window counter: until both counts are zero),
+/// later writes never push it beyond that, the old window's key is gone once real time reaches its
+/// end, and no key ever has PTTL -1. The reported fault ("drop the connection right after the
+/// increment") cannot happen: the increment and the PX are one `SET` inside one script.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_written_key_has_its_ttl_for_every_algorithm() {
     use TtlStep::{GoneAfterRealMs, Request as At};
@@ -957,9 +963,10 @@ async fn idle_token_bucket_keys_disappear() {
     assert_eq!(pttl(&server, &name), -2, "idle key still present");
 }
 
-/// Case B19: every policy of one client key shares one hash tag (one slot), the script gets every
-/// key in KEYS, zero CROSSSLOT errors, exact decisions; a script error is handled by the
-/// failure policy and never becomes "allowed" with a made-up Remaining.
+/// No CROSSSLOT on Cluster (<https://github.com/spring-cloud/spring-cloud-gateway/issues/248>):
+/// every policy of one client key shares one hash tag (one slot), the script gets every key in
+/// KEYS, zero CROSSSLOT errors, exact decisions; a script error is handled by the failure policy
+/// and never becomes "allowed" with a made-up Remaining.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_multi_key_scripts_never_cross_slots() {
     let cluster = RedisCluster::start();
@@ -1113,7 +1120,7 @@ async fn negative_cache_denies_repeat_requests_without_redis_until_retry_after()
     assert_eq!(store.stats().redis_decisions, 3);
 }
 
-/// Every decision's round trip lands in the latency histogram (DESIGN §8). A current-thread
+/// Every decision's round trip lands in the latency histogram. A current-thread
 /// runtime inside `with_local_recorder`, so the store's futures see the test's recorder.
 #[test]
 fn every_redis_decision_is_timed() {
@@ -1190,9 +1197,10 @@ async fn timed_store(
     (store, id)
 }
 
-/// Case B26 on Redis, every algorithm the store runs: a refund after the charge's window
-/// closed (or after the bucket drained it) gives back nothing, so R4 is denied; the control
-/// (an in-window refund) still gives back.
+/// Late refunds (<https://github.com/express-rate-limit/express-rate-limit/pull/647>) on Redis,
+/// every algorithm the store runs: a refund after the charge's window closed (or after the bucket
+/// drained it) gives back nothing, so R4 is denied; the control (an in-window refund) still gives
+/// back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refund_after_rollover_frees_nothing_on_redis() {
     let server = RedisServer::start();
@@ -1260,9 +1268,10 @@ async fn a_refund_after_rollover_frees_nothing_on_redis() {
     assert_eq!((r4.is_allowed(), r4.as_slice()[0].remaining()), (true, 0));
 }
 
-/// Case B27: state written under an old quota is read under the quota in force. Deploy 1
-/// (token bucket 1 per 3 600 000 ms, burst 1) charges at t=0; deploy 2 (a new store, same
-/// Redis and policy name, 100 per 60 000 ms, burst 100) is not held back by it at t=1 000.
+/// A quota changed between deploys (<https://github.com/3scale/APIcast/issues/667>): state written
+/// under an old quota is read under the quota in force. Deploy 1 (token bucket 1 per 3 600 000 ms,
+/// burst 1) charges at t=0; deploy 2 (a new store, same Redis and policy name, 100 per 60 000 ms,
+/// burst 100) is not held back by it at t=1 000.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_raised_quota_applies_at_once_token_bucket() {
     let server = RedisServer::start();
@@ -1326,9 +1335,9 @@ async fn a_raised_quota_applies_at_once_token_bucket() {
     assert_eq!(d.as_slice()[0].remaining(), 0);
 }
 
-/// Case B27, control: fixed window 100 per 3 600 000 ms with 50 used, redeployed as 10 per
-/// 3 600 000 ms: at t=1 000 the lower limit applies at once (429, Remaining 0, Retry-After
-/// until the hour window ends).
+/// A quota changed between deploys (<https://github.com/3scale/APIcast/issues/667>), control: fixed
+/// window 100 per 3 600 000 ms with 50 used, redeployed as 10 per 3 600 000 ms: at t=1 000 the
+/// lower limit applies at once (429, Remaining 0, Retry-After until the hour window ends).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lowered_limit_applies_at_once_fixed_window() {
     let server = RedisServer::start();
@@ -1354,8 +1363,9 @@ async fn a_lowered_limit_applies_at_once_fixed_window() {
     assert_eq!(ceil_secs(d.retry_after().unwrap_or_default()), 3_599);
 }
 
-/// Case B27: a changed window length never mixes windowings: the units a sliding window counter
-/// still counts move into the new windowing.
+/// A quota changed between deploys (<https://github.com/3scale/APIcast/issues/667>): a changed
+/// window length never mixes windowings: the units a sliding window counter still counts move into
+/// the new windowing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_changed_window_keeps_counted_units_sliding_window() {
     let server = RedisServer::start();
@@ -1403,13 +1413,15 @@ impl ratekeeper_axum::core::clock::Clock for SkewedClock {
     }
 }
 
-/// Case B36: instance A (correct clock) and instance B (app clock 10 000 ms behind, then in a
-/// second run 10 000 ms ahead), separate stores and connections, one Redis, Redis `TIME`.
-/// GCRA burst 4. A: 200 with Remaining 3, 2, 1, 0, then 429. B: 429, Remaining 0, a
-/// Retry-After on Redis's clock, decided by Redis; 4 admitted in all; no degraded decision,
-/// neither in `RedisStats` nor in the metrics counter.
+/// App clock skew against Redis (the class of
+/// <https://github.com/spring-cloud/spring-cloud-gateway/issues/1688>: app time mixed with Redis
+/// time): instance A (correct clock) and instance B (app clock 10 000 ms behind, then in a second
+/// run 10 000 ms ahead), separate stores and connections, one Redis, Redis `TIME`. GCRA burst 4. A:
+/// 200 with Remaining 3, 2, 1, 0, then 429. B: 429, Remaining 0, a Retry-After on Redis's clock,
+/// decided by Redis; 4 admitted in all; no degraded decision, neither in `RedisStats` nor in the
+/// metrics counter.
 ///
-/// The case's rate (2 per 1 000 ms: Retry-After 1) refills a unit every 500 ms of real time,
+/// The test's rate (2 per 1 000 ms: Retry-After 1) refills a unit every 500 ms of real time,
 /// which a loaded machine can spend between two of these steps; at 2 per 60 000 ms (T = 30 s)
 /// nothing refills during the test, and B's Retry-After is 30 s less the real time since
 /// A's first charge (a wait on B's skewed clock would be 10 s off).
@@ -1513,9 +1525,10 @@ fn app_clock_skew_never_fails_open() {
     assert!(degraded.is_empty(), "{degraded:?}");
 }
 
-/// Case B37 on the Redis store: for GCRA and the leaky bucket a decision's limit is the burst
-/// (P1 "1 per 1 000 ms, burst 10", P2 "100 per 60 000 ms, burst 10"), Remaining counts down
-/// from 9 and never exceeds it, and the 11th request is denied with the same limit.
+/// The advertised quota bounds Remaining on the Redis store: for GCRA and the leaky bucket a
+/// decision's limit is the burst (P1 "1 per 1 000 ms, burst 10", P2 "100 per 60 000 ms, burst 10"),
+/// Remaining counts down from 9 and never exceeds it, and the 11th request is denied with the same
+/// limit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_decisions_limit_is_the_burst() {
     let server = RedisServer::start();

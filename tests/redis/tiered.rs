@@ -696,11 +696,13 @@ struct Moved {
     b_first_retry: Option<Duration>,
 }
 
-/// The B39 timeline on two tiered stores with the default lease settings (TTL 1 s, period
-/// 100 ms, at most 100 units): GCRA `limit` per `limit × 1 000 s`, burst `limit` (T = 1 000
-/// s, nothing refills during the test). A takes `on_a` requests in a row; then the client
-/// sends `limit` requests at once to B; then (with `retry_every`) one more to B at that pace;
-/// 2.5 s after the burst `limit` more to B. A never sees the key again.
+/// A client moving between instances (the timeline of the report
+/// <https://github.com/envoyproxy/ratelimit/issues/1077>) on two tiered stores with the
+/// default lease settings (TTL 1 s, period 100 ms, at most 100 units): GCRA `limit` per
+/// `limit × 1 000 s`, burst `limit` (T = 1 000 s, nothing refills during the test). A takes
+/// `on_a` requests in a row; then the client sends `limit` requests at once to B; then
+/// (with `retry_every`) one more to B at that pace; 2.5 s after the burst `limit` more to
+/// B. A never sees the key again.
 async fn move_client(
     server: &RedisServer,
     limit: u32,
@@ -767,10 +769,11 @@ async fn move_client(
     }
 }
 
-/// Case B39 (the documented promise): a client moves from instance A (6 requests) to
-/// instance B. B admits at least `redis(W) - instances × max_lease` at once, and over the
-/// run the client gets exactly its budget of 10: no unit stays stranded on A, which never
-/// sees the key again, and B's remembered denial does not outlive A's lease.
+/// A client stranded on another instance (<https://github.com/envoyproxy/ratelimit/issues/1077>),
+/// the documented promise: a client moves from instance A (6 requests) to instance B. B admits at
+/// least `redis(W) - instances × max_lease` at once, and over the run the client gets exactly its
+/// budget of 10: no unit stays stranded on A, which never sees the key again, and B's remembered
+/// denial does not outlive A's lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_moved_to_another_instance_gets_its_whole_budget_within_the_lease() {
     let server = RedisServer::start();
@@ -786,8 +789,9 @@ async fn a_client_moved_to_another_instance_gets_its_whole_budget_within_the_lea
     assert_eq!(moved.a_held_at_end, 0, "{moved:?}");
 }
 
-/// Case B39 (the strict values): B admits at once the 4 units the client is still owed (A,
-/// in the lower half of the bucket, holds none unspent), nothing more later: 10 in all.
+/// A client stranded on another instance (<https://github.com/envoyproxy/ratelimit/issues/1077>),
+/// the strict values: B admits at once the 4 units the client is still owed (A, in the lower half
+/// of the bucket, holds none unspent), nothing more later: 10 in all.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_moved_to_another_instance_gets_what_it_is_owed_at_once() {
     let server = RedisServer::start();
@@ -804,13 +808,13 @@ async fn a_client_moved_to_another_instance_gets_what_it_is_owed_at_once() {
     assert_eq!(moved.a + moved.b_at_once + moved.b_later, 10, "{moved:?}");
 }
 
-/// Case B39, units taken ahead in the upper half of the bucket (burst 100): A holds units
-/// unspent when the client moves. Its background sweeper gives them back within the lease
-/// TTL and one period although A never sees the key again, and B's denial from the burst
-/// (the Redis state alone would say hundreds of seconds, as it counts A's units) tells the
-/// client to come back when A's units are back, not later, and is not remembered past that
-/// although the client keeps retrying on B every 100 ms: B admits exactly the units A
-/// returned.
+/// A client stranded on another instance (<https://github.com/envoyproxy/ratelimit/issues/1077>),
+/// units taken ahead in the upper half of the bucket (burst 100): A holds units unspent when the
+/// client moves. Its background sweeper gives them back within the lease TTL and one period
+/// although A never sees the key again, and B's denial from the burst (the Redis state alone would
+/// say hundreds of seconds, as it counts A's units) tells the client to come back when A's units
+/// are back, not later, and is not remembered past that although the client keeps retrying on B
+/// every 100 ms: B admits exactly the units A returned.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn units_an_instance_leased_come_home_although_it_never_sees_the_key_again() {
     let server = RedisServer::start();
@@ -923,13 +927,13 @@ async fn first_denial_on_b(
     }
 }
 
-/// Case B39, the `Retry-After` of a denial while another instance holds leased units:
-/// A leased units ahead and stops getting the client's traffic; the client's requests on B
-/// (hot there: one right after the other, so B leases too) take what Redis has left. B's
-/// first denial must not tell the client to wait 1 000 s (what the Redis state alone says,
-/// counting A's unspent units) but at most until A's units are back: the lease TTL, a sweeper
-/// period and the give-back's allowance (deadline and stale tolerance). The client's retry
-/// after that wait is admitted.
+/// A client stranded on another instance (<https://github.com/envoyproxy/ratelimit/issues/1077>):
+/// the `Retry-After` of a denial while another instance holds leased units: A leased units ahead
+/// and stops getting the client's traffic; the client's requests on B (hot there: one right after
+/// the other, so B leases too) take what Redis has left. B's first denial must not tell the client
+/// to wait 1 000 s (what the Redis state alone says, counting A's unspent units) but at most until
+/// A's units are back: the lease TTL, a sweeper period and the give-back's allowance (deadline and
+/// stale tolerance). The client's retry after that wait is admitted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_denial_while_units_are_leased_elsewhere_waits_only_until_they_are_back() {
     let server = RedisServer::start();

@@ -751,7 +751,7 @@ fn plausible_reset(value: &str, unix: Duration) -> Option<Duration> {
 /// over a server on tokio's paused clock that answers two announcements built from `data`,
 /// then plain 200s; three requests one after the other.
 ///
-/// Properties (issue 21, part A, for the polite client):
+/// Properties of the polite client:
 /// - a reset is read by plausibility: whatever the unit a server used (delta, Unix s, ms
 ///   or µs, a time in the past), no announcement asks for longer than its most plausible
 ///   reading (`plausible_reset`, the longest of the fields it sends);
