@@ -2,7 +2,7 @@
 # The fleet harness: N app instances (tasks with their own Redis store handles) share one
 # quota through a real redis-server (or a 3 + 3 Redis Cluster) while a fault is injected:
 # kill -9 an instance, SIGSTOP Redis 200 ms, restart Redis, kill the Cluster primary holding
-# the key. Offered load 2x the quota (200/s, burst 200, one key); admitted units counted in
+# the key. Offered load 2x the quota (200/s, burst 20, one key); admitted units counted in
 # every sliding 1 s window. Prints the markdown table of BENCHMARKS.md ("Fleet harness").
 #
 #   scripts/fleet.sh                         # the whole table (about 5 minutes)
