@@ -30,8 +30,9 @@
 //!         Ok(config) => *slot.lock().unwrap() = config,
 //!         Err(e) => eprintln!("config not reloaded: {e}"),
 //!     }
-//! });
-//! *current.lock().unwrap() = RateLimitConfig::load_path(&path, &opts).unwrap();
+//! })?;
+//! *current.lock().unwrap() = RateLimitConfig::load_path(&path, &opts)?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -104,7 +105,16 @@ pub fn fingerprint(path: &Path, opts: &LoadOptions) -> u64 {
 /// so load the initial config after calling it.
 ///
 /// Runs on its own thread (no async runtime needed); `on_reload` runs on that thread.
-pub fn watch<F>(path: PathBuf, opts: LoadOptions, interval: Duration, mut on_reload: F) -> Watcher
+///
+/// # Errors
+///
+/// The thread could not be started.
+pub fn watch<F>(
+    path: PathBuf,
+    opts: LoadOptions,
+    interval: Duration,
+    mut on_reload: F,
+) -> std::io::Result<Watcher>
 where
     F: FnMut(Result<RateLimitConfig, ConfigError>) + Send + 'static,
 {
@@ -122,12 +132,11 @@ where
                     on_reload(result);
                 }
             }
-        })
-        .ok();
-    Watcher {
+        })?;
+    Ok(Watcher {
         stop: Some(stop),
-        thread,
-    }
+        thread: Some(thread),
+    })
 }
 
 /// One poll step, apart from the timing (tests drive it without sleeping).
