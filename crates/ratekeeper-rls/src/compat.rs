@@ -2,7 +2,8 @@
 //!
 //! A config file, a manifest's environment or a request that works with the reference means
 //! the same here, except for the rows below. Each row is checked by the test named in it
-//! (in `crates/ratekeeper-rls/tests/`).
+//! (in `crates/ratekeeper-rls/tests/`: `compat::*`, `config::*` and `settings::*` name the test
+//! binary, then the test).
 //!
 //! # Config files
 //!
@@ -11,7 +12,7 @@
 //! | C1 | A request entry `(a, b)` is looked up as the string `a_b`, so it also hits a config descriptor `key: a_b` without value. | Entries match structurally: `(a, b)` hits only `key: a, value: b`, a wildcard value of key `a`, or `key: a` without value. | The `_` join lets one key's value impersonate another key (a user-controlled value could select another rule). | `compat::c1_entries_match_structurally` |
 //! | C2 | `key: a_b` and `key: a, value: b` at one level are a "duplicate composite key". | They are two descriptors. | Same join; rejecting a valid file for it helps nobody. | `compat::c2_no_duplicate_through_the_join` |
 //! | C3 | A `*` in a descriptor's *key* is a wildcard too (the pattern is matched against `key_value`), and `share_threshold` is accepted when the key has a `*`. | A `*` is a wildcard only in `value`; in a key it is a literal character, and `share_threshold` needs a `*` in the value. | Keys are names chosen by the Envoy route config, not patterns; the reference's behaviour is a side effect of the join. | `compat::c3_star_in_a_key_is_literal` |
-//! | C4 | Errors name the file only; the first of several errors found (in random map order). | Every error has `file:line:column`, and the checks run in document order, so the first error in the file is the one reported. Messages are worded here. | Pointing at the line saves the search. | `config_errors::*` (each asserts line and column) |
+//! | C4 | Errors name the file only; the first of several errors found (in random map order). | Every error has `file:line:column`, and the checks run in document order, so the first error in the file is the one reported. Messages are worded here. | Pointing at the line saves the search. | `config::errors::*` (each asserts line and column) |
 //! | C5 | A key repeated in one map: the last one silently wins. | An error at the second one. | Two `rate_limit:` in one descriptor is always a mistake, and the silent choice hides it. | `compat::c5_repeated_map_key_is_an_error` |
 //! | C6 | A file with several YAML documents (`---`): only the first is read. | An error at the second document. | The other documents were silently dropped. | `compat::c6_second_document_is_an_error` |
 //! | C7 | Every file under the directory is read, recursively, whatever its name. | Only `*.yaml` / `*.yml` files of the directory itself; other regular files give a warning. | A ConfigMap mount has `..data` directories that the recursive read loads twice (hence the reference's need for `RUNTIME_IGNOREDOTFILES`); editor backups (`x.yaml~`) must not load. | `compat::c7_only_yaml_files_of_the_directory` |

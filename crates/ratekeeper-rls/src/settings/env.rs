@@ -114,6 +114,13 @@ const IGNORED: &[(&str, bool, &str)] = &[
     ("GRPC_MAX_CONNECTION_AGE", false, "not supported"),
     ("GRPC_MAX_CONNECTION_AGE_GRACE", false, "not supported"),
     ("GRPC_CLIENT_TLS_CACERT", false, "gRPC TLS is not supported"),
+    ("GRPC_SERVER_TLS_CERT", false, "gRPC TLS is not supported"),
+    ("GRPC_SERVER_TLS_KEY", false, "gRPC TLS is not supported"),
+    (
+        "GRPC_SERVER_TLS_CA_CERT",
+        false,
+        "gRPC TLS is not supported",
+    ),
     ("GRPC_CLIENT_TLS_SAN", false, "gRPC TLS is not supported"),
     (
         "LOCAL_CACHE_SIZE_IN_BYTES",
@@ -216,6 +223,26 @@ const IGNORED: &[(&str, bool, &str)] = &[
     ("TRACING_ENABLED", true, "tracing export is not supported"),
     ("CONFIG_GRPC_XDS_SERVER_URL", false, "xDS is not supported"),
     ("CONFIG_GRPC_XDS_NODE_ID", false, "xDS is not supported"),
+    (
+        "CONFIG_GRPC_XDS_SERVER_USE_TLS",
+        true,
+        "xDS is not supported",
+    ),
+    (
+        "CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
+        false,
+        "xDS is not supported",
+    ),
+    (
+        "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
+        false,
+        "xDS is not supported",
+    ),
+    (
+        "CONFIG_GRPC_XDS_SERVER_TLS_CACERT",
+        false,
+        "xDS is not supported",
+    ),
 ];
 
 struct Env<F> {
