@@ -30,7 +30,7 @@
 //!         Ok(config) => *slot.lock().unwrap() = config,
 //!         Err(e) => eprintln!("config not reloaded: {e}"),
 //!     }
-//! })?;
+//! });
 //! *current.lock().unwrap() = RateLimitConfig::load_path(&path, &opts)?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -51,9 +51,15 @@ pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(250);
 pub struct Watcher {
     stop: Option<mpsc::Sender<()>>,
     thread: Option<JoinHandle<()>>,
+    error: Option<std::io::Error>,
 }
 
 impl Watcher {
+    /// Why the watcher is not running, when [`watch`] could not start its thread.
+    pub fn error(&self) -> Option<&std::io::Error> {
+        self.error.as_ref()
+    }
+
     /// Stops watching and waits for the polling thread to end (at most one poll).
     pub fn stop(mut self) {
         self.shutdown();
@@ -104,12 +110,32 @@ pub fn fingerprint(path: &Path, opts: &LoadOptions) -> u64 {
 /// not load) each time the files change. The first fingerprint is taken before this returns,
 /// so load the initial config after calling it.
 ///
-/// Runs on its own thread (no async runtime needed); `on_reload` runs on that thread.
+/// Runs on its own thread (no async runtime needed); `on_reload` runs on that thread. If the
+/// operating system cannot start the thread, the error is logged (`tracing`, level error) and
+/// kept in [`Watcher::error`], and nothing is watched; [`try_watch`] returns it instead.
+pub fn watch<F>(path: PathBuf, opts: LoadOptions, interval: Duration, on_reload: F) -> Watcher
+where
+    F: FnMut(Result<RateLimitConfig, ConfigError>) + Send + 'static,
+{
+    match try_watch(path, opts, interval, on_reload) {
+        Ok(w) => w,
+        Err(e) => {
+            tracing::error!(error = %e, "config watcher not started: reloads are off");
+            Watcher {
+                stop: None,
+                thread: None,
+                error: Some(e),
+            }
+        }
+    }
+}
+
+/// As [`watch`], with the thread's start-up error returned.
 ///
 /// # Errors
 ///
-/// The thread could not be started.
-pub fn watch<F>(
+/// The polling thread could not be started.
+pub fn try_watch<F>(
     path: PathBuf,
     opts: LoadOptions,
     interval: Duration,
@@ -136,6 +162,7 @@ where
     Ok(Watcher {
         stop: Some(stop),
         thread: Some(thread),
+        error: None,
     })
 }
 

@@ -28,7 +28,7 @@ fn config(domain: &str) -> String {
 
 fn start(path: &Path) -> (Watcher, mpsc::Receiver<Reload>) {
     let (tx, rx) = mpsc::channel();
-    let w = watch::watch(
+    let w = watch::try_watch(
         path.to_owned(),
         LoadOptions::default(),
         INTERVAL,
@@ -156,7 +156,16 @@ fn bad_file_reports_the_error_then_recovers() {
 fn dropping_the_watcher_stops_it() {
     let dir = tempdir();
     fs::write(dir.path().join("a.yaml"), config("one")).unwrap();
-    let (w, rx) = start(dir.path());
+    let (tx, rx) = mpsc::channel::<Reload>();
+    let w = watch::watch(
+        dir.path().to_owned(),
+        LoadOptions::default(),
+        INTERVAL,
+        move |r| {
+            let _ = tx.send(r);
+        },
+    );
+    assert!(w.error().is_none());
     drop(w);
     fs::write(dir.path().join("a.yaml"), config("two")).unwrap();
     // The callback (and its sender) went with the thread: nothing more can arrive.
