@@ -117,7 +117,7 @@ pub struct ConfigWarning {
     /// The file.
     pub file: String,
     /// The place in the file, when there is one.
-    pub position: Option<(u32, u32)>,
+    pub position: Option<Position>,
     /// What is odd.
     pub message: String,
 }
@@ -125,7 +125,7 @@ pub struct ConfigWarning {
 impl fmt::Display for ConfigWarning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.position {
-            Some((line, column)) => write!(f, "{}:{line}:{column}: {}", self.file, self.message),
+            Some(p) => write!(f, "{}:{}:{}: {}", self.file, p.line, p.column, self.message),
             None => write!(f, "{}: {}", self.file, self.message),
         }
     }

@@ -109,6 +109,15 @@ impl From<Unit> for PbUnit {
     }
 }
 
+impl TryFrom<PbUnit> for Unit {
+    type Error = UnitParseError;
+
+    /// Fails for `UNKNOWN`.
+    fn try_from(unit: PbUnit) -> Result<Unit, UnitParseError> {
+        Unit::from_proto(unit).ok_or_else(|| UnitParseError(unit.as_str_name().to_owned()))
+    }
+}
+
 impl fmt::Display for Unit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -183,6 +192,9 @@ mod tests {
             assert_eq!(Unit::from_proto_i32(unit.to_proto() as i32), Some(unit));
         }
         assert_eq!(Unit::from_proto_i32(0), None);
+        assert_eq!(Unit::try_from(PbUnit::Hour), Ok(Unit::Hour));
+        assert!(Unit::try_from(PbUnit::Unknown).is_err());
+        assert_eq!(PbUnit::from(Unit::Week), PbUnit::Week);
         assert_eq!(Unit::from_proto_i32(99), None);
         assert_eq!(Unit::Month.seconds(), 30 * 86_400);
         assert_eq!(Unit::Year.seconds(), 365 * 86_400);

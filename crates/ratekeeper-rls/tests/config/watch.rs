@@ -2,10 +2,12 @@
 //! Kubernetes ConfigMap's `..data` swap, a file renamed into the directory), a removal, and a
 //! bad file that keeps the old config.
 //!
-//! Timing: the watcher polls every `INTERVAL`; a change is reported at the first poll after
-//! it, since that poll's fingerprint differs (`fingerprint_*` tests, no clock involved). The
-//! end-to-end tests wait up to `WAIT` for the report, so a loaded machine does not fail them;
-//! the 2 s target follows from the interval (250 ms by default), not from these waits.
+//! Timing: the watcher polls every `INTERVAL`; a change is loaded at the second poll that
+//! reads the same new files (the `watch` module's unit tests drive the poller step by step,
+//! no clock involved), and every kind of change alters the fingerprint a poll compares
+//! (`fingerprint_changes_with_each_kind_of_change`). The end-to-end tests wait up to `WAIT`
+//! for the report, so a loaded machine does not fail them; the 2 s target follows from two
+//! intervals (250 ms each by default), not from these waits.
 
 use std::fs;
 use std::path::Path;
@@ -101,6 +103,26 @@ fn configmap_data_swap_reloads() {
     let (_w, rx) = start(dir.path());
     configmap(dir.path(), "..2026_01_01_00_01_00.2", "two");
     fs::remove_dir_all(dir.path().join("..2026_01_01_00_00_00.1")).unwrap();
+    assert_eq!(next_domains(&rx), ["two"]);
+}
+
+/// The reference's default mode (`RUNTIME_WATCH_ROOT=true`): a new runtime tree, then the
+/// root link `current` swapped to it.
+#[test]
+fn runtime_root_link_swap_reloads() {
+    let dir = tempdir();
+    let tree = |version: &str, domain: &str| {
+        let config = dir.path().join(version).join("ratelimit/config");
+        fs::create_dir_all(&config).unwrap();
+        fs::write(config.join("a.yaml"), self::config(domain)).unwrap();
+        let tmp = dir.path().join("current_tmp");
+        std::os::unix::fs::symlink(version, &tmp).unwrap();
+        fs::rename(&tmp, dir.path().join("current")).unwrap();
+    };
+    tree("v1", "one");
+    let path = dir.path().join("current/ratelimit/config");
+    let (_w, rx) = start(&path);
+    tree("v2", "two");
     assert_eq!(next_domains(&rx), ["two"]);
 }
 

@@ -151,7 +151,10 @@ fn misplaced_keys_load_with_a_warning() {
     let c = one(yaml).expect("loads");
     let w = c.warnings();
     assert_eq!(w.len(), 1, "{w:?}");
-    assert_eq!(w[0].position, Some((4, 5)));
+    assert_eq!(
+        w[0].position,
+        Some(ratekeeper_rls::config::Position { line: 4, column: 5 })
+    );
     assert!(
         w[0].to_string()
             .starts_with("t.yaml:4:5: 'requests_per_unit'"),
