@@ -1,6 +1,6 @@
 //! Matching a request descriptor against a domain's tree, and the keys a match names.
 
-use std::fmt::Write as _;
+use std::fmt::{self, Write as _};
 
 use smallvec::SmallVec;
 
@@ -59,7 +59,9 @@ impl Step<'_> {
 
 /// A rule that applies to a request descriptor, with what the server needs to count it and
 /// report it.
-#[derive(Debug, Clone)]
+///
+/// `Debug` shows the request's keys but not its values (they may be credentials).
+#[derive(Clone)]
 pub struct Match<'a> {
     /// The rule.
     pub rule: &'a RateLimitRule,
@@ -149,6 +151,17 @@ pub(crate) fn wildcard_match(parts: &[String], value: &str) -> bool {
         }
     }
     true
+}
+
+impl fmt::Debug for Match<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let keys: Vec<&str> = self.entries.iter().map(|(k, _)| *k).collect();
+        f.debug_struct("Match")
+            .field("rule", self.rule)
+            .field("domain", &self.domain)
+            .field("keys", &keys)
+            .finish_non_exhaustive()
+    }
 }
 
 fn push_len_prefixed(out: &mut String, s: &str) {

@@ -308,6 +308,43 @@ fn json_dump_lists_domains_and_descriptors() {
     assert_eq!(route["rate_limit"]["requests_per_unit"], 10);
     assert_eq!(route["rate_limit"]["unit"], "second");
     assert_eq!(route["rate_limit"]["shadow_mode"], true);
+    // An unlimited rule has no unit; a deny rule keeps its 0.
+    let c = load("ok/basic.yaml");
+    let v = serde_json::to_value(&c).expect("serializes");
+    let find = |key: &str| {
+        v["domains"][0]["descriptors"]
+            .as_array()
+            .and_then(|a| a.iter().find(|d| d["key"] == key))
+            .map(|d| d["rate_limit"].clone())
+            .unwrap_or_default()
+    };
+    let flags = json!({"shadow_mode": false, "quota_mode": false, "detailed_metric": false});
+    let with_flags = |mut v: serde_json::Value| {
+        if let (Some(o), Some(f)) = (v.as_object_mut(), flags.as_object()) {
+            o.extend(f.clone());
+        }
+        v
+    };
+    assert_eq!(find("health"), with_flags(json!({"unlimited": true})));
+    assert_eq!(
+        find("blocked"),
+        with_flags(json!({"unit": "second", "requests_per_unit": 0, "unlimited": false}))
+    );
+    assert_eq!(
+        find("plan"),
+        with_flags(
+            json!({"unit": "day", "requests_per_unit": 1, "unlimited": false, "name": "plan_daily"})
+        )
+    );
+}
+
+#[test]
+fn match_debug_hides_request_values() {
+    let c = load("ok/basic.yaml");
+    let m = limit(&c, "shop", &[("client", "sk-live-secret")]);
+    let shown = format!("{m:?}");
+    assert!(shown.contains("client"), "{shown}");
+    assert!(!shown.contains("sk-live-secret"), "{shown}");
 }
 
 #[test]
