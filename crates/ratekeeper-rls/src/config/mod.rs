@@ -329,6 +329,10 @@ impl RateLimitConfig {
 
     /// Finds the rule for one request descriptor of `domain`: its `(key, value)` entries, in
     /// order. See the [module docs](self) for the matching rules.
+    ///
+    /// The answer borrows the config and the entries (a [`Match`] computes its keys from
+    /// both), so build the entries first: `let e: Vec<(&str, &str)> = ...; config.lookup(d, &e)`.
+    /// No allocation for descriptors up to four entries deep.
     pub fn lookup<'a>(&'a self, domain: &str, entries: &'a [(&'a str, &'a str)]) -> Lookup<'a> {
         match self.inner.domains.get_key_value(domain) {
             None => Lookup::DomainNotFound,
