@@ -292,6 +292,47 @@ mod tests {
         p.split('*').map(str::to_owned).collect()
     }
 
+    /// A plain recursive glob: the oracle.
+    fn glob(p: &[u8], v: &[u8]) -> bool {
+        match p.split_first() {
+            None => v.is_empty(),
+            Some((b'*', rest)) => (0..=v.len()).any(|i| glob(rest, &v[i..])),
+            Some((c, rest)) => v.first() == Some(c) && glob(rest, &v[1..]),
+        }
+    }
+
+    fn all_strings(alphabet: &[u8], max: usize) -> Vec<String> {
+        let mut out = vec![String::new()];
+        let mut last = vec![String::new()];
+        for _ in 0..max {
+            last = last
+                .iter()
+                .flat_map(|s| {
+                    alphabet
+                        .iter()
+                        .map(move |&c| format!("{s}{}", char::from(c)))
+                })
+                .collect();
+            out.extend(last.iter().cloned());
+        }
+        out
+    }
+
+    #[test]
+    fn wildcards_agree_with_a_glob_on_every_small_case() {
+        let values = all_strings(b"ab", 5);
+        for pattern in all_strings(b"ab*", 4) {
+            let p = parts(&pattern);
+            for v in &values {
+                assert_eq!(
+                    wildcard_match(&p, v),
+                    glob(pattern.as_bytes(), v.as_bytes()),
+                    "pattern {pattern:?} value {v:?}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn wildcards_match_any_run_including_empty() {
         assert!(wildcard_match(&parts("foo*"), "foo"));
