@@ -23,6 +23,7 @@ mod decide;
 mod response;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use arc_swap::ArcSwapOption;
@@ -67,6 +68,17 @@ pub(crate) struct Shared {
     pub(crate) limiter: Limiter,
     pub(crate) stats: Stats,
     pub(crate) options: Options,
+    /// Calls being answered now (gRPC and `/json`).
+    pub(crate) in_flight: AtomicUsize,
+}
+
+/// Counts a call in flight while it lives.
+struct InFlight<'a>(&'a AtomicUsize);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl Shared {
@@ -80,6 +92,8 @@ impl Shared {
         &self,
         request: &RateLimitRequest,
     ) -> Result<RateLimitResponse, ServiceError> {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        let _guard = InFlight(&self.in_flight);
         let result = decide::decide(self, request).await;
         if let Err(e) = &result {
             stats::should_rate_limit_error(e.err_type());
