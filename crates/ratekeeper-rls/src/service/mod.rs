@@ -46,6 +46,9 @@ pub(crate) struct Options {
     pub(crate) dynamic_metadata: bool,
     pub(crate) near_limit_ratio: f32,
     pub(crate) cache_key_prefix: String,
+    /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: a request's descriptors are charged
+    /// all-or-nothing.
+    pub(crate) stop_increment_when_over_limit: bool,
 }
 
 impl Options {
@@ -57,6 +60,7 @@ impl Options {
             dynamic_metadata: s.response_dynamic_metadata,
             near_limit_ratio: s.near_limit_ratio,
             cache_key_prefix: s.cache_key_prefix.clone(),
+            stop_increment_when_over_limit: s.stop_increment_when_over_limit,
         }
     }
 }

@@ -173,3 +173,34 @@ on_both_stores!(
     a_week_starts_on_thursday_midnight_utc,
     a_week_starts_on_thursday_midnight_utc_body
 );
+
+/// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true`: a refused request charges none of its
+/// descriptors, so key2's remaining stays at 10 once key3 refuses (the reference's
+/// integration expectation for this setting).
+async fn stop_increment_when_over_limit_keeps_the_other_counters_body(b: Backend) {
+    let d = domain(b);
+    let env = [("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true")];
+    let mut rls = Rls::start(b, &config(d), &env).await;
+    for i in 0..15u32 {
+        let r = rls
+            .call(req(
+                d,
+                vec![desc(&[("key2", "s")]), desc(&[("key3", "s")])],
+                0,
+            ))
+            .await;
+        if i < 10 {
+            assert_eq!(r.overall_code, ok(), "hit {}", i + 1);
+            assert_eq!(cr(&r.statuses[0]), (ok(), 19 - i));
+            assert_eq!(cr(&r.statuses[1]), (ok(), 9 - i));
+        } else {
+            assert_eq!(r.overall_code, over(), "hit {}", i + 1);
+            assert_eq!(cr(&r.statuses[0]), (ok(), 10), "hit {}", i + 1);
+            assert_eq!(cr(&r.statuses[1]), (over(), 0));
+        }
+    }
+}
+on_both_stores!(
+    stop_increment_when_over_limit_keeps_the_other_counters,
+    stop_increment_when_over_limit_keeps_the_other_counters_body
+);
