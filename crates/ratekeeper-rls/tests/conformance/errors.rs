@@ -171,3 +171,26 @@ on_both_stores!(
     malformed_input_never_stops_the_server,
     malformed_input_never_stops_the_server_body
 );
+
+/// Divergence (`compat`, row R5): store keys are hashes of the domain and the rule's counter,
+/// so descriptor values (an API key, say) never appear in a Redis key name; the reference
+/// writes `prefix + domain_key_value_…_window` in clear.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_keys_never_hold_descriptor_values() {
+    let mut rls = Rls::start(Backend::Redis, ERRS, &[("CACHE_KEY_PREFIX", "team-a")]).await;
+    rls.call(req("errs", vec![desc(&[("k", "sk-live-SECRET-42")])], 0))
+        .await;
+    let keys = rls.redis.as_ref().unwrap().key_ttls("*");
+    let counters: Vec<_> = keys
+        .iter()
+        .filter(|(k, _)| k.starts_with("rls:team-a:"))
+        .collect();
+    assert_eq!(counters.len(), 1, "{keys:?}");
+    for (k, ttl) in &keys {
+        assert!(!k.contains("SECRET") && !k.contains("errs"), "{k}");
+        // Every counter expires (its window and then some).
+        if k.starts_with("rls:team-a:") {
+            assert!(*ttl > 0, "{k} {ttl}");
+        }
+    }
+}

@@ -126,3 +126,27 @@ async fn prometheus_listener_serves_the_metrics_when_enabled() {
         "{body}"
     );
 }
+
+/// Divergence (`compat`, row R7): a descriptor with Envoy's `RateLimitOverride` is counted
+/// under labels made of its keys only; the reference's stats key for it holds every value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn override_stats_labels_hold_keys_only() {
+    let mut rls = Rls::start(Backend::Memory, CONFIG, &[]).await;
+    rls.call(req(
+        "metered",
+        vec![desc_override(
+            &[("account", "acct-SECRET"), ("route", "r1")],
+            3,
+            2,
+        )],
+        0,
+    ))
+    .await;
+    let m = rls.debug_get("/metrics").await.1;
+    let labels = r#"domain="metered",key1="account",key2="route""#;
+    assert_eq!(
+        sample(&m, "ratelimit_service_rate_limit_total_hits", labels),
+        1.0
+    );
+    assert!(!m.contains("acct-SECRET"), "{m}");
+}

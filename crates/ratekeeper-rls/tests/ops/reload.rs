@@ -63,3 +63,33 @@ async fn a_good_config_swaps_in_and_a_bad_one_keeps_the_old() {
     assert_eq!(limit_of(&mut rls).await, 7, "the config in force stays");
     assert_eq!(rls.http_get("/healthcheck").await.0, 200);
 }
+
+/// Divergence (`compat`, row R6): a rule whose `requests_per_unit` or `unit` changes counts
+/// from zero under the new limit (each (limit, unit) is its own store policy); the
+/// reference's counter key has no limit in it, so its count carries over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changing_a_limit_starts_its_counter_afresh() {
+    let mut rls = Rls::start(Backend::Memory, &config(5), &[]).await;
+    for _ in 0..3 {
+        rls.call(req("reload", vec![desc(&[("k", "fresh")])], 0))
+            .await;
+    }
+    std::fs::write(rls.dir.path().join("config.yaml"), config(9)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let r = loop {
+        let r = rls
+            .call(req("reload", vec![desc(&[("k", "fresh")])], 0))
+            .await;
+        if r.statuses[0]
+            .current_limit
+            .as_ref()
+            .map(|l| l.requests_per_unit)
+            == Some(9)
+        {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "the new config never loaded");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(r.statuses[0].limit_remaining, 8);
+}
