@@ -42,6 +42,9 @@ use crate::service::{Options, RateLimiter, Shared};
 use crate::settings::{Settings, StoreKind};
 use crate::stats::{self, Stats};
 
+/// How often the gRPC health status is brought in line with the health check.
+const HEALTH_EVERY: Duration = Duration::from_millis(500);
+
 /// Why the service did not start.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -285,6 +288,30 @@ impl Server {
         }
 
         let mut handles = Vec::new();
+        // gRPC health follows the HTTP health check (store reachable, config when required).
+        let watched = health_state.clone();
+        let reporter = health.clone();
+        let mut health_stop = stopped.clone();
+        handles.push(tokio::spawn(async move {
+            let mut last = status;
+            loop {
+                tokio::select! {
+                    _ = health_stop.wait_for(|s| *s) => return,
+                    () = tokio::time::sleep(HEALTH_EVERY) => {}
+                }
+                let now = if watched.is_healthy() {
+                    ServingStatus::Serving
+                } else {
+                    ServingStatus::NotServing
+                };
+                if now != last {
+                    for name in ["", "ratelimit"] {
+                        reporter.set_service_status(name, now).await;
+                    }
+                    last = now;
+                }
+            }
+        }));
         let service = RateLimitServiceServer::new(RateLimiter {
             shared: Arc::clone(&shared),
         });

@@ -172,7 +172,8 @@ pub(super) async fn decide(
         .collect();
 
     // 1. The rule of each descriptor.
-    let known_domain = config.domains().any(|d| d == domain);
+    let has_override = request.descriptors.iter().any(|d| d.limit.is_some());
+    let known_domain = has_override && config.domains().any(|d| d == domain);
     let mut rules: Vec<Option<Applied<'_>>> = Vec::with_capacity(entries.len());
     for (d, e) in request.descriptors.iter().zip(&entries) {
         let rule = if d.limit.is_some() {

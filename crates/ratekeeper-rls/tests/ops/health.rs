@@ -84,3 +84,46 @@ async fn json_endpoint_answers_200_then_429_and_400_for_bad_requests() {
         400
     );
 }
+
+/// The reference's health components: with Redis gone, both `/healthcheck` (500) and the
+/// gRPC health service (`NOT_SERVING`) say so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_follows_the_store() {
+    let mut rls = Rls::start(Backend::Redis, CONFIG, &[("REDIS_TIMEOUT", "200ms")]).await;
+    let channel = tonic::transport::Channel::from_shared(format!(
+        "http://{}",
+        rls.server().local_grpc_addr()
+    ))
+    .unwrap()
+    .connect()
+    .await
+    .unwrap();
+    let mut health = HealthClient::new(channel);
+    let status = |h: &mut HealthClient<tonic::transport::Channel>| {
+        let mut h = h.clone();
+        async move {
+            h.check(HealthCheckRequest {
+                service: "ratelimit".to_owned(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .status
+        }
+    };
+    assert_eq!(status(&mut health).await, ServingStatus::Serving as i32);
+    rls.redis.as_mut().unwrap().kill();
+    // A call notices the store is gone (the breaker opens after failures).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while status(&mut health).await != ServingStatus::NotServing as i32 {
+        let _ = rls
+            .try_call(req("ops", vec![desc(&[("user", "h")])], 0))
+            .await;
+        assert!(
+            std::time::Instant::now() < deadline,
+            "gRPC health never turned NOT_SERVING"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(rls.http_get("/healthcheck").await.0, 500);
+}
