@@ -42,6 +42,13 @@ use crate::service::{Options, RateLimiter, Shared};
 use crate::settings::{Settings, StoreKind};
 use crate::stats::{self, Stats};
 
+/// The most counters the memory store holds per (limit, unit): past it, idle ones are
+/// evicted, and new ones share one overflow counter while every counter held is live.
+pub const MEMORY_MAX_KEYS: std::num::NonZeroUsize = match std::num::NonZeroUsize::new(1 << 20) {
+    Some(n) => n,
+    None => std::num::NonZeroUsize::MIN,
+};
+
 /// How often the gRPC health status is brought in line with the health check.
 const HEALTH_EVERY: Duration = Duration::from_millis(500);
 
@@ -156,7 +163,9 @@ async fn build_backend(
     injected: bool,
 ) -> Result<Backend, ServerError> {
     if settings.store == StoreKind::Memory {
-        return Ok(Backend::Memory(MemoryStore::with_clock(clock.clone())));
+        return Ok(Backend::Memory(
+            MemoryStore::with_clock(clock.clone()).with_max_keys(MEMORY_MAX_KEYS),
+        ));
     }
     let redis = settings
         .redis
