@@ -26,9 +26,9 @@ use std::time::Duration;
 use arc_swap::ArcSwapOption;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use ratekeeper_core::clock::Clock;
-use ratekeeper_core::store::MemoryStore;
 use ratekeeper_core::store::redis::RedisStore;
 use ratekeeper_core::store::tiered::TieredStore;
+use ratekeeper_core::store::{FailurePolicy, MemoryStore};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -83,6 +83,7 @@ pub struct ServerBuilder {
     settings: Settings,
     clock: Option<Arc<dyn Clock>>,
     reload_interval: Duration,
+    on_failure: FailurePolicy,
 }
 
 impl std::fmt::Debug for ServerBuilder {
@@ -91,6 +92,7 @@ impl std::fmt::Debug for ServerBuilder {
             .field("settings", &self.settings)
             .field("injected_clock", &self.clock.is_some())
             .field("reload_interval", &self.reload_interval)
+            .field("on_failure", &self.on_failure)
             .finish()
     }
 }
@@ -102,6 +104,23 @@ impl ServerBuilder {
     /// Unix time is. With Redis it replaces Redis `TIME` too.
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// What a Redis or tiered store does when it cannot decide within its deadline
+    /// (default [`FailurePolicy::Allow`]):
+    ///
+    /// - `Allow`: the call fails with gRPC `UNAVAILABLE`, and Envoy's `failure_mode_deny`
+    ///   decides (the reference's behaviour, answered within the deadline);
+    /// - `Deny`: the call is answered, each descriptor the store could not decide
+    ///   `OVER_LIMIT` (fail closed);
+    /// - `Local` / `FailSoft`: the store decides in memory (the whole quota, or this
+    ///   instance's share of it) until Redis is back;
+    /// - `Degrade`: as `Allow`.
+    ///
+    /// Every failure counts `ratelimit_service_should_rate_limit_error{err_type="redis_error"}`.
+    pub fn on_store_failure(mut self, policy: FailurePolicy) -> Self {
+        self.on_failure = policy;
         self
     }
 
@@ -161,6 +180,7 @@ async fn build_backend(
     settings: &Settings,
     clock: &SharedClock,
     injected: bool,
+    on_failure: FailurePolicy,
 ) -> Result<Backend, ServerError> {
     if settings.store == StoreKind::Memory {
         return Ok(Backend::Memory(
@@ -179,6 +199,7 @@ async fn build_backend(
     if let Some(deadline) = settings.store_timeout {
         builder = builder.deadline(deadline);
     }
+    builder = builder.on_failure(on_failure);
     if injected {
         builder = builder.clock(clock.clone());
     }
@@ -203,6 +224,7 @@ impl Server {
             settings,
             clock: None,
             reload_interval: config_watch::DEFAULT_INTERVAL,
+            on_failure: FailurePolicy::Allow,
         }
     }
 
@@ -221,7 +243,7 @@ impl Server {
         let injected = b.clock.is_some();
         let clock = SharedClock(b.clock.unwrap_or_else(|| Arc::new(UnixClock::new())));
         let _ = stats::prometheus();
-        let backend = build_backend(&settings, &clock, injected).await?;
+        let backend = build_backend(&settings, &clock, injected, b.on_failure).await?;
         let shared = Arc::new(Shared {
             config: ArcSwapOption::empty(),
             limiter: Limiter::new(backend, clock),
