@@ -2,17 +2,46 @@
 //! (`/healthcheck`, `/json`), debug (`/rlconfig`, `/metrics`) and, when enabled, Prometheus
 //! (`/metrics`), with hot reload of the config and a graceful shutdown.
 //!
-//! ```no_run
+//! ```
+//! use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+//! use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+//! use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+//! use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+//! use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 //! use ratekeeper_rls::Server;
 //! use ratekeeper_rls::settings::Settings;
 //!
-//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! let env = |_: &str| None;
-//! let (settings, _warnings) =
-//!     Settings::parse(["ratekeeper-rls", "--config", "ratelimit.yaml", "--grpc", "127.0.0.1:0"], env)?;
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let dir = std::env::temp_dir().join(format!("rls-doc-{}", std::process::id()));
+//! std::fs::create_dir_all(&dir)?;
+//! std::fs::write(
+//!     dir.join("api.yaml"),
+//!     "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
+//! )?;
+//! let config = dir.display().to_string();
+//! let args = ["ratekeeper-rls", "--config", &config, "--grpc", "127.0.0.1:0",
+//!             "--http", "127.0.0.1:0", "--debug", "127.0.0.1:0"];
+//! let (settings, _warnings) = Settings::parse(args, |_| None)?;
 //! let server = Server::bind(settings).await?;
-//! println!("gRPC on {}", server.local_grpc_addr());
+//!
+//! let mut client =
+//!     RateLimitServiceClient::connect(format!("http://{}", server.local_grpc_addr())).await?;
+//! let request = RateLimitRequest {
+//!     domain: "api".into(),
+//!     descriptors: vec![RateLimitDescriptor {
+//!         entries: vec![Entry { key: "user".into(), value: "alice".into() }],
+//!         ..Default::default()
+//!     }],
+//!     hits_addend: 0,
+//! };
+//! let first = client.should_rate_limit(request.clone()).await?.into_inner();
+//! assert_eq!(first.overall_code, Code::Ok as i32);
+//! let second = client.should_rate_limit(request).await?.into_inner();
+//! assert_eq!(second.overall_code, Code::OverLimit as i32);
+//!
 //! server.shutdown().await;
+//! std::fs::remove_dir_all(&dir)?;
 //! # Ok(())
 //! # }
 //! ```
@@ -429,6 +458,15 @@ impl Server {
             need_config: false,
         }
         .is_healthy()
+    }
+
+    /// The `ShouldRateLimit` service this server answers with (same config, store and
+    /// stats), to mount in a tonic server of your own:
+    /// `RateLimitServiceServer::new(server.service())`.
+    pub fn service(&self) -> RateLimiter {
+        RateLimiter {
+            shared: Arc::clone(&self.shared),
+        }
     }
 
     /// `ShouldRateLimit` calls (gRPC and `/json`) being answered now.

@@ -127,3 +127,34 @@ async fn health_follows_the_store() {
     }
     assert_eq!(rls.http_get("/healthcheck").await.0, 500);
 }
+
+/// `Server::service()` mounted in a tonic server of one's own answers from the same config
+/// and counters as the server's own listener.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_service_mounts_in_a_server_of_ones_own() {
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+
+    let mut rls = Rls::start(Backend::Memory, CONFIG.replace("1}", "3}").as_str(), &[]).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let service = RateLimitServiceServer::new(rls.server().service());
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+    );
+    let r = rls
+        .call(req("ops", vec![desc(&[("user", "own")])], 0))
+        .await;
+    assert_eq!(cr(&r.statuses[0]), (ok(), 2));
+    let mut own = RateLimitServiceClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    let r = own
+        .should_rate_limit(req("ops", vec![desc(&[("user", "own")])], 0))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(cr(&r.statuses[0]), (ok(), 1));
+}
