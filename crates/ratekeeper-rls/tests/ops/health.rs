@@ -158,3 +158,30 @@ async fn the_service_mounts_in_a_server_of_ones_own() {
         .into_inner();
     assert_eq!(cr(&r.statuses[0]), (ok(), 1));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_endpoint_carries_dynamic_metadata_and_headers_when_enabled() {
+    let env = [
+        ("RESPONSE_DYNAMIC_METADATA", "true"),
+        ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
+    ];
+    let rls = Rls::start(Backend::Memory, CONFIG, &env).await;
+    let url = format!("http://{}/json", rls.server().local_http_addr());
+    let body = r#"{"domain":"ops","hitsAddend":1,"descriptors":[{"entries":[{"key":"user","value":"m"}]}]}"#;
+    let r = reqwest::Client::new()
+        .post(&url)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let v: serde_json::Value = serde_json::from_str(&r.text().await.unwrap()).unwrap();
+    assert_eq!(v["dynamicMetadata"]["domain"], "ops");
+    assert_eq!(v["dynamicMetadata"]["hitsAddend"], 1.0);
+    assert_eq!(
+        v["dynamicMetadata"]["descriptors"][0]["entries"][0],
+        "user=m"
+    );
+    assert_eq!(v["responseHeadersToAdd"][0]["key"], "RateLimit-Limit");
+    assert_eq!(v["responseHeadersToAdd"][1]["value"], "0");
+}
