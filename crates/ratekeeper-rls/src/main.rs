@@ -1,10 +1,14 @@
-//! `ratekeeper-rls`: reads the settings (flags and environment) and, with `--validate`,
-//! checks the config files and exits 0 (valid) or 1 (errors printed as `file:line:col: ...`).
+//! `ratekeeper-rls`: reads the settings (flags and environment), then either checks the
+//! config files and exits (`--validate`: 0 valid, 1 errors printed as `file:line:col: ...`)
+//! or serves: gRPC `ShouldRateLimit` and health, `/healthcheck` and `/json`, `/rlconfig` and
+//! the metrics, until SIGTERM or Ctrl-C (health turns `NOT_SERVING`, calls in flight finish,
+//! exit 0).
 
 use std::process::ExitCode;
 
+use ratekeeper_rls::Server;
 use ratekeeper_rls::config::RateLimitConfig;
-use ratekeeper_rls::settings::{Settings, SettingsError};
+use ratekeeper_rls::settings::{LogFormat, LogLevel, Settings, SettingsError};
 
 fn main() -> ExitCode {
     let (settings, warnings) =
@@ -22,6 +26,24 @@ fn main() -> ExitCode {
     for w in &warnings {
         eprintln!("ratekeeper-rls: warning: {w}");
     }
+    if settings.validate {
+        return validate(&settings);
+    }
+    init_logs(settings.log_level, settings.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("ratekeeper-rls: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(serve(settings))
+}
+
+fn validate(settings: &Settings) -> ExitCode {
     match RateLimitConfig::check_path(settings.config_path(), &settings.load) {
         Ok(config) => {
             for w in config.warnings() {
@@ -35,12 +57,7 @@ fn main() -> ExitCode {
                 if domains.len() == 1 { "" } else { "s" },
                 domains.join(", ")
             );
-            if settings.validate {
-                ExitCode::SUCCESS
-            } else {
-                eprintln!("ratekeeper-rls: serving is not built yet; use --validate");
-                ExitCode::from(2)
-            }
+            ExitCode::SUCCESS
         }
         Err(errors) => {
             for e in &errors {
@@ -48,5 +65,67 @@ fn main() -> ExitCode {
             }
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Logs on stderr at `LOG_LEVEL`, as text or one JSON object per line (`LOG_FORMAT`).
+/// Descriptor values are never logged.
+fn init_logs(level: LogLevel, format: LogFormat) {
+    let filter = match level {
+        LogLevel::Error => tracing::Level::ERROR,
+        LogLevel::Warn => tracing::Level::WARN,
+        LogLevel::Info => tracing::Level::INFO,
+        LogLevel::Debug => tracing::Level::DEBUG,
+        LogLevel::Trace => tracing::Level::TRACE,
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_max_level(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}
+
+async fn serve(settings: Settings) -> ExitCode {
+    let server = match Server::bind(settings).await {
+        Ok(server) => server,
+        Err(e) => {
+            eprintln!("ratekeeper-rls: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    tracing::warn!(
+        grpc = %server.local_grpc_addr(),
+        http = %server.local_http_addr(),
+        debug = %server.local_debug_addr(),
+        "ratekeeper-rls serving"
+    );
+    stop_signal().await;
+    tracing::warn!("stopping: health is NOT_SERVING, draining calls in flight");
+    server.shutdown().await;
+    ExitCode::SUCCESS
+}
+
+/// SIGTERM or Ctrl-C (SIGINT).
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
     }
 }
