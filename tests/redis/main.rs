@@ -10,6 +10,7 @@ mod declared;
 mod differential;
 mod faults;
 mod fleet;
+mod invalidation;
 mod reset;
 mod scale;
 mod slots;
