@@ -190,20 +190,8 @@ async fn a_reset_drops_the_lease_another_tiered_instance_holds() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_channel_a_remembered_ban_lasts_at_most_a_second() {
     let server = RedisServer::start();
-    let acl = server.cli(&[
-        "ACL",
-        "SETUSER",
-        "nosub",
-        "on",
-        ">pw",
-        "~*",
-        "&*",
-        "+@all",
-        "-subscribe",
-    ]);
-    assert_eq!(acl.as_deref().map(str::trim), Some("OK"));
     let url = server.url();
-    let deaf_url = format!("redis://nosub:pw@127.0.0.1:{}/", server.port());
+    let deaf_url = server.url_without_subscribe();
     let mut a = standalone(&url, "inv-deaf").await;
     let mut b = standalone(&deaf_url, "inv-deaf").await;
     let id = a.register(&login()).unwrap();
