@@ -6,6 +6,7 @@
 
 mod bans;
 mod correct;
+mod deadline;
 mod declared;
 mod differential;
 mod faults;
