@@ -12,6 +12,7 @@ mod differential;
 mod faults;
 mod fleet;
 mod invalidation;
+mod refund_order;
 mod reset;
 mod scale;
 mod slots;
