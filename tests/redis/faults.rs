@@ -236,7 +236,21 @@ async fn redis_down_or_slow(on_failure: FailurePolicy, local: Option<Policy>) ->
     // Redis has recovered once it answers again: the store's prober has made a fresh
     // connection ready and closed the breaker.
     wait_ready(handle.store()).await;
-    answers.push(get_key(&client, addr, "client").await);
+    // Stats before R6: R1..R5 were the failure policy's.
+    let degraded = handle.store().stats().degraded;
+    // R6, sent again (at most 20 times) while a loaded machine makes Redis answer later
+    // than the deadline: the first answer Redis decides.
+    let mut late = 0;
+    let r6 = loop {
+        let a = get_key(&client, addr, "client").await;
+        // "ok": the handler saw no degraded marker, so Redis decided (and allowed).
+        if a.body == "ok" || late == 20 {
+            break a;
+        }
+        late += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    answers.push(r6);
     for (i, a) in answers.iter().enumerate().take(3) {
         assert!(
             a.server >= DEADLINE,
@@ -249,12 +263,17 @@ async fn redis_down_or_slow(on_failure: FailurePolicy, local: Option<Policy>) ->
         assert_ne!(a.status, 500);
         assert!(a.took < HUNG, "{a:?}");
     }
-    // R6: decided by Redis at normal latency: 200, Remaining 2.
+    // R6: decided by Redis: 200, Remaining 2 (R1..R5 were not counted; an R6 sent again
+    // because Redis answered after its deadline may have been, one unit each).
     let r6 = &answers[5];
-    assert_eq!((r6.status, r6.remaining), (200, Some(2)), "R6 {r6:?}");
+    assert_eq!(r6.status, 200, "R6 {r6:?}");
+    let remaining = r6.remaining.expect("R6 decided by Redis");
+    assert!(
+        remaining <= 2 && remaining + late >= 2,
+        "R6 {r6:?} after {late} late tries"
+    );
     assert_eq!(r6.body, "ok");
-    let stats = handle.store().stats();
-    assert_eq!(stats.degraded, 5, "{stats:?}");
+    assert_eq!(degraded, 5);
     answers
 }
 

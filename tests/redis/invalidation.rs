@@ -13,7 +13,7 @@ use ratekeeper_axum::core::store::redis::RedisStore;
 use ratekeeper_axum::core::store::tiered::TieredStore;
 use ratekeeper_axum::core::store::{Charge, Checked, Decisions, PolicyId, Store};
 use ratekeeper_axum::{Ban, Key, Policy, Quota};
-use ratekeeper_tests::redis::{RedisCluster, RedisServer};
+use ratekeeper_tests::redis::{DECISION_DEADLINE, RedisCluster, RedisServer};
 
 /// How soon after a reset returns the next request to the other instance is admitted.
 const FLEET_WITHIN: Duration = Duration::from_millis(100);
@@ -63,8 +63,11 @@ where
     panic!("never admitted after {:?}: {last:?}", since.elapsed());
 }
 
+/// A store on `url` whose decisions never time out on a loaded machine (the deadline is
+/// not what these tests are about).
 async fn standalone(url: &str, prefix: &str) -> RedisStore {
     RedisStore::builder()
+        .deadline(DECISION_DEADLINE)
         .prefix(prefix)
         .standalone(url)
         .await
@@ -218,6 +221,7 @@ async fn a_ban_lifted_on_a_cluster_admits_at_the_other_instance_within_100_ms() 
     let reversed: Vec<&str> = nodes.iter().rev().copied().collect();
     let build = async |nodes: &[&str]| {
         RedisStore::builder()
+            .deadline(DECISION_DEADLINE)
             .prefix("inv-cluster")
             .cluster(nodes)
             .await
