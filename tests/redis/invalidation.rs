@@ -240,3 +240,35 @@ async fn a_ban_lifted_on_a_cluster_admits_at_the_other_instance_within_100_ms() 
         "B admitted {after:?} after the unban"
     );
 }
+
+/// The channel drops (Redis closes every subscriber's connection, `CLIENT KILL TYPE pubsub`)
+/// and the ban is lifted through A at once, maybe before B has subscribed again: B admits
+/// within about a second all the same (it forgets every remembered denial when it
+/// subscribes again, and remembers none for longer than 1 s meanwhile), never after the
+/// ban's 15 minutes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ban_lifted_while_the_channel_is_dropped_reaches_the_other_instance() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let mut a = standalone(&url, "inv-drop").await;
+    let mut b = standalone(&url, "inv-drop").await;
+    let id = a.register(&login()).unwrap();
+    b.register(&login()).unwrap();
+    let key = Key::from("heidi");
+    ban_through_a_remembered_by_b(&a, &b, id, &key).await;
+    let killed = tokio::task::block_in_place(|| server.cli(&["CLIENT", "KILL", "TYPE", "pubsub"]));
+    let killed: u32 = killed
+        .and_then(|n| n.trim().parse().ok())
+        .expect("CLIENT KILL answers a count");
+    assert!(
+        killed >= 2,
+        "both instances were subscribed ({killed} killed)"
+    );
+    let lifted = Instant::now();
+    a.reset_async(Some(id), &key).await.expect("unban");
+    let after = admitted_after(&b, id, &key, lifted).await;
+    assert!(
+        after <= Duration::from_secs(1) + Duration::from_secs(2),
+        "B admitted {after:?} after the unban"
+    );
+}
