@@ -1,18 +1,20 @@
 //! Fault tests of the Redis store over real HTTP: Redis never answers (the report
 //! <https://github.com/envoyproxy/ratelimit/issues/462>: with Redis down every request
-//! waited for it; here: fail open, fail closed, local fallback), `kill -9` under load with
-//! recovery, `SIGSTOP` for 2 s, `SCRIPT FLUSH`, and a Redis Cluster failover. No panic, no
-//! hung request.
+//! waited for it; here: fail open,
+//! fail closed, local fallback), a crash under load (Redis paused, then `kill -9`) with
+//! recovery, `SIGSTOP` for 4 s, `SCRIPT FLUSH`, and a Redis Cluster failover of a paused
+//! primary. No panic, no hung request.
 //!
-//! These tests measure real latency, so they use wall-clock time; every bound has a margin
-//! for a loaded 2-core CI machine and every loop is bounded in count and time. Latency
-//! bounds apply to the middleware's own time (each request adds at most 100 ms of
-//! middleware latency; under load, at most the deadline and a margin), not to the client's round
-//! trip: every test that bounds it serves its app on [`OwnThread`] and measures each request
-//! there with [`timed`], which leaves out the client's and the load's queueing and the time
-//! the operating system kept the server's thread waiting for a CPU, and keeps the
-//! middleware's CPU time and its waits for the deadline or for Redis. So a request that waits
-//! for Redis beyond its deadline still fails the bound.
+//! The deadline itself is proven exactly on a virtual clock (`deadline.rs`). These tests
+//! run on the wall clock, on a machine that may be loaded, so each request's time in the
+//! server (the layers and the handler, measured by [`timed`], everything included) is
+//! bounded on both sides: a request that waited for a paused Redis took **at least the
+//! deadline** (the decision never comes before it), and every request took **at most the
+//! deadline plus [`SLACK`]**, generous enough for 16 busy loops on 2 cores, and far below
+//! the time Redis stays paused ([`PAUSE`]), so a store with no deadline at all fails it.
+//! Redis is paused (`SIGSTOP`: connections stay open, nothing answers), never only killed:
+//! a killed process refuses connections at once, which passes with no deadline. Every loop
+//! is bounded in count and time.
 
 use std::future::Future;
 use std::num::NonZeroU32;
@@ -27,15 +29,19 @@ use ratekeeper_axum::StoreDegraded;
 use ratekeeper_axum::core::store::FailurePolicy;
 use ratekeeper_axum::core::store::redis::{RedisStore, RedisStoreBuilder};
 use ratekeeper_axum::{Key, KeyError, Policy, Quota, RateLimitLayer, RequestParts};
-use ratekeeper_tests::own_thread::{OwnThread, Timing, timed};
 use ratekeeper_tests::redis::{DECISION_DEADLINE, RedisCluster, RedisServer};
 
 /// The decision deadline of every test here.
 const DEADLINE: Duration = Duration::from_millis(50);
-/// What a request may take beyond the deadline on a busy CI machine.
-const MARGIN: Duration = Duration::from_millis(250);
-/// A client round trip longer than this is a hung request (waiting for a Redis that is
-/// down), not queueing on a busy machine.
+/// What a request may take beyond the deadline on a loaded machine (16 busy loops on 2
+/// cores): the scheduler's delays, the HTTP stack, the handler.
+const SLACK: Duration = Duration::from_secs(2);
+/// How long Redis stays paused in the tests that bound requests by the deadline: longer
+/// than the deadline and [`SLACK`], so a request that waited for Redis instead of the
+/// deadline exceeds the bound.
+const PAUSE: Duration = Duration::from_secs(4);
+/// A client round trip longer than this is a hung request (the reported wrong behaviour), not
+/// queueing on a busy machine.
 const HUNG: Duration = Duration::from_secs(5);
 
 type Layer = RateLimitLayer<fn(&RequestParts<'_>) -> Result<Key, KeyError>, u64, RedisStore>;
@@ -74,6 +80,25 @@ fn app(layer: Layer) -> Router {
         .layer(axum::middleware::from_fn(timed))
 }
 
+/// Response header carrying the time [`timed`] measured, µs.
+const SERVER_US: &str = "x-test-server-us";
+
+/// Middleware (layered outermost): the wall-clock time of everything inside it (the rate
+/// limit layer, its store calls, the handler), in [`SERVER_US`]. Nothing is taken out: a
+/// bound on it holds whatever the wait was for.
+async fn timed(
+    req: Request<axum::body::Body>,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let start = Instant::now();
+    let mut res = next.run(req).await;
+    let took = start.elapsed().as_micros().to_string();
+    if let Ok(v) = http::HeaderValue::from_str(&took) {
+        res.headers_mut().insert(SERVER_US, v);
+    }
+    res
+}
+
 fn client() -> reqwest::Client {
     reqwest::Client::builder()
         .timeout(Duration::from_secs(10))
@@ -87,13 +112,19 @@ struct Answer {
     remaining: Option<u32>,
     retry_after: Option<u32>,
     body: String,
-    /// Client round trip (reported, not bounded: it includes the loaded machine's queueing).
+    /// Client round trip (reported, not bounded: it includes the client's own queueing).
     took: Duration,
-    /// Time inside the rate-limit layer and the handler, measured by the server ([`timed`]),
-    /// less the run-queue delay of the server's thread.
-    middleware: Duration,
-    /// [`Answer::middleware`] with the run-queue delay ([`timed`]'s wall-clock time).
-    wall: Duration,
+    /// Time inside the rate-limit layer and the handler, measured by the server
+    /// ([`timed`]), wall-clock.
+    server: Duration,
+}
+
+impl Answer {
+    /// Whether the failure policy answered (the handler saw the degraded marker, or the
+    /// layer answered 503).
+    fn degraded(&self) -> bool {
+        self.body == "degraded" || self.body == "fallback" || self.status == 503
+    }
 }
 
 async fn get_key(client: &reqwest::Client, addr: std::net::SocketAddr, key: &str) -> Answer {
@@ -113,7 +144,13 @@ async fn get_key(client: &reqwest::Client, addr: std::net::SocketAddr, key: &str
     };
     let remaining = header("x-ratelimit-remaining");
     let retry_after = header("retry-after");
-    let timing = Timing::from_headers(res.headers()).expect("the answer passed through `timed`");
+    let server = res
+        .headers()
+        .get(SERVER_US)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .map(Duration::from_micros)
+        .expect("the answer passed through `timed`");
     let body = res.text().await.unwrap_or_default();
     Answer {
         status,
@@ -121,9 +158,36 @@ async fn get_key(client: &reqwest::Client, addr: std::net::SocketAddr, key: &str
         retry_after,
         body,
         took: start.elapsed(),
-        middleware: timing.middleware,
-        wall: timing.wall,
+        server,
     }
+}
+
+/// Every answer took at most the deadline and [`SLACK`] in the server.
+fn assert_within_deadline(answers: &[Answer]) {
+    let slowest = answers
+        .iter()
+        .max_by_key(|a| a.server)
+        .expect("requests were sent");
+    assert!(
+        slowest.server <= DEADLINE + SLACK,
+        "the slowest request took {:?} in the server, more than the deadline and {SLACK:?} \
+         (Redis was paused for {PAUSE:?}): {slowest:?}",
+        slowest.server
+    );
+}
+
+/// Some answer of the failure policy waited for the deadline (Redis was paused, so the
+/// requests sent to it waited, and were answered at the deadline, never before).
+fn assert_some_waited_for_the_deadline(answers: &[Answer]) {
+    let waited = answers
+        .iter()
+        .filter(|a| a.degraded())
+        .max_by_key(|a| a.server)
+        .expect("the failure policy answered");
+    assert!(
+        waited.server >= DEADLINE,
+        "no degraded answer waited for the {DEADLINE:?} deadline (longest {waited:?})"
+    );
 }
 
 fn store(on_failure: FailurePolicy) -> RedisStoreBuilder {
@@ -137,17 +201,17 @@ async fn sleep_until(start: Instant, at_ms: u64) {
     tokio::time::sleep_until((start + Duration::from_millis(at_ms)).into()).await;
 }
 
-/// Redis down or slow (<https://github.com/envoyproxy/ratelimit/issues/462>): 3 per 60 s on Redis,
-/// deadline 50 ms; Redis accepts connections and never answers (SIGSTOP) from t=0; R1..R5 at t = 0,
-/// 100, .., 400 ms; Redis recovers at t=1000 ms and R6 is decided by Redis.
+/// Redis down or slow (<https://github.com/envoyproxy/ratelimit/issues/462>): 3 per 60 s on Redis, deadline 50 ms; Redis accepts connections and never
+/// answers (SIGSTOP) from t=0; R1..R5 at t = 0, 100, .., 400 ms; Redis recovers at
+/// t = 4 s ([`PAUSE`]) and R6 is decided by Redis.
 ///
-/// Proves: R1..R5 each spend at most 100 ms in the middleware (R1..R3 wait for their 50 ms
-/// deadline, then the breaker is open and R4, R5 do not wait at all) and are answered by
-/// the failure policy (`stats.degraded` is 5; the callers check the answers); no answer is
-/// a 500 or slower than the deadline and a margin. Once the store has reconnected to the
-/// resumed Redis (its prober makes a fresh connection ready), R6 is decided by Redis: 200,
-/// Remaining 2, so R1..R5 (sent to Redis and left queued there during the outage) were not
-/// counted.
+/// Proves: R1..R5 are answered by the failure policy (`stats.degraded` is 5; the callers
+/// check the answers); R1..R3 waited for their 50 ms deadline (at least the deadline in the
+/// server) and no answer took longer than the deadline and [`SLACK`] (the breaker then
+/// answers R4, R5 at once; that they do not wait at all is proven on the virtual clock, in
+/// `deadline.rs`); no answer is a 500. Once the store has reconnected to the resumed Redis
+/// (its prober makes a fresh connection ready), R6 is decided by Redis: 200, Remaining 2,
+/// so R1..R5 (sent to Redis and left queued there during the outage) were not counted.
 async fn redis_down_or_slow(on_failure: FailurePolicy, local: Option<Policy>) -> Vec<Answer> {
     let server = RedisServer::start();
     let mut builder = store(on_failure);
@@ -156,12 +220,8 @@ async fn redis_down_or_slow(on_failure: FailurePolicy, local: Option<Policy>) ->
     }
     let policy = Policy::new("api", Quota::per_minute(NonZeroU32::new(3).expect("3")));
     let url = server.url();
-    let (served, handle) = OwnThread::serve(move || async move {
-        let layer = layer(builder.standalone(&url).await.expect("store"), policy);
-        (app(layer.clone()), layer)
-    })
-    .await;
-    let addr = served.addr();
+    let handle = layer(builder.standalone(&url).await.expect("store"), policy);
+    let addr = ratekeeper_tests::spawn(app(handle.clone())).await;
     let client = client();
     // Warm the connection on another key, so the test starts with a connected store.
     assert_eq!(get_key(&client, addr, "warm").await.status, 200);
@@ -173,32 +233,49 @@ async fn redis_down_or_slow(on_failure: FailurePolicy, local: Option<Policy>) ->
         sleep_until(start, at).await;
         answers.push(get_key(&client, addr, "client").await);
     }
-    sleep_until(start, 1_000).await;
+    sleep_until(start, u64::try_from(PAUSE.as_millis()).expect("ms")).await;
     server.signal("CONT");
     // Redis has recovered once it answers again: the store's prober has made a fresh
     // connection ready and closed the breaker.
     wait_ready(handle.store()).await;
-    answers.push(get_key(&client, addr, "client").await);
-    for (i, a) in answers.iter().enumerate().take(5) {
+    // Stats before R6: R1..R5 were the failure policy's.
+    let degraded = handle.store().stats().degraded;
+    // R6, sent again (at most 20 times) while a loaded machine makes Redis answer later
+    // than the deadline: the first answer Redis decides.
+    let mut late = 0;
+    let r6 = loop {
+        let a = get_key(&client, addr, "client").await;
+        // "ok": the handler saw no degraded marker, so Redis decided (and allowed).
+        if a.body == "ok" || late == 20 {
+            break a;
+        }
+        late += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    answers.push(r6);
+    for (i, a) in answers.iter().enumerate().take(3) {
         assert!(
-            a.middleware <= Duration::from_millis(100),
-            "R{} spent {:?} in the middleware ({:?} wall-clock): {a:?}",
-            i + 1,
-            a.middleware,
-            a.wall
+            a.server >= DEADLINE,
+            "R{} was answered before its deadline: {a:?}",
+            i + 1
         );
     }
+    assert_within_deadline(&answers[..5]);
     for a in &answers {
         assert_ne!(a.status, 500);
-        assert!(a.middleware <= DEADLINE + MARGIN, "{a:?}");
         assert!(a.took < HUNG, "{a:?}");
     }
-    // R6: decided by Redis at normal latency: 200, Remaining 2.
+    // R6: decided by Redis: 200, Remaining 2 (R1..R5 were not counted; an R6 sent again
+    // because Redis answered after its deadline may have been, one unit each).
     let r6 = &answers[5];
-    assert_eq!((r6.status, r6.remaining), (200, Some(2)), "R6 {r6:?}");
+    assert_eq!(r6.status, 200, "R6 {r6:?}");
+    let remaining = r6.remaining.expect("R6 decided by Redis");
+    assert!(
+        remaining <= 2 && remaining + late >= 2,
+        "R6 {r6:?} after {late} late tries"
+    );
     assert_eq!(r6.body, "ok");
-    let stats = handle.store().stats();
-    assert_eq!(stats.degraded, 5, "{stats:?}");
+    assert_eq!(degraded, 5);
     answers
 }
 
@@ -214,8 +291,7 @@ async fn wait_ready(store: &RedisStore) {
     panic!("the store is not ready 10 s after Redis recovered");
 }
 
-/// Redis down or slow (<https://github.com/envoyproxy/ratelimit/issues/462>), fail open: R1..R5
-/// pass as degraded decisions, with no made-up Remaining.
+/// Redis down or slow (<https://github.com/envoyproxy/ratelimit/issues/462>), fail open: R1..R5 pass as degraded decisions, with no made-up Remaining.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_down_or_slow_fails_open() {
     let answers = redis_down_or_slow(FailurePolicy::Allow, None).await;
@@ -227,10 +303,9 @@ async fn redis_down_or_slow_fails_open() {
     }
 }
 
-/// Redis down or slow (<https://github.com/envoyproxy/ratelimit/issues/462>), fail closed: R1..R5
-/// get 503, with no made-up Remaining, and say when to retry: `Retry-After: 1` (the layer's
-/// default, the breaker's 500 ms open period rounded up) and a problem+json body of the
-/// temporary-reduced-capacity type naming the same wait.
+/// Redis down or slow (<https://github.com/envoyproxy/ratelimit/issues/462>), fail closed: R1..R5 get 503, with no made-up Remaining, and say when to
+/// retry: `Retry-After: 1` (the layer's default, the breaker's 500 ms open period rounded
+/// up) and a problem+json body of the temporary-reduced-capacity type naming the same wait.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_down_or_slow_fails_closed() {
     let answers = redis_down_or_slow(FailurePolicy::Deny, None).await;
@@ -252,8 +327,7 @@ async fn redis_down_or_slow_fails_closed() {
     }
 }
 
-/// Redis down or slow (<https://github.com/envoyproxy/ratelimit/issues/462>): the in-memory
-/// fallback is a fixed window of 2 per 60 000 ms.
+/// Redis down or slow (<https://github.com/envoyproxy/ratelimit/issues/462>): the in-memory fallback is a fixed window of 2 per 60 000 ms.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_down_or_slow_falls_back_to_the_local_limiter() {
     let local = Policy::new(
@@ -269,8 +343,7 @@ async fn redis_down_or_slow_falls_back_to_the_local_limiter() {
     }
 }
 
-/// Redis down or slow (<https://github.com/envoyproxy/ratelimit/issues/462>), degrade: R1..R5 are
-/// served by the axum fallback, with no made-up Remaining.
+/// Redis down or slow (<https://github.com/envoyproxy/ratelimit/issues/462>), degrade: R1..R5 are served by the axum fallback, with no made-up Remaining.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_down_or_slow_degrade_reaches_the_fallback_hook() {
     let answers = redis_down_or_slow(FailurePolicy::Degrade, None).await;
@@ -281,7 +354,8 @@ async fn redis_down_or_slow_degrade_reaches_the_fallback_hook() {
 }
 
 /// Sends requests from `workers` tasks until `stop` is set (at most `limit`); returns every
-/// answer in completion order.
+/// answer in completion order. Worker 0 sends the key `probe` (the key [`wait_recovered`]
+/// sends, whose Cluster slot the failover test pauses), the others `w<n>`.
 fn start_load(
     addr: std::net::SocketAddr,
     workers: usize,
@@ -298,7 +372,12 @@ fn start_load(
             tasks.push(tokio::spawn(async move {
                 let mut out = Vec::new();
                 while !stop.load(Ordering::Relaxed) && begin.elapsed() < limit {
-                    out.push(get_key(&client, addr, &format!("w{w}")).await);
+                    let key = if w == 0 {
+                        "probe".to_owned()
+                    } else {
+                        format!("w{w}")
+                    };
+                    out.push(get_key(&client, addr, &key).await);
                     tokio::time::sleep(Duration::from_millis(5)).await;
                 }
                 out
@@ -333,61 +412,45 @@ fn big_quota() -> Policy {
     )
 }
 
-/// Serves [`app`] with [`big_quota`] on [`OwnThread`], on the store `connect` makes there,
-/// and waits (at most 5 s) until Redis decides a request; returns the server and a clone of
-/// the layer (for the store's stats).
-async fn serve_decided<C, F>(connect: C) -> (OwnThread, Layer)
+/// Serves [`app`] with [`big_quota`] on the store `connect` makes, and waits (at most 5 s)
+/// until Redis decides a request; returns the server's address and a clone of the layer
+/// (for the store's stats).
+async fn serve_decided<F>(connect: F) -> (std::net::SocketAddr, Layer)
 where
-    C: FnOnce() -> F + Send + 'static,
     F: Future<Output = RedisStore>,
 {
-    let (served, layer) = OwnThread::serve(move || async move {
-        let layer = layer(connect().await, big_quota());
-        (app(layer.clone()), layer)
-    })
-    .await;
-    wait_recovered(served.addr(), Duration::from_secs(5)).await;
-    (served, layer)
+    let layer = layer(connect.await, big_quota());
+    let addr = ratekeeper_tests::spawn(app(layer.clone())).await;
+    wait_recovered(addr, Duration::from_secs(5)).await;
+    (addr, layer)
 }
 
-/// The answer that spent the longest in the middleware, checked against the deadline and a
-/// margin.
-fn assert_slowest_within_deadline(answers: &[Answer]) {
-    let slowest = answers
-        .iter()
-        .max_by_key(|a| a.middleware)
-        .expect("the load sent requests");
-    assert!(
-        slowest.middleware <= DEADLINE + MARGIN,
-        "slowest request spent {:?} in the middleware ({:?} wall-clock) against a {:?} limit: \
-         {slowest:?}",
-        slowest.middleware,
-        slowest.wall,
-        DEADLINE + MARGIN
-    );
-}
-
+/// A crash under load: Redis is paused for [`PAUSE`] (requests in flight and new ones wait
+/// for the deadline, then the breaker answers), then killed (`kill -9`) and restarted
+/// empty. Fail open answers every request with 200, the ones that waited at their deadline
+/// and none later than the deadline and [`SLACK`]; the store counts the degraded decisions
+/// and recovers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kill_9_under_load_applies_policy_counts_and_recovers() {
+async fn a_crash_under_load_fails_open_within_the_deadline_and_recovers() {
     let mut server = RedisServer::start();
     let url = server.url();
-    let (served, handle) = serve_decided(move || async move {
+    let (addr, handle) = serve_decided(async {
         store(FailurePolicy::Allow)
             .standalone(&url)
             .await
             .expect("store")
     })
     .await;
-    let addr = served.addr();
 
     let stop = Arc::new(AtomicBool::new(false));
-    let load = start_load(addr, 4, Arc::clone(&stop), Duration::from_secs(20));
+    let load = start_load(addr, 4, Arc::clone(&stop), Duration::from_secs(30));
     tokio::time::sleep(Duration::from_millis(300)).await;
-    server.kill();
-    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    server.signal("STOP");
+    tokio::time::sleep(PAUSE).await;
+    tokio::task::block_in_place(|| server.kill());
     let degraded_while_down = handle.store().stats().degraded;
-    server.restart();
-    let took = wait_recovered(addr, Duration::from_secs(10)).await;
+    tokio::task::block_in_place(|| server.restart());
+    wait_recovered(addr, Duration::from_secs(10)).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     stop.store(true, Ordering::Relaxed);
     let answers = load.await.expect("load");
@@ -397,30 +460,31 @@ async fn kill_9_under_load_applies_policy_counts_and_recovers() {
         answers.iter().all(|a| a.status == 200),
         "fail open answers 200"
     );
-    assert_slowest_within_deadline(&answers);
-    assert!(answers.iter().any(|a| a.body == "degraded"));
+    assert_some_waited_for_the_deadline(&answers);
+    assert_within_deadline(&answers);
     assert!(answers.iter().any(|a| a.remaining.is_some()));
-    assert!(took < Duration::from_secs(10));
 }
 
+/// Redis paused for [`PAUSE`] under load, fail closed: 503s while it is paused, the ones
+/// that waited at their deadline and none later than the deadline and [`SLACK`]; then the
+/// store recovers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigstop_for_two_seconds_fails_closed_within_deadline_then_recovers() {
+async fn sigstop_fails_closed_within_the_deadline_then_recovers() {
     let server = RedisServer::start();
     let url = server.url();
-    let (served, handle) = serve_decided(move || async move {
+    let (addr, handle) = serve_decided(async {
         store(FailurePolicy::Deny)
             .standalone(&url)
             .await
             .expect("store")
     })
     .await;
-    let addr = served.addr();
 
     let stop = Arc::new(AtomicBool::new(false));
-    let load = start_load(addr, 4, Arc::clone(&stop), Duration::from_secs(20));
+    let load = start_load(addr, 4, Arc::clone(&stop), Duration::from_secs(30));
     tokio::time::sleep(Duration::from_millis(300)).await;
     server.signal("STOP");
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep(PAUSE).await;
     server.signal("CONT");
     wait_recovered(addr, Duration::from_secs(5)).await;
     stop.store(true, Ordering::Relaxed);
@@ -432,7 +496,8 @@ async fn sigstop_for_two_seconds_fails_closed_within_deadline_then_recovers() {
         "fail closed answers 503 while Redis is stopped"
     );
     assert!(answers.iter().all(|a| a.status == 200 || a.status == 503));
-    assert_slowest_within_deadline(&answers);
+    assert_some_waited_for_the_deadline(&answers);
+    assert_within_deadline(&answers);
     assert!(handle.store().stats().degraded >= u64::try_from(unavailable).unwrap_or(0));
 }
 
@@ -470,12 +535,19 @@ async fn script_flush_reloads_the_script_without_errors() {
     assert_eq!(store.stats().degraded, 0);
 }
 
+/// A Cluster failover of a paused primary under load: the primary of the `probe` key's
+/// slot is paused (`SIGSTOP`, so requests to it wait) for [`PAUSE`], a replica takes over
+/// after the node timeout (1 s), then the paused primary is killed, and the store follows
+/// the new primary.
+/// Every request is answered with 200, the ones on the paused slot at their deadline and
+/// none later than the deadline and [`SLACK`] (without a deadline they would wait for the
+/// paused primary until it is killed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cluster_failover_keeps_answering_and_recovers() {
+async fn a_cluster_failover_of_a_paused_primary_keeps_answering_and_recovers() {
     let mut cluster = RedisCluster::start();
     let urls = cluster.urls();
-    let (served, handle) = serve_decided(move || async move {
-        let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let (addr, handle) = serve_decided(async {
         RedisStore::builder()
             .deadline(DEADLINE)
             .on_failure(FailurePolicy::Allow)
@@ -485,31 +557,32 @@ async fn cluster_failover_keeps_answering_and_recovers() {
             .expect("cluster store")
     })
     .await;
-    let addr = served.addr();
     let probe_key = "rl:v2:{s:probe}:api";
 
     let stop = Arc::new(AtomicBool::new(false));
     let load = start_load(addr, 4, Arc::clone(&stop), Duration::from_secs(40));
     tokio::time::sleep(Duration::from_millis(300)).await;
     let primary = cluster.primary_for(probe_key);
-    cluster.nodes[primary].kill();
-    // A replica takes over after the node timeout (1 s); the client follows MOVED.
-    let took = wait_recovered(addr, Duration::from_secs(20)).await;
+    cluster.nodes[primary].signal("STOP");
+    // A replica takes over after the node timeout (1 s) while the primary is paused; then
+    // the paused primary crashes (`kill -9`), and the store follows the new one.
+    tokio::time::sleep(PAUSE).await;
+    tokio::task::block_in_place(|| cluster.nodes[primary].kill());
+    wait_recovered(addr, Duration::from_secs(20)).await;
     stop.store(true, Ordering::Relaxed);
     let answers = load.await.expect("load");
 
     assert!(answers.iter().all(|a| a.status == 200));
-    assert_slowest_within_deadline(&answers);
-    assert!(took < Duration::from_secs(20));
+    assert_some_waited_for_the_deadline(&answers);
+    assert_within_deadline(&answers);
     let stats = handle.store().stats();
     assert!(stats.redis_decisions > 0 && stats.errors > 0, "{stats:?}");
 }
 
-/// The stale guard (one time source, the other half of the app-clock-skew test in
-/// `store.rs`): a check sent while Redis is paused is answered by the failure policy at its
-/// deadline; when Redis resumes and finally runs the queued script, the guard (in Redis
-/// time, learned from earlier replies) makes it do nothing, so the request is not charged a
-/// second time.
+/// The stale guard (one time source, the other half of the app-clock-skew test): a check sent while Redis is
+/// paused is answered by the failure policy at its deadline; when Redis resumes and finally
+/// runs the queued script, the guard (in Redis time, learned from earlier replies) makes it
+/// do nothing, so the request is not charged a second time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_check_reaching_redis_after_its_deadline_charges_nothing() {
     let server = RedisServer::start();

@@ -6,10 +6,13 @@
 
 mod bans;
 mod correct;
+mod deadline;
 mod declared;
 mod differential;
 mod faults;
 mod fleet;
+mod invalidation;
+mod refund_order;
 mod reset;
 mod scale;
 mod slots;

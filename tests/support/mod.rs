@@ -14,7 +14,6 @@
 pub mod differential;
 pub mod fleet;
 pub mod flood;
-pub mod own_thread;
 pub mod redis;
 pub mod slots;
 pub mod streams;

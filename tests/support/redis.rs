@@ -200,6 +200,34 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}/", self.port)
     }
 
+    /// A URL for a user who may run every command but `SUBSCRIBE` (created here with
+    /// `ACL SETUSER`): a store connected with it cannot hear the fleet's invalidations, as
+    /// an instance whose invalidation channel is down.
+    ///
+    /// # Panics
+    ///
+    /// When the server refuses the `ACL SETUSER`.
+    pub fn url_without_subscribe(&self) -> String {
+        let acl = self.cli(&[
+            "ACL",
+            "SETUSER",
+            "nosub",
+            "on",
+            ">pw",
+            "~*",
+            "&*",
+            "+@all",
+            "-subscribe",
+        ]);
+        assert_eq!(
+            acl.as_deref().map(str::trim),
+            Some("OK"),
+            "ACL SETUSER on port {}",
+            self.port
+        );
+        format!("redis://nosub:pw@127.0.0.1:{}/", self.port)
+    }
+
     /// The process id, while running.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)

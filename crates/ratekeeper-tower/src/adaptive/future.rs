@@ -21,26 +21,44 @@ define_held_response! {
     admission: Admitted;
 }
 
-/// An admitted request's permit, and the clock its latency is read on.
+/// An admitted request's permit (`None` once the response is out), and the clock its
+/// latency is read on.
 pub(crate) struct Admitted {
-    permit: Permit,
+    permit: Option<Permit>,
     clock: Arc<dyn Clock>,
 }
 
 impl Admission for Admitted {
     type Permit = Permit;
 
-    /// Records the latency (admission to response head); a failed request records none: a
-    /// failure says nothing about how long a success takes.
-    fn respond(self, _headers: &mut HeaderMap) -> Option<Permit> {
-        self.permit.sample(self.clock.now());
-        Some(self.permit)
+    /// Records the latency (admission to response head).
+    fn respond(mut self, _headers: &mut HeaderMap) -> Option<Permit> {
+        let permit = self.permit.take()?;
+        permit.sample(self.clock.now());
+        Some(permit)
+    }
+}
+
+/// The outcome hook: an admission dropped before a response (the inner service failed, or
+/// the response future was dropped) records the request's elapsed time as a failure, so a
+/// service that fails slowly lowers the limit.
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        if let Some(permit) = self.permit.take() {
+            permit.failure(self.clock.now());
+        }
     }
 }
 
 impl<F> ResponseFuture<F> {
     pub(crate) fn called(future: F, permit: Permit, clock: Arc<dyn Clock>) -> Self {
-        Self::new(HeldFuture::called(future, Admitted { permit, clock }))
+        Self::new(HeldFuture::called(
+            future,
+            Admitted {
+                permit: Some(permit),
+                clock,
+            },
+        ))
     }
 
     pub(crate) fn answered(status: StatusCode, headers: HeaderMap, body: Bytes) -> Self {

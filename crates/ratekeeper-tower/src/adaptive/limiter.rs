@@ -124,11 +124,24 @@ impl Limiter {
 impl Permit {
     /// Records the request's latency (admission to response at `now`, ns).
     pub(crate) fn sample(&self, now: u64) {
+        self.record(now, true);
+    }
+
+    /// Records a request that got no response (the service failed, or the request was
+    /// dropped) at `now` (ns): its elapsed time ([`GradientController::failure`]).
+    pub(crate) fn failure(&self, now: u64) {
+        self.record(now, false);
+    }
+
+    fn record(&self, now: u64, answered: bool) {
         let latency = now.saturating_sub(self.started);
         let mut state = self.limiter.lock();
-        let change = state
-            .controller
-            .sample(latency, self.started, self.in_flight, now);
+        let c = &mut state.controller;
+        let change = if answered {
+            c.sample(latency, self.started, self.in_flight, now)
+        } else {
+            c.failure(latency, self.started, self.in_flight, now)
+        };
         let estimate = state.controller.sample_rtt_ns();
         let min = state.controller.min_rtt_ns();
         drop(state);

@@ -24,8 +24,12 @@
 //!
 //! A request stays in flight until its response **body** ends (or fails, or is dropped),
 //! as with [`concurrency`](crate::concurrency); its latency sample is taken when the
-//! response head is ready, so a long download does not read as a slow server. An inner
-//! service error gives no sample.
+//! response head is ready, so a long download does not read as a slow server. A request
+//! that gets no response head (the inner service returns an error, such as a timeout or a
+//! reset connection, or the response future is dropped, as an outer timeout does) gives
+//! its elapsed time as a failure sample
+//! ([`GradientController::failure`](controller::GradientController::failure)): a service
+//! that fails slowly lowers the limit to its minimum.
 //!
 //! # Priority partitions
 //!
@@ -110,6 +114,8 @@
 
 mod builder;
 pub mod controller;
+#[cfg(test)]
+mod failure_tests;
 mod future;
 mod layer;
 mod limiter;

@@ -312,7 +312,8 @@ mod tests {
         /// random order, completing in a random order), each partition keeps at least its
         /// guaranteed share in flight, once the other's demand is known never takes a slot
         /// the other is owed (at most `limit - guaranteed(other)` in flight), and the total
-        /// never exceeds twice the limit.
+        /// exceeds the limit by at most the borrowed requests still in flight (the shares
+        /// being reclaimed), never by more than the limit.
         #[test]
         fn partitions_keep_their_shares(
             limit in 1u32..200,
@@ -341,7 +342,17 @@ mod tests {
                         );
                     }
                 }
-                prop_assert!(f.total <= 2 * limit);
+                // The documented bound: beyond the limit only by the shares being reclaimed
+                // (the requests borrowed beyond a partition's share, still in flight),
+                // never by more than the limit.
+                let borrowed: u32 = (0..2)
+                    .map(|q| f.by_partition[q].saturating_sub(parts.guaranteed(q, limit)))
+                    .sum();
+                prop_assert!(
+                    f.total <= limit + borrowed.min(limit),
+                    "{} in flight at limit {} with {} borrowed",
+                    f.total, limit, borrowed
+                );
                 for q in 0..2 {
                     prop_assert!(f.by_partition[q] >= parts.guaranteed(q, limit));
                 }

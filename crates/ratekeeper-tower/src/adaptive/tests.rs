@@ -360,7 +360,7 @@ fn bad_settings_are_build_errors() {
 }
 
 #[test]
-fn an_inner_error_releases_without_a_sample() {
+fn an_inner_error_releases_its_place_and_never_ends_a_min_rtt_measurement() {
     let clock = ManualClock::new();
     let layer = AdaptiveConcurrencyLayer::builder()
         .min_limit(1)
@@ -377,5 +377,5 @@ fn an_inner_error_releases_without_a_sample() {
     };
     let s = global(&layer);
     assert_eq!(s.in_flight, 0);
-    assert!(s.measuring, "no sample was taken");
+    assert!(s.measuring, "a failure never counts toward minRTT");
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use super::breaker::Breaker;
 use super::failure::Failover;
 use super::guard::Guard;
+use super::invalidate::Invalidation;
 use super::link::{Link, Timing};
 use super::negative::NegativeCache;
 use super::script::{Conn, RedisFailure, ScriptRunner};
@@ -218,8 +219,8 @@ impl RedisStoreBuilder {
     /// [`require_ready`](Self::require_ready) is off).
     pub async fn standalone(self, url: &str) -> Result<RedisStore, StoreError> {
         let client = redis::Client::open(url).map_err(|e| bad_url(e, "Redis URL"))?;
-        let link = Link::single(client, self.timing());
-        self.finish(Conn::Single(link)).await
+        let link = Link::single(client.clone(), self.timing());
+        self.finish(Conn::Single(link), vec![client]).await
     }
 
     /// Connects to a Redis Cluster through any of its `nodes` (`redis://host:port`) and makes
@@ -239,8 +240,14 @@ impl RedisStoreBuilder {
             .max_retry_wait(100)
             .build()
             .map_err(|e| bad_url(e, "Redis Cluster node URL"))?;
+        // The invalidation channel subscribes through one node at a time (regular pub/sub
+        // reaches every node of a Cluster).
+        let subscribe_to = nodes
+            .iter()
+            .map(|n| redis::Client::open(*n).map_err(|e| bad_url(e, "Redis Cluster node URL")))
+            .collect::<Result<Vec<_>, _>>()?;
         let link = Link::cluster(client, self.timing());
-        self.finish(Conn::Cluster(link)).await
+        self.finish(Conn::Cluster(link), subscribe_to).await
     }
 
     /// How long one connection attempt may take (the deadline, at least 100 ms).
@@ -258,10 +265,14 @@ impl RedisStoreBuilder {
         }
     }
 
-    async fn finish(self, conn: Conn) -> Result<RedisStore, StoreError> {
+    async fn finish(
+        self,
+        conn: Conn,
+        subscribe_to: Vec<redis::Client>,
+    ) -> Result<RedisStore, StoreError> {
         let require = self.require_ready;
         let connect_timeout = self.connect_timeout;
-        let store = self.assemble(conn);
+        let store = self.assemble(conn, subscribe_to);
         let shared = &store.shared;
         let weak = Arc::downgrade(shared);
         shared.script.conn.link().on_ready(move |server, ago| {
@@ -280,6 +291,20 @@ impl RedisStoreBuilder {
             }
             tokio::time::sleep(READY_RETRY).await;
         };
+        shared.start_subscription();
+        let connected = last.is_none();
+        if connected {
+            // Ready includes hearing of other instances' resets (until then remembered
+            // denials are short-lived; see `RedisStore::reset_async`).
+            let left = connect_timeout.saturating_sub(started.elapsed());
+            shared.invalidation.wait_first_attempt(left).await;
+            if !shared.invalidation.is_live() {
+                tracing::warn!(
+                    "redis store: not subscribed to the invalidation channel at start; \
+                     remembered denials last at most 1 s until it is"
+                );
+            }
+        }
         let learn_fleet = store.failover.learns_fleet();
         match last {
             None if learn_fleet => shared.register_instance().await,
@@ -302,7 +327,7 @@ impl RedisStoreBuilder {
         Ok(store)
     }
 
-    fn assemble(self, conn: Conn) -> RedisStore {
+    fn assemble(self, conn: Conn, subscribe_to: Vec<redis::Client>) -> RedisStore {
         let app: Arc<dyn Clock> = self
             .app_clock
             .unwrap_or_else(|| Arc::new(MonotonicClock::new()));
@@ -324,6 +349,7 @@ impl RedisStoreBuilder {
             self.instances.map(NonZeroU32::get),
             self.breaker_failures,
         );
+        let invalidation = Invalidation::new(&self.prefix, subscribe_to);
         RedisStore {
             policies: Arc::default(),
             local_policies: self.local_policies,
@@ -343,9 +369,14 @@ impl RedisStoreBuilder {
                 outage: Arc::clone(&failover.outage),
                 instance_id: instance_id(),
                 learns_fleet: failover.learns_fleet(),
-                negative: self
-                    .negative_cache
-                    .then(|| NegativeCache::new(self.deadline)),
+                negative: self.negative_cache.then(|| {
+                    NegativeCache::new(
+                        self.deadline,
+                        Arc::clone(&invalidation.live),
+                        Arc::clone(&invalidation.epoch),
+                    )
+                }),
+                invalidation,
                 redis_decisions: Default::default(),
                 negative_hits: Default::default(),
                 degraded: Default::default(),

@@ -184,6 +184,7 @@ impl RedisStore {
                 }
                 left = left.saturating_sub(waited.elapsed());
             }
+            let sent = shared.negative.as_ref().map_or(0, |c| c.epoch());
             let run = shared.run(&groups, charges.len());
             match shared
                 .timed_within(run, failover.policy.as_str(), left)
@@ -191,7 +192,8 @@ impl RedisStore {
             {
                 Ok((decisions, hold)) => {
                     if let Some(cache) = &shared.negative {
-                        cache.update(&charges, &decisions, hold, &policies, shared.clock.now());
+                        let now = shared.clock.now();
+                        cache.update(&charges, &decisions, hold, &policies, (sent, now));
                     }
                     Ok(decisions)
                 }

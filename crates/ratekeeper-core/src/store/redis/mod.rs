@@ -246,7 +246,9 @@
 //! keys; charges by other instances only keep a denial a denial; a refund or a give-back by
 //! another instance
 //! can free a key sooner, and the remembered denial then lasts at most until the state it
-//! was read from would have freed the key by itself. When a remembered denial runs out, one
+//! was read from would have freed the key by itself. A reset (an unban) through any
+//! instance reaches every instance's negative cache at once, through Redis pub/sub (see
+//! [`RedisStore::reset_async`]). When a remembered denial runs out, one
 //! request per key probes Redis and the others of that key on this instance wait for its
 //! answer (within the deadline; one still waiting then is the failure policy's, without a
 //! call of its own), so a flood of one key costs each instance at most one round trip at a
@@ -309,6 +311,8 @@ mod check;
 mod failure;
 mod group;
 mod guard;
+mod invalidate;
+pub(crate) use invalidate::{Invalidated, Listener};
 mod keys;
 mod lease;
 mod link;
@@ -467,6 +471,13 @@ impl RedisStore {
         Some(keys::full(&self.shared.prefix, &keys::tag(key), &p.name))
     }
 
+    /// Adds `listener`, told of every reset another instance (or this one) published and of
+    /// every re-subscription of the invalidation channel (the tiered store drops its
+    /// leases of what was reset).
+    pub(crate) fn on_invalidate(&self, listener: Listener) {
+        self.shared.invalidation.listen(listener);
+    }
+
     /// Concurrency slots shared through this store's Redis (same connection, prefix,
     /// deadline and failure policy), for the keyed concurrency layer: see [`RedisSlots`]
     /// for the leases, their renewal and how fast a dead instance's slots free.
@@ -491,6 +502,9 @@ impl Store<Key> for RedisStore {
                 .map_err(|_| StoreError::UnsupportedQuota("too many policies".to_owned()))?,
         );
         self.failover.register(policy, &self.local_policies)?;
+        self.shared
+            .invalidation
+            .register(Arc::clone(&redis_policy.name));
         Arc::make_mut(&mut self.policies).push(redis_policy);
         Ok(id)
     }

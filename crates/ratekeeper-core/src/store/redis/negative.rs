@@ -31,6 +31,13 @@
 //! Requests that charge one policy and key twice are never remembered (their rows share an
 //! entry).
 //!
+//! **Resets** (which also lift bans) made through any instance are published on the
+//! store's invalidation channel and forget the entries of their key here at once (see
+//! `invalidate.rs`); an answer to a check sent before such an invalidation is not
+//! remembered. While the channel is down every entry lasts at most 1 s from when Redis
+//! gave it (`UNSUBSCRIBED_HOLD`), and the whole cache is dropped when it is subscribed
+//! again.
+//!
 //! **An allowed charge that took the last units** is remembered as the denial it implies
 //! for the same request (same policy, key and cost, one charge): GCRA and the leaky bucket
 //! when `reset_after + cost * T - tau > 0` (the TAT the charge left is `now + reset_after`,
@@ -54,11 +61,13 @@
 
 use std::time::Duration;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use dashmap::DashMap;
 use tokio::sync::watch;
 
+use super::invalidate::UNSUBSCRIBED_HOLD;
 use super::policy::{ALGO_FIXED_WINDOW, ALGO_GCRA, RedisPolicy};
 use super::{OwnedCharge, nanos};
 use crate::store::{Decisions, PolicyId};
@@ -99,6 +108,12 @@ pub(super) enum Lookup {
 /// Denials by (policy, client key).
 #[derive(Debug)]
 pub(super) struct NegativeCache {
+    /// Whether the store hears of resets by other instances (its invalidation channel is
+    /// subscribed); while not, an entry lasts at most [`UNSUBSCRIBED_HOLD`].
+    live: Arc<AtomicBool>,
+    /// Bumped by each invalidation: an answer to a check sent before one is not
+    /// remembered.
+    epoch: Arc<AtomicU64>,
     map: DashMap<(PolicyId, Key), Entry, foldhash::fast::RandomState>,
     /// The number of entries, kept beside the map so the usual case (nothing remembered)
     /// is one load instead of a read lock on every shard. Raised after an entry is added
@@ -110,9 +125,12 @@ pub(super) struct NegativeCache {
 }
 
 impl NegativeCache {
-    /// An empty cache whose probes are taken over after `probe_for` (the deadline).
-    pub(super) fn new(probe_for: Duration) -> Self {
+    /// An empty cache whose probes are taken over after `probe_for` (the deadline), reading
+    /// the invalidation channel's `live` flag and `epoch`.
+    pub(super) fn new(probe_for: Duration, live: Arc<AtomicBool>, epoch: Arc<AtomicU64>) -> Self {
         Self {
+            live,
+            epoch,
             map: DashMap::default(),
             len: AtomicUsize::new(0),
             probe_for: nanos(probe_for),
@@ -140,7 +158,7 @@ impl NegativeCache {
             if entry.cost != *cost {
                 return Lookup::Miss;
             }
-            if now >= entry.until {
+            if now >= self.until(&entry) {
                 drop(entry);
                 return self.gate(charges, now);
             }
@@ -186,6 +204,43 @@ impl NegativeCache {
         }
     }
 
+    /// When `entry` runs out: its `until`, or at most [`UNSUBSCRIBED_HOLD`] after it was
+    /// written while the invalidation channel is down.
+    fn until(&self, entry: &Entry) -> u64 {
+        if self.live.load(Ordering::Acquire) {
+            entry.until
+        } else {
+            entry
+                .until
+                .min(entry.at.saturating_add(nanos(UNSUBSCRIBED_HOLD)))
+        }
+    }
+
+    /// The invalidation epoch now: pass it to [`NegativeCache::update`] for a check sent
+    /// now.
+    pub(super) fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    /// Forgets every entry (the invalidation channel was subscribed again).
+    pub(super) fn clear(&self) {
+        self.forget_where(|_, _| true);
+    }
+
+    /// Forgets the entries `covers` names (an invalidation).
+    pub(super) fn forget_where(&self, covers: impl Fn(PolicyId, &Key) -> bool) {
+        if self.is_empty() {
+            return;
+        }
+        let mut removed = 0;
+        self.map.retain(|(policy, key), _| {
+            let gone = covers(*policy, key);
+            removed += usize::from(gone);
+            !gone
+        });
+        self.len.fetch_sub(removed, Ordering::AcqRel);
+    }
+
     /// An expired entry for the first charge: this request probes, unless another probe is
     /// under way (then it waits for that one).
     fn gate(&self, charges: &[OwnedCharge], now: u64) -> Lookup {
@@ -214,21 +269,25 @@ impl NegativeCache {
         }
     }
 
-    /// After a Redis decision at `now` (ns): an allowed request changed the state of its
-    /// pairs, so their entries go (a lone charge that took the last units is remembered as
-    /// the denial it implies, see the module docs); a denial is remembered until the first
-    /// of its rows' `retry_after` and `hold` (the shortest hold of its rows, `None`:
-    /// unbounded).
+    /// After a Redis decision at `now` (ns) on a check sent at invalidation epoch `sent`
+    /// ([`NegativeCache::epoch`]): an allowed request changed the state of its pairs, so
+    /// their entries go (a lone charge that took the last units is remembered as the denial
+    /// it implies, see the module docs); a denial is remembered until the first of its rows'
+    /// `retry_after` and `hold` (the shortest hold of its rows, `None`: unbounded), unless
+    /// an invalidation came in since the check was sent (its answer may predate a reset).
     pub(super) fn update(
         &self,
         charges: &[OwnedCharge],
         decisions: &Decisions,
         hold: Option<Duration>,
         policies: &[RedisPolicy],
-        now: u64,
+        (sent, now): (u64, u64),
     ) {
         // Whatever the answer, it replaces what was remembered (and ends a probe).
         self.forget(charges.iter().map(|(p, k, _)| (*p, k)));
+        if self.epoch() != sent {
+            return;
+        }
         // A policy with a ban counts its refusals in Redis: a request charging one is
         // remembered only when the answer is a ban (whose end nothing but a reset moves).
         let banning = charges
@@ -385,6 +444,109 @@ mod tests {
         (PolicyId::from_index(0), Key::from("k"), cost)
     }
 
+    /// A cache whose invalidation channel is live.
+    fn live_cache() -> NegativeCache {
+        NegativeCache::new(
+            Duration::from_millis(50),
+            Arc::new(AtomicBool::new(true)),
+            Arc::default(),
+        )
+    }
+
+    fn denial(retry_after: Duration) -> Decisions {
+        Decisions::one(Decision::new(
+            Outcome::Denied { retry_after },
+            2,
+            0,
+            Duration::from_secs(2),
+        ))
+    }
+
+    /// While the invalidation channel is down a remembered denial lasts at most
+    /// `UNSUBSCRIBED_HOLD`, however long its `retry_after`; live, until its `retry_after`.
+    #[test]
+    fn a_denial_lasts_at_most_the_unsubscribed_hold_while_the_channel_is_down() {
+        let policies = gcra();
+        let live = Arc::new(AtomicBool::new(false));
+        let cache =
+            NegativeCache::new(Duration::from_millis(50), Arc::clone(&live), Arc::default());
+        let charges = [charge(1)];
+        cache.update(
+            &charges,
+            &denial(Duration::from_secs(3600)),
+            None,
+            &policies,
+            (0, 0),
+        );
+        let hold = nanos(UNSUBSCRIBED_HOLD);
+        assert!(matches!(
+            cache.lookup(&charges, &policies, hold - 1),
+            Lookup::Hit(_)
+        ));
+        assert!(matches!(
+            cache.lookup(&charges, &policies, hold),
+            Lookup::Probe
+        ));
+        // Live again: the entry lasts until its retry_after.
+        live.store(true, Ordering::Release);
+        cache.update(
+            &charges,
+            &denial(Duration::from_secs(3600)),
+            None,
+            &policies,
+            (0, 0),
+        );
+        assert!(matches!(
+            cache.lookup(&charges, &policies, 10 * hold),
+            Lookup::Hit(_)
+        ));
+    }
+
+    /// An answer to a check sent before an invalidation is not remembered; invalidations
+    /// forget the entries they name.
+    #[test]
+    fn an_answer_older_than_an_invalidation_is_not_remembered() {
+        let policies = gcra();
+        let cache = live_cache();
+        let charges = [charge(1)];
+        let sent = cache.epoch();
+        cache.epoch.fetch_add(1, Ordering::AcqRel);
+        cache.update(
+            &charges,
+            &denial(Duration::from_secs(60)),
+            None,
+            &policies,
+            (sent, 0),
+        );
+        assert!(matches!(
+            cache.lookup(&charges, &policies, MS),
+            Lookup::Miss
+        ));
+        let now = cache.epoch();
+        cache.update(
+            &charges,
+            &denial(Duration::from_secs(60)),
+            None,
+            &policies,
+            (now, 0),
+        );
+        assert!(matches!(
+            cache.lookup(&charges, &policies, MS),
+            Lookup::Hit(_)
+        ));
+        cache.forget_where(|_, k| *k == Key::from("other"));
+        assert!(matches!(
+            cache.lookup(&charges, &policies, MS),
+            Lookup::Hit(_)
+        ));
+        cache.forget_where(|p, k| p == PolicyId::from_index(0) && *k == Key::from("k"));
+        assert!(matches!(
+            cache.lookup(&charges, &policies, MS),
+            Lookup::Miss
+        ));
+        assert!(cache.is_empty());
+    }
+
     #[test]
     fn a_lone_charge_that_took_the_last_unit_implies_its_denial() {
         let policies = gcra();
@@ -404,7 +566,7 @@ mod tests {
     #[test]
     fn an_expired_denial_is_probed_by_one_request_while_the_others_wait() {
         let policies = gcra();
-        let cache = NegativeCache::new(Duration::from_millis(50));
+        let cache = live_cache();
         let charges = [charge(1)];
         let denied = Decisions::one(Decision::new(
             Outcome::Denied {
@@ -414,7 +576,7 @@ mod tests {
             0,
             Duration::from_secs(2),
         ));
-        cache.update(&charges, &denied, None, &policies, 0);
+        cache.update(&charges, &denied, None, &policies, (0, 0));
         match cache.lookup(&charges, &policies, 4 * MS) {
             Lookup::Hit(d) => assert_eq!(d.retry_after(), Some(Duration::from_millis(6))),
             other => panic!("expected a hit, got {other:?}"),
@@ -444,7 +606,7 @@ mod tests {
         let Lookup::Wait(turn) = cache.lookup(&charges, &policies, 71 * MS) else {
             panic!("expected to wait for the probe");
         };
-        cache.update(&charges, &denied, None, &policies, 72 * MS);
+        cache.update(&charges, &denied, None, &policies, (0, 72 * MS));
         assert!(
             turn.has_changed().is_err(),
             "the replaced entry closed its channel"

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use super::group::Group;
+use super::invalidate::{Invalidated, digest};
 use super::reply::BadReply;
 use super::script::{Mode, unavailable};
 use super::shared::{Shared, collect};
@@ -61,12 +62,18 @@ impl RedisStore {
     ///
     /// This store forgets the negative-cache entries of the key, and the
     /// [`FailurePolicy::Local`](crate::store::FailurePolicy::Local) store forgets the key.
-    /// **Other instances** learn of the reset at their next call to Redis for the key: a
-    /// denial one of them remembers in its negative cache goes on being answered until it
-    /// runs out (at most its `retry_after`, as after a refund another instance sent; for a
-    /// remembered ban, until the ban would have ended). Build with
-    /// [`RedisStoreBuilder::negative_cache`](super::RedisStoreBuilder::negative_cache) off
-    /// where a reset must reach every instance at once.
+    /// **Other instances** on the same Redis and prefix are told at once: after the call the
+    /// store publishes the reset on the Redis pub/sub channel `<prefix>:v2:invalidate`
+    /// (naming the key only by the SHA-1 of its hash-tag body, and the policy by name), and
+    /// each instance, subscribed on a connection of its own, forgets its remembered denials
+    /// of the key under those policies (a remembered ban included), and a
+    /// [`TieredStore`](crate::store::tiered::TieredStore) drops its lease of them. So the
+    /// next request to any instance reaches Redis, one pub/sub hop after the reset. An
+    /// instance whose channel is down (its subscription connection failed, or is not made
+    /// yet) remembers a denial for at most 1 s meanwhile, and forgets every remembered
+    /// denial when it subscribes again, so a lifted ban reaches it within about 1 s plus
+    /// the time to resubscribe, never a ban's length. The local fallback store of another
+    /// instance keeps its state (it decides only while Redis is unreachable).
     ///
     /// A reset reaches Redis even after the deadline (like a refund): a call that timed out
     /// may still have been applied.
@@ -131,10 +138,13 @@ impl RedisStore {
         Checked::Pending(Box::pin(async move {
             let result = admin_call(&shared, &group, Mode::Reset).await;
             // After the call: a denial a concurrent check remembered from before the reset
-            // would outlive it.
-            if let Some(cache) = &shared.negative {
-                cache.forget(ids.iter().map(|id| (*id, &key)));
-            }
+            // would outlive it. Then every other instance is told (even after an error: a
+            // call that timed out may have been applied).
+            shared.invalidate(&Invalidated::Key {
+                digest: digest(&key),
+                policies: ids,
+            });
+            shared.publish_reset(policy, &key).await;
             result
         }))
     }

@@ -11,6 +11,7 @@ use std::time::Duration;
 use super::breaker::Breaker;
 use super::failure::Outage;
 use super::group::Group;
+use super::invalidate::Invalidation;
 use super::link::FLEET_SCRIPT;
 use super::negative::NegativeCache;
 use super::reply::{BadReply, Row, Rows};
@@ -46,6 +47,8 @@ pub(super) struct Shared {
     /// configured fleet size).
     pub(super) learns_fleet: bool,
     pub(super) negative: Option<NegativeCache>,
+    /// The fleet invalidation channel (resets by other instances).
+    pub(super) invalidation: Invalidation,
     pub(super) redis_decisions: AtomicU64,
     pub(super) negative_hits: AtomicU64,
     pub(super) degraded: AtomicU64,

@@ -93,27 +93,35 @@ impl TieredStoreBuilder {
             });
         }
         let clock = redis.decision_clock();
+        let inner = Arc::new(Inner {
+            leases: DashMap::default(),
+            max_lease: u64::from(self.max_lease.get()),
+            period: nanos(self.period),
+            ttl: nanos(self.ttl),
+            clock,
+            generation: AtomicU64::new(1),
+            epoch: AtomicU64::new(0),
+            visits: Mutex::default(),
+            sweeper: AtomicBool::new(false),
+            decisions: AtomicU64::new(0),
+            local: AtomicU64::new(0),
+            round_trips: AtomicU64::new(0),
+            prefetches: AtomicU64::new(0),
+            returned: AtomicU64::new(0),
+            returning: AtomicUsize::new(0),
+            returns_done: tokio::sync::Notify::new(),
+        });
+        // Resets published by other instances drop this instance's leases of the key.
+        let weak = Arc::downgrade(&inner);
+        redis.on_invalidate(Box::new(move |what| {
+            if let Some(inner) = weak.upgrade() {
+                inner.invalidate(what);
+            }
+        }));
         Ok(TieredStore {
             redis: Arc::new(redis),
             policies: Vec::new(),
-            inner: Arc::new(Inner {
-                leases: DashMap::default(),
-                max_lease: u64::from(self.max_lease.get()),
-                period: nanos(self.period),
-                ttl: nanos(self.ttl),
-                clock,
-                generation: AtomicU64::new(1),
-                epoch: AtomicU64::new(0),
-                visits: Mutex::default(),
-                sweeper: AtomicBool::new(false),
-                decisions: AtomicU64::new(0),
-                local: AtomicU64::new(0),
-                round_trips: AtomicU64::new(0),
-                prefetches: AtomicU64::new(0),
-                returned: AtomicU64::new(0),
-                returning: AtomicUsize::new(0),
-                returns_done: tokio::sync::Notify::new(),
-            }),
+            inner,
         })
     }
 }

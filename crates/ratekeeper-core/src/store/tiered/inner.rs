@@ -15,7 +15,7 @@ use super::lease::{LEASE_BIT, Lease, LeaseState, Unused};
 use super::nanos;
 use crate::Key;
 use crate::clock::Clock;
-use crate::store::redis::{LeaseGrant, OwnedCharge, RedisStore};
+use crate::store::redis::{Invalidated, LeaseGrant, OwnedCharge, RedisStore};
 use crate::store::{Charge, PolicyId, Receipt, Refund, Store};
 
 type LeaseMap = DashMap<(PolicyId, Key), Arc<Lease>, foldhash::fast::RandomState>;
@@ -223,6 +223,32 @@ impl Inner {
 
     /// How long a denial from the lease script may be remembered: until another instance's
     /// lease could have given units back (its TTL, then one sweeper period), ns.
+    /// A reset published through the invalidation channel (by any instance): the leases of
+    /// the key under the policies reset are dropped without giving their units back (the
+    /// reset forgot them in Redis and fenced their receipts) and forget their remembered
+    /// denials, so the next request asks Redis. When the channel was subscribed again
+    /// ([`Invalidated::All`]: a reset may have been missed) every lease forgets its
+    /// remembered denial.
+    pub(super) fn invalidate(&self, what: &Invalidated) {
+        // The leases first, then their locks (never a lease's lock under the map's).
+        let leases: Vec<Arc<Lease>> = self
+            .leases
+            .iter()
+            .filter(|e| {
+                let (policy, key) = e.key();
+                what.covers(*policy, key)
+            })
+            .map(|e| Arc::clone(e.value()))
+            .collect();
+        for lease in leases {
+            let mut s = lease.lock();
+            if matches!(what, Invalidated::Key { .. }) {
+                let _ = s.take();
+            }
+            s.forget_denial();
+        }
+    }
+
     pub(super) fn denial_bound(&self) -> u64 {
         self.ttl.saturating_add(self.period)
     }

@@ -46,12 +46,14 @@ impl TieredStore {
     /// has reached Redis ([`RedisStore::reset_async`]: one atomic call for every policy, which
     /// fences the receipts of earlier grants and charges, so no instance's later return of
     /// a lease taken before the reset gives anything back). Receipts of units spent from the
-    /// dropped lease give back nothing. Other instances drop their leases of the key only
-    /// when these expire (the lease TTL): until then they may spend up to one lease each of
-    /// units leased before the reset, within the over-admission bound of the tiered store;
-    /// and a denial one of them remembers for the key goes on being answered until it runs
-    /// out (at most the lease TTL plus one lease period), as the Redis store's negative
-    /// cache does.
+    /// dropped lease give back nothing. Other instances hear of the reset at once through
+    /// the Redis store's invalidation channel ([`RedisStore::reset_async`]) and drop their
+    /// leases of the key the same way (units and remembered denial), so their next request
+    /// asks Redis. A renewal of theirs already in flight may still bring in units leased
+    /// before the reset (at most one lease each, within the over-admission bound of the
+    /// tiered store). An instance whose channel is down keeps its lease until it expires
+    /// (the lease TTL) and a remembered denial until it runs out (at most the lease TTL plus
+    /// one lease period).
     ///
     /// # Errors
     ///

@@ -17,7 +17,11 @@
 //!    measure at once). Requests admitted before the measurement began are left out, so the
 //!    queue they were in does not count as "no load" (Envoy counts every completion).
 //! 2. **Sample latency** (`sampleRTT`): every [`ControllerSettings::update_interval`], the
-//!    percentile of the latencies that completed in the interval.
+//!    percentile of the latencies that completed in the interval. A request that got no
+//!    response (the service failed: a timeout, a reset connection; or the request was
+//!    dropped) counts with its elapsed time, a lower bound of its latency, as Netflix
+//!    concurrency-limits counts a dropped request; so a service that fails slowly lowers
+//!    the limit. Failures never count toward `minRTT`.
 //! 3. **Gradient**: `gradient = clamp((minRTT × (1 + buffer)) / sampleRTT, 0.5, 2.0)`, where
 //!    `buffer` ([`ControllerSettings::min_rtt_buffer`]) is the latency rise tolerated
 //!    before the limit falls.
@@ -63,6 +67,15 @@ pub struct LimitChange {
     pub to: u32,
 }
 
+/// How a request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Completion {
+    /// The service answered (any status).
+    Answered,
+    /// The service failed or the request was dropped before an answer.
+    Failed,
+}
+
 #[derive(Debug, Clone)]
 enum Phase {
     /// Measuring `minRTT` since `since` (ns): the limit is `min_limit`.
@@ -72,7 +85,8 @@ enum Phase {
 }
 
 /// The gradient controller (see the [module docs](self)): feed it each admitted request's
-/// latency with [`GradientController::sample`], read [`GradientController::limit`] before
+/// latency with [`GradientController::sample`] (or its elapsed time with
+/// [`GradientController::failure`] when it got no response), read [`GradientController::limit`] before
 /// admitting one. Not synchronised: the layer keeps it behind a lock.
 ///
 /// ```
@@ -192,10 +206,56 @@ impl GradientController {
         in_flight: u32,
         now_ns: u64,
     ) -> Option<LimitChange> {
+        self.record(
+            latency_ns,
+            started_ns,
+            in_flight,
+            now_ns,
+            Completion::Answered,
+        )
+    }
+
+    /// Records a request that got no response: the service failed (an error, such as a
+    /// timeout or a reset connection) or the request was dropped (its caller gave up, an
+    /// outer timeout fired) after `elapsed_ns`, for a request admitted at `started_ns` with
+    /// `in_flight` requests in flight at admission, ended at `now_ns`. Returns the change of
+    /// [`limit`](Self::limit), if any.
+    ///
+    /// The elapsed time is a lower bound of the latency the request would have had, and
+    /// counts as a latency of the running interval (as Netflix concurrency-limits counts a
+    /// dropped request's time): a service that fails slowly lowers the limit as a slow one
+    /// does, down to [`ControllerSettings::min_limit`]. It never counts toward a `minRTT`
+    /// measurement (a failure says nothing about the latency with no queue), so a
+    /// measurement during which every request fails keeps the limit at `min_limit` until
+    /// requests succeed again.
+    pub fn failure(
+        &mut self,
+        elapsed_ns: u64,
+        started_ns: u64,
+        in_flight: u32,
+        now_ns: u64,
+    ) -> Option<LimitChange> {
+        self.record(
+            elapsed_ns,
+            started_ns,
+            in_flight,
+            now_ns,
+            Completion::Failed,
+        )
+    }
+
+    fn record(
+        &mut self,
+        latency_ns: u64,
+        started_ns: u64,
+        in_flight: u32,
+        now_ns: u64,
+        completion: Completion,
+    ) -> Option<LimitChange> {
         let before = self.limit();
         match self.phase {
             Phase::Measuring { since } => {
-                if started_ns >= since {
+                if started_ns >= since && completion == Completion::Answered {
                     self.push(latency_ns);
                 }
                 let enough = self.samples.len() >= self.settings.min_rtt_requests as usize;
