@@ -12,6 +12,7 @@ mod faults;
 mod fleet;
 mod reset;
 mod scale;
+mod shared_handle;
 mod slots;
 mod store;
 mod tiered;

@@ -326,7 +326,7 @@ impl RedisStoreBuilder {
         );
         RedisStore {
             policies: Arc::default(),
-            local_policies: self.local_policies,
+            local_policies: Arc::new(self.local_policies),
             shared: Arc::new(Shared {
                 script: ScriptRunner::new(
                     conn,
@@ -346,6 +346,11 @@ impl RedisStoreBuilder {
                 negative: self
                     .negative_cache
                     .then(|| NegativeCache::new(self.deadline)),
+                registry: std::sync::Mutex::new(super::Registry {
+                    policies: Arc::default(),
+                    failover: failover.clone(),
+                }),
+                registered: Default::default(),
                 redis_decisions: Default::default(),
                 negative_hits: Default::default(),
                 degraded: Default::default(),
