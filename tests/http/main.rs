@@ -9,6 +9,7 @@ mod advertised_quota;
 mod algorithms;
 mod bans;
 mod cors;
+mod credentials;
 mod delay_drops;
 mod exempt;
 mod header_merge;

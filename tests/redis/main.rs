@@ -6,6 +6,7 @@
 
 mod bans;
 mod correct;
+mod credentials;
 mod declared;
 mod differential;
 mod faults;

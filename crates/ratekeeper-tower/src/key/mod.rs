@@ -73,6 +73,7 @@
 
 mod addr;
 mod combine;
+mod credential;
 mod forwarded;
 mod header;
 mod user;
@@ -80,6 +81,7 @@ mod user;
 pub(crate) use addr::normalize_nets;
 pub use addr::{Nat64Prefix, Nat64PrefixError, normalize_ip};
 pub use combine::Or;
+pub use credential::{CREDENTIAL_SECRET_ENV, CredentialSecret};
 pub(crate) use forwarded::Client;
 pub use forwarded::{ForwardedIp, MAX_HOPS, Source, Trust};
 pub use header::{HeaderKey, MAX_RAW_LEN, Raw};

@@ -15,7 +15,7 @@ use crate::store::{Charge, Decisions, Receipt, StoreError};
 impl<K, C> MemoryStore<K, C>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static,
-    C: Clock + Clone,
+    C: Clock,
 {
     pub(super) fn reserve_at(
         &self,

@@ -163,7 +163,7 @@ impl<K: Hash + Eq + Clone> Bans<K> {
 impl<K, C> MemoryStore<K, C>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static,
-    C: Clock + Clone,
+    C: Clock,
 {
     /// A check (`max_wait` `None`) or reservation of `charges` in a store where some policy
     /// has a [`Ban`](crate::Ban):

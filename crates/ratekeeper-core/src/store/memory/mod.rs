@@ -131,8 +131,8 @@ use crate::{Decision, Policy};
 /// budget per policy and key. A handle made before a registration reads the shared registry
 /// (under a lock) when a charge names the new policy, until it is cloned again; the
 /// registrations it knows cost it nothing. The clock is cloned too (the clocks of this crate
-/// share their time with their clones), so a store of your own clock type needs it to be
-/// [`Clone`] in the same way.
+/// share their time with their clones), so a clock type of your own must be [`Clone`] in the
+/// same way for the store to be.
 ///
 /// # Example
 ///
@@ -165,7 +165,7 @@ pub struct MemoryStore<K, C = MonotonicClock> {
     reg: Registered<K>,
     clock: C,
     /// What every clone shares: the policies registered through any of them.
-    registry: Arc<Registry<K>>,
+    registry: Arc<Registry<K, C>>,
     /// Run once by the next check or reservation that takes [`MemoryStore::with_bans`],
     /// between its first look at the bans and its charge (tests race requests with it).
     #[cfg(test)]
@@ -192,7 +192,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Default for MemoryStore<K, Mo
 impl<K, C> MemoryStore<K, C>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static,
-    C: Clock + Clone,
+    C: Clock,
 {
     /// An empty store reading time from `clock` (a [`crate::clock::ManualClock`] in tests).
     pub fn with_clock(clock: C) -> Self {
@@ -261,7 +261,10 @@ where
     #[cold]
     #[inline(never)]
     fn refreshed(&self) -> Option<Self> {
-        (self.registry.count() != self.reg.len()).then(|| self.clone())
+        if self.registry.count() == self.reg.len() {
+            return None;
+        }
+        self.registry.refresh.get().map(|refresh| refresh(self))
     }
 
     /// Decisions made on the shared overflow state because a policy held `max_keys` keys,
@@ -415,7 +418,7 @@ where
 impl<K, C> Store<K> for MemoryStore<K, C>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static,
-    C: Clock + Clone,
+    C: Clock,
 {
     type Future = Ready<Result<Decisions, StoreError>>;
 
@@ -531,6 +534,7 @@ where
 /// clocks of this crate share their time with their clones).
 impl<K, C: Clone> Clone for MemoryStore<K, C> {
     fn clone(&self) -> Self {
+        let _ = self.registry.refresh.set(Self::clone);
         Self {
             reg: self.registry.snapshot(),
             clock: self.clock.clone(),

@@ -9,8 +9,9 @@
 //! [`Registry::count`] says so, and then answers through a fresh copy.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
+use super::MemoryStore;
 use super::ban::Bans;
 use super::keyed::Slot;
 use crate::Policy;
@@ -66,21 +67,29 @@ impl<K> Clone for Registered<K> {
     }
 }
 
+/// Makes an up-to-date handle on a store from any handle.
+pub(super) type Refresh<K, C> = fn(&MemoryStore<K, C>) -> MemoryStore<K, C>;
+
 /// What every handle of one store shares.
-pub(super) struct Registry<K> {
+pub(super) struct Registry<K, C> {
     latest: Mutex<Registered<K>>,
     /// `latest.len()`, read without the lock.
     count: AtomicUsize,
     /// The cap on keys per policy (`usize::MAX`: none), for policies registered later.
     pub(super) max_keys: AtomicUsize,
+    /// Makes an up-to-date handle: `Clone::clone` of the store, set by the first clone.
+    /// Until then there is one handle, which is never stale, so a clock that is not
+    /// `Clone` needs none.
+    pub(super) refresh: OnceLock<Refresh<K, C>>,
 }
 
-impl<K> Registry<K> {
+impl<K, C> Registry<K, C> {
     pub(super) fn new() -> Self {
         Self {
             latest: Mutex::new(Registered::new()),
             count: AtomicUsize::new(0),
             max_keys: AtomicUsize::new(usize::MAX),
+            refresh: OnceLock::new(),
         }
     }
 

@@ -14,7 +14,7 @@ use crate::store::{Decisions, PolicyId, StoreError};
 impl<K, C> MemoryStore<K, C>
 where
     K: Hash + Eq + Clone + Send + Sync + 'static,
-    C: Clock + Clone,
+    C: Clock,
 {
     /// Forgets `key` under `policy`: its next request sees a full budget, and a ban of the
     /// key (or its count of refusals) under the policy ends. [`MemoryStore::reset_now`]
