@@ -17,6 +17,7 @@ mod headers;
 mod keys;
 mod logs;
 mod metrics;
+mod missing_key;
 mod modes;
 mod refunds;
 mod stacks;

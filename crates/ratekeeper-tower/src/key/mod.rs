@@ -99,7 +99,10 @@ pub use crate::request::RequestParts;
 #[non_exhaustive]
 pub enum KeyError {
     /// The request does not carry what the extractor reads (a header, a user). A fallback
-    /// extractor may supply a key instead; without one the request gets `400 Bad Request`.
+    /// extractor may supply a key instead; without one the request gets a problem+json
+    /// `400 Bad Request` in public words (see [`Unkeyed`](crate::report::Unkeyed), which
+    /// [`Rejection::unkeyed`](crate::report::Rejection::unkeyed) replaces). The text is for
+    /// logs, never sent to the client.
     #[error("rate-limit key missing: {0}")]
     Missing(&'static str),
     /// The server is not set up to provide the key (for example no peer address because the

@@ -262,9 +262,21 @@ impl ProblemParts {
 /// rate-limit headers, `Retry-After`, `Cache-Control: no-store` and `Content-Length` (the
 /// length of your body) on the response, replacing any you set, so none is lost and none
 /// appears twice.
+///
+/// The same value answers a request the layer could not key ([`Rejection::unkeyed`]): by
+/// default the problem+json `400` of [`Unkeyed::response`](super::Unkeyed::response);
+/// implement the method on your type to replace it as well.
 pub trait Rejection: Send + Sync + 'static {
     /// The response for `limited`.
     fn reject(&self, limited: &Limited<'_>) -> Response<Bytes>;
+
+    /// The response for a request no key extractor could key (see
+    /// [`Unkeyed`](super::Unkeyed)). The default is [`Unkeyed::response`](super::Unkeyed::response);
+    /// the layer sends the status, header fields and body you return (a gRPC call gets them
+    /// as a trailers-only answer).
+    fn unkeyed(&self, unkeyed: &super::Unkeyed<'_>) -> Response<Bytes> {
+        unkeyed.response()
+    }
 }
 
 impl<F> Rejection for F
