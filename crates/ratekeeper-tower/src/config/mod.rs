@@ -338,7 +338,7 @@ pub enum ModeConfig {
     Reject,
     /// [`Mode::Shadow`].
     Shadow,
-    /// [`Mode::Delay`], waiting at most `max_wait_ms`.
+    /// [`Mode::Delay`], waiting at most `max_wait_ms` (default 500 ms).
     Delay,
 }
 
