@@ -178,6 +178,7 @@
 //! ```
 mod grpc;
 mod headers;
+pub(crate) mod json;
 mod partition_key;
 mod problem;
 mod reporter;
