@@ -309,6 +309,7 @@ mod check;
 mod failure;
 mod group;
 mod guard;
+mod handle;
 mod keys;
 mod lease;
 mod link;
@@ -333,6 +334,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use failure::Failover;
+use handle::Registry;
 use policy::RedisPolicy;
 use shared::Shared;
 use smallvec::SmallVec;
@@ -408,28 +410,6 @@ pub struct RedisStore {
     shared: Arc<Shared>,
 }
 
-/// The policies registered through any handle of one [`RedisStore`], and the failure
-/// policy's stand-ins for them.
-struct Registry {
-    policies: Arc<Vec<RedisPolicy>>,
-    failover: Failover,
-}
-
-/// A handle on the same store: the same connection (or Cluster client), scripts, circuit
-/// breaker, negative cache, counters and failure policy, and the same registry of policies
-/// (a policy registered through any clone is known to every clone).
-impl Clone for RedisStore {
-    fn clone(&self) -> Self {
-        let latest = self.shared.lock_registry();
-        Self {
-            policies: Arc::clone(&latest.policies),
-            failover: latest.failover.clone(),
-            local_policies: Arc::clone(&self.local_policies),
-            shared: Arc::clone(&self.shared),
-        }
-    }
-}
-
 impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisStore")
@@ -448,15 +428,6 @@ impl RedisStore {
     /// 500 ms, negative cache on, Redis `TIME`.
     pub fn builder() -> RedisStoreBuilder {
         RedisStoreBuilder::default()
-    }
-
-    /// A handle with every policy registered so far through any clone, when this one's list
-    /// is older (`None`: it is up to date).
-    #[cold]
-    #[inline(never)]
-    fn refreshed(&self) -> Option<Self> {
-        (self.shared.registered.load(Ordering::Acquire) != self.policies.len())
-            .then(|| self.clone())
     }
 
     /// The decision deadline of each Redis call.
