@@ -107,3 +107,89 @@ async fn a_value_that_is_not_a_credential_falls_back_to_the_peer() {
     );
     assert_eq!(status(&server, "Bearer abc").await, 429);
 }
+
+/// Everything a log subscriber wrote.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log buffer").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Self;
+    fn make_writer(&'a self) -> Self {
+        self.clone()
+    }
+}
+
+/// With the memory store, over HTTP: 16-byte and 1 000-byte bearer tokens appear in no log
+/// line (TRACE, raw keys on) and no rendered metric, while the logs do name the keys (by
+/// their digest). The runtime runs on this thread, inside the local recorder and subscriber.
+#[test]
+fn tokens_reach_no_log_line_or_metric() {
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+    let metrics = recorder.handle();
+    let logs = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("trace"))
+        .with_writer(logs.clone())
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let tokens = [
+        "tok-0123456789ab".to_owned(),
+        format!("tok-{}", "Zq9".repeat(332)),
+    ];
+    assert_eq!((tokens[0].len(), tokens[1].len()), (16, 1000));
+    metrics::with_local_recorder(&recorder, || {
+        runtime.block_on(async {
+            let layer = RateLimitLayer::builder()
+                .policy(Policy::new(
+                    "per-token",
+                    Quota::per_minute(NonZeroU32::new(1).expect("1")),
+                ))
+                .key(HeaderKey::raw("Authorization"))
+                .log_raw_keys(true)
+                .build()
+                .expect("layer");
+            let server = TestServer::start(
+                Router::new()
+                    .route("/", get(|| async { "ok" }))
+                    .layer(layer),
+            )
+            .await;
+            for token in &tokens {
+                let first = status(&server, &format!("Bearer {token}")).await;
+                let second = status(&server, &format!("bearer  {token}")).await;
+                assert_eq!((first, second), (200, 429), "{}-byte token", token.len());
+            }
+        });
+    });
+    let rendered = metrics.render();
+    let logged = String::from_utf8_lossy(&logs.0.lock().expect("log buffer")).into_owned();
+    assert!(
+        rendered.contains("ratekeeper_decisions_total"),
+        "{rendered}"
+    );
+    assert!(
+        logged.contains("sha256\u{b7}"),
+        "raw keys are logged as digests: {logged}"
+    );
+    for token in &tokens {
+        for piece in [token.as_str(), &token[4..16]] {
+            assert!(!logged.contains(piece), "a log line holds {piece:?}");
+            assert!(!rendered.contains(piece), "a metric holds {piece:?}");
+        }
+    }
+}
