@@ -145,3 +145,34 @@ async fn a_policy_registered_through_one_clone_is_known_to_every_clone() {
     );
     assert!(serving.redis_key(id, &key).is_some());
 }
+
+/// The tiered store's clones share its leases and registry: a policy registered through one
+/// clone after the other was made is leased through that other clone, and both spend one
+/// budget (5 per hour: the sixth request through either is refused).
+#[tokio::test]
+async fn tiered_store_clones_share_leases_and_every_registration() {
+    use ratekeeper_axum::core::store::tiered::TieredStore;
+
+    let server = RedisServer::start();
+    let redis = RedisStore::builder()
+        .deadline(DECISION_DEADLINE)
+        .standalone(&server.url())
+        .await
+        .expect("store");
+    let serving = TieredStore::builder().build(redis).expect("tiered store");
+    let mut reloading = serving.clone();
+    let policy = Policy::new("hot", Quota::per_hour(NonZeroU32::new(5).expect("5")));
+    let id = reloading.register(&policy).expect("register");
+    let key = Key::from("hot-client");
+    let decide = |store: &TieredStore| match store.check(&[Charge::new(id, &key, 1)]) {
+        Checked::Ready(result) => futures_util::future::Either::Left(std::future::ready(result)),
+        Checked::Pending(future) => futures_util::future::Either::Right(future),
+    };
+    let mut allowed = Vec::new();
+    for i in 0..6 {
+        let store = if i % 2 == 0 { &serving } else { &reloading };
+        allowed.push(decide(store).await.expect("decision").is_allowed());
+    }
+    assert_eq!(allowed, [true, true, true, true, true, false]);
+    assert_eq!(serving.stats().decisions, 6, "one set of counters");
+}
