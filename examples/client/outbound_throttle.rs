@@ -2,11 +2,11 @@
 //! gets a 429, because it waits for capacity under the same rate first.
 //!
 //! The example starts the upstream API itself (a ratekeeper-limited axum app, 50 requests
-//! per second per client IP, on `ADDR`, default `127.0.0.1:3000`), then runs four client
+//! per second per client IP, on `ADDR`, default a free port on 127.0.0.1), then runs four client
 //! tasks against it for `DURATION_SECS` seconds (default 5) and prints what they saw.
 //!
 //! ```text
-//! ADDR=127.0.0.1:3000 cargo run -p ratekeeper-examples-client --example outbound_throttle
+//! cargo run -p ratekeeper-examples-client --example outbound_throttle
 //! ```
 
 use std::num::NonZeroU32;
@@ -156,7 +156,8 @@ pub async fn run_client_on<C: Clock>(
 }
 
 async fn run() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let addr = ratekeeper_examples::listen_addr();
+    // The upstream is the example's own: any free port unless `ADDR` names one.
+    let addr = std::env::var("ADDR").unwrap_or_else(|_| "127.0.0.1:0".to_owned());
     let listener = tokio::net::TcpListener::bind(&addr).await?;
     let local = listener.local_addr()?;
     println!("upstream listening on {local}");

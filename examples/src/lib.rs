@@ -21,7 +21,11 @@ use std::net::SocketAddr;
 
 use axum::Router;
 
-/// The address an example listens on: the `ADDR` environment variable, or `127.0.0.1:3000`.
+/// The address examples listen on when `ADDR` is not set.
+pub const DEFAULT_ADDR: &str = "127.0.0.1:3000";
+
+/// The address an example listens on: the `ADDR` environment variable, or
+/// [`DEFAULT_ADDR`] (`127.0.0.1:3000`; [`serve`] then takes a free port when it is taken).
 ///
 /// ```
 /// let addr = ratekeeper_examples::listen_addr();
@@ -30,7 +34,41 @@ use axum::Router;
 /// }
 /// ```
 pub fn listen_addr() -> String {
-    std::env::var("ADDR").unwrap_or_else(|_| "127.0.0.1:3000".to_owned())
+    std::env::var("ADDR").unwrap_or_else(|_| DEFAULT_ADDR.to_owned())
+}
+
+/// Binds `addr`; when it is in use and `fall_back` is set, a free port on 127.0.0.1
+/// instead (with a line on stderr saying so), so two examples run side by side without a
+/// port of their own each. [`serve`] falls back only when `ADDR` is not set: an address
+/// asked for explicitly is an error when taken.
+///
+/// # Errors
+///
+/// When neither can be bound (or `addr` is taken and `fall_back` is off).
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> std::io::Result<()> {
+/// let taken = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+/// let addr = taken.local_addr()?.to_string();
+/// let other = ratekeeper_examples::bind(&addr, true).await?;
+/// assert_ne!(other.local_addr()?, taken.local_addr()?);
+/// assert!(ratekeeper_examples::bind(&addr, false).await.is_err());
+/// # Ok(())
+/// # }
+/// ```
+pub async fn bind(addr: &str, fall_back: bool) -> std::io::Result<tokio::net::TcpListener> {
+    match tokio::net::TcpListener::bind(addr).await {
+        Err(err) if fall_back && err.kind() == std::io::ErrorKind::AddrInUse => {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+            eprintln!(
+                "{addr} is in use; listening on {} instead (set ADDR to choose)",
+                listener.local_addr()?
+            );
+            Ok(listener)
+        }
+        other => other,
+    }
 }
 
 /// Installs a `tracing` subscriber that prints to stdout, filtered by `RUST_LOG` (default
@@ -59,7 +97,9 @@ pub fn init_tracing() {
 }
 
 /// Binds `addr`, prints `listening on <addr>` once connections are accepted, and serves
-/// `app` with connect info (so the peer IP is known) until Ctrl-C.
+/// `app` with connect info (so the peer IP is known) until Ctrl-C. When `ADDR` is not set
+/// and `addr` is in use (another example on port 3000), it serves on a free port instead
+/// and prints that one ([`bind`]).
 ///
 /// # Errors
 ///
@@ -75,7 +115,7 @@ pub fn init_tracing() {
 /// # }
 /// ```
 pub async fn serve(app: Router, addr: &str) -> std::io::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let listener = bind(addr, std::env::var_os("ADDR").is_none()).await?;
     println!("listening on {}", listener.local_addr()?);
     axum::serve(
         listener,

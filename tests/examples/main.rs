@@ -6,6 +6,8 @@
 #![allow(clippy::module_inception)]
 
 mod adaptive;
+mod admin;
+mod bans;
 mod from_config;
 mod grpc;
 mod llm_tokens;

@@ -156,5 +156,8 @@ async fn missing_connect_info_is_a_500_not_a_panic() {
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     let res = reqwest::get(format!("http://{addr}/")).await.unwrap();
     assert_eq!(res.status(), 500);
-    assert!(res.text().await.unwrap().contains("misconfigured"));
+    assert_eq!(res.headers()["content-type"], "application/problem+json");
+    let problem: serde_json::Value = serde_json::from_str(&res.text().await.unwrap()).unwrap();
+    assert_eq!(problem["status"], 500);
+    assert_eq!(problem["title"], "Internal Server Error");
 }

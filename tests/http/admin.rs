@@ -13,7 +13,7 @@ use reqwest::StatusCode;
 
 // The README's recipe, exactly as the README shows it (checked below).
 #[allow(dead_code, unreachable_pub)]
-#[path = "recipes/admin_route.rs"]
+#[path = "../../examples/recipes/admin_route.rs"]
 mod recipe;
 
 const TOKEN: &str = "s3cret-admin-token";
@@ -177,8 +177,8 @@ fn the_readme_shows_the_admin_recipe() {
         .expect("the recipe is one rust code block");
     assert_eq!(
         code.trim(),
-        include_str!("recipes/admin_route.rs").trim(),
-        "README.md and tests/http/recipes/admin_route.rs differ"
+        include_str!("../../examples/recipes/admin_route.rs").trim(),
+        "README.md and examples/recipes/admin_route.rs differ"
     );
 }
 

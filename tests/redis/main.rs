@@ -6,6 +6,7 @@
 
 mod bans;
 mod correct;
+mod credentials;
 mod deadline;
 mod declared;
 mod differential;
@@ -15,6 +16,7 @@ mod invalidation;
 mod refund_order;
 mod reset;
 mod scale;
+mod shared_handle;
 mod slots;
 mod store;
 mod tiered;

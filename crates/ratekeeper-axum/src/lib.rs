@@ -167,13 +167,23 @@
 //! | one budget shared by many app instances | the Redis store, feature `redis`: `core::store::redis::RedisStore` | `distributed` |
 //! | throttle calls *to* another rate-limited API | `core::throttle::Throttle` (core feature `tokio`) | `outbound_throttle` |
 //! | an HTTP client that waits when a server says nothing is left (`Retry-After`, `RateLimit`, `X-RateLimit-*`) | [`client::PoliteLayer`] around hyper's client or any tower HTTP service | `polite_client` |
-//! | a tonic (gRPC) service | the same [`RateLimitLayer`] on tonic's axum router: limited calls get `RESOURCE_EXHAUSTED` with the retry time, not an HTTP 429 ([`report`](crate::report#grpc)) | `grpc` |
+//! | a tonic (gRPC) service | the same [`RateLimitLayer`] on tonic's axum router, built with `.grpc(true)` (off by default): limited calls get `RESOURCE_EXHAUSTED` with the retry time, not an HTTP 429 ([`report`](crate::report#grpc)) | `grpc` |
 //!
 //! The examples are in the ratekeeper repository. Run the in-memory ones with
 //! `ADDR=127.0.0.1:3000 cargo run --example <name>`; those with heavier dependencies are
 //! packages of their own: `-p ratekeeper-examples-redis` (`distributed`, `observability`),
 //! `-p ratekeeper-examples-grpc` (`grpc`), `-p ratekeeper-examples-client` (`polite_client`,
 //! `outbound_throttle`) and `-p ratekeeper-examples-config` (`from_config`).
+//!
+//! # Features
+//!
+//! None is on by default; each only adds API.
+//!
+//! | feature | adds |
+//! |---|---|
+//! | `redis` | the Redis and tiered stores, `core::store::redis` and `core::store::tiered` (`ratekeeper-core`'s `redis` feature) |
+//! | `serde` | `config`: a layer's settings as `serde` types, and `Quota`/`Policy`/`Algorithm` deserialisation (`ratekeeper-tower`'s `serde`) |
+//! | `toml` | `config::LayerConfig::from_toml`: a layer from a TOML document (turns on `serde`) |
 
 // docs.rs (`--cfg docsrs`, nightly rustdoc): "available on crate feature ..." badges on
 // feature-gated items.

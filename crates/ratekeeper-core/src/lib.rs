@@ -47,6 +47,8 @@
 //!
 //! # Features
 //!
+//! None is on by default; each only adds API.
+//!
 //! | feature | adds |
 //! |---|---|
 //! | `serde` | `Serialize`/`Deserialize` for [`Quota`] (as a string such as `"60/m burst 10"`), [`Algorithm`] (by name) and [`Policy`] |

@@ -9,7 +9,6 @@ use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
 use bytes::Bytes;
-use http::header::CONTENT_TYPE;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
@@ -71,20 +70,17 @@ impl<F, A> HeldFuture<F, A> {
         }
     }
 
-    /// The answer to a request `limiter` (its name in the error log line) could not key: a
-    /// plain-text `400` (`500` for a misconfiguration, logged as an error), or for a gRPC
-    /// call (`grpc` being its `content-type`) a trailers-only response.
+    /// The answer to a request `limiter` (its name in the error log line) could not key: the
+    /// problem+json `400` of [`Unkeyed::response`](crate::report::Unkeyed::response) (`500`
+    /// for a misconfiguration, logged as an error), or for a gRPC call (`grpc` being its
+    /// `content-type`) a trailers-only response.
     pub(crate) fn key_error(err: &KeyError, grpc: Option<HeaderValue>, limiter: &str) -> Self {
         let status = err.status();
         if status.is_server_error() {
             tracing::error!(error = %err, "{limiter} cannot key the request");
         }
-        let mut headers = HeaderMap::new();
-        headers.insert(
-            CONTENT_TYPE,
-            HeaderValue::from_static("text/plain; charset=utf-8"),
-        );
-        let body = Bytes::from(format!("{err}\n"));
+        let (head, body) = crate::report::Unkeyed::new(err).response().into_parts();
+        let mut headers = head.headers;
         if let Some(content_type) = grpc {
             let (status, body) = trailers_only(status, &mut headers, &body, None, content_type);
             return Self::answered(status, headers, body);
@@ -189,6 +185,8 @@ mod tests {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicU32, Ordering};
     use std::task::Waker;
+
+    use http::header::CONTENT_TYPE;
 
     use super::*;
 
@@ -362,19 +360,21 @@ mod tests {
     }
 
     #[test]
-    fn a_key_error_is_plain_text_or_trailers_only_for_grpc() {
+    fn a_key_error_is_problem_json_or_trailers_only_for_grpc() {
         type Future = HeldFuture<std::future::Ready<Result<Response<Frames>, ()>>, Admitted>;
         let err = KeyError::Missing("x-api-key");
         let Poll::Ready(Ok(res)) = poll(&mut Future::key_error(&err, None, "test limiter")) else {
             panic!("a key error is ready");
         };
         assert_eq!(res.status(), StatusCode::BAD_REQUEST);
-        assert_eq!(res.headers()[CONTENT_TYPE], "text/plain; charset=utf-8");
+        assert_eq!(res.headers()[CONTENT_TYPE], "application/problem+json");
         let Poll::Ready(Some(Ok(frame))) = next_frame(&mut res.into_body()) else {
             panic!("a key error has a body");
         };
         let text = frame.into_data().unwrap_or_default();
-        assert_eq!(&text[..], b"rate-limit key missing: x-api-key\n");
+        let problem: serde_json::Value = serde_json::from_slice(&text).unwrap();
+        assert_eq!(problem["status"], 400);
+        assert!(!String::from_utf8_lossy(&text).contains("x-api-key"));
         let grpc = Some(HeaderValue::from_static("application/grpc"));
         let Poll::Ready(Ok(res)) = poll(&mut Future::key_error(&err, grpc, "test limiter")) else {
             panic!("a key error is ready");

@@ -37,11 +37,13 @@
 //!
 //! # Features
 //!
+//! None is on by default; each only adds API.
+//!
 //! | feature | adds |
 //! |---|---|
 //! | `axum` | [`PeerIp`] also reads axum's `ConnectInfo<SocketAddr>`; [`route`] reads axum's `MatchedPath` |
 //! | `serde` | `config`: a layer's settings (policies, key, routes and costs, tiers, exemptions, headers, mode) as `serde` types |
-//! | `toml` | `config::LayerConfig::from_toml`: those settings from a TOML document, errors with file, line, column and field |
+//! | `toml` | `config::LayerConfig::from_toml`: those settings from a TOML document, errors with file, line, column and field (turns on `serde`) |
 
 // docs.rs (`--cfg docsrs`, nightly rustdoc): "available on crate feature ..." badges on
 // feature-gated items.

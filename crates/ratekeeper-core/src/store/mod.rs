@@ -364,6 +364,11 @@ impl StoreError {
 ///
 /// A networked store implements the same trait with an async future, so the HTTP layer's API
 /// does not change; a store of your own can implement it too.
+///
+/// The stores of this crate are cheap handles ([`Clone`]): clones share the key state, the
+/// connection and one registry of policies, so several layers can share a store, and a
+/// policy registered through one clone (while others serve requests) is known to all.
+/// `Arc<S>` is a store as well.
 pub trait Store<K: ?Sized>: Send + Sync + 'static {
     /// The future of a check that needs I/O. A store that always answers at once uses
     /// [`std::future::Ready`].
@@ -515,5 +520,52 @@ pub trait Store<K: ?Sized>: Send + Sync + 'static {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default()
+    }
+}
+
+/// A store behind an [`Arc`](std::sync::Arc) is a store: every method forwards to `S`, and
+/// [`Store::register`] registers through [`Arc::make_mut`](std::sync::Arc::make_mut) (a
+/// clone of `S` when the `Arc` is shared). The stores of this crate are cheap handles whose
+/// clones share one registry of policies, so a policy registered through any `Arc` or clone
+/// is known to every other; a store of your own whose clones do not share state gets a copy
+/// on registration instead, so register before sharing the `Arc`.
+impl<K: ?Sized, S: Store<K> + Clone> Store<K> for std::sync::Arc<S> {
+    type Future = S::Future;
+
+    fn register(&mut self, policy: &crate::Policy) -> Result<PolicyId, StoreError> {
+        std::sync::Arc::make_mut(self).register(policy)
+    }
+
+    #[inline(always)]
+    fn check(&self, charges: &[Charge<'_, K>]) -> Checked<Self::Future> {
+        (**self).check(charges)
+    }
+
+    fn reserve(
+        &self,
+        charges: &[Charge<'_, K>],
+        max_wait: std::time::Duration,
+    ) -> Checked<Self::Future> {
+        (**self).reserve(charges, max_wait)
+    }
+
+    fn peek(&self, policy: PolicyId, key: &K) -> Checked<Self::Future> {
+        (**self).peek(policy, key)
+    }
+
+    fn reset(&self, policy: Option<PolicyId>, key: &K) -> Checked<Self::Future> {
+        (**self).reset(policy, key)
+    }
+
+    fn refund(&self, refunds: &[Refund<'_, K>]) {
+        (**self).refund(refunds);
+    }
+
+    fn correct(&self, corrections: &[Correction<'_, K>]) {
+        (**self).correct(corrections);
+    }
+
+    fn unix_now(&self) -> std::time::Duration {
+        (**self).unix_now()
     }
 }

@@ -89,18 +89,25 @@ fn problem(status: StatusCode, name: &str, partition: &str, secs: u64) -> Bytes 
     let detail = format!(
         "the server is at its concurrency limit for {partition:?} requests; retry after {secs} s"
     );
-    let mut body = serde_json::json!({
-        "title": status.canonical_reason().unwrap_or("Service Unavailable"),
-        "status": status.as_u16(),
-        "detail": detail,
-    });
-    if status == StatusCode::TOO_MANY_REQUESTS {
-        body["type"] = crate::report::QUOTA_EXCEEDED_TYPE.into();
-        body["violated-policies"] = serde_json::json!([name]);
+    let title = status.canonical_reason().unwrap_or("Service Unavailable");
+    let body = if status == StatusCode::TOO_MANY_REQUESTS {
+        crate::report::json::problem(
+            crate::report::QUOTA_EXCEEDED_TYPE,
+            title,
+            status.as_u16(),
+            &detail,
+            Some(&[name]),
+        )
     } else {
-        body["type"] = TEMPORARY_REDUCED_CAPACITY_TYPE.into();
-    }
-    Bytes::from(body.to_string())
+        crate::report::json::problem(
+            TEMPORARY_REDUCED_CAPACITY_TYPE,
+            title,
+            status.as_u16(),
+            &detail,
+            None,
+        )
+    };
+    Bytes::from(body)
 }
 
 pub use crate::report::TEMPORARY_REDUCED_CAPACITY_TYPE;

@@ -15,8 +15,8 @@
 //! 1, `X-RateLimit-*` headers, reject mode).
 //!
 //! ```toml
-//! # The key: "peer_ip" (default), "global", "header" (with `header`) or "forwarded" (with
-//! # `trusted`, the proxies' networks). `nat64`: your NAT64 translator's prefix, whose
+//! # The key: "peer_ip" (default), "global", "header" (with `header`; keyed by a digest, see
+//! # `HeaderKey::raw`) or "forwarded" (with `trusted`, the proxies' networks). `nat64`: your NAT64 translator's prefix, whose
 //! # addresses are keyed (and matched against `exempt.networks`) as the IPv4 address they
 //! # embed; 64:ff9b::/96 always is.
 //! key = { kind = "forwarded", trusted = ["10.0.0.0/8"], nat64 = ["64:ff9b:1::/96"] }
@@ -338,7 +338,7 @@ pub enum ModeConfig {
     Reject,
     /// [`Mode::Shadow`].
     Shadow,
-    /// [`Mode::Delay`], waiting at most `max_wait_ms`.
+    /// [`Mode::Delay`], waiting at most `max_wait_ms` (default 500 ms).
     Delay,
 }
 

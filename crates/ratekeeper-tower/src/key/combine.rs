@@ -140,7 +140,7 @@ mod tests {
 
     #[test]
     fn or_falls_back_only_when_missing() {
-        let api = HeaderKey::raw("x-api-key");
+        let api = HeaderKey::raw("x-api-key").in_clear();
         let chain = api.or(PeerIp::new()).or(GlobalKey);
         let mut req = Request::new(());
         // No peer: PeerIp is misconfigured, which is not "missing": no fallback to global.
@@ -158,7 +158,7 @@ mod tests {
         use crate::key::ForwardedIp;
         let a = ForwardedIp::trusting(["10.0.0.0/8".parse().unwrap()]);
         let b = ForwardedIp::trusting(["127.0.0.0/8".parse().unwrap()]);
-        let api = HeaderKey::raw("x-api-key");
+        let api = HeaderKey::raw("x-api-key").in_clear();
         assert_eq!(api.trusted_proxies(), None);
         assert_eq!(api.clone().or(PeerIp::new()).trusted_proxies(), None);
         assert_eq!(api.clone().or(a.clone()).trusted_proxies(), Some(&a));
@@ -169,7 +169,7 @@ mod tests {
 
     #[test]
     fn tuples_are_missing_when_a_part_is() {
-        let api = HeaderKey::raw("x-api-key");
+        let api = HeaderKey::raw("x-api-key").in_clear();
         let mut req = Request::new(());
         assert!(
             (GlobalKey, api.clone())

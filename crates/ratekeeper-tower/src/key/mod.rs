@@ -73,6 +73,7 @@
 
 mod addr;
 mod combine;
+mod credential;
 mod forwarded;
 mod header;
 mod user;
@@ -80,6 +81,7 @@ mod user;
 pub(crate) use addr::normalize_nets;
 pub use addr::{Nat64Prefix, Nat64PrefixError, normalize_ip};
 pub use combine::Or;
+pub use credential::{CREDENTIAL_SECRET_ENV, CredentialSecret};
 pub(crate) use forwarded::Client;
 pub use forwarded::{ForwardedIp, MAX_HOPS, Source, Trust};
 pub use header::{HeaderKey, MAX_RAW_LEN, Raw};
@@ -97,7 +99,10 @@ pub use crate::request::RequestParts;
 #[non_exhaustive]
 pub enum KeyError {
     /// The request does not carry what the extractor reads (a header, a user). A fallback
-    /// extractor may supply a key instead; without one the request gets `400 Bad Request`.
+    /// extractor may supply a key instead; without one the request gets a problem+json
+    /// `400 Bad Request` in public words (see [`Unkeyed`](crate::report::Unkeyed), which
+    /// [`Rejection::unkeyed`](crate::report::Rejection::unkeyed) replaces). The text is for
+    /// logs, never sent to the client.
     #[error("rate-limit key missing: {0}")]
     Missing(&'static str),
     /// The server is not set up to provide the key (for example no peer address because the

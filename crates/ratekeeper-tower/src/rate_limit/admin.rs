@@ -22,7 +22,8 @@ use super::limiter::Limiter;
 ///
 /// The key is the [`Key`] the policy charges for the client, as the layer's key extractor
 /// makes it: look at the extractor's docs (for example
-/// [`HeaderKey::raw`](crate::key::HeaderKey::raw) keys by `(header name, value)`,
+/// [`HeaderKey::raw`](crate::key::HeaderKey::raw) keys a credential by `(header name,
+/// digest)`, which [`HeaderKey::key_of`](crate::key::HeaderKey::key_of) computes,
 /// [`HeaderKey::validated`](crate::key::HeaderKey::validated) by what its closure returns,
 /// and [`PeerIp`](crate::key::PeerIp) an IPv6 client by its /64 network, `Key::Net`). A
 /// policy attached to a route by a [`RouteTable`](crate::route::RouteTable) charges

@@ -10,7 +10,7 @@ use http::response::Parts;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 
 use crate::key::KeyError;
-use crate::report::{Unavailable, trailers_only};
+use crate::report::{Rejection, Unavailable, Unkeyed, trailers_only};
 
 /// A response the layer writes itself (a 429, a 503 when the store fails closed, or a key
 /// error), in HTTP form until [`Refusal::answer`] gives it the form the request reads.
@@ -41,18 +41,29 @@ impl Answer {
         }
     }
 
-    /// The answer to a request the layer could not key (`400` for a missing key, `500` for a
-    /// misconfiguration, with an error log line).
-    pub(crate) fn key_error(err: &KeyError) -> Self {
-        let status = err.status();
-        let message = if status.is_server_error() {
+    /// The answer to a request the layer could not key: `rejection`'s
+    /// [`Rejection::unkeyed`], else the problem+json of [`Unkeyed::response`] (`400` for a
+    /// missing key, `500` for a misconfiguration, with an error log line).
+    #[cold]
+    pub(crate) fn key_error(err: &KeyError, rejection: Option<&dyn Rejection>) -> Self {
+        if err.status().is_server_error() {
             tracing::error!(error = %err, "rate limiter cannot key the request");
-            "rate limiter misconfigured: no key for this request\n".to_owned()
         } else {
             tracing::debug!(error = %err, "request has no rate-limit key");
-            format!("{err}\n")
+        }
+        let unkeyed = Unkeyed::new(err);
+        let res = match rejection {
+            Some(rejection) => rejection.unkeyed(&unkeyed),
+            None => unkeyed.response(),
         };
-        Self::text(status, Bytes::from(message))
+        let (mut head, body) = res.into_parts();
+        head.version = http::Version::default();
+        head.extensions.clear();
+        Self {
+            head,
+            body,
+            policy: None,
+        }
     }
 
     /// The `503 Service Unavailable` of a store that could not decide and fails closed,

@@ -212,9 +212,9 @@ impl<K, Co, St, R> RateLimitBuilder<K, Co, St, R> {
         self
     }
 
-    /// Replaces the default problem+json 429 with `rejection` (see
-    /// [`Rejection`](crate::report::Rejection)). The layer still adds the rate-limit headers,
-    /// `Retry-After`, `Cache-Control: no-store` and `Content-Length` to its response.
+    /// Replaces the default problem+json 429 (and, through [`Rejection::unkeyed`], the `400`
+    /// of a request without a key) with `rejection`. The layer still adds the rate-limit
+    /// headers, `Retry-After`, `Cache-Control: no-store` and `Content-Length` to its 429.
     pub fn rejection<J: Rejection>(mut self, rejection: J) -> Self {
         self.settings.rejection = Some(Arc::new(rejection));
         self

@@ -178,6 +178,7 @@
 //! ```
 mod grpc;
 mod headers;
+pub(crate) mod json;
 mod partition_key;
 mod problem;
 mod reporter;
@@ -185,6 +186,7 @@ mod template;
 #[cfg(test)]
 mod tests;
 mod unavailable;
+mod unkeyed;
 
 use http::HeaderName;
 
@@ -196,6 +198,7 @@ pub use problem::{Limited, ProblemJson, Rejection};
 pub(crate) use reporter::Reporter;
 pub use unavailable::TEMPORARY_REDUCED_CAPACITY_TYPE;
 pub(crate) use unavailable::{DEFAULT_UNAVAILABLE_RETRY_AFTER, Unavailable};
+pub use unkeyed::Unkeyed;
 
 /// The single-policy field names as constants: a use is a compile-time value, while a
 /// clone of the public statics goes through `Bytes`' vtable (three per response).

@@ -115,16 +115,13 @@ impl<'a> Limited<'a> {
     }
 }
 
-/// The RFC 9457 problem details document of a 429, as serde_json writes it: `type`, `title`,
-/// `status`, `detail`, `violated-policies`, in that order.
-#[derive(serde::Serialize)]
+/// The RFC 9457 problem details document of a 429: `type`, `title`, `status`, `detail`,
+/// `violated-policies`, in that order (written as serde_json would write it).
 struct Problem<'a> {
-    #[serde(rename = "type")]
     kind: &'static str,
     title: &'static str,
     status: u16,
     detail: &'a str,
-    #[serde(rename = "violated-policies")]
     violated_policies: &'a [&'a str],
 }
 
@@ -139,10 +136,15 @@ impl<'a> Problem<'a> {
         }
     }
 
-    /// The JSON text. Serializing strings and a number into a `Vec` cannot fail; should it
-    /// ever, the body is empty rather than the request path panicking.
+    /// The JSON text.
     fn to_vec(&self) -> Vec<u8> {
-        serde_json::to_vec(self).unwrap_or_default()
+        super::json::problem(
+            self.kind,
+            self.title,
+            self.status,
+            self.detail,
+            Some(self.violated_policies),
+        )
     }
 }
 
@@ -159,13 +161,13 @@ fn detail(violated: &[&str], retry_secs: Option<impl fmt::Display>) -> String {
 }
 
 /// The problem+json body of a 429 for `violated` policies and a retry time (`None`: the cost
-/// can never fit), serialized with serde_json.
+/// can never fit).
 pub(super) fn problem_json(violated: &[&str], retry_secs: Option<u64>) -> Bytes {
     Bytes::from(Problem::new(&detail(violated, retry_secs), violated).to_vec())
 }
 
 /// Stands for the `Retry-After` seconds in the `detail` while a [`ProblemParts`] is built:
-/// serde_json writes it as `\u0000`, which digits never are.
+/// JSON writes it as `\u0000`, which digits never are.
 const RETRY_MARK: char = '\u{0}';
 
 /// The serialized mark and what follows it: the end of the `detail` string and the next
@@ -175,11 +177,11 @@ const RETRY_MARK: char = '\u{0}';
 const RETRY_MARK_JSON: &[u8] = b"\\u0000 s\",\"violated-policies\":[";
 
 /// The problem+json body of a 429 denied by one policy, split around the `Retry-After`
-/// seconds: serialized once per policy with serde_json when the layer is built, so that a
+/// seconds: serialized once per policy when the layer is built, so that a
 /// 429 only writes the number (same bytes as [`problem_json`]).
 #[derive(Debug)]
 pub(crate) struct ProblemParts {
-    /// `None` if the mark was not found (never for serde_json's output); the body is then
+    /// `None` if the mark was not found (never for the writer's output); the body is then
     /// serialized per request.
     parts: Option<HeadTail>,
     /// The last body rendered and its seconds. A client that keeps knocking gets 429s
@@ -262,9 +264,21 @@ impl ProblemParts {
 /// rate-limit headers, `Retry-After`, `Cache-Control: no-store` and `Content-Length` (the
 /// length of your body) on the response, replacing any you set, so none is lost and none
 /// appears twice.
+///
+/// The same value answers a request the layer could not key ([`Rejection::unkeyed`]): by
+/// default the problem+json `400` of [`Unkeyed::response`](super::Unkeyed::response);
+/// implement the method on your type to replace it as well.
 pub trait Rejection: Send + Sync + 'static {
     /// The response for `limited`.
     fn reject(&self, limited: &Limited<'_>) -> Response<Bytes>;
+
+    /// The response for a request no key extractor could key (see
+    /// [`Unkeyed`](super::Unkeyed)). The default is [`Unkeyed::response`](super::Unkeyed::response);
+    /// the layer sends the status, header fields and body you return (a gRPC call gets them
+    /// as a trailers-only answer).
+    fn unkeyed(&self, unkeyed: &super::Unkeyed<'_>) -> Response<Bytes> {
+        unkeyed.response()
+    }
 }
 
 impl<F> Rejection for F

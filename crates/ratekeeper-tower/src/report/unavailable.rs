@@ -20,17 +20,6 @@ pub const TEMPORARY_REDUCED_CAPACITY_TYPE: &str =
 /// after the breaker let a probe through, not while it still skips Redis.
 pub(crate) const DEFAULT_UNAVAILABLE_RETRY_AFTER: Duration = Duration::from_secs(1);
 
-/// The problem details document of a 503, as serde_json writes it: `type`, `title`,
-/// `status`, `detail`, in that order.
-#[derive(serde::Serialize)]
-struct Problem<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    title: &'static str,
-    status: u16,
-    detail: &'a str,
-}
-
 /// A fail-closed 503, rendered: its header fields and body.
 #[derive(Debug, Clone)]
 pub(crate) struct Unavailable {
@@ -46,15 +35,14 @@ impl Unavailable {
         let secs = ceil_secs(retry_after).max(1);
         let detail =
             format!("{what} cannot decide now (its store is unavailable); retry after {secs} s");
-        let problem = Problem {
-            kind: TEMPORARY_REDUCED_CAPACITY_TYPE,
-            title: "Service Unavailable",
-            status: StatusCode::SERVICE_UNAVAILABLE.as_u16(),
-            detail: &detail,
-        };
-        // Serializing strings and a number into a `Vec` cannot fail; should it ever, the body
-        // is empty (this runs when the layer is built, never on the request path).
-        let body = Bytes::from(serde_json::to_vec(&problem).unwrap_or_default());
+        // The problem details document: `type`, `title`, `status`, `detail`.
+        let body = Bytes::from(super::json::problem(
+            TEMPORARY_REDUCED_CAPACITY_TYPE,
+            "Service Unavailable",
+            StatusCode::SERVICE_UNAVAILABLE.as_u16(),
+            &detail,
+            None,
+        ));
         let mut headers = HeaderMap::with_capacity(4);
         headers.insert(
             CONTENT_TYPE,

@@ -46,7 +46,7 @@ pub(super) struct Bans<K> {
     within: u64,
     duration: u64,
     map: DashMap<K, BanState, Hasher>,
-    pub(super) max_keys: usize,
+    pub(super) max_keys: AtomicUsize,
     inserts_since_sweep: AtomicUsize,
     kept_by_last_sweep: AtomicUsize,
     sweeping: AtomicBool,
@@ -59,7 +59,7 @@ impl<K: Hash + Eq + Clone> Bans<K> {
             within: ban.within_nanos(),
             duration: ban.duration_nanos(),
             map: DashMap::with_hasher(Hasher::default()),
-            max_keys,
+            max_keys: AtomicUsize::new(max_keys),
             inserts_since_sweep: AtomicUsize::new(0),
             kept_by_last_sweep: AtomicUsize::new(0),
             sweeping: AtomicBool::new(false),
@@ -124,11 +124,17 @@ impl<K: Hash + Eq + Clone> Bans<K> {
             .kept_by_last_sweep
             .load(Ordering::Relaxed)
             .max(MIN_SWEEP_INSERTS)
-            .min(self.max_keys.div_ceil(2).max(MIN_CAPPED_SWEEP_INSERTS));
+            .min(
+                self.max_keys
+                    .load(Ordering::Relaxed)
+                    .div_ceil(2)
+                    .max(MIN_CAPPED_SWEEP_INSERTS),
+            );
         if added >= threshold {
             self.sweep(now);
         }
-        self.max_keys == usize::MAX || self.map.len() < self.max_keys
+        let max_keys = self.max_keys.load(Ordering::Relaxed);
+        max_keys == usize::MAX || self.map.len() < max_keys
     }
 
     /// Forgets `key`'s refusals and ban.
@@ -296,17 +302,23 @@ where
     /// The bans of `policy` (`None`: it has no ban).
     pub(super) fn bans_of(&self, policy: PolicyId) -> Result<Option<&Bans<K>>, StoreError> {
         self.slot(policy)?;
-        Ok(self.bans.get(policy.index()).and_then(Option::as_ref))
+        Ok(self.reg.bans.get(policy.index()).and_then(Option::as_deref))
     }
 
     /// Keys with refusals being counted or a ban in force under `policy` (0 for a policy
     /// without a ban). Keys whose ban ended stay counted until the next sweep.
     pub fn ban_len(&self, policy: PolicyId) -> usize {
+        if let Some(fresh) = self.refreshed() {
+            return fresh.ban_len(policy);
+        }
         self.bans_of(policy).ok().flatten().map_or(0, Bans::len)
     }
 
     /// How long the ban of `key` under `policy` still lasts (`None`: no ban in force).
     pub fn ban_ends_in(&self, policy: PolicyId, key: &K) -> Option<std::time::Duration> {
+        if let Some(fresh) = self.refreshed() {
+            return fresh.ban_ends_in(policy, key);
+        }
         let bans = self.bans_of(policy).ok().flatten()?;
         bans.ends_in(key, self.clock.now())
             .map(std::time::Duration::from_nanos)

@@ -242,7 +242,7 @@ fn policies_without_a_ban_never_ban() {
             assert!(retry_after <= Duration::from_secs(1));
         }
     }
-    assert!(!s.has_bans);
+    assert!(!s.reg.has_bans);
     assert_eq!(s.ban_len(id), 0);
 }
 

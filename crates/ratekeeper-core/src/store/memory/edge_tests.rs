@@ -260,7 +260,7 @@ fn a_small_cap_does_not_sweep_on_every_overflowed_request() {
             check(&s, p, k, 1);
         }
         assert!(s.overflowed() >= 1_990);
-        let Slot::Gcra(keyed) = &s.policies[0].1 else {
+        let Slot::Gcra(keyed) = &s.reg.policies[0].1 else {
             unreachable!("a GCRA policy")
         };
         let sweeps = keyed.sweeps.load(Ordering::Relaxed);

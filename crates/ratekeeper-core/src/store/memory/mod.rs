@@ -57,6 +57,7 @@ mod all_or_nothing;
 mod ban;
 mod compact;
 mod keyed;
+mod registry;
 mod reset;
 mod slab;
 mod staggered;
@@ -65,10 +66,12 @@ use std::fmt;
 use std::future::Ready;
 use std::hash::Hash;
 use std::num::NonZeroUsize;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use self::ban::Bans;
 use self::keyed::{Slot, with_keyed};
+use self::registry::{Registered, Registry};
 use super::{Charge, Checked, Correction, Decisions, PolicyId, Receipt, Refund, Store, StoreError};
 use crate::algorithm::Reserved;
 use crate::clock::{Clock, MonotonicClock};
@@ -137,6 +140,17 @@ use crate::{Decision, Policy};
 /// A new quota means a new store (a restart, or a new layer): nothing written under the old
 /// quota survives.
 ///
+/// # Clones
+///
+/// A clone is a handle on the same store, made in O(policies) with no key copied: the same
+/// key state, caps and bans, and one registry of policies. A policy registered through any
+/// clone, at any time, is known to every clone: give each layer a clone and they share one
+/// budget per policy and key. A handle made before a registration reads the shared registry
+/// (under a lock) when a charge names the new policy, until it is cloned again; the
+/// registrations it knows cost it nothing. The clock is cloned too (the clocks of this crate
+/// share their time with their clones), so a clock type of your own must be [`Clone`] in the
+/// same way for the store to be.
+///
 /// # Example
 ///
 /// ```
@@ -161,18 +175,14 @@ use crate::{Decision, Policy};
 /// # Ok::<(), ratekeeper_core::store::StoreError>(())
 /// ```
 pub struct MemoryStore<K, C = MonotonicClock> {
-    /// The registered policies, while none has a ban (empty otherwise): the one-charge
-    /// check looks its policy up here, so a store without bans pays nothing for them.
-    policies: Vec<(Policy, Slot<K>)>,
-    /// The registered policies once one has a ban (empty otherwise): a lookup of the
-    /// one-charge check misses `policies` and takes [`MemoryStore::with_bans`].
-    banning: Vec<(Policy, Slot<K>)>,
+    /// The registered policies as this handle knows them. Its `policies` (every policy
+    /// while none has a ban, empty otherwise) is where the one-charge check looks its
+    /// policy up, so a store without bans pays nothing for them; once one has a ban,
+    /// `banning` holds them and checks take [`MemoryStore::with_bans`].
+    reg: Registered<K>,
     clock: C,
-    max_keys: usize,
-    /// Per policy (by index), its bans when it has a [`Ban`](crate::Ban).
-    bans: Vec<Option<Bans<K>>>,
-    /// Whether some policy has a ban: checks then take [`MemoryStore::with_bans`].
-    has_bans: bool,
+    /// What every clone shares: the policies registered through any of them.
+    registry: Arc<Registry<K, C>>,
     /// Run once by the next check or reservation that takes [`MemoryStore::with_bans`],
     /// between its first look at the bans and its charge (tests race requests with it).
     #[cfg(test)]
@@ -204,12 +214,9 @@ where
     /// An empty store reading time from `clock` (a [`crate::clock::ManualClock`] in tests).
     pub fn with_clock(clock: C) -> Self {
         Self {
-            policies: Vec::new(),
-            banning: Vec::new(),
+            reg: Registered::new(),
             clock,
-            max_keys: usize::MAX,
-            bans: Vec::new(),
-            has_bans: false,
+            registry: Arc::new(Registry::new()),
             #[cfg(test)]
             before_charge: std::sync::Mutex::new(None),
         }
@@ -248,23 +255,43 @@ where
     ///
     /// Sweeps that make room run at most once per `max(max_keys / 2, 256)` new keys or
     /// overflowed decisions, so a small cap does not sweep on every request.
-    pub fn with_max_keys(mut self, max_keys: NonZeroUsize) -> Self {
-        self.max_keys = max_keys.get();
-        for (_, slot) in self.policies.iter_mut().chain(&mut self.banning) {
-            with_keyed!(slot, k => k.max_keys = max_keys.get());
+    ///
+    /// The cap is the store's: it applies through every clone of this store (see
+    /// [`MemoryStore`], "Clones").
+    pub fn with_max_keys(self, max_keys: NonZeroUsize) -> Self {
+        let latest = self.registry.lock();
+        self.registry
+            .max_keys
+            .store(max_keys.get(), Ordering::Relaxed);
+        for entry in latest.entries() {
+            with_keyed!(&entry.1, k => k.max_keys.store(max_keys.get(), Ordering::Relaxed));
         }
-        for bans in self.bans.iter_mut().flatten() {
-            bans.max_keys = max_keys.get();
+        for bans in latest.bans.iter().flatten() {
+            bans.max_keys.store(max_keys.get(), Ordering::Relaxed);
         }
+        drop(latest);
         self
+    }
+
+    /// A handle with every policy registered so far through any clone, when this one's
+    /// list is older (`None`: it is up to date).
+    #[cold]
+    #[inline(never)]
+    fn refreshed(&self) -> Option<Self> {
+        if self.registry.count() == self.reg.len() {
+            return None;
+        }
+        self.registry.refresh.get().map(|refresh| refresh(self))
     }
 
     /// Decisions made on the shared overflow state because a policy held `max_keys` keys,
     /// summed over policies. Each is also counted by the [`metrics`] counter
     /// `ratekeeper_memory_store_overflowed_total` (label `policy`).
     pub fn overflowed(&self) -> u64 {
+        if let Some(fresh) = self.refreshed() {
+            return fresh.overflowed();
+        }
         self.registered()
-            .iter()
             .map(|(_, slot)| with_keyed!(slot, k => k.overflowed.load(Ordering::Relaxed)))
             .sum()
     }
@@ -275,24 +302,22 @@ where
     }
 
     /// The registered policies, in registration order.
-    fn registered(&self) -> &[(Policy, Slot<K>)] {
-        if self.has_bans {
-            &self.banning
-        } else {
-            &self.policies
-        }
+    fn registered(&self) -> impl Iterator<Item = (&Policy, &Slot<K>)> {
+        self.reg.entries().iter().map(|e| (&e.0, &e.1))
     }
 
     fn slot(&self, id: PolicyId) -> Result<&Slot<K>, StoreError> {
-        self.registered()
+        self.reg
+            .entries()
             .get(id.index())
-            .map(|(_, slot)| slot)
+            .map(|e| &e.1)
             .ok_or_else(|| StoreError::UnknownPolicy(id))
     }
 
-    /// The policy registered under `id`.
+    /// The policy registered under `id` through this handle, or through any clone before
+    /// this handle was made (`None` otherwise).
     pub fn policy(&self, id: PolicyId) -> Option<&Policy> {
-        self.registered().get(id.index()).map(|(p, _)| p)
+        self.reg.entries().get(id.index()).map(|e| &e.0)
     }
 
     /// Checks `charges` all-or-nothing at the clock's current time. Same as [`Store::check`]
@@ -310,7 +335,10 @@ where
     /// [`MemoryStore::check_plain`].
     #[inline]
     fn check_at(&self, charges: &[Charge<'_, K>], now: u64) -> Result<Decisions, StoreError> {
-        if self.has_bans {
+        if let Some(fresh) = self.refreshed() {
+            return fresh.check_at(charges, now);
+        }
+        if self.reg.has_bans {
             return self.with_bans(charges, now, None);
         }
         self.check_plain(charges, now)
@@ -364,8 +392,11 @@ where
         max_wait: std::time::Duration,
     ) -> Result<Decisions, StoreError> {
         let max_wait = u64::try_from(max_wait.as_nanos()).unwrap_or(u64::MAX);
+        if let Some(fresh) = self.refreshed() {
+            return fresh.reserve_now(charges, std::time::Duration::from_nanos(max_wait));
+        }
         let now = self.clock.now();
-        if self.has_bans {
+        if self.reg.has_bans {
             return self.with_bans(charges, now, Some(max_wait));
         }
         self.reserve_at(charges, now, max_wait)
@@ -373,8 +404,10 @@ where
 
     /// Keys held across all policies.
     pub fn len(&self) -> usize {
+        if let Some(fresh) = self.refreshed() {
+            return fresh.len();
+        }
         self.registered()
-            .iter()
             .map(|(_, slot)| with_keyed!(slot, k => k.len()))
             .sum()
     }
@@ -386,11 +419,14 @@ where
 
     /// Evicts every idle key now (the store also does this by itself as keys are added).
     pub fn sweep(&self) {
+        if let Some(fresh) = self.refreshed() {
+            return fresh.sweep();
+        }
         let now = self.clock.now();
         for (_, slot) in self.registered() {
             with_keyed!(slot, k => k.sweep(now));
         }
-        for bans in self.bans.iter().flatten() {
+        for bans in self.reg.bans.iter().flatten() {
             bans.sweep(now);
         }
     }
@@ -403,22 +439,29 @@ where
 {
     type Future = Ready<Result<Decisions, StoreError>>;
 
+    /// Registers `policy` in the registry every clone of this store shares: its id is
+    /// valid through every clone, made before or after.
     fn register(&mut self, policy: &Policy) -> Result<PolicyId, StoreError> {
         policy.validate()?;
-        let slot = Slot::new(policy, self.max_keys);
-        let index = u32::try_from(self.bans.len())
+        let mut latest = self.registry.lock();
+        let max_keys = self.registry.max_keys.load(Ordering::Relaxed);
+        let index = u32::try_from(latest.len())
             .map_err(|_| StoreError::UnknownPolicy(PolicyId::from_index(u32::MAX)))?;
-        let bans = policy.ban().map(|ban| Bans::new(ban, self.max_keys));
-        if bans.is_some() && !self.has_bans {
-            self.has_bans = true;
-            self.banning = std::mem::take(&mut self.policies);
+        let slot = Slot::new(policy, max_keys);
+        let bans = policy.ban().map(|ban| Arc::new(Bans::new(ban, max_keys)));
+        if bans.is_some() && !latest.has_bans {
+            latest.has_bans = true;
+            latest.banning = std::mem::take(&mut latest.policies);
         }
-        if self.has_bans {
-            self.banning.push((policy.clone(), slot));
+        let entry = Arc::new((policy.clone(), slot));
+        if latest.has_bans {
+            latest.banning.push(entry);
         } else {
-            self.policies.push((policy.clone(), slot));
+            latest.policies.push(entry);
         }
-        self.bans.push(bans);
+        latest.bans.push(bans);
+        self.registry.set_count(latest.len());
+        self.reg = latest.clone();
         Ok(PolicyId::from_index(index))
     }
 
@@ -431,8 +474,8 @@ where
         // `check_at` copied them, some 150 bytes). Its policy is found in `policies` only
         // while no policy has a ban; otherwise (or for an unknown policy) `check_at` decides.
         if let [only] = charges {
-            if let Some((_, slot)) = self.policies.get(only.policy.index()) {
-                let (d, receipt) = with_keyed!(slot, k => k.check(only.key, now, only.cost));
+            if let Some(entry) = self.reg.policies.get(only.policy.index()) {
+                let (d, receipt) = with_keyed!(&entry.1, k => k.check(only.key, now, only.cost));
                 return Checked::Ready(Ok(Decisions::one_with_receipt(d, receipt)));
             }
         }
@@ -462,6 +505,9 @@ where
     /// Gives back latest charge first (the reverse of `refunds`' order), so a request that
     /// charged one policy and key twice gets both back: its later charge is the latest.
     fn refund(&self, refunds: &[Refund<'_, K>]) {
+        if let Some(fresh) = self.refreshed() {
+            return fresh.refund(refunds);
+        }
         let now = self.clock.now();
         for r in refunds.iter().rev() {
             let c = r.charge;
@@ -477,6 +523,9 @@ where
     /// check of the key would charge now. The concurrency counter only gives back (a
     /// permit is a permit, whatever the request cost).
     fn correct(&self, corrections: &[Correction<'_, K>]) {
+        if let Some(fresh) = self.refreshed() {
+            return fresh.correct(corrections);
+        }
         let now = self.clock.now();
         for c in corrections.iter().rev() {
             let charge = c.charge;
@@ -497,16 +546,32 @@ where
     }
 }
 
+/// A handle on the same store: the same key state, the same registry of policies (a policy
+/// registered through any clone is known to every clone) and a clone of the clock (the
+/// clocks of this crate share their time with their clones).
+impl<K, C: Clone> Clone for MemoryStore<K, C> {
+    fn clone(&self) -> Self {
+        let _ = self.registry.refresh.set(Self::clone);
+        Self {
+            reg: self.registry.snapshot(),
+            clock: self.clock.clone(),
+            registry: Arc::clone(&self.registry),
+            #[cfg(test)]
+            before_charge: std::sync::Mutex::new(None),
+        }
+    }
+}
+
 impl<K, C: fmt::Debug> fmt::Debug for MemoryStore<K, C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MemoryStore")
             .field(
                 "policies",
                 &self
-                    .policies
+                    .reg
+                    .entries()
                     .iter()
-                    .chain(&self.banning)
-                    .map(|(p, _)| p.name())
+                    .map(|e| e.0.name())
                     .collect::<Vec<_>>(),
             )
             .field("clock", &self.clock)

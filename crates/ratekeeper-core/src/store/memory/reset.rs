@@ -41,6 +41,9 @@ where
     /// the policy holds is live, so there is no room for a state of its own. Nothing is
     /// reset then.
     pub fn forget(&self, policy: PolicyId, key: &K) -> Result<(), StoreError> {
+        if let Some(fresh) = self.refreshed() {
+            return fresh.forget(policy, key);
+        }
         self.forget_in(&[policy], key)
     }
 
@@ -96,12 +99,15 @@ where
     /// is charged on the overflow state (see [`MemoryStore::forget`]). Nothing is reset
     /// then, under any policy.
     pub fn reset_now(&self, policy: Option<PolicyId>, key: &K) -> Result<Decisions, StoreError> {
+        if let Some(fresh) = self.refreshed() {
+            return fresh.reset_now(policy, key);
+        }
         let ids: SmallVec<[PolicyId; 4]> = match policy {
             Some(id) => {
                 self.slot(id)?;
                 SmallVec::from_elem(id, 1)
             }
-            None => (0..self.registered().len())
+            None => (0..self.reg.len())
                 .filter_map(|i| u32::try_from(i).ok())
                 .map(PolicyId::from_index)
                 .collect(),
@@ -128,6 +134,9 @@ where
     ///
     /// [`StoreError::UnknownPolicy`] when `policy` was never registered.
     pub fn peek_now(&self, policy: PolicyId, key: &K) -> Result<Decision, StoreError> {
+        if let Some(fresh) = self.refreshed() {
+            return fresh.peek_now(policy, key);
+        }
         let slot = self.slot(policy)?;
         let now = self.clock.now();
         let state = with_keyed!(slot, k => k.peek(key, now, 0));
@@ -142,6 +151,9 @@ where
     /// absent, or shares the overflow state while `max_keys` keys are held
     /// ([`MemoryStore::with_max_keys`]); an unknown policy holds nothing.
     pub fn holds(&self, policy: PolicyId, key: &K) -> bool {
+        if let Some(fresh) = self.refreshed() {
+            return fresh.holds(policy, key);
+        }
         self.slot(policy)
             .is_ok_and(|slot| with_keyed!(slot, k => k.holds(key)))
     }

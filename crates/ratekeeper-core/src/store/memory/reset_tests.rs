@@ -273,7 +273,7 @@ fn a_reset_gives_a_key_on_the_overflow_state_a_state_of_its_own() {
             !check(&s, p, &c).is_allowed(),
             "{p:?}: refunded to the new state"
         );
-        let held = with_keyed!(&s.registered()[p.index()].1, k => k.len());
+        let held = with_keyed!(&s.reg.entries()[p.index()].1, k => k.len());
         assert!(held <= 2, "{p:?}: {held} keys over the cap");
     }
 }

@@ -352,7 +352,7 @@ impl RedisStoreBuilder {
         let invalidation = Invalidation::new(&self.prefix, subscribe_to);
         RedisStore {
             policies: Arc::default(),
-            local_policies: self.local_policies,
+            local_policies: Arc::new(self.local_policies),
             shared: Arc::new(Shared {
                 script: ScriptRunner::new(
                     conn,
@@ -377,6 +377,11 @@ impl RedisStoreBuilder {
                     )
                 }),
                 invalidation,
+                registry: std::sync::Mutex::new(super::Registry {
+                    policies: Arc::default(),
+                    failover: failover.clone(),
+                }),
+                registered: Default::default(),
                 redis_decisions: Default::default(),
                 negative_hits: Default::default(),
                 degraded: Default::default(),

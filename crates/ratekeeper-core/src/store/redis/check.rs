@@ -78,6 +78,9 @@ impl RedisStore {
     /// [`RedisStore::reserve_async`] on charges the future owns (what `Store::reserve`
     /// runs).
     pub(super) fn reserve_owned(&self, charges: Owned, max_wait: Duration) -> Checked<RedisCheck> {
+        if let Some(fresh) = self.refreshed() {
+            return fresh.reserve_owned(charges, max_wait);
+        }
         // Each key's stamp says how its policy reserves (see `limiter.lua`).
         let kinds = charges.iter().map(|(p, k, c)| {
             let kind = self
@@ -123,6 +126,9 @@ impl RedisStore {
     /// [`RedisStore::check_async`] on charges the future owns (what `Store::check` runs):
     /// the negative cache first, then the breaker, then one script call per client key.
     pub(super) fn check_owned(&self, charges: Owned) -> Checked<RedisCheck> {
+        if let Some(fresh) = self.refreshed() {
+            return fresh.check_owned(charges);
+        }
         let shared = &self.shared;
         let groups = match self.groups(charges.iter().map(|(p, k, c)| (*p, k, *c, Receipt::NONE))) {
             Ok(groups) => groups,

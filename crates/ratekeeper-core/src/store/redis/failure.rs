@@ -197,26 +197,18 @@ impl Failover {
     ///
     /// # Errors
     ///
-    /// The local store's registration error; [`StoreError::UnsupportedQuota`] once the store
-    /// has been used (cloned into a check).
+    /// The local store's registration error.
     pub(super) fn register(
         &mut self,
         policy: &Policy,
         overrides: &[Policy],
     ) -> Result<(), StoreError> {
-        let used = || {
-            StoreError::UnsupportedQuota(
-                "policies must be registered before the store is used".to_owned(),
-            )
-        };
         if self.policy == FailurePolicy::FailSoft {
             // Every share of the policy must be representable (checked now, not mid-outage).
             for n in [1, self.instances.unwrap_or(1)] {
                 MemoryStore::<Key>::new().register(&share_of(policy, n)?)?;
             }
-            Arc::get_mut(&mut self.policies)
-                .ok_or_else(used)?
-                .push(policy.clone());
+            Arc::make_mut(&mut self.policies).push(policy.clone());
         }
         let Some(local) = &mut self.local else {
             return Ok(());
@@ -225,8 +217,9 @@ impl Failover {
             .iter()
             .find(|p| p.name() == policy.name())
             .unwrap_or(policy);
-        let store = Arc::get_mut(local).ok_or_else(used)?;
-        store.register(local_policy)?;
+        // A handle on the same local store (clones share its registry), so the handles
+        // other checks hold see the policy too.
+        Arc::make_mut(local).register(local_policy)?;
         Ok(())
     }
 

@@ -105,6 +105,9 @@ impl RedisStore {
         want: u64,
         back_within: Duration,
     ) -> Result<LeaseGrant, StoreError> {
+        if let Some(fresh) = self.refreshed() {
+            return Box::pin(fresh.lease(policy, key, need, want, back_within)).await;
+        }
         let Some(p) = self.policies.get(policy.index()) else {
             return Err(StoreError::UnknownPolicy(policy));
         };
@@ -184,6 +187,9 @@ impl RedisStore {
         need: u64,
         leased: Leased,
     ) -> Decision {
+        if let Some(fresh) = self.refreshed() {
+            return fresh.bound_by_leases(policy, decision, need, leased);
+        }
         let (Some(retry), Some(p)) = (decision.retry_after(), self.policies.get(policy.index()))
         else {
             return decision;
@@ -218,6 +224,9 @@ impl RedisStore {
         charges: &[OwnedCharge],
         err: StoreError,
     ) -> Result<Decisions, StoreError> {
+        if let Some(fresh) = self.refreshed() {
+            return fresh.fail_over(charges, err);
+        }
         self.failover.apply(charges, err, &self.shared.degraded)
     }
 

@@ -311,6 +311,7 @@ mod check;
 mod failure;
 mod group;
 mod guard;
+mod handle;
 mod invalidate;
 pub(crate) use invalidate::{Invalidated, Listener};
 mod keys;
@@ -337,6 +338,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use failure::Failover;
+use handle::Registry;
 use policy::RedisPolicy;
 use shared::Shared;
 use smallvec::SmallVec;
@@ -394,11 +396,21 @@ pub type RedisCheck = Pin<Box<dyn Future<Output = Result<Decisions, StoreError>>
 /// runtime built without `enable_time`, so build custom runtimes with `enable_all()`.
 /// [`Store::refund`] spawns its Redis call on the current runtime (outside one it is dropped
 /// with a warning).
+///
+/// # Clones
+///
+/// A clone is a handle on the same store: one connection (or Cluster client), the scripts
+/// loaded once, one circuit breaker, negative cache, failure policy and set of counters,
+/// and one registry of policies. A policy registered through any clone, at any time, is
+/// known to every clone (a handle made before the registration refreshes its list on the
+/// first call that needs it). Build the store once per process and give each layer a clone:
+/// a second layer opens no connection and loads no script.
 pub struct RedisStore {
-    /// Shared with the check futures (the negative cache reads them).
+    /// The policies as this handle knows them (the registry in `shared` has every one);
+    /// shared with the check futures (the negative cache reads them).
     policies: Arc<Vec<RedisPolicy>>,
     failover: Failover,
-    local_policies: Vec<Policy>,
+    local_policies: Arc<Vec<Policy>>,
     shared: Arc<Shared>,
 }
 
@@ -467,6 +479,9 @@ impl RedisStore {
     /// The Redis key of `policy` for `key`: `<prefix>:v2:{<encoded key>}:<policy name>`.
     /// `None` for an unknown policy.
     pub fn redis_key(&self, policy: PolicyId, key: &Key) -> Option<String> {
+        if let Some(fresh) = self.refreshed() {
+            return fresh.redis_key(policy, key);
+        }
         let p = self.policies.get(policy.index())?;
         Some(keys::full(&self.shared.prefix, &keys::tag(key), &p.name))
     }
@@ -494,18 +509,26 @@ impl RedisStore {
 impl Store<Key> for RedisStore {
     type Future = RedisCheck;
 
+    /// Registers `policy` in the registry every clone of this store shares: its id is
+    /// valid through every clone, made before or after.
     fn register(&mut self, policy: &Policy) -> Result<PolicyId, StoreError> {
         policy.validate()?;
         let redis_policy = RedisPolicy::new(policy)?;
+        let mut latest = self.shared.lock_registry();
         let id = PolicyId::from_index(
-            u32::try_from(self.policies.len())
+            u32::try_from(latest.policies.len())
                 .map_err(|_| StoreError::UnsupportedQuota("too many policies".to_owned()))?,
         );
-        self.failover.register(policy, &self.local_policies)?;
+        latest.failover.register(policy, &self.local_policies)?;
         self.shared
             .invalidation
             .register(Arc::clone(&redis_policy.name));
-        Arc::make_mut(&mut self.policies).push(redis_policy);
+        Arc::make_mut(&mut latest.policies).push(redis_policy);
+        self.shared
+            .registered
+            .store(latest.policies.len(), Ordering::Release);
+        self.policies = Arc::clone(&latest.policies);
+        self.failover = latest.failover.clone();
         Ok(id)
     }
 

@@ -107,6 +107,9 @@ impl RedisStore {
     }
 
     pub(super) fn peek_owned(&self, policy: PolicyId, key: &Key) -> Checked<RedisCheck> {
+        if let Some(fresh) = self.refreshed() {
+            return fresh.peek_owned(policy, key);
+        }
         let group = match self.key_group(&[policy], key) {
             Ok(group) => group,
             Err(err) => return Checked::Ready(Err(err)),
@@ -118,6 +121,9 @@ impl RedisStore {
     }
 
     pub(super) fn reset_owned(&self, policy: Option<PolicyId>, key: &Key) -> Checked<RedisCheck> {
+        if let Some(fresh) = self.refreshed() {
+            return fresh.reset_owned(policy, key);
+        }
         let ids: Vec<PolicyId> = match policy {
             Some(id) => vec![id],
             None => (0..self.policies.len())

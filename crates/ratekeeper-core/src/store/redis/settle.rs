@@ -19,6 +19,9 @@ impl RedisStore {
     /// [`StoreError::UnknownPolicy`] for an unregistered policy, the Redis error of a failed
     /// call (the other groups are still sent), [`StoreError::Timeout`] after the deadline.
     pub async fn refund_async(&self, refunds: &[(OwnedCharge, Receipt)]) -> Result<(), StoreError> {
+        if let Some(fresh) = self.refreshed() {
+            return fresh.refund_boxed(refunds).await;
+        }
         let groups = self.groups(
             refunds
                 .iter()
@@ -47,6 +50,9 @@ impl RedisStore {
         &self,
         corrections: &[(OwnedCharge, Receipt, u64)],
     ) -> Result<(), StoreError> {
+        if let Some(fresh) = self.refreshed() {
+            return fresh.correct_boxed(corrections).await;
+        }
         let groups = self.correction_groups(
             corrections
                 .iter()
@@ -56,6 +62,24 @@ impl RedisStore {
             cache.forget(corrections.iter().map(|((p, k, _), _, _)| (*p, k)));
         }
         correct_groups(&self.shared, &groups).await
+    }
+
+    /// [`RedisStore::refund_async`] boxed (a handle refreshed from the registry calls it).
+    fn refund_boxed<'a>(
+        &'a self,
+        refunds: &'a [(OwnedCharge, Receipt)],
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), StoreError>> + Send + 'a>>
+    {
+        Box::pin(self.refund_async(refunds))
+    }
+
+    /// [`RedisStore::correct_async`] boxed (a handle refreshed from the registry calls it).
+    fn correct_boxed<'a>(
+        &'a self,
+        corrections: &'a [(OwnedCharge, Receipt, u64)],
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), StoreError>> + Send + 'a>>
+    {
+        Box::pin(self.correct_async(corrections))
     }
 
     /// Groups corrections `(policy, key, cost, receipt, actual)` by client key: each one a
@@ -88,6 +112,9 @@ impl RedisStore {
     /// [`Store::refund`](crate::store::Store::refund): the refund spawned on the current
     /// tokio runtime (dropped with a warning outside one).
     pub(super) fn refund_in_background(&self, refunds: &[Refund<'_, Key>]) {
+        if let Some(fresh) = self.refreshed() {
+            return fresh.refund_in_background(refunds);
+        }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             tracing::warn!("redis store refund outside a tokio runtime; dropped");
             return;
@@ -117,6 +144,9 @@ impl RedisStore {
     /// [`Store::correct`](crate::store::Store::correct): the correction spawned on the
     /// current tokio runtime (dropped with a warning outside one).
     pub(super) fn correct_in_background(&self, corrections: &[Correction<'_, Key>]) {
+        if let Some(fresh) = self.refreshed() {
+            return fresh.correct_in_background(corrections);
+        }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             tracing::warn!("redis store correction outside a tokio runtime; dropped");
             return;

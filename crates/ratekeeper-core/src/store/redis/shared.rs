@@ -49,6 +49,10 @@ pub(super) struct Shared {
     pub(super) negative: Option<NegativeCache>,
     /// The fleet invalidation channel (resets by other instances).
     pub(super) invalidation: Invalidation,
+    /// The policies registered through any handle (clone) of the store.
+    pub(super) registry: std::sync::Mutex<super::Registry>,
+    /// How many policies `registry` holds, read without its lock.
+    pub(super) registered: std::sync::atomic::AtomicUsize,
     pub(super) redis_decisions: AtomicU64,
     pub(super) negative_hits: AtomicU64,
     pub(super) degraded: AtomicU64,
@@ -56,6 +60,14 @@ pub(super) struct Shared {
 }
 
 impl Shared {
+    /// The registry of policies, locked (a poisoned lock is taken over: a registration
+    /// changes it only once it cannot fail any more).
+    pub(super) fn lock_registry(&self) -> std::sync::MutexGuard<'_, super::Registry> {
+        self.registry
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Runs one Redis call within the deadline: times it in the
     /// `ratekeeper_store_latency_seconds` histogram (label `outcome`), and tells the breaker
     /// how it went (a failure is counted, may open the breaker, logged with the failure

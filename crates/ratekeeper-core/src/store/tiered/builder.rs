@@ -77,7 +77,7 @@ impl TieredStoreBuilder {
     }
 
     /// The tiered store over `redis` (whose deadline, failure policy, breaker and clock it
-    /// uses). Register policies on the tiered store, not on `redis` before.
+    /// uses). Register policies on the tiered store (or a clone of it), not on `redis`.
     ///
     /// # Errors
     ///
@@ -110,6 +110,7 @@ impl TieredStoreBuilder {
             returned: AtomicU64::new(0),
             returning: AtomicUsize::new(0),
             returns_done: tokio::sync::Notify::new(),
+            tiers: Mutex::default(),
         });
         // Resets published by other instances drop this instance's leases of the key.
         let weak = Arc::downgrade(&inner);

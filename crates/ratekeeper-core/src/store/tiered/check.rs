@@ -21,8 +21,12 @@ impl TieredStore {
         let [charge] = charges else {
             return self.delegate(charges);
         };
-        let (Some(&tier), true) = (self.policies.get(charge.policy.index()), charge.cost > 0)
-        else {
+        let tier = match self.policies.get(charge.policy.index()) {
+            Some(&tier) => Some(tier),
+            // Registered through another handle since this one was made.
+            None => self.inner.tier(charge.policy),
+        };
+        let (Some(tier), true) = (tier, charge.cost > 0) else {
             return self.delegate(charges);
         };
         if tier.ban {
@@ -132,9 +136,10 @@ impl TieredStore {
     }
 
     fn is_fixed_window(&self, policy: PolicyId) -> bool {
-        self.policies
-            .get(policy.index())
-            .is_some_and(|p| p.fixed_window)
+        match self.policies.get(policy.index()) {
+            Some(p) => p.fixed_window,
+            None => self.inner.tier(policy).is_some_and(|p| p.fixed_window),
+        }
     }
 
     fn delegate(&self, charges: &[Charge<'_, Key>]) -> Checked<RedisCheck> {

@@ -11,7 +11,7 @@ use std::time::Duration;
 use dashmap::DashMap;
 use dashmap::mapref::entry::Entry;
 
-use super::lease::{LEASE_BIT, Lease, LeaseState, Unused};
+use super::lease::{LEASE_BIT, Lease, LeaseState, TierPolicy, Unused};
 use super::nanos;
 use crate::Key;
 use crate::clock::Clock;
@@ -78,9 +78,23 @@ pub(super) struct Inner {
     pub(super) returning: AtomicUsize,
     /// Notified each time such a task ends.
     pub(super) returns_done: tokio::sync::Notify,
+    /// Per policy registered through any handle (clone) of the store, what local decisions
+    /// need.
+    pub(super) tiers: Mutex<Vec<TierPolicy>>,
 }
 
 impl Inner {
+    /// The registered policies' local parameters, locked (a poisoned lock is taken over:
+    /// every change is a single push).
+    pub(super) fn lock_tiers(&self) -> std::sync::MutexGuard<'_, Vec<TierPolicy>> {
+        self.tiers.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The local parameters of `policy`, registered through any handle.
+    pub(super) fn tier(&self, policy: PolicyId) -> Option<TierPolicy> {
+        self.lock_tiers().get(policy.index()).copied()
+    }
+
     pub(super) fn next_generation(&self) -> u64 {
         self.generation.fetch_add(1, Ordering::Relaxed) & !LEASE_BIT
     }

@@ -236,13 +236,30 @@ pub struct TieredStats {
 /// Like the [`RedisStore`]: checks that go to Redis run on the tokio runtime that polls them
 /// (with its I/O and time drivers); background renewals, the sweeper and the return of
 /// unused units are spawned on the current runtime (skipped outside one: units then go back
-/// when they expire in Redis). Register every policy before the first check: the sweeper
-/// it starts shares the Redis store.
+/// when they expire in Redis).
+///
+/// # Clones
+///
+/// A clone is a handle on the same store: the same Redis store underneath (one connection,
+/// one breaker, scripts loaded once), the same leases, sweeper and counters, and the same
+/// registry of policies: a policy registered through any clone, at any time, is known to
+/// every clone (a handle made before the registration looks it up under a lock until it is
+/// cloned again). Give each layer a clone.
 pub struct TieredStore {
     redis: Arc<RedisStore>,
-    /// Per registered policy: `Some` when it is leased.
+    /// Per registered policy, as this handle knows them (`inner` has every one).
     policies: Vec<TierPolicy>,
     inner: Arc<Inner>,
+}
+
+impl Clone for TieredStore {
+    fn clone(&self) -> Self {
+        Self {
+            redis: Arc::clone(&self.redis),
+            policies: self.inner.lock_tiers().clone(),
+            inner: Arc::clone(&self.inner),
+        }
+    }
 }
 
 impl fmt::Debug for TieredStore {
@@ -485,19 +502,18 @@ impl Store<Key> for TieredStore {
             Algorithm::Gcra | Algorithm::FixedWindow => {}
             other => return Err(StoreError::UnsupportedAlgorithm(other)),
         }
-        let redis = Arc::get_mut(&mut self.redis).ok_or_else(|| {
-            StoreError::UnsupportedQuota(
-                "policies must be registered before the store is used".to_owned(),
-            )
-        })?;
-        let id = redis.register(policy)?;
+        let mut tiers = self.inner.lock_tiers();
+        // A handle on the same Redis store (clones share its registry), so the handles
+        // that checks and background tasks hold see the policy too.
+        let id = Arc::make_mut(&mut self.redis).register(policy)?;
         let (limit, _) = policy.advertised();
-        self.policies.push(TierPolicy {
+        tiers.push(TierPolicy {
             limit,
             capacity: policy.capacity(),
             fixed_window: policy.algorithm() == Algorithm::FixedWindow,
             ban: policy.ban().is_some(),
         });
+        self.policies.clone_from(&tiers);
         Ok(id)
     }
 

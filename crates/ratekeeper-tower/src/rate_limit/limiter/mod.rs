@@ -136,7 +136,11 @@ impl<K, Co, St, R> Limiter<K, Co, St, R> {
             return Prepared::Exempt;
         }
         if let Some(err) = key_error.or(error) {
-            return Prepared::Failed(Answer::key_error(&err), self.refusal(req, fallback));
+            let rejection = self.reporter.rejection.as_deref();
+            return Prepared::Failed(
+                Answer::key_error(&err, rejection),
+                self.refusal(req, fallback),
+            );
         }
         if exempt || entries.is_empty() {
             return Prepared::Exempt;

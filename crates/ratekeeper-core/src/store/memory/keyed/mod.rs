@@ -139,7 +139,8 @@ pub(super) struct Keyed<K, A: KeyedAlgorithm, H = Hasher> {
     pub(super) map: Maps<K, A::State, H>,
     /// Entries in `map` plus insertions in progress; never above `max_keys`.
     held: AtomicUsize,
-    pub(super) max_keys: usize,
+    /// Settable through a shared handle ([`MemoryStore::with_max_keys`](super::MemoryStore::with_max_keys)).
+    pub(super) max_keys: AtomicUsize,
     /// The state every new key shares while `map` is full.
     overflow: A::State,
     pub(super) overflowed: AtomicU64,
@@ -178,7 +179,7 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
             overflow_counter: OnceLock::new(),
             map: Maps::with_hasher(hasher),
             held: AtomicUsize::new(0),
-            max_keys,
+            max_keys: AtomicUsize::new(max_keys),
             overflow: A::State::default(),
             overflowed: AtomicU64::new(0),
             inserts_since_sweep: AtomicUsize::new(0),
@@ -197,7 +198,7 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
     fn take_room(&self) -> bool {
         self.held
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < self.max_keys).then_some(n + 1)
+                (n < self.max_keys.load(Ordering::Relaxed)).then_some(n + 1)
             })
             .is_ok()
     }
@@ -297,7 +298,7 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
     /// Whether `max_keys` keys are held (a new key's charge would go to the overflow state,
     /// unless a sweep makes room).
     fn is_full(&self) -> bool {
-        self.held.load(Ordering::Acquire) >= self.max_keys
+        self.held.load(Ordering::Acquire) >= self.max_keys.load(Ordering::Relaxed)
     }
 
     /// A reservation for a key holding state (in its lane or behind its fence); an unseen
@@ -373,7 +374,12 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
             .kept_by_last_sweep
             .load(Ordering::Relaxed)
             .max(MIN_SWEEP_INSERTS)
-            .min(self.max_keys.div_ceil(2).max(MIN_CAPPED_SWEEP_INSERTS));
+            .min(
+                self.max_keys
+                    .load(Ordering::Relaxed)
+                    .div_ceil(2)
+                    .max(MIN_CAPPED_SWEEP_INSERTS),
+            );
         if inserted >= threshold {
             self.sweep(now);
         }
