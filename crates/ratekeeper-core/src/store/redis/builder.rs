@@ -7,11 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::breaker::Breaker;
+use super::error::RedisFailure;
 use super::failure::Failover;
 use super::guard::Guard;
 use super::link::{Link, Timing};
 use super::negative::NegativeCache;
-use super::script::{Conn, RedisFailure, ScriptRunner};
+use super::script::{Conn, ScriptRunner};
 use super::shared::Shared;
 use super::{RedisStore, nanos};
 use crate::Policy;

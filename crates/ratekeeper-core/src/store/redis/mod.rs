@@ -306,6 +306,7 @@
 mod breaker;
 mod builder;
 mod check;
+mod error;
 mod failure;
 mod group;
 mod guard;
@@ -315,6 +316,7 @@ mod link;
 pub(crate) use lease::LeaseGrant;
 mod negative;
 mod policy;
+mod protocol;
 mod reply;
 mod reset;
 mod script;
@@ -449,6 +451,15 @@ impl RedisStore {
     /// Redis `SCRIPT EXISTS` finds once the store is ready), as lower-case hex.
     pub fn script_hashes() -> Vec<String> {
         link::script_hashes()
+    }
+
+    /// The Lua text of the limiter and of the lease as `EVAL` scripts, in that order, for
+    /// benchmarks and tests that call them from a bare client. Not a stable API: their
+    /// arguments follow the store's private protocol, which changes with the crate.
+    #[doc(hidden)]
+    pub fn script_texts() -> [&'static str; 2] {
+        let [limiter, lease, _, _] = protocol::scripts();
+        [limiter, lease]
     }
 
     /// The number of app instances sharing this Redis as a fail-soft store last learned it
