@@ -170,6 +170,14 @@ protocol! {
     LEASE_REPLY_LEN: usize = 8;
 }
 
+// A lease's algorithm and parameters are laid out as a limiter charge's (the lease reads them
+// with the limiter's offsets).
+const _: () = assert!(
+    LEASE_ARG_P1 - LEASE_ARG_ALGO == CHARGE_P1 - CHARGE_ALGO
+        && LEASE_ARG_P2 - LEASE_ARG_ALGO == CHARGE_P2 - CHARGE_ALGO
+        && LEASE_ARG_P3 - LEASE_ARG_ALGO == CHARGE_P3 - CHARGE_ALGO
+);
+
 /// Lua numbers are doubles: integers are exact up to 2^53.
 pub(super) const MAX_EXACT: u64 = 1 << 53;
 
@@ -193,11 +201,22 @@ pub(super) const CONCURRENCY_SCRIPT: &str = include_str!("lua/concurrency.lua");
 /// The fleet registry's script (see `lua/fleet.lua`).
 pub(super) const FLEET_SCRIPT: &str = include_str!("lua/fleet.lua");
 
-/// The header: one `local NAME = value` per constant.
+/// Whether the script compares constant `name` with an argument's text (algorithm ids and
+/// ops: no number to parse, and equal strings are one pointer in Lua), so the header
+/// defines it as a string.
+pub(super) fn is_token(name: &str) -> bool {
+    name.starts_with("ALGO_") || name.starts_with("OP_")
+}
+
+/// The header: one `local NAME = value` per constant (`'value'` for a token).
 pub(super) fn header() -> String {
     let mut out = String::from("-- The wire protocol (rendered from protocol.rs).\n");
     for (name, value) in CONSTANTS {
-        out.push_str(&format!("local {name} = {value}\n"));
+        if is_token(name) {
+            out.push_str(&format!("local {name} = '{value}'\n"));
+        } else {
+            out.push_str(&format!("local {name} = {value}\n"));
+        }
     }
     out
 }

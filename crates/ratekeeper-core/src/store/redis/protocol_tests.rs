@@ -62,6 +62,17 @@ fn the_header_defines_every_constant_once_with_its_value() {
             .strip_prefix("local ")
             .and_then(|l| l.split_once(" = "))
             .expect("`local NAME = value`");
+        // A token is a string, every other constant a number.
+        let value = match value.strip_prefix('\'').and_then(|v| v.strip_suffix('\'')) {
+            Some(token) => {
+                assert!(is_token(name), "{name} is quoted");
+                token
+            }
+            None => {
+                assert!(!is_token(name), "{name} is not quoted");
+                value
+            }
+        };
         assert!(
             seen.insert(name, value.parse::<i64>().expect("an integer"))
                 .is_none(),

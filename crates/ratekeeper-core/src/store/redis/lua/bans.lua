@@ -73,7 +73,7 @@ local function ban_refuse(i)
   if count > 0 then
     live = math.max(live, first + ban.within - now)
   end
-  redis.call('SET', ban.key, string.format('%.0f:%.0f:%.0f', until_, first, count), 'PX',
+  redis.call('SET', ban.key, string.format('%d:%d:%d', until_, first, count), 'PX',
     px(live))
   return started
 end

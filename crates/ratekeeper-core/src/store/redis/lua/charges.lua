@@ -83,6 +83,11 @@ end
 -- earlier ones left, and a total above the capacity can never fit, whatever each cost
 -- alone. `spent[key]` is the total so far in this call.
 local function judge(i, st)
+  if n == 1 then
+    -- No earlier charge: the total is the cost, which `verdict` weighs against the
+    -- capacity itself.
+    return verdict(i, st)
+  end
   local total = (spent[K[i]] or 0) + COST[i]
   spent[K[i]] = total
   if total > capacity(i) then

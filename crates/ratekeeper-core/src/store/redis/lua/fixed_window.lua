@@ -49,8 +49,8 @@ function fixed_window.store(i, st)
   if st[2] <= 0 then
     redis.call('DEL', K[i])
   else
-    redis.call('SET', K[i], string.format('%.0f:%.0f:%.0f', st[1], st[2], P1[i]), 'PX',
-      px(fixed_window.until_end(i, st[1])))
+    redis.call('SET', K[i], string.format('%d:%d%s', st[1], st[2], text(i, CHARGE_P1)),
+      'PX', px(fixed_window.until_end(i, st[1])))
   end
 end
 

@@ -14,6 +14,16 @@ function gcra.load(i, raw)
   if not raw then
     return 0
   end
+  -- Written under the parameters in force (the common case): "<TAT>" and the suffix
+  -- ":<T>:<tau>" as this call sent them; read as stored.
+  local suffix = gcra.suffix(i)
+  local at = string.find(raw, suffix, 1, true)
+  if at and at + #suffix == #raw + 1 then
+    local tat = tonumber(string.sub(raw, 1, at - 1))
+    if tat then
+      return tat
+    end
+  end
   local a, b, c = string.match(raw, '^(%d+):(%d+):?(%d*)$')
   if not a then
     return 0
@@ -28,6 +38,12 @@ function gcra.load(i, raw)
     tat = now + tau
   end
   return tat
+end
+
+-- ":<T>:<tau>" of charge i, as sent.
+function gcra.suffix(i)
+  local b = base[i]
+  return ':' .. argv[b + CHARGE_P1] .. ':' .. argv[b + CHARGE_P2]
 end
 
 -- The state of key i as stored, under the parameters in force.
@@ -45,7 +61,7 @@ function gcra.store(i, st)
   if st <= now then
     redis.call('DEL', K[i])
   else
-    redis.call('SET', K[i], string.format('%.0f:%.0f:%.0f', st, P1[i], P2[i]), 'PX', px(st - now))
+    redis.call('SET', K[i], string.format('%d%s', st, gcra.suffix(i)), 'PX', px(st - now))
   end
 end
 

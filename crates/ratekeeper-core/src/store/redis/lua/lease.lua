@@ -32,16 +32,19 @@
 -- (units that may come back, and in how many µs at the latest; 0 0 without one). A refund
 -- of unused units is the limiter's refund with this stamp.
 local function lease(keys, args)
-  if not start(keys, args[LEASE_ARG_NOW], args[LEASE_ARG_STALE], args[LEASE_ARG_MIN_TTL]) then
+  if not start(keys, args, args[LEASE_ARG_NOW], args[LEASE_ARG_STALE], args[LEASE_ARG_MIN_TTL])
+  then
     return {server_now, STATUS_STALE}
   end
+  -- One charge, its arguments laid out as a limiter charge's (`base`, see the prelude).
   n = 1
-  ALG[1] = tonumber(args[LEASE_ARG_ALGO])
-  P1[1] = tonumber(args[LEASE_ARG_P1])
-  P2[1] = tonumber(args[LEASE_ARG_P2])
-  P3[1] = tonumber(args[LEASE_ARG_P3])
-  local need, want = tonumber(args[LEASE_ARG_NEED]), tonumber(args[LEASE_ARG_WANT])
-  local back_within = tonumber(args[LEASE_ARG_BACK_WITHIN])
+  base[1] = LEASE_ARG_ALGO - CHARGE_ALGO
+  ALG[1] = args[LEASE_ARG_ALGO]
+  P1[1] = args[LEASE_ARG_P1] + 0
+  P2[1] = args[LEASE_ARG_P2] + 0
+  P3[1] = args[LEASE_ARG_P3] + 0
+  local need, want = args[LEASE_ARG_NEED] + 0, args[LEASE_ARG_WANT] + 0
+  local back_within = args[LEASE_ARG_BACK_WITHIN] + 0
   local algo = algorithm(1)
   if algo ~= gcra and algo ~= fixed_window then
     return redis.error_reply('ratekeeper: a lease takes GCRA or a fixed window')
@@ -103,7 +106,7 @@ local function lease(keys, args)
   if ahead > 0 then
     out_units = out_units + ahead
     out_by = math.max(out_by, math.min(now + back_within, last))
-    redis.call('SET', record_key, string.format('%.0f:%.0f', out_units, out_by), 'PX',
+    redis.call('SET', record_key, string.format('%d:%d', out_units, out_by), 'PX',
       px(out_by - now))
   end
   remaining, reset = algo.row(1, after)

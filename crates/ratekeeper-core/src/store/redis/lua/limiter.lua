@@ -94,7 +94,7 @@ local function op_reset()
     if ban_of[i] then
       redis.call('DEL', ban_of[i].key)
     end
-    redis.call('SET', fkey, string.format('%.0f', fence), 'PX', string.format('%.0f', ttl))
+    redis.call('SET', fkey, string.format('%d', fence), 'PX', string.format('%d', ttl))
   end
   cache = {}
   return peek_all()
@@ -182,7 +182,13 @@ end
 
 -- A check: every charge or none (all-or-nothing).
 local function op_check()
-  local out = {server_now, STATUS_DONE}
+  local out
+  if n == 1 then
+    -- Sized for its one row at once.
+    out = {server_now, STATUS_DONE, nil, nil, nil, nil, nil, nil, nil}
+  else
+    out = {server_now, STATUS_DONE}
+  end
   local writes = nil
   for i = 1, n do
     local st = current(i)
@@ -192,7 +198,11 @@ local function op_check()
       cache = {}
       return ban_count(peek_all(i, code, retry, less), nil)
     end
-    if next_state then
+    if next_state and n == 1 then
+      -- The only charge: written at once.
+      store(i, next_state)
+      report(out, i, code, next_state, retry, algorithm(i).receipt(i, next_state))
+    elseif next_state then
       cache[K[i]] = next_state
       writes = writes or {}
       writes[i] = next_state
@@ -215,14 +225,14 @@ end
 
 -- The limiter's entry: KEYS and ARGV of one call (see above).
 local function limiter(keys, args)
-  if not start(keys, args[ARG_NOW], args[ARG_STALE], args[ARG_MIN_TTL]) then
+  if not start(keys, args, args[ARG_NOW], args[ARG_STALE], args[ARG_MIN_TTL]) then
     return {server_now, STATUS_STALE}
   end
-  local op = tonumber(args[ARG_OP])
+  local op = args[ARG_OP]
   local head = ARGS_HEAD
   local max_wait = nil
   if op == OP_RESERVE then
-    max_wait = tonumber(args[ARG_MAX_WAIT])
+    max_wait = args[ARG_MAX_WAIT] + 0
     head = head + 1
   end
   -- Keys per charge: the state, and its reset fence in the ops that read or write fences.
@@ -233,19 +243,32 @@ local function limiter(keys, args)
   n = #keys / per_charge
   if #args ~= head + CHARGE_ARGS * n then
     -- The bans' tail: its last value is how many bans (their keys come last).
-    n = (#keys - tonumber(args[#args])) / per_charge
+    n = (#keys - args[#args]) / per_charge
     bans_start(keys, args, head + CHARGE_ARGS * n)
   elseif next(ban_of) ~= nil then
     ban_of = {}
   end
+  -- The stamp is read only by the ops that use it.
+  local stamps = op ~= OP_CHECK and op ~= OP_PEEK and op ~= OP_INSPECT
   for i = 1, n do
     local at = head + CHARGE_ARGS * (i - 1)
-    ALG[i] = tonumber(args[at + CHARGE_ALGO])
-    P1[i] = tonumber(args[at + CHARGE_P1])
-    P2[i] = tonumber(args[at + CHARGE_P2])
-    P3[i] = tonumber(args[at + CHARGE_P3])
-    COST[i] = tonumber(args[at + CHARGE_COST])
-    STAMP[i] = tonumber(args[at + CHARGE_STAMP])
+    base[i] = at
+    ALG[i] = args[at + CHARGE_ALGO]
+    P1[i] = args[at + CHARGE_P1] + 0
+    P2[i] = args[at + CHARGE_P2] + 0
+    P3[i] = args[at + CHARGE_P3] + 0
+    local cost = args[at + CHARGE_COST]
+    if cost == '1' then
+      COST[i] = 1
+    else
+      COST[i] = cost + 0
+    end
+    if stamps then
+      STAMP[i] = args[at + CHARGE_STAMP] + 0
+    end
+  end
+  if n > 1 or op == OP_RESERVE then
+    spent = {}
   end
   if op == OP_CHECK or op == OP_RESERVE then
     local banned = ban_precheck(max_wait)
@@ -268,5 +291,5 @@ local function limiter(keys, args)
   elseif op == OP_INSPECT then
     return op_inspect()
   end
-  return redis.error_reply('ratekeeper: unknown op ' .. tostring(args[ARG_OP]))
+  return redis.error_reply('ratekeeper: unknown op ' .. tostring(op))
 end

@@ -8,37 +8,60 @@
 -- min_ttl    least PX of a write, ms (0: none).
 -- K          the call's KEYS (the states first).
 -- n          the number of charges.
--- ALG, P1, P2, P3, COST, STAMP: per charge i, its algorithm id, three parameters, cost
---            and stamp (see `protocol.rs`; GCRA: P1 = T µs, P2 = tau µs, P3 = burst; the
---            windows and the log: P1 = W µs, P2 = limit).
+-- ALG, P1, P2, P3, COST, STAMP: per charge i, its algorithm id (the argument's text,
+--            compared with the ALGO_* tokens), three parameters, cost and stamp (see
+--            `protocol.rs`; GCRA: P1 = T µs, P2 = tau µs, P3 = burst; the windows and the log:
+--            P1 = W µs, P2 = limit).
+-- argv, base: the call's arguments as sent, and per charge i the position before its
+--            own (its parameter k is argv[base[i] + k], k a CHARGE_* offset): a state's
+--            parameters are written back as the text they came in, with no formatting.
 -- cache      per key name, the state read (or written) during the call.
--- spent      per key name, the units the call's charges so far asked of it.
+-- spent      per key name, the units the call's charges so far asked of it (set by the
+--            ops that weigh several charges of one key).
 local now, server_now, min_ttl = 0, 0, 0
 local K = {}
 local n = 0
 local ALG, P1, P2, P3, COST, STAMP = {}, {}, {}, {}, {}, {}
+local argv, base = {}, {}
 local cache, spent = {}, {}
 
+-- The arguments are the store's own (decimal integers): read with `+ 0` (one conversion,
+-- where `tonumber` makes two); a state read from a key, which could hold anything, is read
+-- with `tonumber`.
+--
 -- Reads Redis TIME and starts a call on `keys`: false when the stale guard (Redis TIME µs,
 -- '' for none) has passed: the caller already gave up on the call, which does nothing.
-local function start(keys, now_arg, stale_arg, min_ttl_arg)
+local function start(keys, args, now_arg, stale_arg, min_ttl_arg)
   local clock = redis.call('TIME')
-  server_now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-  if stale_arg ~= '' and server_now > tonumber(stale_arg) then
+  server_now = (clock[1] + 0) * 1000000 + clock[2]
+  if stale_arg ~= '' and server_now > stale_arg + 0 then
     return false
   end
   now = server_now
   if now_arg ~= '' then
-    now = tonumber(now_arg)
+    now = now_arg + 0
   end
-  min_ttl = tonumber(min_ttl_arg) or 0
-  K = keys
-  cache, spent = {}, {}
+  if min_ttl_arg == '0' then
+    min_ttl = 0
+  else
+    min_ttl = min_ttl_arg + 0
+  end
+  K, argv = keys, args
+  cache = {}
   return true
 end
 
--- PX (ms, as text) of a write whose state equals "absent" in `us` µs: rounded up to a ms, at
--- least min_ttl and at least 1.
+-- PX (ms, as text) of a write whose state equals "absent" in `us` µs: rounded up to a ms,
+-- at least min_ttl and at least 1.
+--
+-- Numbers are written with '%d' (an integer conversion: every state value is a whole
+-- number below 2^53), never '%.0f' or as a number argument, whose floating-point
+-- conversions cost more than the rest of a decision.
 local function px(us)
-  return string.format('%.0f', math.max(1, min_ttl, math.ceil(us / 1000)))
+  return string.format('%d', math.max(1, min_ttl, math.ceil(us / 1000)))
+end
+
+-- ':' and charge i's parameter k (a CHARGE_* offset) as sent.
+local function text(i, k)
+  return ':' .. argv[base[i] + k]
 end

@@ -20,20 +20,20 @@ function sliding_log.parse(m)
 end
 
 function sliding_log.member(e)
-  return string.format('%.0f:%.0f:%.0f', e[1], e[2], e[3])
+  return string.format('%d:%d:%d', e[1], e[2], e[3])
 end
 
 function sliding_log.read(i)
   local key, w = K[i], P1[i]
   local parse = sliding_log.parse
-  local first = parse(redis.call('ZRANGEBYSCORE', key, '(' .. string.format('%.0f', now - w),
-    '+inf', 'LIMIT', 0, 1)[1])
+  local cut = string.format('%d', now - w)
+  local first = parse(redis.call('ZRANGEBYSCORE', key, '(' .. cut, '+inf', 'LIMIT', 0, 1)[1])
   if not first then
     return {used = 0}
   end
   local newest = parse(redis.call('ZRANGE', key, -1, -1)[1])
   -- The oldest live entry's rank: the number of expired members before it.
-  local rank = redis.call('ZCOUNT', key, '-inf', string.format('%.0f', now - w))
+  local rank = redis.call('ZCOUNT', key, '-inf', cut)
   local count = redis.call('ZCARD', key)
   return {first = first, newest = newest, rank = rank, count = count,
     used = newest[3] - (first[3] - first[2])}
@@ -60,8 +60,8 @@ end
 -- stamped e[1], and sets PX to the time until it expires (it is the newest).
 function sliding_log.write_newest(i, e)
   local key, w = K[i], P1[i]
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', now - w))
-  local fts = string.format('%.0f', e[1])
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - w))
+  local fts = string.format('%d', e[1])
   redis.call('ZREMRANGEBYSCORE', key, fts, fts)
   redis.call('ZADD', key, fts, sliding_log.member(e))
   redis.call('PEXPIRE', key, px(e[1] + w - now))
@@ -149,14 +149,14 @@ function sliding_log.give_back(i, s)
   if s + w <= now then
     return
   end
-  local fs = string.format('%.0f', s)
+  local fs = string.format('%d', s)
   local e = parse(redis.call('ZRANGEBYSCORE', key, fs, fs)[1])
   if not e then
     return
   end
   local back = math.min(COST[i], e[2])
   local later = redis.call('ZRANGEBYSCORE', key, '(' .. fs, '+inf')
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', now - w))
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - w))
   redis.call('ZREMRANGEBYSCORE', key, fs, '+inf')
   if e[2] > back then
     redis.call('ZADD', key, fs, member({e[1], e[2] - back, e[3] - back}))
@@ -164,7 +164,7 @@ function sliding_log.give_back(i, s)
   for _, m in ipairs(later) do
     local x = parse(m)
     if x then
-      redis.call('ZADD', key, string.format('%.0f', x[1]), member({x[1], x[2], x[3] - back}))
+      redis.call('ZADD', key, string.format('%d', x[1]), member({x[1], x[2], x[3] - back}))
     end
   end
   -- Emptying the set deleted the key (and its TTL): PX again from the newest entry left.

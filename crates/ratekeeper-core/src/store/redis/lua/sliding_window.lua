@@ -103,8 +103,9 @@ function sliding_window.store(i, st)
   if st[2] <= 0 and st[3] <= 0 then
     redis.call('DEL', K[i])
   else
-    redis.call('SET', K[i], string.format('%.0f:%.0f:%.0f:%.0f', st[1], st[2], st[3], P1[i]),
-      'PX', px(sliding_window.reset(i, st)))
+    redis.call('SET', K[i],
+      string.format('%d:%d:%d%s', st[1], st[2], st[3], text(i, CHARGE_P1)), 'PX',
+      px(sliding_window.reset(i, st)))
   end
 end
 
