@@ -173,7 +173,8 @@ impl RedisStoreBuilder {
     }
 
     /// How long building the store waits for Redis to become ready (default 5 s): connected,
-    /// every script loaded (`SCRIPT LOAD`), Redis `TIME` read. Attempts are repeated every
+    /// every script and the function library loaded (`SCRIPT LOAD`, `FUNCTION LOAD`), Redis
+    /// `TIME` read. Attempts are repeated every
     /// 50 ms within it (Redis may still be starting).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;

@@ -1,4 +1,4 @@
-//! Concurrency slots in Redis (`concurrency.lua`): leases renewed while their request runs.
+//! Concurrency slots in Redis (`lua/concurrency.lua`): leases renewed while their request runs.
 
 use std::fmt;
 use std::sync::Arc;

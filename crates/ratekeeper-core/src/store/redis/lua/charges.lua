@@ -66,7 +66,7 @@ end
 -- together with the call's earlier charges of the same key (a duplicate charge), while its
 -- remaining and reset_after are the state as it is.
 local function peek_all(denied, denied_code, denied_retry, denied_less)
-  local out = {server_now, STATUS_DONE}
+  local out = reply_table()
   for i = 1, n do
     local st = current(i)
     local code, _, retry, less = verdict(i, st)
@@ -78,18 +78,42 @@ local function peek_all(denied, denied_code, denied_retry, denied_less)
   return out
 end
 
+-- The units the call's charges before charge i ask of its key (0 when it is the first
+-- charge of its key). Key names are interned strings: comparing two is one pointer, and a
+-- call holds a request's few policies, so a scan costs less than a table.
+local function earlier(i)
+  local key, total = K[i], 0
+  for j = 1, i - 1 do
+    if K[j] == key then
+      total = total + COST[j]
+    end
+  end
+  return total
+end
+
+-- A reply's table, sized at once for the rows of a call of up to 4 charges (a table that
+-- grows is copied at 4, 8 and 16 values).
+local function reply_table()
+  if n == 1 then
+    return {server_now, STATUS_DONE, nil, nil, nil, nil, nil, nil, nil}
+  elseif n <= 4 then
+    return {server_now, STATUS_DONE, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil,
+      nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}
+  end
+  return {server_now, STATUS_DONE}
+end
+
 -- Charges of one call on the same key (a duplicate charge: one policy and client key
 -- charged twice) are cumulative, as in the memory store: each is judged on the state the
 -- earlier ones left, and a total above the capacity can never fit, whatever each cost
--- alone. `spent[key]` is the total so far in this call.
+-- alone.
 local function judge(i, st)
-  if n == 1 then
+  if i == 1 then
     -- No earlier charge: the total is the cost, which `verdict` weighs against the
     -- capacity itself.
     return verdict(i, st)
   end
-  local total = (spent[K[i]] or 0) + COST[i]
-  spent[K[i]] = total
+  local total = earlier(i) + COST[i]
   if total > capacity(i) then
     return CODE_CANNOT_FIT, nil, 0, 0
   end

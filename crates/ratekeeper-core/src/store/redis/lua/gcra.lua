@@ -53,7 +53,10 @@ end
 
 -- The state at now: max(TAT, now).
 function gcra.current(_, st)
-  return math.max(st, now)
+  if st > now then
+    return st
+  end
+  return now
 end
 
 -- Writes the TAT (PX until it, deleted when it is in the past: "absent").
@@ -92,12 +95,22 @@ function gcra.remaining(i, st)
   if room <= 0 then
     return 0
   end
-  return math.min(math.floor(room / P1[i]), P3[i])
+  -- floor(room / T) (exact: `%` floors), at most the burst.
+  local t = P1[i]
+  local whole = (room - room % t) / t
+  if whole > P3[i] then
+    return P3[i]
+  end
+  return whole
 end
 
 -- remaining, reset_after µs and hold (the fields follow from reset_after: unbounded).
 function gcra.row(i, st)
-  return gcra.remaining(i, st), math.max(st - now, 0), HOLD_UNBOUNDED
+  local reset = st - now
+  if reset < 0 then
+    reset = 0
+  end
+  return gcra.remaining(i, st), reset, HOLD_UNBOUNDED
 end
 
 -- The receipt of a charge: the TAT right after it.

@@ -116,14 +116,12 @@ end
 -- A reservation for a request that may wait up to max_wait µs (see `shaper.lua`); the
 -- request's delay is the longest of its policies'.
 local function op_reserve(max_wait)
-  local out = {server_now, STATUS_DONE}
-  local writes = {}
+  local out = reply_table()
   local delay = 0
   for i = 1, n do
     local kind, cost = STAMP[i], COST[i]
     local code, next_state, retry, wait, shown, less = CODE_ALLOWED, nil, 0, 0, nil, 0
-    local total = (spent[K[i]] or 0) + cost
-    spent[K[i]] = total
+    local total = earlier(i) + cost
     if kind ~= RESERVE_GCRA and total > capacity(i) then
       -- With the call's earlier charges of this key, it can never fit (see `judge`). GCRA
       -- reservations book one turn per charge, so their total may exceed the burst.
@@ -143,7 +141,7 @@ local function op_reserve(max_wait)
       -- left was never written).
       cache = {}
       shown = reserve_shown(i, kind, cost)
-      local denied_out = {server_now, STATUS_DONE}
+      local denied_out = reply_table()
       for j = 1, n do
         if j == i then
           report(denied_out, i, code, shown, retry, STAMP_NONE, less)
@@ -163,16 +161,17 @@ local function op_reserve(max_wait)
     end
     if next_state then
       cache[K[i]] = next_state
-      writes[i] = next_state
+      pending[i] = next_state
       report(out, i, CODE_ALLOWED, next_state, 0, algorithm(i).receipt(i, next_state))
     else
+      pending[i] = false
       report(out, i, CODE_ALLOWED, shown, 0, STAMP_NONE)
     end
     delay = math.max(delay, wait)
   end
   for i = 1, n do
-    if writes[i] then
-      store(i, writes[i])
+    if pending[i] then
+      store(i, pending[i])
     end
   end
   out[#out + 1] = delay
@@ -180,16 +179,13 @@ local function op_reserve(max_wait)
   return out
 end
 
+-- The states a check or a reservation writes once every charge passed, by charge (false:
+-- none); one table for every call, its first n entries set by each.
+local pending = {}
+
 -- A check: every charge or none (all-or-nothing).
 local function op_check()
-  local out
-  if n == 1 then
-    -- Sized for its one row at once.
-    out = {server_now, STATUS_DONE, nil, nil, nil, nil, nil, nil, nil}
-  else
-    out = {server_now, STATUS_DONE}
-  end
-  local writes = nil
+  local out = reply_table()
   for i = 1, n do
     local st = current(i)
     local code, next_state, retry, less = judge(i, st)
@@ -204,19 +200,19 @@ local function op_check()
       report(out, i, code, next_state, retry, algorithm(i).receipt(i, next_state))
     elseif next_state then
       cache[K[i]] = next_state
-      writes = writes or {}
-      writes[i] = next_state
+      pending[i] = next_state
       report(out, i, code, next_state, retry, algorithm(i).receipt(i, next_state))
     else
+      pending[i] = false
       report(out, i, code, st, retry, STAMP_NONE)
     end
   end
   -- In charge order, so a key charged twice in one call ends with its last (cumulative)
   -- state.
-  if writes then
+  if n > 1 then
     for i = 1, n do
-      if writes[i] then
-        store(i, writes[i])
+      if pending[i] then
+        store(i, pending[i])
       end
     end
   end
@@ -266,9 +262,6 @@ local function limiter(keys, args)
     if stamps then
       STAMP[i] = args[at + CHARGE_STAMP] + 0
     end
-  end
-  if n > 1 or op == OP_RESERVE then
-    spent = {}
   end
   if op == OP_CHECK or op == OP_RESERVE then
     local banned = ban_precheck(max_wait)

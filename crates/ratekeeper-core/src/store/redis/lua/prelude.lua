@@ -16,14 +16,12 @@
 --            own (its parameter k is argv[base[i] + k], k a CHARGE_* offset): a state's
 --            parameters are written back as the text they came in, with no formatting.
 -- cache      per key name, the state read (or written) during the call.
--- spent      per key name, the units the call's charges so far asked of it (set by the
---            ops that weigh several charges of one key).
 local now, server_now, min_ttl = 0, 0, 0
 local K = {}
 local n = 0
 local ALG, P1, P2, P3, COST, STAMP = {}, {}, {}, {}, {}, {}
 local argv, base = {}, {}
-local cache, spent = {}, {}
+local cache = {}
 
 -- The arguments are the store's own (decimal integers): read with `+ 0` (one conversion,
 -- where `tonumber` makes two); a state read from a key, which could hold anything, is read
@@ -58,7 +56,15 @@ end
 -- number below 2^53), never '%.0f' or as a number argument, whose floating-point
 -- conversions cost more than the rest of a decision.
 local function px(us)
-  return string.format('%d', math.max(1, min_ttl, math.ceil(us / 1000)))
+  -- ceil(us / 1000) (exact: `%` floors), at least min_ttl and 1.
+  local ms = (us + 999 - (us + 999) % 1000) / 1000
+  if ms < min_ttl then
+    ms = min_ttl
+  end
+  if ms < 1 then
+    ms = 1
+  end
+  return string.format('%d', ms)
 end
 
 -- ':' and charge i's parameter k (a CHARGE_* offset) as sent.
