@@ -109,6 +109,7 @@ fn every_upper_case_name_in_the_chunks_is_defined() {
         "P3",
         "COST",
         "STAMP",
+        "SUFFIX",
         "ALGORITHMS",
         "KEYS",
         "ARGV",
@@ -399,4 +400,93 @@ fn the_decoder_reads_where_the_offsets_say_and_sentinels_round_trip() {
         RedisPolicy::new(&window).expect("policy").reserve,
         RESERVE_NONE
     );
+}
+
+/// Every name the library defines at its top level (`local NAME`, `local function NAME`,
+/// `local A, B = ...`) is used only after its definition: a function that names a local
+/// defined further down reads a global instead, which Redis refuses at run time
+/// ("Script attempted to access nonexistent global variable").
+#[test]
+fn no_chunk_uses_a_top_level_name_before_its_definition() {
+    let body = code(body());
+    let mut defined: HashMap<&str, usize> = HashMap::new();
+    for (at, line) in body.lines().scan(0, |pos, line| {
+        let at = *pos;
+        *pos += line.len() + 1;
+        Some((at, line))
+    }) {
+        let Some(rest) = line.strip_prefix("local ") else {
+            continue;
+        };
+        let rest = rest.strip_prefix("function ").unwrap_or(rest);
+        let names = rest.split(['=', '(']).next().unwrap_or_default();
+        for name in names.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            defined.entry(name).or_insert(at);
+        }
+    }
+    assert!(defined.contains_key("limiter") && defined.contains_key("gcra"));
+    for (at, word) in words(&body) {
+        // A field (`gcra.load`, `t.x`) is not the local of that name.
+        if body[..at].ends_with('.') {
+            continue;
+        }
+        if let Some(&def) = defined.get(word) {
+            if at < def && declared_in_function(&body[..at], word) {
+                continue;
+            }
+            assert!(
+                at >= def,
+                "`{word}` is used before its definition: {}",
+                body[at.saturating_sub(60)..at + word.len()].replace('\n', " ")
+            );
+        }
+    }
+}
+
+/// Whether `name` is a parameter or a local of the top-level function `before` ends in (the
+/// text from the last line that starts a top-level function): then a use of it there is
+/// that variable, not the top-level name.
+fn declared_in_function(before: &str, name: &str) -> bool {
+    let start = before
+        .match_indices('\n')
+        .map(|(at, _)| at + 1)
+        .filter(|&at| {
+            let line = &before[at..];
+            line.starts_with("function ") || line.starts_with("local function ")
+        })
+        .last()
+        .unwrap_or(0);
+    let scope = &before[start..];
+    // The declaration itself: a parameter list, or a `local` or `for` list, still open.
+    let line = scope.rsplit('\n').next().unwrap_or_default().trim_start();
+    let open_params = line.contains("function")
+        && line
+            .rfind('(')
+            .is_some_and(|o| line.rfind(')').is_none_or(|c| c < o));
+    let open_list = (line.starts_with("local ") || line.starts_with("for "))
+        && !line.contains('=')
+        && !line.contains(" in ");
+    if open_params || open_list {
+        return true;
+    }
+    let is_name = |list: &str| list.split(',').any(|p| p.trim() == name);
+    // Parameters of the functions defined in it.
+    let params = scope.match_indices("function").any(|(at, _)| {
+        let rest = &scope[at..];
+        match (rest.find('('), rest.find(')')) {
+            (Some(open), Some(close)) if open < close => is_name(&rest[open + 1..close]),
+            _ => false,
+        }
+    });
+    // Its locals (`local a, b = ...`, `for a, b in`, `for a = `).
+    let locals = scope.lines().any(|line| {
+        let line = line.trim_start();
+        let list = line
+            .strip_prefix("local ")
+            .or_else(|| line.strip_prefix("for "))
+            .map(|rest| rest.split(['=', '(']).next().unwrap_or_default())
+            .map(|rest| rest.split(" in ").next().unwrap_or_default());
+        list.is_some_and(is_name)
+    });
+    params || locals
 }

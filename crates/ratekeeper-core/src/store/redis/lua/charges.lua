@@ -61,6 +61,18 @@ local function report(out, i, code, st, retry, stamp, less)
   out[at + ROW_HOLD] = hold
 end
 
+-- A reply's table, sized at once for the rows of a call of up to 4 charges (a table that
+-- grows is copied at 4, 8 and 16 values).
+local function reply_table()
+  if n == 1 then
+    return {server_now, STATUS_DONE, nil, nil, nil, nil, nil, nil, nil}
+  elseif n <= 4 then
+    return {server_now, STATUS_DONE, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil,
+      nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}
+  end
+  return {server_now, STATUS_DONE}
+end
+
 -- Every policy's state as it is now (nothing written). `denied` (optional) is the charge
 -- that refused a check, with its code and retry_after: it keeps them, since it was judged
 -- together with the call's earlier charges of the same key (a duplicate charge), while its
@@ -89,18 +101,6 @@ local function earlier(i)
     end
   end
   return total
-end
-
--- A reply's table, sized at once for the rows of a call of up to 4 charges (a table that
--- grows is copied at 4, 8 and 16 values).
-local function reply_table()
-  if n == 1 then
-    return {server_now, STATUS_DONE, nil, nil, nil, nil, nil, nil, nil}
-  elseif n <= 4 then
-    return {server_now, STATUS_DONE, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil,
-      nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}
-  end
-  return {server_now, STATUS_DONE}
 end
 
 -- Charges of one call on the same key (a duplicate charge: one policy and client key

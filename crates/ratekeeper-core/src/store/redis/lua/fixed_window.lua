@@ -89,8 +89,8 @@ function fixed_window.receipt(_, st)
 end
 
 -- Gives back COST[i] units of the charge with receipt s: only in the window it counted in.
-function fixed_window.give_back(i, s, _, load)
-  local st = fixed_window.current(i, load(i))
+function fixed_window.give_back(i, s, _, stored)
+  local st = fixed_window.current(i, stored(i))
   if st[1] == s and st[2] > 0 then
     st = {st[1], math.max(st[2] - COST[i], 0)}
     cache[K[i]] = st

@@ -40,10 +40,16 @@ function gcra.load(i, raw)
   return tat
 end
 
--- ":<T>:<tau>" of charge i, as sent.
+-- ":<T>:<tau>" of charge i, as sent (made once per charge and call: a read and a write
+-- both use it).
 function gcra.suffix(i)
-  local b = base[i]
-  return ':' .. argv[b + CHARGE_P1] .. ':' .. argv[b + CHARGE_P2]
+  local s = SUFFIX[i]
+  if not s then
+    local b = base[i]
+    s = ':' .. argv[b + CHARGE_P1] .. ':' .. argv[b + CHARGE_P2]
+    SUFFIX[i] = s
+  end
+  return s
 end
 
 -- The state of key i as stored, under the parameters in force.
@@ -106,11 +112,11 @@ end
 
 -- remaining, reset_after µs and hold (the fields follow from reset_after: unbounded).
 function gcra.row(i, st)
-  local reset = st - now
-  if reset < 0 then
-    reset = 0
+  if st <= now then
+    -- Full: the burst, and nothing to wait for.
+    return P3[i], 0, HOLD_UNBOUNDED
   end
-  return gcra.remaining(i, st), reset, HOLD_UNBOUNDED
+  return gcra.remaining(i, st), st - now, HOLD_UNBOUNDED
 end
 
 -- The receipt of a charge: the TAT right after it.
@@ -119,7 +125,7 @@ function gcra.receipt(_, st)
 end
 
 -- Gives back COST[i] units of the charge with receipt s (the TAT right after it; st the
--- stored TAT, read by `load`):
+-- stored TAT, read by `stored`, the call's cache):
 --   st <= now          : the bucket drained the charge: nothing;
 --   st == s            : the charge is the latest: TAT = s - cost * T;
 --   st - tau > now     : a refund: a later reservation still waits for its slot, nothing;
@@ -128,8 +134,8 @@ end
 --                        never gives back time already drained, nor more than is
 --                        outstanding.
 --   Never below now (a TAT in the past is "absent": deleted).
-function gcra.give_back(i, s, pays_debt, load)
-  local st = load(i)
+function gcra.give_back(i, s, pays_debt, stored)
+  local st = stored(i)
   if st <= now then
     return
   end

@@ -39,6 +39,7 @@ local function lease(keys, args)
   -- One charge, its arguments laid out as a limiter charge's (`base`, see the prelude).
   n = 1
   base[1] = LEASE_ARG_ALGO - CHARGE_ALGO
+  SUFFIX[1] = false
   ALG[1] = args[LEASE_ARG_ALGO]
   P1[1] = args[LEASE_ARG_P1] + 0
   P2[1] = args[LEASE_ARG_P2] + 0

@@ -17,6 +17,10 @@
 -- Every write sets PX to the time until the state equals "absent" (rounded up to a ms, at
 -- least the least PX); a state equal to "absent" is deleted.
 
+-- The states a check or a reservation writes once every charge passed, by charge (false:
+-- none); one table for every call, its first n entries set by each.
+local pending = {}
+
 -- The reset fence of charge i (only in the ops that send fences).
 local function fence_key(i)
   return K[n + i]
@@ -179,10 +183,6 @@ local function op_reserve(max_wait)
   return out
 end
 
--- The states a check or a reservation writes once every charge passed, by charge (false:
--- none); one table for every call, its first n entries set by each.
-local pending = {}
-
 -- A check: every charge or none (all-or-nothing).
 local function op_check()
   local out = reply_table()
@@ -249,6 +249,7 @@ local function limiter(keys, args)
   for i = 1, n do
     local at = head + CHARGE_ARGS * (i - 1)
     base[i] = at
+    SUFFIX[i] = false
     ALG[i] = args[at + CHARGE_ALGO]
     P1[i] = args[at + CHARGE_P1] + 0
     P2[i] = args[at + CHARGE_P2] + 0

@@ -12,6 +12,8 @@
 --            compared with the ALGO_* tokens), three parameters, cost and stamp (see
 --            `protocol.rs`; GCRA: P1 = T µs, P2 = tau µs, P3 = burst; the windows and the log:
 --            P1 = W µs, P2 = limit).
+-- SUFFIX    per charge, a state's text after its first value, made when first needed
+--            (false: not yet).
 -- argv, base: the call's arguments as sent, and per charge i the position before its
 --            own (its parameter k is argv[base[i] + k], k a CHARGE_* offset): a state's
 --            parameters are written back as the text they came in, with no formatting.
@@ -19,7 +21,7 @@
 local now, server_now, min_ttl = 0, 0, 0
 local K = {}
 local n = 0
-local ALG, P1, P2, P3, COST, STAMP = {}, {}, {}, {}, {}, {}
+local ALG, P1, P2, P3, COST, STAMP, SUFFIX = {}, {}, {}, {}, {}, {}, {}
 local argv, base = {}, {}
 local cache = {}
 

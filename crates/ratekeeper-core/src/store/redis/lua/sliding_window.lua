@@ -167,8 +167,8 @@ end
 
 -- Gives back COST[i] units of the charge with receipt s: from the current count in the
 -- window it counted in, from the previous count in the next one, later nothing.
-function sliding_window.give_back(i, s, _, load)
-  local st = sliding_window.current(i, load(i))
+function sliding_window.give_back(i, s, _, stored)
+  local st = sliding_window.current(i, stored(i))
   local cost = COST[i]
   if st[1] == s and st[2] > 0 then
     st = {st[1], math.max(st[2] - cost, 0), st[3]}
