@@ -17,9 +17,6 @@
 //! then makes `RK_COUNT` decisions one after the other on 1 000 client keys in turn, each
 //! one charge of cost 1 per policy, all in one call. The quota (1 000 000 per second) never
 //! denies, so every cell measures the allow path, the common one.
-//!
-//! With `RK_PRINT=limiter` (or `lease`) it prints that script's text (`EVAL` form) and
-//! exits, for scripts that send it bare (`scripts/redis_sliding_log_cost.sh`).
 
 use std::time::Duration;
 
@@ -112,15 +109,6 @@ async fn cell(
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    if let Ok(which) = std::env::var("RK_PRINT") {
-        let [limiter, lease] = RedisStore::script_texts();
-        match which.as_str() {
-            "limiter" => print!("{limiter}"),
-            "lease" => print!("{lease}"),
-            other => return Err(format!("RK_PRINT: limiter or lease, not {other:?}").into()),
-        }
-        return Ok(());
-    }
     let url = std::env::var("RK_URL").map_err(|_| "RK_URL: the Redis to measure on")?;
     let algos = std::env::var("RK_ALGOS")
         .unwrap_or_else(|_| "gcra,fixed_window,sliding_window,sliding_log".to_owned());

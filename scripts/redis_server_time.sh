@@ -45,7 +45,11 @@ for ref in "$@"; do
     git worktree add --detach -q "$dir" "$ref"
     worktrees+=("$dir")
     cp bench/redis_server_time.rs "$dir/bench/"
-    cp bench/Cargo.toml "$dir/bench/Cargo.toml"
+    # Its manifest with this binary added (the tree's other binaries as they are).
+    if ! grep -q 'name = "redis_server_time"' "$dir/bench/Cargo.toml"; then
+        printf '\n[[bin]]\nname = "redis_server_time"\npath = "redis_server_time.rs"\n' \
+            >>"$dir/bench/Cargo.toml"
+    fi
     trees+=("$dir")
     labels+=("$ref")
 done

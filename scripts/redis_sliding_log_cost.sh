@@ -11,15 +11,15 @@
 #
 # The revision's `limiter.lua` (a single file then, its op sent as the word `check`) is
 # measured beside the working tree's script (assembled by the store from `lua/`, printed
-# by `bench/redis_server_time.rs` with RK_PRINT=limiter; its op sent as a number), in the
+# by `bench/print_script.rs`; its op sent as a number), in the
 # same run and on the same server (f5824c4's members are "<ts>:<units>" before running
 # totals).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 LUA=crates/ratekeeper-core/src/store/redis/limiter.lua
-cargo build -q -p ratekeeper-bench --bin redis_server_time >&2
-TREE_SCRIPT=$(RK_PRINT=limiter "${CARGO_TARGET_DIR:-target}/debug/redis_server_time")
+cargo build -q -p ratekeeper-bench --bin print_script >&2
+TREE_SCRIPT=$("${CARGO_TARGET_DIR:-target}/debug/print_script" limiter)
 PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no >/dev/null &
 SERVER=$!
