@@ -36,7 +36,7 @@ local function fenced(i, s)
 end
 
 -- Gives back COST[i] units of the charge with receipt STAMP[i]: only what that charge still
--- holds (case B26; each algorithm's `give_back`). A refund (pays_debt false) keeps a later
+-- holds (each algorithm's `give_back`). A refund (pays_debt false) keeps a later
 -- reservation's GCRA turn, a correction (true) reads it as a debt and pays it off.
 local function give_back(i, pays_debt)
   local s = STAMP[i]
