@@ -448,13 +448,12 @@ fn no_chunk_uses_a_top_level_name_before_its_definition() {
 /// that variable, not the top-level name.
 fn declared_in_function(before: &str, name: &str) -> bool {
     let start = before
-        .match_indices('\n')
+        .rmatch_indices('\n')
         .map(|(at, _)| at + 1)
-        .filter(|&at| {
+        .find(|&at| {
             let line = &before[at..];
             line.starts_with("function ") || line.starts_with("local function ")
         })
-        .last()
         .unwrap_or(0);
     let scope = &before[start..];
     // The declaration itself: a parameter list, or a `local` or `for` list, still open.
