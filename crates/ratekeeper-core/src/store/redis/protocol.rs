@@ -178,6 +178,45 @@ const _: () = assert!(
         && LEASE_ARG_P3 - LEASE_ARG_ALGO == CHARGE_P3 - CHARGE_ALGO
 );
 
+/// The text of a one-digit token (an op), as the script compares it: written without
+/// formatting a number on every call.
+pub(super) const fn digit(token: u64) -> &'static str {
+    const DIGITS: [&str; 10] = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"];
+    if token < 10 {
+        DIGITS[token as usize]
+    } else {
+        ""
+    }
+}
+
+// Every op is one digit (see `digit`); every row offset is within a row (`reply.rs` reads
+// them from a `[i64; ROW_LEN]`).
+const _: () = assert!(
+    ROW_CODE >= 1
+        && ROW_CODE <= ROW_LEN
+        && ROW_REMAINING >= 1
+        && ROW_REMAINING <= ROW_LEN
+        && ROW_RESET >= 1
+        && ROW_RESET <= ROW_LEN
+        && ROW_RETRY >= 1
+        && ROW_RETRY <= ROW_LEN
+        && ROW_LESS >= 1
+        && ROW_LESS <= ROW_LEN
+        && ROW_STAMP >= 1
+        && ROW_STAMP <= ROW_LEN
+        && ROW_HOLD >= 1
+        && ROW_HOLD <= ROW_LEN
+);
+const _: () = assert!(
+    OP_CHECK < 10
+        && OP_PEEK < 10
+        && OP_REFUND < 10
+        && OP_CORRECT < 10
+        && OP_RESET < 10
+        && OP_INSPECT < 10
+        && OP_RESERVE < 10
+);
+
 /// Lua numbers are doubles: integers are exact up to 2^53.
 pub(super) const MAX_EXACT: u64 = 1 << 53;
 

@@ -62,18 +62,19 @@ pub(super) fn parse_rows(group: &Group, rows: &[redis::Value]) -> Result<Rows, S
     let mut out = Rows::new();
     for (chunk, charge) in rows.chunks_exact(ROW_LEN).zip(&group.charges) {
         let (capacity, limit) = (charge.capacity, charge.limit);
-        // The value at a row offset (`ROW_*`, from 1 as Lua counts).
-        let field = |offset: usize| match offset.checked_sub(1).and_then(|k| chunk.get(k)) {
-            Some(value) => int(value),
-            None => Err(unavailable(BadReply("short row"))),
-        };
-        let code = field(ROW_CODE)?;
-        let remaining = field(ROW_REMAINING)?;
-        let reset = field(ROW_RESET)?;
-        let retry = field(ROW_RETRY)?;
-        let less = field(ROW_LESS)?;
-        let stamp = field(ROW_STAMP)?;
-        let hold = field(ROW_HOLD)?;
+        // The row's integers; each field at its offset (`ROW_*`, from 1 as Lua counts).
+        let mut row = [0i64; ROW_LEN];
+        for (slot, value) in row.iter_mut().zip(chunk) {
+            *slot = int(value)?;
+        }
+        let field = |offset: usize| row[offset - 1];
+        let code = field(ROW_CODE);
+        let remaining = field(ROW_REMAINING);
+        let reset = field(ROW_RESET);
+        let retry = field(ROW_RETRY);
+        let less = field(ROW_LESS);
+        let stamp = field(ROW_STAMP);
+        let hold = field(ROW_HOLD);
         let less = Duration::from_nanos(u64::try_from(less.clamp(0, 999)).unwrap_or(0));
         let remaining = u32::try_from(remaining.clamp(0, i64::from(capacity))).unwrap_or(0);
         if let Some(decision) = ban_row(code, limit, us(retry).saturating_sub(less)) {

@@ -83,6 +83,7 @@ pub(super) enum Entry {
 }
 
 impl Entry {
+    #[inline]
     fn function(self) -> &'static str {
         match self {
             Self::Limiter => protocol::limiter_function(),
@@ -99,6 +100,7 @@ impl Entry {
 
     /// A command calling this entry with `keys` keys (`FCALL` when `functions`, else
     /// `EVALSHA`), room made for `args` more arguments and `bytes` bytes.
+    #[inline]
     pub(super) fn command(
         self,
         functions: bool,
@@ -238,6 +240,7 @@ impl ScriptRunner {
     }
 
     /// The injected now (µs) as the first argument, or an empty one for Redis `TIME`.
+    #[inline]
     pub(super) fn write_now(&self, cmd: &mut redis::Cmd) {
         match &self.now {
             Some(clock) => cmd.arg(clock.now() / 1_000),
@@ -246,6 +249,7 @@ impl ScriptRunner {
     }
 
     /// The stale guard for a call sent at app time `sent` (µs), or an empty argument.
+    #[inline]
     pub(super) fn write_guard(&self, cmd: &mut redis::Cmd, sent: u64) {
         match self.guard.limit(sent) {
             Some(limit) => cmd.arg(limit),
@@ -301,7 +305,7 @@ impl ScriptRunner {
                 &mut cmd
             }
         };
-        cmd.arg(mode.op()).arg(self.min_ttl_ms);
+        cmd.arg(protocol::digit(mode.op())).arg(self.min_ttl_ms);
         if let Mode::Reserve(max_wait_us) = mode {
             cmd.arg(max_wait_us);
         }
@@ -365,6 +369,7 @@ impl ScriptRunner {
     /// Reads a reply's head (Redis `TIME` µs, the status), teaches the guard Redis's time
     /// (the call was sent at app time `sent`), and turns a stale status into
     /// [`StoreError::Timeout`]; the whole reply.
+    #[inline]
     pub(super) fn read_head(
         &self,
         value: redis::Value,
