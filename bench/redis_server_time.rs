@@ -12,8 +12,8 @@
 //! 5000) choose the cells. Prints one line per cell: algorithm, policies, calls, usec,
 //! µs per call.
 //!
-//! Each cell registers its policies on a store of its own (its own key prefix), makes 200
-//! decisions to warm up (script loaded, keys present), resets the server's statistics,
+//! Each cell registers its policies on a store of its own (its own key prefix), makes
+//! `RK_WARM` (default 200) decisions to warm up (keys present), resets the server's statistics,
 //! then makes `RK_COUNT` decisions one after the other on 1 000 client keys in turn, each
 //! one charge of cost 1 per policy, all in one call. The quota (1 000 000 per second) never
 //! denies, so every cell measures the allow path, the common one.
@@ -25,7 +25,6 @@ use ratekeeper_axum::core::store::{Charge, Checked, PolicyId, Store};
 use ratekeeper_axum::{Algorithm, Key, Policy, Quota};
 
 const KEYS: usize = 1_000;
-const WARM: usize = 200;
 
 fn algorithm(name: &str) -> Result<Algorithm, String> {
     Ok(match name {
@@ -65,6 +64,7 @@ async fn cell(
     algo: &str,
     policies: usize,
     count: usize,
+    warm: usize,
 ) -> Result<(u64, u64), Box<dyn std::error::Error>> {
     let quota = Quota::new(1_000_000, Duration::from_secs(1))?;
     let mut store = RedisStore::builder()
@@ -82,8 +82,8 @@ async fn cell(
         .get_multiplexed_async_connection()
         .await?;
     let mut allowed = 0;
-    for j in 0..WARM + count {
-        if j == WARM {
+    for j in 0..warm + count {
+        if j == warm {
             let () = redis::cmd("CONFIG")
                 .arg("RESETSTAT")
                 .query_async(&mut admin)
@@ -101,8 +101,8 @@ async fn cell(
         .arg("commandstats")
         .query_async(&mut admin)
         .await?;
-    if allowed != WARM + count || store.stats().degraded != 0 {
-        return Err(format!("{algo} x{policies}: {allowed} allowed of {}", WARM + count).into());
+    if allowed != warm + count || store.stats().degraded != 0 {
+        return Err(format!("{algo} x{policies}: {allowed} allowed of {}", warm + count).into());
     }
     Ok(script_stats(&info))
 }
@@ -117,10 +117,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(5_000);
+    let warm: usize = std::env::var("RK_WARM")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(200);
     for algo in algos.split(',') {
         for p in policies.split(',') {
             let p: usize = p.parse()?;
-            let (calls, usec) = cell(&url, algo, p, count).await?;
+            let (calls, usec) = cell(&url, algo, p, count, warm).await?;
             let per = usec as f64 / calls.max(1) as f64;
             println!("{algo} {p} {calls} {usec} {per:.2}");
         }
