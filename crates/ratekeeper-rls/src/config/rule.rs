@@ -1,0 +1,191 @@
+//! A descriptor's rate limit (`rate_limit:` and the descriptor flags that go with it) and its
+//! time unit.
+
+use std::fmt;
+use std::str::FromStr;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit as PbUnit;
+use serde::Serialize;
+
+/// The period of a rate limit, as in Envoy's `RateLimitResponse.RateLimit.Unit`.
+///
+/// Windows are fixed and aligned on the Unix epoch, as in envoyproxy/ratelimit: a month is 30
+/// days and a year 365 days (see [`Unit::seconds`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Unit {
+    /// 1 s.
+    Second,
+    /// 60 s.
+    Minute,
+    /// 3 600 s.
+    Hour,
+    /// 86 400 s.
+    Day,
+    /// 604 800 s (7 days).
+    Week,
+    /// 2 592 000 s (30 days).
+    Month,
+    /// 31 536 000 s (365 days).
+    Year,
+}
+
+impl Unit {
+    /// Every unit, shortest first.
+    pub const ALL: [Unit; 7] = [
+        Unit::Second,
+        Unit::Minute,
+        Unit::Hour,
+        Unit::Day,
+        Unit::Week,
+        Unit::Month,
+        Unit::Year,
+    ];
+
+    /// The unit's length in seconds: 1, 60, 3 600, 86 400, 604 800, 2 592 000 (30 days) or
+    /// 31 536 000 (365 days), the table of envoyproxy/ratelimit's `UnitToDivider`.
+    pub const fn seconds(self) -> u64 {
+        match self {
+            Unit::Second => 1,
+            Unit::Minute => 60,
+            Unit::Hour => 3_600,
+            Unit::Day => 86_400,
+            Unit::Week => 604_800,
+            Unit::Month => 2_592_000,
+            Unit::Year => 31_536_000,
+        }
+    }
+
+    /// The lower-case name used in config files: `second` .. `year`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Unit::Second => "second",
+            Unit::Minute => "minute",
+            Unit::Hour => "hour",
+            Unit::Day => "day",
+            Unit::Week => "week",
+            Unit::Month => "month",
+            Unit::Year => "year",
+        }
+    }
+
+    /// The protobuf enum value (`RateLimitResponse.RateLimit.Unit`).
+    pub fn to_proto(self) -> PbUnit {
+        match self {
+            Unit::Second => PbUnit::Second,
+            Unit::Minute => PbUnit::Minute,
+            Unit::Hour => PbUnit::Hour,
+            Unit::Day => PbUnit::Day,
+            Unit::Week => PbUnit::Week,
+            Unit::Month => PbUnit::Month,
+            Unit::Year => PbUnit::Year,
+        }
+    }
+
+    /// The unit of a protobuf enum value; `None` for `UNKNOWN`.
+    pub fn from_proto(unit: PbUnit) -> Option<Unit> {
+        match unit {
+            PbUnit::Unknown => None,
+            PbUnit::Second => Some(Unit::Second),
+            PbUnit::Minute => Some(Unit::Minute),
+            PbUnit::Hour => Some(Unit::Hour),
+            PbUnit::Day => Some(Unit::Day),
+            PbUnit::Week => Some(Unit::Week),
+            PbUnit::Month => Some(Unit::Month),
+            PbUnit::Year => Some(Unit::Year),
+        }
+    }
+
+    /// The unit of a protobuf enum's wire value (`i32`, as in a decoded message); `None` for
+    /// `UNKNOWN` (0) and values the enum does not define.
+    pub fn from_proto_i32(value: i32) -> Option<Unit> {
+        PbUnit::try_from(value).ok().and_then(Unit::from_proto)
+    }
+}
+
+impl From<Unit> for PbUnit {
+    fn from(unit: Unit) -> PbUnit {
+        unit.to_proto()
+    }
+}
+
+impl fmt::Display for Unit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A unit name that is not second, minute, hour, day, week, month or year.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid rate limit unit '{0}'")]
+pub struct UnitParseError(pub String);
+
+impl FromStr for Unit {
+    type Err = UnitParseError;
+
+    /// Case-insensitive, as the reference (which upper-cases and looks up the protobuf name).
+    fn from_str(s: &str) -> Result<Unit, UnitParseError> {
+        Unit::ALL
+            .into_iter()
+            .find(|u| u.as_str().eq_ignore_ascii_case(s))
+            .ok_or_else(|| UnitParseError(s.to_owned()))
+    }
+}
+
+/// The limit of one config descriptor: its `rate_limit:` map and the descriptor flags that
+/// apply to it.
+///
+/// Built only by loading a config ([`RateLimitConfig`](super::RateLimitConfig)).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct RateLimitRule {
+    /// Requests (hits) allowed per `unit`. A missing `requests_per_unit` is 0, which refuses
+    /// every request (the reference's deny-list idiom).
+    pub requests_per_unit: u32,
+    /// The window. For an `unlimited` rule (which has no unit in the file) this is
+    /// [`Unit::Second`] and means nothing.
+    pub unit: Unit,
+    /// `unlimited: true`: the descriptor is allowed without counting (`OK`, remaining
+    /// `u32::MAX`).
+    pub unlimited: bool,
+    /// `rate_limit.name`, returned in the status's `current_limit.name` and the target of other
+    /// rules' `replaces`. `None` when absent or empty.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Names of the rules this one replaces when both match one request.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub replaces: Vec<String>,
+    /// `shadow_mode: true` on the descriptor: counted, but never refuses (not inherited by
+    /// nested descriptors).
+    pub shadow_mode: bool,
+    /// `quota_mode: true` on the descriptor: refuses only when every quota-mode descriptor of
+    /// the request is over.
+    pub quota_mode: bool,
+    /// `detailed_metric: true` on the descriptor: the stats key uses the request's values.
+    pub detailed_metric: bool,
+    /// The descriptor's `metadata` as JSON (returned in dynamic metadata).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units_parse_case_insensitively_and_map_to_the_proto() {
+        assert_eq!("MiNuTe".parse::<Unit>(), Ok(Unit::Minute));
+        assert_eq!("WEEK".parse::<Unit>(), Ok(Unit::Week));
+        assert!("unknown".parse::<Unit>().is_err());
+        assert!("".parse::<Unit>().is_err());
+        for unit in Unit::ALL {
+            assert_eq!(Unit::from_proto(unit.to_proto()), Some(unit));
+            assert_eq!(Unit::from_proto_i32(unit.to_proto() as i32), Some(unit));
+        }
+        assert_eq!(Unit::from_proto_i32(0), None);
+        assert_eq!(Unit::from_proto_i32(99), None);
+        assert_eq!(Unit::Month.seconds(), 30 * 86_400);
+        assert_eq!(Unit::Year.seconds(), 365 * 86_400);
+        assert_eq!(Unit::Week.seconds(), 7 * 86_400);
+    }
+}

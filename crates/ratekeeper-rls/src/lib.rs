@@ -1,0 +1,31 @@
+//! An Envoy rate limit service (`envoy.service.ratelimit.v3.RateLimitService`) on ratekeeper,
+//! meant as a drop-in for [envoyproxy/ratelimit](https://github.com/envoyproxy/ratelimit).
+//!
+//! - [`config`]: the reference's YAML files, read unchanged (same keys, same matching rules,
+//!   every error with `file:line:column`), and their hot reload ([`config::watch`]).
+//! - [`settings`]: the binary's flags and the reference's environment variables.
+//! - [`compat`]: every difference from the reference, with its reason.
+//!
+//! ```
+//! use ratekeeper_rls::config::{LoadOptions, Lookup, RateLimitConfig};
+//!
+//! let yaml = "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 60}\n";
+//! let config = RateLimitConfig::from_sources([("api.yaml", yaml)], &LoadOptions::default())?;
+//! let Lookup::Limit(m) = config.lookup("api", &[("user", "alice")]) else { panic!("no limit") };
+//! assert_eq!(m.rule.requests_per_unit, 60);
+//! # Ok::<(), ratekeeper_rls::config::ConfigError>(())
+//! ```
+
+mod clock;
+pub mod compat;
+pub mod config;
+mod http;
+mod limiter;
+pub mod server;
+pub mod service;
+pub mod settings;
+pub mod stats;
+
+pub use clock::UnixClock;
+pub use server::{Server, ServerBuilder, ServerError};
+pub use service::{RateLimiter, ServiceError};

@@ -1,0 +1,247 @@
+//! Counting on ratekeeper-core's stores: one fixed-window policy per distinct
+//! (`requests_per_unit`, unit) pair, registered when a config loads (or when a request's
+//! override first names it), and one hashed store key per counter.
+//!
+//! No algorithm lives here: every decision is a [`Store::check`] of one charge.
+
+use std::collections::HashMap;
+use std::num::NonZeroU32;
+use std::sync::{PoisonError, RwLock};
+use std::time::Duration;
+
+use base64::Engine as _;
+use ratekeeper_core::clock::Clock;
+use ratekeeper_core::store::redis::RedisStore;
+use ratekeeper_core::store::tiered::TieredStore;
+use ratekeeper_core::store::{Charge, Checked, MemoryStore, PolicyId, Store, StoreError};
+use ratekeeper_core::{Algorithm, Decision, Key, Policy, Quota};
+use sha2::{Digest as _, Sha256};
+
+use crate::clock::SharedClock;
+
+/// The most distinct (limit, unit) pairs registered with the store. Configs name a handful;
+/// request overrides could name more, and each registration is kept for the process's life.
+pub(crate) const MAX_POLICIES: usize = 4_096;
+
+/// Where counters live.
+pub(crate) enum Backend {
+    /// This process (the default): nothing else has to run.
+    Memory(MemoryStore<Key, SharedClock>),
+    /// Redis standalone or Cluster, shared by every instance.
+    Redis(RedisStore),
+    /// Redis with units leased to this instance.
+    Tiered(TieredStore),
+}
+
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.kind())
+    }
+}
+
+impl Backend {
+    /// The store's name: `memory`, `redis` or `tiered`.
+    pub(crate) const fn kind(&self) -> &'static str {
+        match self {
+            Self::Memory(_) => "memory",
+            Self::Redis(_) => "redis",
+            Self::Tiered(_) => "tiered",
+        }
+    }
+
+    fn register(&mut self, policy: &Policy) -> Result<PolicyId, StoreError> {
+        match self {
+            Self::Memory(s) => s.register(policy),
+            Self::Redis(s) => s.register(policy),
+            Self::Tiered(s) => s.register(policy),
+        }
+    }
+}
+
+/// A charge's answer, before it is awaited (the store's lock is released by then).
+enum Pending {
+    Ready(Result<ratekeeper_core::store::Decisions, StoreError>),
+    Redis(<RedisStore as Store<Key>>::Future),
+    Tiered(<TieredStore as Store<Key>>::Future),
+}
+
+/// One counter to charge.
+#[derive(Debug, Clone)]
+pub(crate) struct Hit {
+    /// Units admitted per window (never 0: a limit of 0 is answered without the store).
+    pub(crate) limit: NonZeroU32,
+    /// The window, in seconds.
+    pub(crate) unit_secs: u64,
+    /// The counter's store key (hashed, see [`counter_key`]).
+    pub(crate) key: Key,
+    /// Units to charge (0 reads the counter).
+    pub(crate) cost: u64,
+}
+
+struct Inner {
+    backend: Backend,
+    policies: HashMap<(u32, u64), PolicyId>,
+}
+
+/// The store and its registry of fixed-window policies.
+pub(crate) struct Limiter {
+    inner: RwLock<Inner>,
+    clock: SharedClock,
+}
+
+impl std::fmt::Debug for Limiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Limiter").finish_non_exhaustive()
+    }
+}
+
+impl Limiter {
+    /// A limiter over `backend`; `clock` gives the Unix time of a memory store's windows.
+    pub(crate) fn new(backend: Backend, clock: SharedClock) -> Self {
+        Self {
+            inner: RwLock::new(Inner {
+                backend,
+                policies: HashMap::new(),
+            }),
+            clock,
+        }
+    }
+
+    /// The store's name (`memory`, `redis`, `tiered`).
+    pub(crate) fn kind(&self) -> &'static str {
+        self.read(|i| i.backend.kind())
+    }
+
+    fn read<T>(&self, f: impl FnOnce(&Inner) -> T) -> T {
+        f(&self.inner.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// The policy of (`limit`, `unit_secs`), registered now if it is new.
+    ///
+    /// # Errors
+    ///
+    /// The store's refusal, or [`StoreError::UnsupportedQuota`] past [`MAX_POLICIES`].
+    pub(crate) fn policy(&self, limit: NonZeroU32, unit_secs: u64) -> Result<PolicyId, StoreError> {
+        let pair = (limit.get(), unit_secs);
+        if let Some(id) = self.read(|i| i.policies.get(&pair).copied()) {
+            return Ok(id);
+        }
+        let mut inner = self.inner.write().unwrap_or_else(PoisonError::into_inner);
+        if let Some(id) = inner.policies.get(&pair) {
+            return Ok(*id);
+        }
+        if inner.policies.len() >= MAX_POLICIES {
+            return Err(StoreError::UnsupportedQuota(format!(
+                "more than {MAX_POLICIES} distinct limits"
+            )));
+        }
+        let quota = Quota::new(limit.get(), Duration::from_secs(unit_secs))
+            .map_err(|e| StoreError::UnsupportedQuota(e.to_string()))?;
+        let name = format!("rls_{}_per_{}s", limit, unit_secs);
+        let policy = Policy::new(name, quota).with_algorithm(Algorithm::FixedWindow);
+        let id = inner.backend.register(&policy)?;
+        inner.policies.insert(pair, id);
+        Ok(id)
+    }
+
+    /// Charges `hit.cost` units to `hit.key`'s window: allowed (and charged) or refused
+    /// (and not charged), as the store decides.
+    ///
+    /// # Errors
+    ///
+    /// The store's error (its failure policy is in [`StoreError::failure_policy`]).
+    pub(crate) async fn charge(&self, hit: &Hit) -> Result<Decision, StoreError> {
+        let policy = self.policy(hit.limit, hit.unit_secs)?;
+        let pending = self.read(|i| {
+            let charge = [Charge::new(policy, &hit.key, hit.cost)];
+            match &i.backend {
+                Backend::Memory(s) => match s.check(&charge) {
+                    Checked::Ready(r) => Pending::Ready(r),
+                    Checked::Pending(f) => Pending::Ready(f.into_inner()),
+                },
+                Backend::Redis(s) => match s.check(&charge) {
+                    Checked::Ready(r) => Pending::Ready(r),
+                    Checked::Pending(f) => Pending::Redis(f),
+                },
+                Backend::Tiered(s) => match s.check(&charge) {
+                    Checked::Ready(r) => Pending::Ready(r),
+                    Checked::Pending(f) => Pending::Tiered(f),
+                },
+            }
+        });
+        let decisions = match pending {
+            Pending::Ready(r) => r,
+            Pending::Redis(f) => f.await,
+            Pending::Tiered(f) => f.await,
+        }?;
+        decisions
+            .as_slice()
+            .first()
+            .copied()
+            .ok_or(StoreError::UnknownPolicy(policy))
+    }
+
+    /// Wall-clock time since the Unix epoch as the store sees it (Redis `TIME` for a Redis
+    /// store, the service's clock for the memory store).
+    pub(crate) fn unix_now(&self) -> Duration {
+        self.read(|i| match &i.backend {
+            Backend::Memory(_) => self.clock.unix_now(),
+            Backend::Redis(s) => s.unix_now(),
+            Backend::Tiered(s) => s.unix_now(),
+        })
+    }
+
+    /// Whether the store can decide now: always for memory; for Redis, connected with its
+    /// circuit breaker closed.
+    pub(crate) fn is_healthy(&self) -> bool {
+        self.read(|i| match &i.backend {
+            Backend::Memory(_) => true,
+            Backend::Redis(s) => s.is_ready() && !s.is_breaker_open(),
+            Backend::Tiered(s) => s.redis().is_ready() && !s.redis().is_breaker_open(),
+        })
+    }
+
+    /// Gives leased units back to Redis (tiered store) before the process exits. Call it
+    /// once no request is in flight: the limiter answers from a fresh memory store after.
+    pub(crate) async fn shutdown(&self) {
+        let taken = {
+            let mut inner = self.inner.write().unwrap_or_else(PoisonError::into_inner);
+            if !matches!(inner.backend, Backend::Tiered(_)) {
+                return;
+            }
+            inner.policies.clear();
+            let fresh = Backend::Memory(MemoryStore::with_clock(self.clock.clone()));
+            std::mem::replace(&mut inner.backend, fresh)
+        };
+        if let Backend::Tiered(s) = taken {
+            if let Err(e) = s.shutdown().await {
+                tracing::warn!(error = %e, "leased units not given back at shutdown");
+            }
+        }
+    }
+}
+
+/// The store key of a counter: `domain` and the rule's counter key, hashed (SHA-256,
+/// 144 bits kept, base64url), so that descriptor values (which may be credentials) never
+/// reach a store key in clear. `prefix` (the `CACHE_KEY_PREFIX`) is part of the hash, so two
+/// services with different prefixes never share a counter.
+pub(crate) fn counter_key(prefix: &str, domain: &str, counter: &str) -> Key {
+    let mut h = Sha256::new();
+    for part in [prefix, domain, counter] {
+        h.update((part.len() as u64).to_le_bytes());
+        h.update(part.as_bytes());
+    }
+    let digest = h.finalize();
+    let text = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&digest[..18]);
+    Key::from(text.as_str())
+}
+
+/// Seconds until the window of `unit_secs` that holds `now` ends: `unit − (now mod unit)` in
+/// whole seconds, never 0 (at a boundary, the whole unit), as the reference computes it.
+pub(crate) fn until_reset(now: Duration, unit_secs: u64) -> u64 {
+    let unit = unit_secs.max(1);
+    unit - now.as_secs() % unit
+}
+
+#[cfg(test)]
+mod tests;

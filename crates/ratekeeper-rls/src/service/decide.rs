@@ -1,0 +1,328 @@
+//! One `ShouldRateLimit` call: rules, replaces, charges, statuses, overall code.
+
+use std::collections::HashSet;
+use std::num::NonZeroU32;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::Duration as PbDuration;
+use futures_util::future::join_all;
+use ratekeeper_core::store::{FailurePolicy, StoreError};
+
+use super::{Shared, response};
+use crate::config::{Lookup, Unit};
+use crate::limiter::{Hit, counter_key, until_reset};
+use crate::stats::hit_counts;
+
+/// Why a call is answered with a gRPC error instead of a response.
+///
+/// `Display` is the message sent in the gRPC status (the reference's texts for the first
+/// three). None of them carries a descriptor value.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServiceError {
+    /// The request's `domain` is empty (gRPC `INVALID_ARGUMENT`).
+    #[error("rate limit domain must not be empty")]
+    EmptyDomain,
+    /// The request has no descriptor (gRPC `INVALID_ARGUMENT`).
+    #[error("rate limit descriptor list must not be empty")]
+    NoDescriptors,
+    /// No config has loaded yet (gRPC `UNAVAILABLE`).
+    #[error("no rate limit configuration loaded")]
+    NoConfig,
+    /// The store could not decide and its failure policy lets Envoy decide (gRPC
+    /// `UNAVAILABLE`; Envoy's `failure_mode_deny` then allows or refuses).
+    #[error("the store could not decide: {0}")]
+    Store(#[source] StoreError),
+}
+
+impl ServiceError {
+    /// The `err_type` label of `ratelimit_service_should_rate_limit_error`: `redis_error`
+    /// for a store that was unreachable or too slow, `service_error` otherwise.
+    pub fn err_type(&self) -> &'static str {
+        match self {
+            Self::Store(e) if e.is_unavailable() => "redis_error",
+            _ => "service_error",
+        }
+    }
+
+    /// The gRPC status sent for this error.
+    pub fn into_status(self) -> tonic::Status {
+        let message = self.to_string();
+        match self {
+            Self::EmptyDomain | Self::NoDescriptors => tonic::Status::invalid_argument(message),
+            Self::NoConfig | Self::Store(_) => tonic::Status::unavailable(message),
+        }
+    }
+}
+
+/// The rule that applies to one descriptor, with what its status and stats need.
+pub(super) struct Applied<'a> {
+    pub(super) requests_per_unit: u32,
+    pub(super) unit: Unit,
+    name: Option<&'a str>,
+    unlimited: bool,
+    shadow: bool,
+    pub(super) quota: bool,
+    replaces: &'a [String],
+    pub(super) metadata: Option<&'a serde_json::Map<String, serde_json::Value>>,
+    /// The counter's identity in clear (hashed before it reaches the store).
+    counter: String,
+    key1: String,
+    key2: String,
+}
+
+impl Applied<'_> {
+    fn current_limit(&self) -> RateLimit {
+        RateLimit {
+            name: self.name.unwrap_or_default().to_owned(),
+            requests_per_unit: self.requests_per_unit,
+            unit: self.unit.to_proto() as i32,
+        }
+    }
+}
+
+/// What one descriptor's check found.
+pub(super) struct Outcome<'a> {
+    pub(super) status: DescriptorStatus,
+    pub(super) rule: Option<Applied<'a>>,
+    pub(super) unlimited: bool,
+}
+
+fn push_len_prefixed(out: &mut String, s: &str) {
+    out.push_str(&s.len().to_string());
+    out.push(':');
+    out.push_str(s);
+}
+
+/// The rule of a descriptor that carries Envoy's `RateLimitOverride`: used as given, with no
+/// shadow or quota mode of its own; its counter is the one a config rule for the same
+/// entries uses; its stats labels hold the entries' keys, never their values.
+fn override_rule<'a>(
+    domain: &str,
+    d: &'a RateLimitDescriptor,
+    entries: &[(&str, &str)],
+) -> Option<Applied<'a>> {
+    let o = d.limit.as_ref()?;
+    let unit = Unit::from_proto_i32(o.unit)?;
+    let mut counter = String::new();
+    push_len_prefixed(&mut counter, domain);
+    for (k, v) in entries {
+        push_len_prefixed(&mut counter, k);
+        push_len_prefixed(&mut counter, v);
+    }
+    let mut keys = entries.iter().map(|(k, _)| (*k).to_owned());
+    Some(Applied {
+        requests_per_unit: o.requests_per_unit,
+        unit,
+        name: None,
+        unlimited: false,
+        shadow: false,
+        quota: false,
+        replaces: &[],
+        metadata: None,
+        counter,
+        key1: keys.next().unwrap_or_default(),
+        key2: keys.next().unwrap_or_default(),
+    })
+}
+
+fn duration(secs: u64) -> PbDuration {
+    PbDuration {
+        seconds: i64::try_from(secs).unwrap_or(i64::MAX),
+        nanos: 0,
+    }
+}
+
+/// The hits of descriptor `d`: its own `hits_addend` as given (0 included), else the
+/// request's, where 0 counts as 1.
+fn hits_of(d: &RateLimitDescriptor, request_hits: u32) -> u64 {
+    d.hits_addend
+        .as_ref()
+        .map_or_else(|| u64::from(request_hits.max(1)), |h| h.value)
+}
+
+pub(super) async fn decide(
+    shared: &Shared,
+    request: &RateLimitRequest,
+) -> Result<RateLimitResponse, ServiceError> {
+    if request.domain.is_empty() {
+        return Err(ServiceError::EmptyDomain);
+    }
+    if request.descriptors.is_empty() {
+        return Err(ServiceError::NoDescriptors);
+    }
+    let Some(config) = shared.config.load_full() else {
+        return Err(ServiceError::NoConfig);
+    };
+    let domain = request.domain.as_str();
+    let entries: Vec<Vec<(&str, &str)>> = request
+        .descriptors
+        .iter()
+        .map(|d| {
+            d.entries
+                .iter()
+                .map(|e| (e.key.as_str(), e.value.as_str()))
+                .collect()
+        })
+        .collect();
+
+    // 1. The rule of each descriptor.
+    let known_domain = config.domains().any(|d| d == domain);
+    let mut rules: Vec<Option<Applied<'_>>> = Vec::with_capacity(entries.len());
+    for (d, e) in request.descriptors.iter().zip(&entries) {
+        let rule = if d.limit.is_some() {
+            if known_domain {
+                override_rule(domain, d, e)
+            } else {
+                shared.stats.domain_not_found(domain);
+                None
+            }
+        } else {
+            match config.lookup(domain, e) {
+                Lookup::DomainNotFound => {
+                    shared.stats.domain_not_found(domain);
+                    None
+                }
+                Lookup::NoLimit => None,
+                Lookup::Limit(m) => {
+                    let (key1, key2) = m.metric_keys();
+                    Some(Applied {
+                        requests_per_unit: m.rule.requests_per_unit,
+                        unit: m.rule.unit,
+                        name: m.rule.name.as_deref(),
+                        unlimited: m.rule.unlimited,
+                        shadow: m.rule.shadow_mode,
+                        quota: m.rule.quota_mode,
+                        replaces: &m.rule.replaces,
+                        metadata: m.rule.metadata.as_ref(),
+                        counter: m.counter_key(),
+                        key1,
+                        key2: key2.unwrap_or_default(),
+                    })
+                }
+            }
+        };
+        rules.push(rule);
+    }
+
+    // 2. Replaces: the names every matched rule (unlimited ones included) replaces.
+    let replaced: HashSet<&str> = rules
+        .iter()
+        .flatten()
+        .flat_map(|r| r.replaces.iter().map(String::as_str))
+        .collect();
+    for slot in &mut rules {
+        if slot
+            .as_ref()
+            .is_some_and(|r| !r.unlimited && r.name.is_some_and(|n| replaced.contains(n)))
+        {
+            *slot = None;
+        }
+    }
+
+    // 3-5. Charges: unlimited and zero limits never reach the store.
+    let now = shared.limiter.unix_now();
+    let hits: Vec<u64> = request
+        .descriptors
+        .iter()
+        .map(|d| hits_of(d, request.hits_addend))
+        .collect();
+    let charges = rules.iter().zip(&hits).map(|(rule, &cost)| async move {
+        let rule = rule.as_ref()?;
+        if rule.unlimited {
+            return None;
+        }
+        let limit = NonZeroU32::new(rule.requests_per_unit)?;
+        let hit = Hit {
+            limit,
+            unit_secs: rule.unit.seconds(),
+            key: counter_key(&shared.options.cache_key_prefix, domain, &rule.counter),
+            cost,
+        };
+        Some(shared.limiter.charge(&hit).await)
+    });
+    let decisions = join_all(charges).await;
+
+    let mut outcomes = Vec::with_capacity(rules.len());
+    for ((rule, decision), &cost) in rules.into_iter().zip(decisions).zip(&hits) {
+        let outcome = match rule {
+            None => Outcome {
+                status: status(Code::Ok, None, 0, None),
+                rule: None,
+                unlimited: false,
+            },
+            Some(rule) if rule.unlimited => Outcome {
+                status: status(Code::Ok, None, u32::MAX, None),
+                rule: Some(rule),
+                unlimited: true,
+            },
+            Some(rule) => {
+                let reset = duration(until_reset(now, rule.unit.seconds()));
+                // (over, remaining, units held before the charge)
+                let (over, remaining, before) = match decision {
+                    // `requests_per_unit: 0`: every request is over, nothing is counted.
+                    None => (true, 0, 0),
+                    Some(Ok(d)) => {
+                        let limit = u64::from(d.limit());
+                        let remaining = d.remaining();
+                        if d.is_allowed() && !(cost == 0 && remaining == 0) {
+                            let held = limit.saturating_sub(u64::from(remaining));
+                            (false, remaining, held.saturating_sub(cost))
+                        } else {
+                            (true, 0, limit.saturating_sub(u64::from(remaining)))
+                        }
+                    }
+                    Some(Err(e)) => match e.failure_policy() {
+                        FailurePolicy::Deny => {
+                            crate::stats::should_rate_limit_error("redis_error");
+                            (true, 0, u64::from(rule.requests_per_unit))
+                        }
+                        _ => return Err(ServiceError::Store(e)),
+                    },
+                };
+                let counts = hit_counts(
+                    rule.requests_per_unit,
+                    before,
+                    cost,
+                    over,
+                    rule.shadow,
+                    shared.options.near_limit_ratio,
+                );
+                shared
+                    .stats
+                    .record_hits(domain, &rule.key1, &rule.key2, counts);
+                let code = if over && !rule.shadow {
+                    Code::OverLimit
+                } else {
+                    Code::Ok
+                };
+                Outcome {
+                    status: status(code, Some(rule.current_limit()), remaining, Some(reset)),
+                    rule: Some(rule),
+                    unlimited: false,
+                }
+            }
+        };
+        outcomes.push(outcome);
+    }
+    Ok(response::build(shared, request, outcomes, now))
+}
+
+fn status(
+    code: Code,
+    current_limit: Option<RateLimit>,
+    limit_remaining: u32,
+    duration_until_reset: Option<PbDuration>,
+) -> DescriptorStatus {
+    DescriptorStatus {
+        code: code as i32,
+        current_limit,
+        limit_remaining,
+        duration_until_reset,
+        ..DescriptorStatus::default()
+    }
+}
