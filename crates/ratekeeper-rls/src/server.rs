@@ -19,7 +19,8 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
@@ -126,7 +127,7 @@ pub struct Server {
     http_addr: SocketAddr,
     debug_addr: SocketAddr,
     metrics_addr: Option<SocketAddr>,
-    tasks: Tasks,
+    tasks: Mutex<Option<Tasks>>,
 }
 
 impl std::fmt::Debug for Server {
@@ -214,6 +215,7 @@ impl Server {
             limiter: Limiter::new(backend, clock),
             stats: Stats::default(),
             options: Options::from_settings(&settings),
+            in_flight: AtomicUsize::new(0),
         });
 
         // Watch first, then load: a change in between is reported, not lost.
@@ -333,11 +335,11 @@ impl Server {
             http_addr,
             debug_addr,
             metrics_addr,
-            tasks: Tasks {
+            tasks: Mutex::new(Some(Tasks {
                 handles,
                 stop,
                 watcher: Some(watcher),
-            },
+            })),
         })
     }
 
@@ -371,21 +373,35 @@ impl Server {
         .is_healthy()
     }
 
+    /// `ShouldRateLimit` calls (gRPC and `/json`) being answered now.
+    pub fn calls_in_flight(&self) -> usize {
+        self.shared.in_flight.load(Ordering::SeqCst)
+    }
+
     /// Stops the service as on SIGTERM: health turns `NOT_SERVING` (gRPC health and
     /// `/healthcheck` 500) at once, listeners stop accepting, calls in flight finish, the
-    /// config watcher stops, and a tiered store gives its leased units back.
-    pub async fn shutdown(mut self) {
+    /// config watcher stops, and a tiered store gives its leased units back. Returns when
+    /// all of that is done; a second call returns at once.
+    pub async fn shutdown(&self) {
         self.serving.store(false, Ordering::SeqCst);
         for name in ["", "ratelimit"] {
             self.health
                 .set_service_status(name, ServingStatus::NotServing)
                 .await;
         }
-        let _ = self.tasks.stop.send(true);
-        for handle in self.tasks.handles.drain(..) {
+        let tasks = self
+            .tasks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        let Some(mut tasks) = tasks else {
+            return;
+        };
+        let _ = tasks.stop.send(true);
+        for handle in tasks.handles.drain(..) {
             let _ = handle.await;
         }
-        if let Some(w) = self.tasks.watcher.take() {
+        if let Some(w) = tasks.watcher.take() {
             let _ = tokio::task::spawn_blocking(move || w.stop()).await;
         }
         self.shared.limiter.shutdown().await;

@@ -26,12 +26,12 @@ fn io_error(path: &Path, e: &std::io::Error) -> ConfigError {
     )
 }
 
+/// Config files as `(path, text)`, and warnings about the directory.
+pub(crate) type Files = (Vec<(String, String)>, Vec<ConfigWarning>);
+
 /// The config files under `path` as `(path, text)`, in file-name order, and warnings for the
 /// regular files of a directory that are not read.
-pub(crate) fn read_path(
-    path: &Path,
-    opts: &LoadOptions,
-) -> Result<(Vec<(String, String)>, Vec<ConfigWarning>), ConfigError> {
+pub(crate) fn read_path(path: &Path, opts: &LoadOptions) -> Result<Files, ConfigError> {
     let meta = fs::metadata(path).map_err(|e| io_error(path, &e))?;
     let mut warnings = Vec::new();
     if !meta.is_dir() {

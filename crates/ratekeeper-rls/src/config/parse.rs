@@ -60,14 +60,14 @@ impl FileCtx<'_> {
 
     fn warn_misplaced(&mut self, map: &Entries, allowed: &[&str], place: &str) {
         for (k, _) in map {
-            if let Kind::Str(name) = &k.kind {
-                if !allowed.contains(&name.as_str()) {
-                    self.warnings.push(ConfigWarning {
-                        file: self.file.to_owned(),
-                        position: Some((k.pos.line, k.pos.column)),
-                        message: format!("'{name}' has no effect in {place} (ignored)"),
-                    });
-                }
+            if let Kind::Str(name) = &k.kind
+                && !allowed.contains(&name.as_str())
+            {
+                self.warnings.push(ConfigWarning {
+                    file: self.file.to_owned(),
+                    position: Some((k.pos.line, k.pos.column)),
+                    message: format!("'{name}' has no effect in {place} (ignored)"),
+                });
             }
         }
     }

@@ -73,7 +73,7 @@ impl Drop for Watcher {
 }
 
 /// The files under a config path, read once: what a poll compares and loads.
-type Snapshot = Result<(Vec<(String, String)>, Vec<super::ConfigWarning>), ConfigError>;
+type Snapshot = Result<load::Files, ConfigError>;
 
 fn hash_snapshot(snapshot: &Snapshot) -> u64 {
     let mut h = DefaultHasher::new();

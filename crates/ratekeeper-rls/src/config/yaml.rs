@@ -216,10 +216,10 @@ pub(crate) fn parse(text: &str) -> Result<Node, (ConfigErrorKind, Position)> {
             Event::SequenceEnd | Event::MappingEnd => {
                 if let Some((node, _)) = b.stack.pop() {
                     let node = merge_keys(node)?;
-                    if let Some(anchor) = b.open_anchors.pop() {
-                        if anchor > 0 {
-                            b.anchors.insert(anchor, node.clone());
-                        }
+                    if let Some(anchor) = b.open_anchors.pop()
+                        && anchor > 0
+                    {
+                        b.anchors.insert(anchor, node.clone());
                     }
                     b.push_value(node)?;
                 }
@@ -348,10 +348,10 @@ pub(crate) fn resolve_plain(text: &str) -> Kind {
         if let Some(i) = parse_int(&plain) {
             return Kind::Int(i, text.to_owned());
         }
-        if is_float(&plain) {
-            if let Ok(f) = plain.parse::<f64>() {
-                return Kind::Float(f, text.to_owned());
-            }
+        if is_float(&plain)
+            && let Ok(f) = plain.parse::<f64>()
+        {
+            return Kind::Float(f, text.to_owned());
         }
     }
     Kind::Str(text.to_owned())

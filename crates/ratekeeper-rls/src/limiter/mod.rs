@@ -151,19 +151,41 @@ impl Limiter {
     ///
     /// The store's error (its failure policy is in [`StoreError::failure_policy`]).
     pub(crate) async fn charge(&self, hit: &Hit) -> Result<Decision, StoreError> {
-        let policy = self.policy(hit.limit, hit.unit_secs)?;
+        let decisions = self.charge_all(std::slice::from_ref(hit)).await?;
+        decisions
+            .first()
+            .copied()
+            .ok_or(StoreError::UnsupportedOperation("an empty answer"))
+    }
+
+    /// Charges every hit all-or-nothing, in one store call: when one is refused, none is
+    /// charged, and the others report their counters as they are. The decisions come back in
+    /// `hits` order.
+    ///
+    /// # Errors
+    ///
+    /// The store's error (its failure policy is in [`StoreError::failure_policy`]).
+    pub(crate) async fn charge_all(&self, hits: &[Hit]) -> Result<Vec<Decision>, StoreError> {
+        let mut policies = Vec::with_capacity(hits.len());
+        for hit in hits {
+            policies.push(self.policy(hit.limit, hit.unit_secs)?);
+        }
         let pending = self.read(|i| {
-            let charge = [Charge::new(policy, &hit.key, hit.cost)];
+            let charges: Vec<Charge<'_, Key>> = hits
+                .iter()
+                .zip(&policies)
+                .map(|(h, &p)| Charge::new(p, &h.key, h.cost))
+                .collect();
             match &i.backend {
-                Backend::Memory(s) => match s.check(&charge) {
+                Backend::Memory(s) => match s.check(&charges) {
                     Checked::Ready(r) => Pending::Ready(r),
                     Checked::Pending(f) => Pending::Ready(f.into_inner()),
                 },
-                Backend::Redis(s) => match s.check(&charge) {
+                Backend::Redis(s) => match s.check(&charges) {
                     Checked::Ready(r) => Pending::Ready(r),
                     Checked::Pending(f) => Pending::Redis(f),
                 },
-                Backend::Tiered(s) => match s.check(&charge) {
+                Backend::Tiered(s) => match s.check(&charges) {
                     Checked::Ready(r) => Pending::Ready(r),
                     Checked::Pending(f) => Pending::Tiered(f),
                 },
@@ -174,11 +196,7 @@ impl Limiter {
             Pending::Redis(f) => f.await,
             Pending::Tiered(f) => f.await,
         }?;
-        decisions
-            .as_slice()
-            .first()
-            .copied()
-            .ok_or(StoreError::UnknownPolicy(policy))
+        Ok(decisions.as_slice().to_vec())
     }
 
     /// Wall-clock time since the Unix epoch as the store sees it (Redis `TIME` for a Redis

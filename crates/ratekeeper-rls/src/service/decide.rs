@@ -10,6 +10,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use futures_util::future::join_all;
+use ratekeeper_core::Decision;
 use ratekeeper_core::store::{FailurePolicy, StoreError};
 
 use super::{Shared, response};
@@ -231,24 +232,40 @@ pub(super) async fn decide(
         .iter()
         .map(|d| hits_of(d, request.hits_addend))
         .collect();
-    let charges = rules.iter().zip(&hits).map(|(rule, &cost)| async move {
-        let rule = rule.as_ref()?;
-        if rule.unlimited {
-            return None;
-        }
-        let limit = NonZeroU32::new(rule.requests_per_unit)?;
-        let hit = Hit {
-            limit,
-            unit_secs: rule.unit.seconds(),
-            key: counter_key(&shared.options.cache_key_prefix, domain, &rule.counter),
-            cost,
-        };
-        Some(shared.limiter.charge(&hit).await)
-    });
-    let decisions = join_all(charges).await;
+    let to_charge: Vec<Option<Hit>> = rules
+        .iter()
+        .zip(&hits)
+        .map(|(rule, &cost)| {
+            let rule = rule.as_ref().filter(|r| !r.unlimited)?;
+            Some(Hit {
+                limit: NonZeroU32::new(rule.requests_per_unit)?,
+                unit_secs: rule.unit.seconds(),
+                key: counter_key(&shared.options.cache_key_prefix, domain, &rule.counter),
+                cost,
+            })
+        })
+        .collect();
+    let (charged, batch_refused) = if shared.options.stop_increment_when_over_limit {
+        charge_all_or_nothing(shared, &rules, &hits, &to_charge).await?
+    } else {
+        let each = to_charge.iter().map(|hit| async move {
+            match hit {
+                None => Charged::NotSent,
+                Some(hit) => match shared.limiter.charge(hit).await {
+                    Ok(d) => Charged::Decided(d),
+                    Err(e) if e.failure_policy() == FailurePolicy::Deny => {
+                        crate::stats::should_rate_limit_error("redis_error");
+                        Charged::Refused
+                    }
+                    Err(e) => Charged::Failed(e),
+                },
+            }
+        });
+        (join_all(each).await, false)
+    };
 
     let mut outcomes = Vec::with_capacity(rules.len());
-    for ((rule, decision), &cost) in rules.into_iter().zip(decisions).zip(&hits) {
+    for ((rule, charged), &cost) in rules.into_iter().zip(charged).zip(&hits) {
         let outcome = match rule {
             None => Outcome {
                 status: status(Code::Ok, None, 0, None),
@@ -263,26 +280,26 @@ pub(super) async fn decide(
             Some(rule) => {
                 let reset = duration(until_reset(now, rule.unit.seconds()));
                 // (over, remaining, units held before the charge)
-                let (over, remaining, before) = match decision {
+                let (over, remaining, before) = match charged {
                     // `requests_per_unit: 0`: every request is over, nothing is counted.
-                    None => (true, 0, 0),
-                    Some(Ok(d)) => {
+                    Charged::NotSent => (true, 0, 0),
+                    Charged::Decided(d) => {
                         let limit = u64::from(d.limit());
                         let remaining = d.remaining();
-                        if d.is_allowed() && !(cost == 0 && remaining == 0) {
-                            let held = limit.saturating_sub(u64::from(remaining));
-                            (false, remaining, held.saturating_sub(cost))
+                        let held = limit.saturating_sub(u64::from(remaining));
+                        // A check (0 hits) of a full counter is over, and so is a descriptor
+                        // whose hits do not fit what is left (all-or-nothing reports).
+                        let over = !d.is_allowed()
+                            || (cost == 0 && remaining == 0)
+                            || (batch_refused && cost > u64::from(remaining));
+                        if over {
+                            (true, 0, held)
                         } else {
-                            (true, 0, limit.saturating_sub(u64::from(remaining)))
+                            (false, remaining, held.saturating_sub(cost))
                         }
                     }
-                    Some(Err(e)) => match e.failure_policy() {
-                        FailurePolicy::Deny => {
-                            crate::stats::should_rate_limit_error("redis_error");
-                            (true, 0, u64::from(rule.requests_per_unit))
-                        }
-                        _ => return Err(ServiceError::Store(e)),
-                    },
+                    Charged::Refused => (true, 0, u64::from(rule.requests_per_unit)),
+                    Charged::Failed(e) => return Err(ServiceError::Store(e)),
                 };
                 let counts = hit_counts(
                     rule.requests_per_unit,
@@ -310,6 +327,74 @@ pub(super) async fn decide(
         outcomes.push(outcome);
     }
     Ok(response::build(shared, request, outcomes, now))
+}
+
+/// What the store said about one descriptor.
+enum Charged {
+    /// Not sent: no rule, an unlimited rule, or a limit of 0.
+    NotSent,
+    /// The store's decision.
+    Decided(Decision),
+    /// The store failed and its failure policy refuses (fail closed).
+    Refused,
+    /// The store failed; Envoy decides (`failure_mode_deny`).
+    Failed(StoreError),
+}
+
+/// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: every descriptor of the request in one
+/// all-or-nothing store call, so that a refused request charges none of its counters. A
+/// zero limit hit by the request refuses it without the store: the others are read, not
+/// charged. Returns each descriptor's answer and whether the request was refused.
+async fn charge_all_or_nothing(
+    shared: &Shared,
+    rules: &[Option<Applied<'_>>],
+    hits: &[u64],
+    to_charge: &[Option<Hit>],
+) -> Result<(Vec<Charged>, bool), ServiceError> {
+    let zero_refuses = rules.iter().zip(hits).any(|(r, &cost)| {
+        r.as_ref()
+            .is_some_and(|r| !r.unlimited && r.requests_per_unit == 0 && cost > 0)
+    });
+    let mut batch: Vec<Hit> = to_charge.iter().flatten().cloned().collect();
+    if zero_refuses {
+        for h in &mut batch {
+            h.cost = 0;
+        }
+    }
+    let decided = if batch.is_empty() {
+        Ok(Vec::new())
+    } else {
+        shared.limiter.charge_all(&batch).await
+    };
+    match decided {
+        Ok(decisions) => {
+            let refused = zero_refuses || decisions.iter().any(|d| !d.is_allowed());
+            let mut it = decisions.into_iter();
+            let charged = to_charge
+                .iter()
+                .map(|h| match (h, h.as_ref().and_then(|_| it.next())) {
+                    (Some(_), Some(d)) => Charged::Decided(d),
+                    _ => Charged::NotSent,
+                })
+                .collect();
+            Ok((charged, refused))
+        }
+        Err(e) if e.failure_policy() == FailurePolicy::Deny => {
+            crate::stats::should_rate_limit_error("redis_error");
+            let charged = to_charge
+                .iter()
+                .map(|h| {
+                    if h.is_some() {
+                        Charged::Refused
+                    } else {
+                        Charged::NotSent
+                    }
+                })
+                .collect();
+            Ok((charged, true))
+        }
+        Err(e) => Err(ServiceError::Store(e)),
+    }
 }
 
 fn status(

@@ -23,6 +23,7 @@ mod decide;
 mod response;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use arc_swap::ArcSwapOption;
@@ -45,6 +46,9 @@ pub(crate) struct Options {
     pub(crate) dynamic_metadata: bool,
     pub(crate) near_limit_ratio: f32,
     pub(crate) cache_key_prefix: String,
+    /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: a request's descriptors are charged
+    /// all-or-nothing.
+    pub(crate) stop_increment_when_over_limit: bool,
 }
 
 impl Options {
@@ -56,6 +60,7 @@ impl Options {
             dynamic_metadata: s.response_dynamic_metadata,
             near_limit_ratio: s.near_limit_ratio,
             cache_key_prefix: s.cache_key_prefix.clone(),
+            stop_increment_when_over_limit: s.stop_increment_when_over_limit,
         }
     }
 }
@@ -67,6 +72,17 @@ pub(crate) struct Shared {
     pub(crate) limiter: Limiter,
     pub(crate) stats: Stats,
     pub(crate) options: Options,
+    /// Calls being answered now (gRPC and `/json`).
+    pub(crate) in_flight: AtomicUsize,
+}
+
+/// Counts a call in flight while it lives.
+struct InFlight<'a>(&'a AtomicUsize);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl Shared {
@@ -80,6 +96,8 @@ impl Shared {
         &self,
         request: &RateLimitRequest,
     ) -> Result<RateLimitResponse, ServiceError> {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        let _guard = InFlight(&self.in_flight);
         let result = decide::decide(self, request).await;
         if let Err(e) = &result {
             stats::should_rate_limit_error(e.err_type());

@@ -334,14 +334,14 @@ where
     let mut warnings = Vec::new();
 
     // Modes this service does not have.
-    if let Some(v) = env.var("CONFIG_TYPE") {
-        if !v.eq_ignore_ascii_case("FILE") {
-            return Err(SettingsError::Unsupported {
-                name: "CONFIG_TYPE",
-                value: v,
-                reason: "only FILE is supported (no xDS client): mount the config as files",
-            });
-        }
+    if let Some(v) = env.var("CONFIG_TYPE")
+        && !v.eq_ignore_ascii_case("FILE")
+    {
+        return Err(SettingsError::Unsupported {
+            name: "CONFIG_TYPE",
+            value: v,
+            reason: "only FILE is supported (no xDS client): mount the config as files",
+        });
     }
     if let Some(v) = env.var("GRPC_UDS") {
         return Err(SettingsError::Unsupported {
@@ -629,14 +629,15 @@ fn redis_settings<F: Fn(&str) -> Option<String>>(
 ) -> Result<RedisSettings, SettingsError> {
     let tls = env.bool("REDIS_TLS", false)?;
     let socket_type = env.var("REDIS_SOCKET_TYPE").map(|v| v.to_ascii_lowercase());
-    if let Some(t) = &socket_type {
-        if t != "tcp" && t != "unix" {
-            return Err(SettingsError::InvalidEnv {
-                name: "REDIS_SOCKET_TYPE",
-                value: t.clone(),
-                expected: "tcp or unix",
-            });
-        }
+    if let Some(t) = &socket_type
+        && t != "tcp"
+        && t != "unix"
+    {
+        return Err(SettingsError::InvalidEnv {
+            name: "REDIS_SOCKET_TYPE",
+            value: t.clone(),
+            expected: "tcp or unix",
+        });
     }
     let mut urls = Vec::new();
     let mut username = None;
