@@ -36,9 +36,9 @@ fn free_port() -> u16 {
 /// `RUNTIME_ROOT` + `RUNTIME_SUBDIRECTORY` (the example configuration:
 /// `examples/ratelimit/config`) and `USE_PROMETHEUS=true` (plus the listeners' hosts and the
 /// debug and Prometheus ports, also the reference's names, to stay on free loopback ports):
-/// `/healthcheck` answers 200, Prometheus' `/metrics` answers, and a gRPC `ShouldRateLimit`
-/// for the example's per-client rule answers `OK` with the rule's limit (3 per hour) and 2
-/// remaining.
+/// `/healthcheck` answers 200, a gRPC `ShouldRateLimit` for the example's per-client rule
+/// answers `OK` with the rule's limit (3 per hour) and 2 remaining, and Prometheus' `/metrics`
+/// counts the loaded config and the call under the reference's metric names.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_reference_environment_alone_serves_healthcheck_metrics_and_should_rate_limit() {
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
@@ -128,5 +128,16 @@ async fn the_reference_environment_alone_serves_healthcheck_metrics_and_should_r
         .await
         .unwrap_or_else(|e| panic!("Prometheus /metrics: {e}; output:\n{}", output()));
     assert_eq!(metrics.status(), 200);
+    let text = metrics.text().await.expect("the /metrics body");
+    // The reference's names: the config loaded once, the call above counted on its rule.
+    for line in [
+        "ratelimit_service_config_load_success 1",
+        r#"ratelimit_service_rate_limit_total_hits{domain="api",key1="route_api",key2="client"} 1"#,
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "no `{line}` in /metrics:\n{text}"
+        );
+    }
     let _ = std::fs::remove_file(&out);
 }

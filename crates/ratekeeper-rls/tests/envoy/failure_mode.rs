@@ -4,20 +4,17 @@
 
 use crate::harness::{ERROR, FAILURE_MODE_ALLOWED, Listener, OK, Scenario};
 
-const OPEN: Listener = Listener {
-    name: "open",
-    failure_mode_deny: false,
-    status_on_error: None,
-};
+const OPEN: Listener = Listener::open("open");
 const CLOSED: Listener = Listener {
     name: "closed",
     failure_mode_deny: true,
-    status_on_error: None,
+    ..Listener::open("")
 };
 const CLOSED_503: Listener = Listener {
     name: "closed_503",
     failure_mode_deny: true,
     status_on_error: Some(503),
+    ..Listener::open("")
 };
 
 /// Requests sent on each listener once our server is stopped.

@@ -194,7 +194,44 @@ pub(crate) struct Listener {
     pub(crate) failure_mode_deny: bool,
     /// The filter's `status_on_error` (Envoy's default, 500, when `None`).
     pub(crate) status_on_error: Option<u16>,
+    /// Check, then report: the example's descriptor is sent with `hits_addend: 0` before the
+    /// request (a check that charges nothing) and with `hits_addend: 1` once the stream is
+    /// done (`apply_on_stream_done`), the flow of envoyproxy/ratelimit's token-quota example.
+    pub(crate) check_then_report: bool,
 }
+
+impl Listener {
+    /// A listener named `name` with the example's settings: fail-open, one call per request.
+    pub(crate) const fn open(name: &'static str) -> Self {
+        Self {
+            name,
+            failure_mode_deny: false,
+            status_on_error: None,
+            check_then_report: false,
+        }
+    }
+}
+
+/// The example's route-level actions: `(route, api), (client, <x-client>)`.
+const ROUTE_RATE_LIMITS: &str = "                  rate_limits:
+                  - actions:
+                    - generic_key: {descriptor_key: route, descriptor_value: api}
+                    - request_headers: {header_name: x-client, descriptor_key: client}
+";
+
+/// The same descriptor in the filter's own `rate_limits` (the place where Envoy honours
+/// `hits_addend`), twice: a check before the request, a charge once the stream is done.
+const CHECK_THEN_REPORT: &str = "
+              rate_limits:
+              - actions:
+                - generic_key: {descriptor_key: route, descriptor_value: api}
+                - request_headers: {header_name: x-client, descriptor_key: client}
+                hits_addend: {number: 0}
+              - actions:
+                - generic_key: {descriptor_key: route, descriptor_value: api}
+                - request_headers: {header_name: x-client, descriptor_key: client}
+                hits_addend: {number: 1}
+                apply_on_stream_done: true";
 
 /// The README's Envoy configuration (`examples/envoy.yaml`): domain `api`, the descriptor
 /// `(route, api), (client, <x-client>)`, `enable_x_ratelimit_headers: DRAFT_VERSION_03`.
@@ -214,7 +251,7 @@ pub(crate) const FAILURE_MODE_ALLOWED: &str = "cluster.app.ratelimit.failure_mod
 /// loopback ones (admin and listeners on port 0, the app at `upstream`, our server at `rls`),
 /// a filter timeout of 10 s (the example's 0.1 s is a production figure, not one for a loaded
 /// test machine), and its listener repeated once per entry of `listeners` with that entry's
-/// failure mode.
+/// failure mode (and, for [`Listener::check_then_report`], its actions in the filter).
 ///
 /// # Panics
 ///
@@ -245,6 +282,11 @@ pub(crate) fn bootstrap(upstream: SocketAddr, rls: SocketAddr, listeners: &[List
         block = replace_once(&block, "port_value: 10000", "port_value: 0");
         block = replace_once(&block, "failure_mode_deny: false", &deny);
         block = replace_once(&block, "timeout: 0.1s", "timeout: 10s");
+        if l.check_then_report {
+            block = replace_once(&block, ROUTE_RATE_LIMITS, "");
+            let headers = "enable_x_ratelimit_headers: DRAFT_VERSION_03";
+            block = replace_once(&block, headers, &format!("{headers}{CHECK_THEN_REPORT}"));
+        }
         out.push_str(&block);
     }
     let clusters = replace_once(
@@ -503,16 +545,18 @@ pub(crate) fn example_config_dir() -> PathBuf {
 }
 
 /// Our server: the built `ratekeeper-rls` binary with the example configuration and the
-/// memory store, gRPC and HTTP on free loopback ports. Killed on drop.
+/// memory store, gRPC, HTTP and Prometheus on free loopback ports. Killed on drop.
 #[derive(Debug)]
 pub(crate) struct Rls {
     process: ChildGuard,
     grpc: SocketAddr,
+    metrics: SocketAddr,
     _dir: TempDir,
 }
 
 impl Rls {
-    /// Starts the binary (with an empty environment: flags only) and waits, at most
+    /// Starts the binary with `args` after the example's (an empty environment: flags only)
+    /// and waits, at most
     /// [`READY_DEADLINE`], until `/healthcheck` answers 200. Should the process exit at start
     /// (a port taken between [`free_port`] and its bind), starts it again on other ports, at
     /// most 3 times.
@@ -520,19 +564,22 @@ impl Rls {
     /// # Panics
     ///
     /// When it does not become healthy; the message holds its output.
-    pub(crate) async fn start() -> Self {
+    pub(crate) async fn start(args: &[&str]) -> Self {
         let client = reqwest::Client::new();
         let mut last = String::new();
         for _ in 0..3 {
             let dir = TempDir::new("rls");
             let grpc: SocketAddr = ([127, 0, 0, 1], free_port()).into();
             let http: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+            let metrics: SocketAddr = ([127, 0, 0, 1], free_port()).into();
             let mut cmd = Command::new(env!("CARGO_BIN_EXE_ratekeeper-rls"));
             cmd.env_clear()
                 .arg("--config")
                 .arg(example_config_dir())
                 .args(["--grpc", &grpc.to_string(), "--http", &http.to_string()])
-                .args(["--debug", "127.0.0.1:0", "--log-level", "info"]);
+                .args(["--metrics", &metrics.to_string()])
+                .args(["--debug", "127.0.0.1:0", "--log-level", "info"])
+                .args(args);
             let mut process = ChildGuard::spawn("ratekeeper-rls", cmd, dir.path().join("rls.log"));
             let deadline = Instant::now() + READY_DEADLINE;
             loop {
@@ -550,6 +597,7 @@ impl Rls {
                     return Self {
                         process,
                         grpc,
+                        metrics,
                         _dir: dir,
                     };
                 }
@@ -567,6 +615,25 @@ impl Rls {
     /// Its gRPC address.
     pub(crate) fn grpc(&self) -> SocketAddr {
         self.grpc
+    }
+
+    /// The value of the Prometheus series `series` (name and labels, as `/metrics` prints
+    /// them); 0 when it is not there yet.
+    ///
+    /// # Panics
+    ///
+    /// When `/metrics` does not answer.
+    pub(crate) async fn metric(&self, series: &str) -> f64 {
+        let text = reqwest::get(format!("http://{}/metrics", self.metrics))
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .expect("our /metrics")
+            .text()
+            .await
+            .expect("our /metrics body");
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+            .map_or(0.0, |v| v.trim().parse().expect("a sample value"))
     }
 
     /// Kills it (SIGKILL): Envoy's next calls find nobody.
@@ -595,8 +662,17 @@ impl Scenario {
     ///
     /// As [`Rls::start`] and [`Envoy::start`].
     pub(crate) async fn start(listeners: &[Listener]) -> Self {
+        Self::start_with(listeners, &[]).await
+    }
+
+    /// Starts the three, our server with `rls_args` added to its flags.
+    ///
+    /// # Panics
+    ///
+    /// As [`Rls::start`] and [`Envoy::start`].
+    pub(crate) async fn start_with(listeners: &[Listener], rls_args: &[&str]) -> Self {
         let upstream = Upstream::start().await;
-        let rls = Rls::start().await;
+        let rls = Rls::start(rls_args).await;
         let envoy = Envoy::start(&bootstrap(upstream.addr(), rls.grpc(), listeners)).await;
         Self {
             upstream,

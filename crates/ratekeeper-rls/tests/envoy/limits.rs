@@ -1,15 +1,17 @@
-//! Our statuses, as Envoy's clients see them: Envoy's own 429 past the limit, and the
+//! Our statuses, as Envoy's clients see them: Envoy's own 429 past the limit, the
 //! `x-ratelimit-*` headers Envoy builds from our `current_limit`, `limit_remaining` and
-//! `duration_until_reset` (`enable_x_ratelimit_headers: DRAFT_VERSION_03`).
+//! `duration_until_reset` (`enable_x_ratelimit_headers: DRAFT_VERSION_03`), the headers we
+//! add ourselves (`LIMIT_RESPONSE_HEADERS_ENABLED`), and the check-then-report flow of
+//! `hits_addend: 0` before the request and 1 once it is done.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::harness::{ERROR, Listener, OK, OVER_LIMIT, Scenario};
 
-const OPEN: Listener = Listener {
-    name: "open",
-    failure_mode_deny: false,
-    status_on_error: None,
+const OPEN: Listener = Listener::open("open");
+const CHECK_THEN_REPORT: Listener = Listener {
+    check_then_report: true,
+    ..Listener::open("check_then_report")
 };
 
 /// The example's per-client limit: 3 per hour, named `per-client`.
@@ -24,31 +26,124 @@ fn now_secs() -> u64 {
         .as_secs()
 }
 
-/// One response's status and rate limit headers.
+/// One response: its status and rate limit headers, and the clock (s) read just before and
+/// just after it.
 #[derive(Debug)]
 struct Seen {
     status: u16,
+    /// `x-ratelimit-limit`, `-remaining`, `-reset` (built by Envoy).
+    x_limit: Option<String>,
+    x_remaining: Option<String>,
+    x_reset: Option<u64>,
+    /// `ratelimit-limit`, `-remaining`, `-reset` (ours, with `--limit-response-headers`).
     limit: Option<String>,
     remaining: Option<String>,
     reset: Option<u64>,
     envoy_ratelimited: bool,
+    before: u64,
+    after: u64,
 }
 
-async fn seen(res: reqwest::Response) -> Seen {
-    let header = |name: &str| {
-        res.headers()
-            .get(name)
-            .map(|v| v.to_str().expect("an ASCII header").to_owned())
-    };
-    let seen = Seen {
-        status: res.status().as_u16(),
-        limit: header("x-ratelimit-limit"),
-        remaining: header("x-ratelimit-remaining"),
-        reset: header("x-ratelimit-reset").map(|r| r.parse().expect("a reset in seconds")),
-        envoy_ratelimited: header("x-envoy-ratelimited").as_deref() == Some("true"),
-    };
-    let _ = res.bytes().await;
+impl Seen {
+    /// Asserts that `reset` (s) is the time left in the hour this response was in
+    /// (`3600 - now % 3600`, the reference's epoch-aligned window), read between `before` and
+    /// `after` (1 s of slack for rounding).
+    fn assert_reset_ends_the_hour(&self, reset: Option<u64>, what: &str) {
+        let reset = reset.unwrap_or_else(|| panic!("no {what}: {self:?}"));
+        let latest = WINDOW_SECS - self.after % WINDOW_SECS;
+        let earliest = WINDOW_SECS - self.before % WINDOW_SECS;
+        assert!(
+            (latest.saturating_sub(1)..=earliest + 1).contains(&reset),
+            "{what} {reset} s, expected {latest}..={earliest} s (the end of the hour): {self:?}"
+        );
+    }
+}
+
+/// Our count of `ShouldRateLimit` calls (Envoy does not count the calls it makes once a
+/// stream is done).
+const CALLS: &str = r#"ratelimit_service_total_requests{grpc_method="ShouldRateLimit"}"#;
+
+/// Sends `requests` GETs with `x-client: <client>` through `listener`. With `wait_report`,
+/// after each request it waits (at most 30 s) until our server has answered both calls of
+/// that request (the check and the report), so the next check sees the charge.
+async fn run(
+    scenario: &Scenario,
+    listener: &str,
+    client: &str,
+    requests: u64,
+    wait_report: bool,
+) -> Vec<Seen> {
+    let mut seen = Vec::new();
+    for sent in 1..=requests {
+        let before = now_secs();
+        let res = scenario.get(listener, Some(client)).await;
+        let after = now_secs();
+        let header = |name: &str| {
+            res.headers()
+                .get(name)
+                .map(|v| v.to_str().expect("an ASCII header").to_owned())
+        };
+        let secs = |v: String| v.parse::<u64>().expect("seconds");
+        let one = Seen {
+            status: res.status().as_u16(),
+            x_limit: header("x-ratelimit-limit"),
+            x_remaining: header("x-ratelimit-remaining"),
+            x_reset: header("x-ratelimit-reset").map(secs),
+            limit: header("ratelimit-limit"),
+            remaining: header("ratelimit-remaining"),
+            reset: header("ratelimit-reset").map(secs),
+            envoy_ratelimited: header("x-envoy-ratelimited").as_deref() == Some("true"),
+            before,
+            after,
+        };
+        let _ = res.bytes().await;
+        if wait_report {
+            // Envoy reports every request once its stream is done, refused ones included.
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let calls = scenario.rls.metric(CALLS).await;
+                if calls >= (2 * sent) as f64 {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "{calls} calls for {sent} requests within 30 s (2 each expected)\n\
+                     Envoy's log:\n{}",
+                    scenario.envoy.log()
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        seen.push(one);
+    }
     seen
+}
+
+/// [`run`] with a fresh client, again with another while a run crosses the top of an hour
+/// (the window restarts there), at most 3 times. Runs on a fresh scenario each time, so
+/// Envoy's counters count this run only.
+async fn run_in_one_window(
+    listener: Listener,
+    rls_args: &[&str],
+    requests: u64,
+    wait_report: bool,
+) -> (Scenario, Vec<Seen>) {
+    for attempt in 0..3 {
+        let scenario = Scenario::start_with(&[listener], rls_args).await;
+        let seen = run(
+            &scenario,
+            listener.name,
+            &format!("client-{attempt}"),
+            requests,
+            wait_report,
+        )
+        .await;
+        let hour = seen[0].before / WINDOW_SECS;
+        if seen.iter().all(|s| s.after / WINDOW_SECS == hour) {
+            return (scenario, seen);
+        }
+    }
+    panic!("3 runs each crossed the top of an hour: is the clock moving backwards?");
 }
 
 /// Past the example's limit (3 per hour per client) Envoy answers 429 itself, without asking
@@ -59,82 +154,101 @@ async fn seen(res: reqwest::Response) -> Seen {
 /// hour (the reference's epoch-aligned window, `3600 - now % 3600`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn past_the_limit_envoy_answers_429_with_headers_built_from_our_statuses() {
-    let scenario = Scenario::start(&[OPEN]).await;
-    // A run that crosses the top of an hour sees the window restart: it starts again with a
-    // new client, at most 3 times.
-    for attempt in 0..3 {
-        let client = format!("client-{attempt}");
-        let hits_before = scenario.upstream.hits();
-        let over_before = scenario.envoy.counter(OVER_LIMIT).await;
-        let ok_before = scenario.envoy.counter(OK).await;
-        let mut seen_all = Vec::new();
-        let mut hours = Vec::new();
-        for _ in 0..LIMIT + 2 {
-            let before = now_secs();
-            let res = seen(scenario.get(OPEN.name, Some(&client)).await).await;
-            let after = now_secs();
-            hours.push((before / WINDOW_SECS, after / WINDOW_SECS));
-            seen_all.push((before, after, res));
-        }
-        let first_hour = hours[0].0;
-        if hours
-            .iter()
-            .any(|&(b, a)| b != first_hour || a != first_hour)
-        {
-            continue;
-        }
-        for (i, (before, after, res)) in seen_all.iter().enumerate() {
-            let i = i as u64;
-            let allowed = i < LIMIT;
-            assert_eq!(
-                res.status,
-                if allowed { 200 } else { 429 },
-                "request {} of {client}: {res:?}\nEnvoy's log:\n{}",
-                i + 1,
-                scenario.envoy.log()
-            );
-            assert_eq!(
-                res.envoy_ratelimited,
-                !allowed,
-                "x-envoy-ratelimited on request {}: {res:?}",
-                i + 1
-            );
-            assert_eq!(
-                res.limit.as_deref(),
-                Some("3, 3;w=3600;name=\"per-client\""),
-                "request {}: {res:?}",
-                i + 1
-            );
-            let remaining = LIMIT.saturating_sub(i + 1).to_string();
-            assert_eq!(
-                res.remaining.as_deref(),
-                Some(remaining.as_str()),
-                "request {}: {res:?}",
-                i + 1
-            );
-            // Whole seconds, read before and after the request: the server's reading is
-            // between them (1 s of slack for its rounding).
-            let reset = res.reset.unwrap_or_else(|| panic!("no reset: {res:?}"));
-            let latest = WINDOW_SECS - after % WINDOW_SECS;
-            let earliest = WINDOW_SECS - before % WINDOW_SECS;
-            assert!(
-                (latest.saturating_sub(1)..=earliest + 1).contains(&reset),
-                "request {}: reset {reset} s, expected {latest}..={earliest} s (the end of the hour): {res:?}",
-                i + 1
-            );
-        }
+    let (scenario, seen) = run_in_one_window(OPEN, &[], LIMIT + 2, false).await;
+    for (i, res) in (1..).zip(&seen) {
+        let allowed = i <= LIMIT;
         assert_eq!(
-            scenario.upstream.hits() - hits_before,
-            LIMIT,
-            "the upstream answers the allowed requests only"
+            res.status,
+            if allowed { 200 } else { 429 },
+            "request {i}: {res:?}\nEnvoy's log:\n{}",
+            scenario.envoy.log()
         );
-        // Envoy's own account: our server answered every call, 3 OK and 2 OVER_LIMIT.
-        assert_eq!(scenario.envoy.counter(OK).await - ok_before, LIMIT);
-        assert_eq!(scenario.envoy.counter(OVER_LIMIT).await - over_before, 2);
-        assert_eq!(scenario.envoy.counter(ERROR).await, 0);
-        return;
+        assert_eq!(res.envoy_ratelimited, !allowed, "request {i}: {res:?}");
+        assert_eq!(
+            res.x_limit.as_deref(),
+            Some("3, 3;w=3600;name=\"per-client\""),
+            "request {i}: {res:?}"
+        );
+        let remaining = LIMIT.saturating_sub(i).to_string();
+        assert_eq!(
+            res.x_remaining.as_deref(),
+            Some(remaining.as_str()),
+            "request {i}: {res:?}"
+        );
+        res.assert_reset_ends_the_hour(res.x_reset, "x-ratelimit-reset");
+        // Our own headers are off by default (LIMIT_RESPONSE_HEADERS_ENABLED=false).
+        assert_eq!(
+            (&res.limit, &res.remaining, res.reset),
+            (&None, &None, None)
+        );
     }
-    panic!("3 runs each crossed the top of an hour: the clock is not monotonic?");
+    assert_eq!(
+        scenario.upstream.hits(),
+        LIMIT,
+        "the upstream answers the allowed requests only"
+    );
+    // Envoy's own account: our server answered every call, 3 OK and 2 OVER_LIMIT.
+    assert_eq!(scenario.envoy.counter(OK).await, LIMIT);
+    assert_eq!(scenario.envoy.counter(OVER_LIMIT).await, 2);
+    assert_eq!(scenario.envoy.counter(ERROR).await, 0);
+}
+
+/// With `--limit-response-headers` (the reference's `LIMIT_RESPONSE_HEADERS_ENABLED`) our
+/// server puts `RateLimit-Limit` (`requests_per_unit` alone), `RateLimit-Remaining` and
+/// `RateLimit-Reset` (seconds to the end of the window) in `response_headers_to_add`, and
+/// Envoy hands them to the client on the upstream's 200s and on its own 429s, beside the
+/// `x-ratelimit-*` it builds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn our_ratelimit_headers_reach_the_client_on_200_and_429() {
+    let (scenario, seen) =
+        run_in_one_window(OPEN, &["--limit-response-headers"], LIMIT + 1, false).await;
+    for (i, res) in (1..).zip(&seen) {
+        let allowed = i <= LIMIT;
+        assert_eq!(
+            res.status,
+            if allowed { 200 } else { 429 },
+            "request {i}: {res:?}"
+        );
+        assert_eq!(res.limit.as_deref(), Some("3"), "request {i}: {res:?}");
+        let remaining = LIMIT.saturating_sub(i).to_string();
+        assert_eq!(
+            res.remaining.as_deref(),
+            Some(remaining.as_str()),
+            "request {i}: {res:?}"
+        );
+        res.assert_reset_ends_the_hour(res.reset, "ratelimit-reset");
+        assert_eq!(res.x_remaining, res.remaining, "request {i}: {res:?}");
+    }
+    assert_eq!(scenario.upstream.hits(), LIMIT);
+}
+
+/// Check, then report (envoyproxy/ratelimit's token-quota example): the request path sends
+/// the descriptor with `hits_addend: 0`, a check that charges nothing, and Envoy reports
+/// `hits_addend: 1` once the response is done. Here a check of a counter *at* its limit is
+/// over (the crate docs' divergence R1; the reference answers `OK` there and admits
+/// `limit + 1`), so a client gets exactly the limit per window: with 3 per hour, 3 requests
+/// reach the upstream (the checks see 0, 1, 2 used: remaining 3, 2, 1) and the next ones
+/// are Envoy's 429 (remaining 0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_then_report_admits_exactly_the_limit_per_window() {
+    let (scenario, seen) = run_in_one_window(CHECK_THEN_REPORT, &[], LIMIT + 2, true).await;
+    let statuses: Vec<u16> = seen.iter().map(|s| s.status).collect();
+    assert_eq!(
+        statuses,
+        [200, 200, 200, 429, 429],
+        "{seen:#?}\nEnvoy's log:\n{}",
+        scenario.envoy.log()
+    );
+    let remaining: Vec<Option<&str>> = seen.iter().map(|s| s.x_remaining.as_deref()).collect();
+    assert_eq!(
+        remaining,
+        [Some("3"), Some("2"), Some("1"), Some("0"), Some("0")],
+        "{seen:#?}"
+    );
+    assert_eq!(scenario.upstream.hits(), LIMIT);
+    // Each request was checked, then reported once done (the refused ones too): 10 calls.
+    assert_eq!(scenario.rls.metric(CALLS).await, 10.0);
+    assert_eq!(scenario.envoy.counter(ERROR).await, 0);
 }
 
 /// A client our configuration never limits (`unlimited: true`) always reaches the upstream,
@@ -144,15 +258,19 @@ async fn past_the_limit_envoy_answers_429_with_headers_built_from_our_statuses()
 async fn an_unlimited_client_and_a_request_without_descriptor_always_pass_without_headers() {
     let scenario = Scenario::start(&[OPEN]).await;
     for client in [Some("internal-batch"), None] {
-        for i in 0..LIMIT + 2 {
-            let res = seen(scenario.get(OPEN.name, client).await).await;
-            assert_eq!(res.status, 200, "request {} of {client:?}: {res:?}", i + 1);
-            assert_eq!(
-                (res.limit, res.remaining, res.reset),
-                (None, None, None),
-                "request {} of {client:?}",
-                i + 1
-            );
+        for i in 1..=LIMIT + 2 {
+            let res = scenario.get(OPEN.name, client).await;
+            assert_eq!(res.status(), 200, "request {i} of {client:?}: {res:?}");
+            for name in [
+                "x-ratelimit-limit",
+                "x-ratelimit-remaining",
+                "x-ratelimit-reset",
+            ] {
+                assert!(
+                    res.headers().get(name).is_none(),
+                    "request {i} of {client:?}: {res:?}"
+                );
+            }
         }
     }
     assert_eq!(scenario.upstream.hits(), 2 * (LIMIT + 2));
