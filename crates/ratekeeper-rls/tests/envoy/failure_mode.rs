@@ -1,8 +1,8 @@
-//! With our server stopped, Envoy's `failure_mode_deny` decides: `false` lets requests
-//! through to the upstream, `true` refuses them with Envoy's `status_on_error` (500 unless
-//! configured).
+//! When our server cannot answer (stopped, or up without a config), Envoy's
+//! `failure_mode_deny` decides: `false` lets requests through to the upstream, `true` refuses
+//! them with Envoy's `status_on_error` (500 unless configured).
 
-use crate::harness::{ERROR, FAILURE_MODE_ALLOWED, Listener, OK, Scenario};
+use crate::harness::{ERROR, FAILURE_MODE_ALLOWED, Listener, OK, Rls, Scenario, TempDir};
 
 const OPEN: Listener = Listener::open("open");
 const CLOSED: Listener = Listener {
@@ -78,6 +78,49 @@ async fn with_our_server_stopped_envoy_lets_through_or_refuses_as_its_failure_mo
     }
     // Only the fail-open listener's requests reached the upstream.
     assert_eq!(scenario.upstream.hits(), 3 + REQUESTS);
+    assert_eq!(scenario.envoy.counter(ERROR).await, 3 * REQUESTS);
+    assert_eq!(scenario.envoy.counter(FAILURE_MODE_ALLOWED).await, REQUESTS);
+}
+
+/// Our server up but unable to decide: its only config file does not load, and
+/// `FORCE_START_WITHOUT_INITIAL_CONFIG=true` starts it anyway, so every call is a gRPC
+/// error (`no rate limit configuration loaded`; `UNAVAILABLE` here, `UNKNOWN` from the
+/// reference, divergence R3). Envoy treats it as it treats a server that is down: the
+/// fail-open listener lets the requests through, the fail-closed ones answer 500 and 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_config_loaded_our_errors_follow_envoys_failure_mode() {
+    let dir = TempDir::new("bad-config");
+    std::fs::write(
+        dir.path().join("api.yaml"),
+        "domain: api\ndescriptors:\n  - key: client\n    rate_limit: {unit: fortnight, requests_per_unit: 3}\n",
+    )
+    .expect("write the config");
+    let rls = Rls::start_with(
+        dir.path(),
+        &[],
+        &[("FORCE_START_WITHOUT_INITIAL_CONFIG", "true")],
+    )
+    .await;
+    let scenario = Scenario::start_with_rls(&[OPEN, CLOSED, CLOSED_503], rls).await;
+    for (listener, expected) in [(OPEN, 200), (CLOSED, 500), (CLOSED_503, 503)] {
+        for i in 0..REQUESTS {
+            let res = scenario.get(listener.name, Some(listener.name)).await;
+            assert_eq!(
+                res.status(),
+                expected,
+                "{} request {} with no config loaded: {res:?}\nEnvoy's log:\n{}",
+                listener.name,
+                i + 1,
+                scenario.envoy.log()
+            );
+            assert!(
+                res.headers().get("x-ratelimit-remaining").is_none(),
+                "{res:?}"
+            );
+        }
+    }
+    assert_eq!(scenario.upstream.hits(), REQUESTS);
+    assert_eq!(scenario.envoy.counter(OK).await, 0);
     assert_eq!(scenario.envoy.counter(ERROR).await, 3 * REQUESTS);
     assert_eq!(scenario.envoy.counter(FAILURE_MODE_ALLOWED).await, REQUESTS);
 }

@@ -565,6 +565,16 @@ impl Rls {
     ///
     /// When it does not become healthy; the message holds its output.
     pub(crate) async fn start(args: &[&str]) -> Self {
+        Self::start_with(&example_config_dir(), args, &[]).await
+    }
+
+    /// [`Rls::start`] with the configuration at `config` and the environment `env` (nothing
+    /// else).
+    ///
+    /// # Panics
+    ///
+    /// As [`Rls::start`].
+    pub(crate) async fn start_with(config: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
         let client = reqwest::Client::new();
         let mut last = String::new();
         for _ in 0..3 {
@@ -574,8 +584,9 @@ impl Rls {
             let metrics: SocketAddr = ([127, 0, 0, 1], free_port()).into();
             let mut cmd = Command::new(env!("CARGO_BIN_EXE_ratekeeper-rls"));
             cmd.env_clear()
+                .envs(env.iter().copied())
                 .arg("--config")
-                .arg(example_config_dir())
+                .arg(config)
                 .args(["--grpc", &grpc.to_string(), "--http", &http.to_string()])
                 .args(["--metrics", &metrics.to_string()])
                 .args(["--debug", "127.0.0.1:0", "--log-level", "info"])
@@ -671,8 +682,16 @@ impl Scenario {
     ///
     /// As [`Rls::start`] and [`Envoy::start`].
     pub(crate) async fn start_with(listeners: &[Listener], rls_args: &[&str]) -> Self {
+        Self::start_with_rls(listeners, Rls::start(rls_args).await).await
+    }
+
+    /// Starts an upstream and Envoy in front of it with `listeners`, calling `rls`.
+    ///
+    /// # Panics
+    ///
+    /// As [`Envoy::start`].
+    pub(crate) async fn start_with_rls(listeners: &[Listener], rls: Rls) -> Self {
         let upstream = Upstream::start().await;
-        let rls = Rls::start(rls_args).await;
         let envoy = Envoy::start(&bootstrap(upstream.addr(), rls.grpc(), listeners)).await;
         Self {
             upstream,

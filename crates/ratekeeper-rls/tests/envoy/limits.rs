@@ -193,6 +193,54 @@ async fn past_the_limit_envoy_answers_429_with_headers_built_from_our_statuses()
     assert_eq!(scenario.envoy.counter(ERROR).await, 0);
 }
 
+/// Requests sent at once by one client in [`many_requests_at_once_admit_exactly_the_limit`].
+const AT_ONCE: u64 = 30;
+
+/// 30 requests of one client at once: Envoy multiplexes their calls on its HTTP/2
+/// connection to our server, and exactly the limit (3) of them reaches the upstream; the
+/// other 27 are Envoy's 429, each with `x-ratelimit-remaining: 0`. The admitted ones saw
+/// remaining 2, 1 and 0, once each: no two calls read the same count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_requests_at_once_admit_exactly_the_limit() {
+    for attempt in 0..3 {
+        let scenario = Scenario::start(&[OPEN]).await;
+        let client = format!("crowd-{attempt}");
+        let start = now_secs();
+        let answers = futures_util::future::join_all((0..AT_ONCE).map(|_| async {
+            let res = scenario.get(OPEN.name, Some(&client)).await;
+            let remaining = res
+                .headers()
+                .get("x-ratelimit-remaining")
+                .map(|v| v.to_str().expect("ASCII").to_owned());
+            (res.status().as_u16(), remaining)
+        }))
+        .await;
+        if now_secs() / WINDOW_SECS != start / WINDOW_SECS {
+            continue; // the window restarted during the run
+        }
+        // Each admitted request saw its own count: remaining 2, 1 and 0, once each.
+        let mut allowed: Vec<&str> = answers
+            .iter()
+            .filter(|(status, _)| *status == 200)
+            .map(|(_, remaining)| remaining.as_deref().unwrap_or("none"))
+            .collect();
+        allowed.sort_unstable();
+        assert_eq!(allowed, ["0", "1", "2"], "{answers:?}");
+        for (status, remaining) in &answers {
+            if *status != 200 {
+                assert_eq!(*status, 429, "{answers:?}");
+                assert_eq!(remaining.as_deref(), Some("0"), "{answers:?}");
+            }
+        }
+        assert_eq!(scenario.upstream.hits(), LIMIT);
+        assert_eq!(scenario.envoy.counter(OK).await, LIMIT);
+        assert_eq!(scenario.envoy.counter(OVER_LIMIT).await, AT_ONCE - LIMIT);
+        assert_eq!(scenario.envoy.counter(ERROR).await, 0);
+        return;
+    }
+    panic!("3 runs each crossed the top of an hour: is the clock moving backwards?");
+}
+
 /// With `--limit-response-headers` (the reference's `LIMIT_RESPONSE_HEADERS_ENABLED`) our
 /// server puts `RateLimit-Limit` (`requests_per_unit` alone), `RateLimit-Remaining` and
 /// `RateLimit-Reset` (seconds to the end of the window) in `response_headers_to_add`, and
