@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
-"""Fails when a package in Cargo.lock declares a `rust-version` above the workspace's.
+"""Fails when a locked dependency declares a `rust-version` above that of a workspace crate
+that depends on it.
 
-Reads `cargo metadata --locked` (every package the lock file resolves, all targets and
-features) and compares each `rust_version` with `workspace.package.rust-version`, so a
-`cargo update` cannot silently raise the minimum supported Rust version. Packages that
-declare no `rust-version` are listed but not counted as failures.
+Each workspace member has its own minimum supported Rust version (the library crates 1.85,
+ratekeeper-rls 1.88 for envoy-types). Reads `cargo metadata --locked --all-features` (every
+package the lock file resolves, all targets and features) and, for each member, walks its
+dependencies (its own normal, build and dev dependencies, then theirs: normal and build) and
+compares each package's `rust_version` with the member's. So a `cargo update` cannot silently
+raise a crate's minimum supported Rust version. Packages that declare no `rust-version` are
+listed but not counted as failures.
 """
 import json
 import subprocess
@@ -20,34 +24,55 @@ def parse(version):
 def main():
     meta = json.loads(
         subprocess.run(
-            ["cargo", "metadata", "--format-version", "1", "--locked"],
+            ["cargo", "metadata", "--format-version", "1", "--locked", "--all-features"],
             check=True,
             capture_output=True,
             text=True,
         ).stdout
     )
     members = set(meta["workspace_members"])
-    ours = {p["rust_version"] for p in meta["packages"] if p["id"] in members}
-    if len(ours) != 1 or None in ours:
-        sys.exit(f"workspace members declare rust-version {sorted(map(str, ours))}, want one")
-    msrv = ours.pop()
-    resolved = {node["id"] for node in meta["resolve"]["nodes"]}
-    above, undeclared = [], []
-    for package in meta["packages"]:
-        if package["id"] in members or package["id"] not in resolved:
-            continue
-        declared = package.get("rust_version")
-        if declared is None:
-            undeclared.append(f"{package['name']} {package['version']}")
-        elif parse(declared) > parse(msrv):
-            above.append(f"{package['name']} {package['version']} (rust-version {declared})")
-    print(f"MSRV {msrv}: {len(resolved) - len(members)} locked packages checked")
+    packages = {p["id"]: p for p in meta["packages"]}
+    nodes = {node["id"]: node for node in meta["resolve"]["nodes"]}
+
+    def deps(package_id, with_dev):
+        for dep in nodes[package_id]["deps"]:
+            kinds = {k["kind"] for k in dep["dep_kinds"]}
+            if None in kinds or "build" in kinds or (with_dev and "dev" in kinds):
+                yield dep["pkg"]
+
+    failed = False
+    undeclared = set()
+    for member in sorted(members, key=lambda i: packages[i]["name"]):
+        name = packages[member]["name"]
+        msrv = packages[member].get("rust_version")
+        if msrv is None:
+            sys.exit(f"workspace member {name} declares no rust-version")
+        seen, stack = set(), list(deps(member, with_dev=True))
+        while stack:
+            package_id = stack.pop()
+            if package_id in seen:
+                continue
+            seen.add(package_id)
+            stack.extend(deps(package_id, with_dev=False))
+        above = []
+        for package_id in seen:
+            package = packages[package_id]
+            declared = package.get("rust_version")
+            label = f"{package['name']} {package['version']}"
+            if declared is None:
+                if package_id not in members:
+                    undeclared.add(label)
+            elif parse(declared) > parse(msrv):
+                above.append(f"{label} (rust-version {declared})")
+        print(f"{name} (rust-version {msrv}): {len(seen)} locked dependencies checked")
+        if above:
+            failed = True
+            print(f"error: {len(above)} dependencies of {name} need a newer Rust than {msrv}:")
+            for line in sorted(above):
+                print(f"  {line}")
     if undeclared:
-        print(f"  {len(undeclared)} declare no rust-version (not checked)")
-    if above:
-        print(f"error: {len(above)} locked packages need a newer Rust than {msrv}:")
-        for line in sorted(above):
-            print(f"  {line}")
+        print(f"  {len(undeclared)} dependencies declare no rust-version (not checked)")
+    if failed:
         sys.exit(1)
 
 

@@ -5,6 +5,19 @@
 //!   every error with `file:line:column`), and their hot reload ([`config::watch`]).
 //! - [`settings`]: the binary's flags and the reference's environment variables.
 //! - [`compat`]: every difference from the reference, with its reason.
+//! - [`Server`]: the running service (the `ratekeeper-rls` binary is `Server::bind` plus
+//!   SIGTERM): gRPC `ShouldRateLimit` and `grpc.health.v1` (services `""` and `ratelimit`),
+//!   HTTP `/healthcheck` and `/json`, debug `/rlconfig`, `/metrics` and `/healthcheck`, and the
+//!   Prometheus listener when enabled; hot reload; a graceful stop.
+//! - [`service`]: how `ShouldRateLimit` answers (rules, hits, modes, headers, metadata) and
+//!   [`RateLimiter`], the tonic service to mount in a server of your own.
+//! - [`stats`]: the reference's metric names, with a cap on label series.
+//!
+//! Counting goes through ratekeeper-core's stores: a fixed window of `unit` seconds aligned on
+//! the Unix epoch per (rule, descriptor values), in memory (the default: nothing else has to
+//! run), in Redis (standalone or Cluster) or in the tiered store. Descriptor values, which may
+//! be credentials, reach a store key only hashed and a metric label only under
+//! `detailed_metric`.
 //!
 //! ```
 //! use ratekeeper_rls::config::{LoadOptions, Lookup, RateLimitConfig};

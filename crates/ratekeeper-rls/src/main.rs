@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use ratekeeper_rls::Server;
 use ratekeeper_rls::config::RateLimitConfig;
-use ratekeeper_rls::settings::{LogLevel, Settings, SettingsError};
+use ratekeeper_rls::settings::{LogFormat, LogLevel, Settings, SettingsError};
 
 fn main() -> ExitCode {
     let (settings, warnings) =
@@ -29,7 +29,7 @@ fn main() -> ExitCode {
     if settings.validate {
         return validate(&settings);
     }
-    init_logs(settings.log_level);
+    init_logs(settings.log_level, settings.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -68,7 +68,9 @@ fn validate(settings: &Settings) -> ExitCode {
     }
 }
 
-fn init_logs(level: LogLevel) {
+/// Logs on stderr at `LOG_LEVEL`, as text or one JSON object per line (`LOG_FORMAT`).
+/// Descriptor values are never logged.
+fn init_logs(level: LogLevel, format: LogFormat) {
     let filter = match level {
         LogLevel::Error => tracing::Level::ERROR,
         LogLevel::Warn => tracing::Level::WARN,
@@ -76,10 +78,13 @@ fn init_logs(level: LogLevel) {
         LogLevel::Debug => tracing::Level::DEBUG,
         LogLevel::Trace => tracing::Level::TRACE,
     };
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_max_level(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
 }
 
 async fn serve(settings: Settings) -> ExitCode {

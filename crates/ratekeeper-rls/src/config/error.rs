@@ -3,7 +3,7 @@
 use std::fmt;
 
 /// A place in a file: 1-based line and column (columns count characters).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
 pub struct Position {
     /// Line, from 1.
     pub line: u32,

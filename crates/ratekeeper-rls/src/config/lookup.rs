@@ -1,6 +1,6 @@
 //! Matching a request descriptor against a domain's tree, and the keys a match names.
 
-use std::fmt::Write as _;
+use std::fmt::{self, Write as _};
 
 use smallvec::SmallVec;
 
@@ -59,7 +59,9 @@ impl Step<'_> {
 
 /// A rule that applies to a request descriptor, with what the server needs to count it and
 /// report it.
-#[derive(Debug, Clone)]
+///
+/// `Debug` shows the request's keys but not its values (they may be credentials).
+#[derive(Clone)]
 pub struct Match<'a> {
     /// The rule.
     pub rule: &'a RateLimitRule,
@@ -149,6 +151,17 @@ pub(crate) fn wildcard_match(parts: &[String], value: &str) -> bool {
         }
     }
     true
+}
+
+impl fmt::Debug for Match<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let keys: Vec<&str> = self.entries.iter().map(|(k, _)| *k).collect();
+        f.debug_struct("Match")
+            .field("rule", self.rule)
+            .field("domain", &self.domain)
+            .field("keys", &keys)
+            .finish_non_exhaustive()
+    }
 }
 
 fn push_len_prefixed(out: &mut String, s: &str) {
@@ -277,6 +290,47 @@ mod tests {
 
     fn parts(p: &str) -> Vec<String> {
         p.split('*').map(str::to_owned).collect()
+    }
+
+    /// A plain recursive glob: the oracle.
+    fn glob(p: &[u8], v: &[u8]) -> bool {
+        match p.split_first() {
+            None => v.is_empty(),
+            Some((b'*', rest)) => (0..=v.len()).any(|i| glob(rest, &v[i..])),
+            Some((c, rest)) => v.first() == Some(c) && glob(rest, &v[1..]),
+        }
+    }
+
+    fn all_strings(alphabet: &[u8], max: usize) -> Vec<String> {
+        let mut out = vec![String::new()];
+        let mut last = vec![String::new()];
+        for _ in 0..max {
+            last = last
+                .iter()
+                .flat_map(|s| {
+                    alphabet
+                        .iter()
+                        .map(move |&c| format!("{s}{}", char::from(c)))
+                })
+                .collect();
+            out.extend(last.iter().cloned());
+        }
+        out
+    }
+
+    #[test]
+    fn wildcards_agree_with_a_glob_on_every_small_case() {
+        let values = all_strings(b"ab", 5);
+        for pattern in all_strings(b"ab*", 4) {
+            let p = parts(&pattern);
+            for v in &values {
+                assert_eq!(
+                    wildcard_match(&p, v),
+                    glob(pattern.as_bytes(), v.as_bytes()),
+                    "pattern {pattern:?} value {v:?}"
+                );
+            }
+        }
     }
 
     #[test]

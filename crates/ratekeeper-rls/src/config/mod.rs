@@ -117,7 +117,7 @@ pub struct ConfigWarning {
     /// The file.
     pub file: String,
     /// The place in the file, when there is one.
-    pub position: Option<(u32, u32)>,
+    pub position: Option<Position>,
     /// What is odd.
     pub message: String,
 }
@@ -125,7 +125,7 @@ pub struct ConfigWarning {
 impl fmt::Display for ConfigWarning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.position {
-            Some((line, column)) => write!(f, "{}:{line}:{column}: {}", self.file, self.message),
+            Some(p) => write!(f, "{}:{}:{}: {}", self.file, p.line, p.column, self.message),
             None => write!(f, "{}: {}", self.file, self.message),
         }
     }
@@ -329,6 +329,10 @@ impl RateLimitConfig {
 
     /// Finds the rule for one request descriptor of `domain`: its `(key, value)` entries, in
     /// order. See the [module docs](self) for the matching rules.
+    ///
+    /// The answer borrows the config and the entries (a [`Match`] computes its keys from
+    /// both), so build the entries first: `let e: Vec<(&str, &str)> = ...; config.lookup(d, &e)`.
+    /// No allocation for descriptors up to four entries deep.
     pub fn lookup<'a>(&'a self, domain: &str, entries: &'a [(&'a str, &'a str)]) -> Lookup<'a> {
         match self.inner.domains.get_key_value(domain) {
             None => Lookup::DomainNotFound,

@@ -65,7 +65,7 @@ impl FileCtx<'_> {
             {
                 self.warnings.push(ConfigWarning {
                     file: self.file.to_owned(),
-                    position: Some((k.pos.line, k.pos.column)),
+                    position: Some(k.pos),
                     message: format!("'{name}' has no effect in {place} (ignored)"),
                 });
             }

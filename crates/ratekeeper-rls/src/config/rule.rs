@@ -109,6 +109,15 @@ impl From<Unit> for PbUnit {
     }
 }
 
+impl TryFrom<PbUnit> for Unit {
+    type Error = UnitParseError;
+
+    /// Fails for `UNKNOWN`.
+    fn try_from(unit: PbUnit) -> Result<Unit, UnitParseError> {
+        Unit::from_proto(unit).ok_or_else(|| UnitParseError(unit.as_str_name().to_owned()))
+    }
+}
+
 impl fmt::Display for Unit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -136,24 +145,25 @@ impl FromStr for Unit {
 /// apply to it.
 ///
 /// Built only by loading a config ([`RateLimitConfig`](super::RateLimitConfig)).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+///
+/// `Serialize` writes the fields by their config names (`replaces` as a list of names); an
+/// `unlimited` rule has no `unit` and no `requests_per_unit`, as in its file.
+#[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct RateLimitRule {
     /// Requests (hits) allowed per `unit`. A missing `requests_per_unit` is 0, which refuses
     /// every request (the reference's deny-list idiom).
     pub requests_per_unit: u32,
     /// The window. For an `unlimited` rule (which has no unit in the file) this is
-    /// [`Unit::Second`] and means nothing.
+    /// [`Unit::Second`] and means nothing (it is not serialized).
     pub unit: Unit,
     /// `unlimited: true`: the descriptor is allowed without counting (`OK`, remaining
     /// `u32::MAX`).
     pub unlimited: bool,
     /// `rate_limit.name`, returned in the status's `current_limit.name` and the target of other
     /// rules' `replaces`. `None` when absent or empty.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// Names of the rules this one replaces when both match one request.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub replaces: Vec<String>,
     /// `shadow_mode: true` on the descriptor: counted, but never refuses (not inherited by
     /// nested descriptors).
@@ -164,8 +174,32 @@ pub struct RateLimitRule {
     /// `detailed_metric: true` on the descriptor: the stats key uses the request's values.
     pub detailed_metric: bool,
     /// The descriptor's `metadata` as JSON (returned in dynamic metadata).
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub metadata: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+impl Serialize for RateLimitRule {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(None)?;
+        if !self.unlimited {
+            m.serialize_entry("requests_per_unit", &self.requests_per_unit)?;
+            m.serialize_entry("unit", &self.unit)?;
+        }
+        m.serialize_entry("unlimited", &self.unlimited)?;
+        if let Some(name) = &self.name {
+            m.serialize_entry("name", name)?;
+        }
+        if !self.replaces.is_empty() {
+            m.serialize_entry("replaces", &self.replaces)?;
+        }
+        m.serialize_entry("shadow_mode", &self.shadow_mode)?;
+        m.serialize_entry("quota_mode", &self.quota_mode)?;
+        m.serialize_entry("detailed_metric", &self.detailed_metric)?;
+        if let Some(metadata) = &self.metadata {
+            m.serialize_entry("metadata", metadata)?;
+        }
+        m.end()
+    }
 }
 
 #[cfg(test)]
@@ -183,6 +217,9 @@ mod tests {
             assert_eq!(Unit::from_proto_i32(unit.to_proto() as i32), Some(unit));
         }
         assert_eq!(Unit::from_proto_i32(0), None);
+        assert_eq!(Unit::try_from(PbUnit::Hour), Ok(Unit::Hour));
+        assert!(Unit::try_from(PbUnit::Unknown).is_err());
+        assert_eq!(PbUnit::from(Unit::Week), PbUnit::Week);
         assert_eq!(Unit::from_proto_i32(99), None);
         assert_eq!(Unit::Month.seconds(), 30 * 86_400);
         assert_eq!(Unit::Year.seconds(), 365 * 86_400);

@@ -70,9 +70,11 @@ fn position(span: &Span) -> Position {
     }
 }
 
-/// Aliases deeper than this, or more alias expansions than [`MAX_ALIAS_NODES`], are refused
-/// ("billion laughs").
+/// More nodes brought in by aliases than this are refused ("billion laughs").
 const MAX_ALIAS_NODES: usize = 100_000;
+
+/// Lists and maps nested deeper than this are refused (the readers recurse).
+const MAX_DEPTH: usize = 128;
 
 struct Builder {
     /// Open containers: the node being built and, for maps, a pending key.
@@ -192,6 +194,14 @@ pub(crate) fn parse(text: &str) -> Result<Node, (ConfigErrorKind, Position)> {
                     b.anchors.insert(anchor, node.clone());
                 }
                 b.push_value(node)?;
+            }
+            Event::SequenceStart(..) | Event::MappingStart(..) if b.stack.len() >= MAX_DEPTH => {
+                return Err((
+                    ConfigErrorKind::Syntax {
+                        message: format!("lists and maps nested deeper than {MAX_DEPTH} levels"),
+                    },
+                    pos,
+                ));
             }
             Event::SequenceStart(anchor, _) => {
                 b.open_anchors.push(anchor);
@@ -474,6 +484,21 @@ mod tests {
             panic!("not a map")
         };
         assert_eq!(other.len(), 2);
+    }
+
+    #[test]
+    fn deep_nesting_is_an_error_not_a_stack_overflow() {
+        // Flow style: the scanner's own limit (255 levels).
+        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        let err = parse(&deep).unwrap_err();
+        assert!(matches!(err.0, ConfigErrorKind::Syntax { .. }));
+        // Block style: ours, at the 129th list.
+        let deep = format!("{}a\n", "- ".repeat(10_000));
+        let err = parse(&deep).unwrap_err();
+        assert!(matches!(err.0, ConfigErrorKind::Syntax { .. }));
+        assert_eq!(err.1.column, 2 * 128 + 1);
+        let ok = format!("{}{}", "[".repeat(MAX_DEPTH), "]".repeat(MAX_DEPTH));
+        assert!(parse(&ok).is_ok());
     }
 
     #[test]

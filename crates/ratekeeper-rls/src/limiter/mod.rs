@@ -231,10 +231,10 @@ impl Limiter {
             let fresh = Backend::Memory(MemoryStore::with_clock(self.clock.clone()));
             std::mem::replace(&mut inner.backend, fresh)
         };
-        if let Backend::Tiered(s) = taken {
-            if let Err(e) = s.shutdown().await {
-                tracing::warn!(error = %e, "leased units not given back at shutdown");
-            }
+        if let Backend::Tiered(s) = taken
+            && let Err(e) = s.shutdown().await
+        {
+            tracing::warn!(error = %e, "leased units not given back at shutdown");
         }
     }
 }

@@ -70,6 +70,9 @@
 
 mod cli;
 mod env;
+mod error;
+mod ignored;
+mod redis;
 mod values;
 
 use std::ffi::OsString;
@@ -80,7 +83,7 @@ use std::time::Duration;
 
 use crate::config::LoadOptions;
 
-pub use env::SettingsError;
+pub use error::SettingsError;
 
 /// Where counters live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,7 +157,7 @@ impl RedisSettings {
     pub fn connection_urls(&self) -> Vec<String> {
         self.urls
             .iter()
-            .map(|url| env::with_credentials(url, self.username.as_deref(), self.password()))
+            .map(|url| redis::with_credentials(url, self.username.as_deref(), self.password()))
             .collect()
     }
 }

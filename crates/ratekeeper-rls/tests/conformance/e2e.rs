@@ -29,6 +29,8 @@ fn domain(b: Backend) -> &'static str {
     match b {
         Backend::Memory => "e2e_memory",
         Backend::Redis => "e2e_redis",
+        Backend::Tiered => "e2e_tiered",
+        Backend::Cluster => "e2e_cluster",
     }
 }
 

@@ -13,3 +13,4 @@ mod e2e;
 mod errors;
 mod lookups;
 mod modes;
+mod stores;

@@ -16,7 +16,7 @@ use ratekeeper_rls::Server;
 use ratekeeper_rls::settings::Settings;
 use tonic::transport::Channel;
 
-use crate::redis_support::RedisServer;
+use crate::redis_support::{RedisCluster, RedisServer};
 
 /// Thursday 2025-07-31 00:00:00 UTC, a multiple of every unit up to WEEK, plus 30 s: the
 /// clock of every test starts here, 30 s into a minute (so `duration_until_reset` of a
@@ -28,6 +28,10 @@ pub(crate) const START_UNIX_SECS: u64 = 1_753_920_000 + 30;
 pub(crate) enum Backend {
     Memory,
     Redis,
+    /// Redis with units leased to the instance (`--store tiered`).
+    Tiered,
+    /// A 3-primary Redis Cluster (`REDIS_TYPE=cluster`).
+    Cluster,
 }
 
 /// A running server and what the test needs to talk to it.
@@ -37,6 +41,8 @@ pub(crate) struct Rls {
     pub(crate) clock: ManualClock,
     pub(crate) dir: tempfile::TempDir,
     pub(crate) redis: Option<RedisServer>,
+    /// Kept alive (killed on drop) while the server uses it.
+    pub(crate) _cluster: Option<RedisCluster>,
 }
 
 impl Rls {
@@ -53,7 +59,8 @@ impl Rls {
         dir: tempfile::TempDir,
         env: &[(&str, &str)],
     ) -> Rls {
-        let redis = (backend == Backend::Redis).then(RedisServer::start);
+        let redis = matches!(backend, Backend::Redis | Backend::Tiered).then(RedisServer::start);
+        let cluster = (backend == Backend::Cluster).then(RedisCluster::start);
         let mut vars: Vec<(String, String)> = env
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
@@ -64,8 +71,19 @@ impl Rls {
             // decisions, not the failure policy.
             vars.push(("REDIS_TIMEOUT".to_owned(), "30s".to_owned()));
         }
+        if let Some(c) = &cluster {
+            c.wait_ok(Duration::from_secs(60));
+            vars.push(("REDIS_URL".to_owned(), c.urls().join(",")));
+            vars.push(("REDIS_TYPE".to_owned(), "cluster".to_owned()));
+            vars.push(("REDIS_TIMEOUT".to_owned(), "30s".to_owned()));
+        }
         let config = dir.path().display().to_string();
-        let args = [
+        let store = if backend == Backend::Tiered {
+            "tiered"
+        } else {
+            ""
+        };
+        let mut args = vec![
             "ratekeeper-rls",
             "--config",
             &config,
@@ -76,6 +94,9 @@ impl Rls {
             "--debug",
             "127.0.0.1:0",
         ];
+        if !store.is_empty() {
+            args.extend(["--store", store]);
+        }
         let lookup = move |name: &str| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
         let (settings, _warnings) = Settings::parse(args, lookup).expect("settings parse");
         let clock = ManualClock::new();
@@ -96,6 +117,7 @@ impl Rls {
             clock,
             dir,
             redis,
+            _cluster: cluster,
         }
     }
 

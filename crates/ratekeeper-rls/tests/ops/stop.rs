@@ -87,10 +87,10 @@ async fn binary_serves_and_exits_zero_on_sigterm() {
     let health = format!("http://127.0.0.1:{http}/healthcheck");
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        if let Ok(r) = reqwest::get(&health).await {
-            if r.status().as_u16() == 200 {
-                break;
-            }
+        if let Ok(r) = reqwest::get(&health).await
+            && r.status().as_u16() == 200
+        {
+            break;
         }
         assert!(Instant::now() < deadline, "the binary never became healthy");
         assert!(
