@@ -25,11 +25,11 @@ impl Drop for Killed {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("bind 127.0.0.1:0")
+/// Four distinct free TCP ports on 127.0.0.1 (bound together, read, released).
+fn distinct_free_ports() -> [u16; 4] {
+    let bind = || TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    let listeners = [bind(), bind(), bind(), bind()];
+    listeners.map(|l| l.local_addr().expect("a bound address").port())
 }
 
 /// `ratekeeper-rls` started with an empty environment but for `PORT`, `GRPC_PORT`,
@@ -42,55 +42,67 @@ fn free_port() -> u16 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_reference_environment_alone_serves_healthcheck_metrics_and_should_rate_limit() {
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
-    let (http, grpc, debug, prometheus) = (free_port(), free_port(), free_port(), free_port());
     let out = std::env::temp_dir().join(format!("ratekeeper-rls-env-{}.log", std::process::id()));
-    let log = std::fs::File::create(&out).expect("create the log file");
-    let mut child = Killed(
-        Command::new(env!("CARGO_BIN_EXE_ratekeeper-rls"))
-            .env_clear()
-            .env("PORT", http.to_string())
-            .env("GRPC_PORT", grpc.to_string())
-            .env("RUNTIME_ROOT", &examples)
-            .env("RUNTIME_SUBDIRECTORY", "ratelimit")
-            .env("USE_PROMETHEUS", "true")
-            .env("HOST", "127.0.0.1")
-            .env("GRPC_HOST", "127.0.0.1")
-            .env("DEBUG_HOST", "127.0.0.1")
-            .env("DEBUG_PORT", debug.to_string())
-            .env("PROMETHEUS_ADDR", format!("127.0.0.1:{prometheus}"))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("clone the log file"))
-            .stderr(log)
-            .spawn()
-            .expect("start ratekeeper-rls"),
-    );
     let output = || std::fs::read_to_string(&out).unwrap_or_default();
-
     let client = reqwest::Client::new();
-    let deadline = Instant::now() + READY_DEADLINE;
-    loop {
-        if let Ok(Some(status)) = child.0.try_wait() {
-            panic!(
-                "ratekeeper-rls exited ({status}); its output:\n{}",
+    // A port taken by another process between `free_port` and the bind makes the binary exit
+    // at start: then again on other ports, at most 3 times.
+    let mut started = None;
+    for _ in 0..3 {
+        let ports = distinct_free_ports();
+        let [http, grpc, debug, prometheus] = ports;
+        let log = std::fs::File::create(&out).expect("create the log file");
+        let mut child = Killed(
+            Command::new(env!("CARGO_BIN_EXE_ratekeeper-rls"))
+                .env_clear()
+                .env("PORT", http.to_string())
+                .env("GRPC_PORT", grpc.to_string())
+                .env("RUNTIME_ROOT", &examples)
+                .env("RUNTIME_SUBDIRECTORY", "ratelimit")
+                .env("USE_PROMETHEUS", "true")
+                .env("HOST", "127.0.0.1")
+                .env("GRPC_HOST", "127.0.0.1")
+                .env("DEBUG_HOST", "127.0.0.1")
+                .env("DEBUG_PORT", debug.to_string())
+                .env("PROMETHEUS_ADDR", format!("127.0.0.1:{prometheus}"))
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().expect("clone the log file"))
+                .stderr(log)
+                .spawn()
+                .expect("start ratekeeper-rls"),
+        );
+        let deadline = Instant::now() + READY_DEADLINE;
+        let healthy = loop {
+            if let Ok(Some(_)) = child.0.try_wait() {
+                break false;
+            }
+            let res = client
+                .get(format!("http://127.0.0.1:{http}/healthcheck"))
+                .timeout(Duration::from_secs(5))
+                .send()
+                .await;
+            if let Ok(res) = res {
+                assert_eq!(res.status(), 200, "/healthcheck; output:\n{}", output());
+                break true;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no /healthcheck answer on port {http} within {READY_DEADLINE:?}; output:\n{}",
                 output()
             );
-        }
-        let res = client
-            .get(format!("http://127.0.0.1:{http}/healthcheck"))
-            .timeout(Duration::from_secs(5))
-            .send()
-            .await;
-        if let Ok(res) = res {
-            assert_eq!(res.status(), 200, "/healthcheck; output:\n{}", output());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        if healthy {
+            started = Some((child, ports));
             break;
         }
-        assert!(
-            Instant::now() < deadline,
-            "no /healthcheck answer on port {http} within {READY_DEADLINE:?}; output:\n{}",
+    }
+    let Some((_child, [_, grpc, _, prometheus])) = started else {
+        panic!(
+            "ratekeeper-rls exited at start 3 times; its last output:\n{}",
             output()
         );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    };
 
     let grpc_addr: SocketAddr = ([127, 0, 0, 1], grpc).into();
     let mut rls = RateLimitServiceClient::connect(format!("http://{grpc_addr}"))

