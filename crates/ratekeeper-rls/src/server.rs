@@ -42,6 +42,9 @@ use crate::service::{Options, RateLimiter, Shared};
 use crate::settings::{Settings, StoreKind};
 use crate::stats::{self, Stats};
 
+/// How often the gRPC health status is brought in line with `/healthcheck`.
+const HEALTH_FOLLOW_INTERVAL: Duration = Duration::from_millis(250);
+
 /// Why the service did not start.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -285,6 +288,31 @@ impl Server {
         }
 
         let mut handles = Vec::new();
+        // The gRPC health status follows `/healthcheck` (a config loaded later, the store
+        // lost or back), as the reference's health checker updates both: Envoy's active
+        // health checks ask gRPC.
+        let (reporter, followed, mut follow_stop) =
+            (health.clone(), health_state.clone(), stopped.clone());
+        handles.push(tokio::spawn(async move {
+            let mut last = status;
+            loop {
+                tokio::select! {
+                    _ = follow_stop.wait_for(|s| *s) => break,
+                    () = tokio::time::sleep(HEALTH_FOLLOW_INTERVAL) => {}
+                }
+                let now = if followed.is_healthy() {
+                    ServingStatus::Serving
+                } else {
+                    ServingStatus::NotServing
+                };
+                if now != last {
+                    for name in ["", "ratelimit"] {
+                        reporter.set_service_status(name, now).await;
+                    }
+                    last = now;
+                }
+            }
+        }));
         let service = RateLimitServiceServer::new(RateLimiter {
             shared: Arc::clone(&shared),
         });
