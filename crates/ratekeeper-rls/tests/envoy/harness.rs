@@ -243,6 +243,21 @@ pub(crate) const OK: &str = "cluster.app.ratelimit.ok";
 pub(crate) const OVER_LIMIT: &str = "cluster.app.ratelimit.over_limit";
 /// Envoy's count of calls to our server that failed (no answer, a gRPC error).
 pub(crate) const ERROR: &str = "cluster.app.ratelimit.error";
+/// Envoy's gauge of our server's hosts its health checks find healthy (0 or 1).
+pub(crate) const MEMBERSHIP_HEALTHY: &str = "cluster.ratekeeper_rls.membership_healthy";
+
+/// The active gRPC health check of [`Scenario::start_with_health_check`].
+const HEALTH_CHECK: &str = "    health_checks:
+    - timeout: 5s
+      interval: 0.5s
+      # Envoy checks a cluster without traffic every 60 s by default.
+      no_traffic_interval: 0.5s
+      unhealthy_interval: 0.5s
+      unhealthy_threshold: 1
+      healthy_threshold: 1
+      grpc_health_check: {service_name: ratelimit}
+";
+
 /// Envoy's count of failed calls whose request it let through (`failure_mode_deny: false`).
 pub(crate) const FAILURE_MODE_ALLOWED: &str = "cluster.app.ratelimit.failure_mode_allowed";
 
@@ -549,6 +564,7 @@ pub(crate) fn example_config_dir() -> PathBuf {
 pub(crate) struct Rls {
     process: ChildGuard,
     grpc: SocketAddr,
+    http: SocketAddr,
     metrics: SocketAddr,
     _dir: TempDir,
 }
@@ -564,11 +580,19 @@ impl Rls {
     ///
     /// When it does not become healthy; the message holds its output.
     pub(crate) async fn start(args: &[&str]) -> Self {
-        Self::start_with(&example_config_dir(), args, &[]).await
+        let rls = Self::start_with(&example_config_dir(), args, &[]).await;
+        let status = rls.healthcheck().await;
+        assert_eq!(
+            status,
+            200,
+            "/healthcheck; output:\n{}",
+            rls.process.output()
+        );
+        rls
     }
 
-    /// [`Rls::start`] with the configuration at `config` and the environment `env` (nothing
-    /// else).
+    /// Our server with the configuration at `config`, `args` and the environment `env`
+    /// (nothing else), once `/healthcheck` answers (whatever its status).
     ///
     /// # Panics
     ///
@@ -596,29 +620,47 @@ impl Rls {
                     last = process.output();
                     break;
                 }
-                let healthy = client
+                let answers = client
                     .get(format!("http://{http}/healthcheck"))
                     .timeout(Duration::from_secs(5))
                     .send()
                     .await
-                    .is_ok_and(|r| r.status() == 200);
-                if healthy {
+                    .is_ok();
+                if answers {
                     return Self {
                         process,
                         grpc,
+                        http,
                         metrics,
                         _dir: dir,
                     };
                 }
                 assert!(
                     Instant::now() < deadline,
-                    "ratekeeper-rls not healthy within {READY_DEADLINE:?}; its output:\n{}",
+                    "ratekeeper-rls does not answer /healthcheck within {READY_DEADLINE:?}; its \
+                     output:\n{}",
                     process.output()
                 );
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
         panic!("ratekeeper-rls exited at start 3 times; its last output:\n{last}");
+    }
+
+    /// The status `/healthcheck` answers now.
+    ///
+    /// # Panics
+    ///
+    /// When it does not answer within 30 s.
+    pub(crate) async fn healthcheck(&self) -> u16 {
+        reqwest::Client::new()
+            .get(format!("http://{}/healthcheck", self.http))
+            .timeout(Duration::from_secs(30))
+            .send()
+            .await
+            .expect("/healthcheck")
+            .status()
+            .as_u16()
     }
 
     /// Its gRPC address.
@@ -691,6 +733,28 @@ impl Scenario {
     pub(crate) async fn start_with_rls(listeners: &[Listener], rls: Rls) -> Self {
         let upstream = Upstream::start().await;
         let envoy = Envoy::start(&bootstrap(upstream.addr(), rls.grpc(), listeners)).await;
+        Self {
+            upstream,
+            rls,
+            envoy,
+            client: reqwest::Client::new(),
+        }
+    }
+
+    /// [`Scenario::start_with_rls`], with Envoy checking our server's health actively: a
+    /// gRPC health check (`grpc.health.v1.Health/Check`, service `ratelimit`) every
+    /// 0.5 s, one answer enough to change the verdict, seen in
+    /// [`MEMBERSHIP_HEALTHY`].
+    ///
+    /// # Panics
+    ///
+    /// As [`Envoy::start`].
+    pub(crate) async fn start_with_health_check(listeners: &[Listener], rls: Rls) -> Self {
+        let upstream = Upstream::start().await;
+        let config = bootstrap(upstream.addr(), rls.grpc(), listeners);
+        let cluster = "  - name: ratekeeper_rls\n    type: STATIC\n    connect_timeout: 1s\n";
+        let config = replace_once(&config, cluster, &format!("{cluster}{HEALTH_CHECK}"));
+        let envoy = Envoy::start(&config).await;
         Self {
             upstream,
             rls,

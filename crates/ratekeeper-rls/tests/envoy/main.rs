@@ -10,4 +10,5 @@
 mod example;
 mod failure_mode;
 mod harness;
+mod health;
 mod limits;
