@@ -221,7 +221,32 @@ fn response_to_json(r: &RateLimitResponse) -> Value {
             .collect();
         out.insert("responseHeadersToAdd".into(), Value::Array(headers));
     }
+    if let Some(m) = &r.dynamic_metadata {
+        out.insert("dynamicMetadata".into(), struct_to_json(m));
+    }
     Value::Object(out)
+}
+
+/// A protobuf `Struct` as the JSON object it stands for.
+fn struct_to_json(s: &envoy_types::pb::google::protobuf::Struct) -> Value {
+    Value::Object(
+        s.fields
+            .iter()
+            .map(|(k, v)| (k.clone(), value_to_json(v)))
+            .collect(),
+    )
+}
+
+fn value_to_json(v: &envoy_types::pb::google::protobuf::Value) -> Value {
+    use envoy_types::pb::google::protobuf::value::Kind;
+    match &v.kind {
+        None | Some(Kind::NullValue(_)) => Value::Null,
+        Some(Kind::NumberValue(n)) => json!(n),
+        Some(Kind::StringValue(s)) => json!(s),
+        Some(Kind::BoolValue(b)) => json!(b),
+        Some(Kind::StructValue(s)) => struct_to_json(s),
+        Some(Kind::ListValue(l)) => Value::Array(l.values.iter().map(value_to_json).collect()),
+    }
 }
 
 /// `/healthcheck` and `/json`.

@@ -2,17 +2,46 @@
 //! (`/healthcheck`, `/json`), debug (`/rlconfig`, `/metrics`) and, when enabled, Prometheus
 //! (`/metrics`), with hot reload of the config and a graceful shutdown.
 //!
-//! ```no_run
+//! ```
+//! use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+//! use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+//! use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+//! use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+//! use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 //! use ratekeeper_rls::Server;
 //! use ratekeeper_rls::settings::Settings;
 //!
-//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-//! let env = |_: &str| None;
-//! let (settings, _warnings) =
-//!     Settings::parse(["ratekeeper-rls", "--config", "ratelimit.yaml", "--grpc", "127.0.0.1:0"], env)?;
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let dir = std::env::temp_dir().join(format!("rls-doc-{}", std::process::id()));
+//! std::fs::create_dir_all(&dir)?;
+//! std::fs::write(
+//!     dir.join("api.yaml"),
+//!     "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
+//! )?;
+//! let config = dir.display().to_string();
+//! let args = ["ratekeeper-rls", "--config", &config, "--grpc", "127.0.0.1:0",
+//!             "--http", "127.0.0.1:0", "--debug", "127.0.0.1:0"];
+//! let (settings, _warnings) = Settings::parse(args, |_| None)?;
 //! let server = Server::bind(settings).await?;
-//! println!("gRPC on {}", server.local_grpc_addr());
+//!
+//! let mut client =
+//!     RateLimitServiceClient::connect(format!("http://{}", server.local_grpc_addr())).await?;
+//! let request = RateLimitRequest {
+//!     domain: "api".into(),
+//!     descriptors: vec![RateLimitDescriptor {
+//!         entries: vec![Entry { key: "user".into(), value: "alice".into() }],
+//!         ..Default::default()
+//!     }],
+//!     hits_addend: 0,
+//! };
+//! let first = client.should_rate_limit(request.clone()).await?.into_inner();
+//! assert_eq!(first.overall_code, Code::Ok as i32);
+//! let second = client.should_rate_limit(request).await?.into_inner();
+//! assert_eq!(second.overall_code, Code::OverLimit as i32);
+//!
 //! server.shutdown().await;
+//! std::fs::remove_dir_all(&dir)?;
 //! # Ok(())
 //! # }
 //! ```
@@ -26,9 +55,9 @@ use std::time::Duration;
 use arc_swap::ArcSwapOption;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use ratekeeper_core::clock::Clock;
-use ratekeeper_core::store::MemoryStore;
 use ratekeeper_core::store::redis::RedisStore;
 use ratekeeper_core::store::tiered::TieredStore;
+use ratekeeper_core::store::{FailurePolicy, MemoryStore};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -42,8 +71,15 @@ use crate::service::{Options, RateLimiter, Shared};
 use crate::settings::{Settings, StoreKind};
 use crate::stats::{self, Stats};
 
-/// How often the gRPC health status is brought in line with `/healthcheck`.
-const HEALTH_FOLLOW_INTERVAL: Duration = Duration::from_millis(250);
+/// The most counters the memory store holds per (limit, unit): past it, idle ones are
+/// evicted, and new ones share one overflow counter while every counter held is live.
+pub const MEMORY_MAX_KEYS: std::num::NonZeroUsize = match std::num::NonZeroUsize::new(1 << 20) {
+    Some(n) => n,
+    None => std::num::NonZeroUsize::MIN,
+};
+
+/// How often the gRPC health status is brought in line with the health check.
+const HEALTH_EVERY: Duration = Duration::from_millis(500);
 
 /// Why the service did not start.
 #[derive(Debug, thiserror::Error)]
@@ -76,6 +112,7 @@ pub struct ServerBuilder {
     settings: Settings,
     clock: Option<Arc<dyn Clock>>,
     reload_interval: Duration,
+    on_failure: FailurePolicy,
 }
 
 impl std::fmt::Debug for ServerBuilder {
@@ -84,6 +121,7 @@ impl std::fmt::Debug for ServerBuilder {
             .field("settings", &self.settings)
             .field("injected_clock", &self.clock.is_some())
             .field("reload_interval", &self.reload_interval)
+            .field("on_failure", &self.on_failure)
             .finish()
     }
 }
@@ -95,6 +133,23 @@ impl ServerBuilder {
     /// Unix time is. With Redis it replaces Redis `TIME` too.
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// What a Redis or tiered store does when it cannot decide within its deadline
+    /// (default [`FailurePolicy::Allow`]):
+    ///
+    /// - `Allow`: the call fails with gRPC `UNAVAILABLE`, and Envoy's `failure_mode_deny`
+    ///   decides (the reference's behaviour, answered within the deadline);
+    /// - `Deny`: the call is answered, each descriptor the store could not decide
+    ///   `OVER_LIMIT` (fail closed);
+    /// - `Local` / `FailSoft`: the store decides in memory (the whole quota, or this
+    ///   instance's share of it) until Redis is back;
+    /// - `Degrade`: as `Allow`.
+    ///
+    /// Every failure counts `ratelimit_service_should_rate_limit_error{err_type="redis_error"}`.
+    pub fn on_store_failure(mut self, policy: FailurePolicy) -> Self {
+        self.on_failure = policy;
         self
     }
 
@@ -154,9 +209,12 @@ async fn build_backend(
     settings: &Settings,
     clock: &SharedClock,
     injected: bool,
+    on_failure: FailurePolicy,
 ) -> Result<Backend, ServerError> {
     if settings.store == StoreKind::Memory {
-        return Ok(Backend::Memory(MemoryStore::with_clock(clock.clone())));
+        return Ok(Backend::Memory(
+            MemoryStore::with_clock(clock.clone()).with_max_keys(MEMORY_MAX_KEYS),
+        ));
     }
     let redis = settings
         .redis
@@ -170,6 +228,7 @@ async fn build_backend(
     if let Some(deadline) = settings.store_timeout {
         builder = builder.deadline(deadline);
     }
+    builder = builder.on_failure(on_failure);
     if injected {
         builder = builder.clock(clock.clone());
     }
@@ -194,6 +253,7 @@ impl Server {
             settings,
             clock: None,
             reload_interval: config_watch::DEFAULT_INTERVAL,
+            on_failure: FailurePolicy::Allow,
         }
     }
 
@@ -212,7 +272,7 @@ impl Server {
         let injected = b.clock.is_some();
         let clock = SharedClock(b.clock.unwrap_or_else(|| Arc::new(UnixClock::new())));
         let _ = stats::prometheus();
-        let backend = build_backend(&settings, &clock, injected).await?;
+        let backend = build_backend(&settings, &clock, injected, b.on_failure).await?;
         let shared = Arc::new(Shared {
             config: ArcSwapOption::empty(),
             limiter: Limiter::new(backend, clock),
@@ -288,19 +348,18 @@ impl Server {
         }
 
         let mut handles = Vec::new();
-        // The gRPC health status follows `/healthcheck` (a config loaded later, the store
-        // lost or back), as the reference's health checker updates both: Envoy's active
-        // health checks ask gRPC.
-        let (reporter, followed, mut follow_stop) =
-            (health.clone(), health_state.clone(), stopped.clone());
+        // gRPC health follows the HTTP health check (store reachable, config when required).
+        let watched = health_state.clone();
+        let reporter = health.clone();
+        let mut health_stop = stopped.clone();
         handles.push(tokio::spawn(async move {
             let mut last = status;
             loop {
                 tokio::select! {
-                    _ = follow_stop.wait_for(|s| *s) => break,
-                    () = tokio::time::sleep(HEALTH_FOLLOW_INTERVAL) => {}
+                    _ = health_stop.wait_for(|s| *s) => return,
+                    () = tokio::time::sleep(HEALTH_EVERY) => {}
                 }
-                let now = if followed.is_healthy() {
+                let now = if watched.is_healthy() {
                     ServingStatus::Serving
                 } else {
                     ServingStatus::NotServing
@@ -399,6 +458,15 @@ impl Server {
             need_config: false,
         }
         .is_healthy()
+    }
+
+    /// The `ShouldRateLimit` service this server answers with (same config, store and
+    /// stats), to mount in a tonic server of your own:
+    /// `RateLimitServiceServer::new(server.service())`.
+    pub fn service(&self) -> RateLimiter {
+        RateLimiter {
+            shared: Arc::clone(&self.shared),
+        }
     }
 
     /// `ShouldRateLimit` calls (gRPC and `/json`) being answered now.

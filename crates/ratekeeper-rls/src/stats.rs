@@ -23,7 +23,7 @@
 //! `domain="_overflow", key1="_overflow", key2="_overflow"`.
 
 use std::collections::HashSet;
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::{OnceLock, PoisonError, RwLock};
 
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
@@ -118,20 +118,24 @@ pub(crate) fn prometheus() -> &'static PrometheusHandle {
 /// The per-rule counters and the other service counters.
 #[derive(Debug, Default)]
 pub(crate) struct Stats {
-    series: Mutex<HashSet<(String, String, String)>>,
+    series: RwLock<HashSet<(String, String, String)>>,
 }
 
 impl Stats {
     /// Labels for (`domain`, `key1`, `key2`), or the overflow labels past [`MAX_SERIES`].
     fn labels(&self, domain: &str, key1: &str, key2: &str) -> [(&'static str, String); 3] {
-        let mut series = self.series.lock().unwrap_or_else(PoisonError::into_inner);
         let tuple = (domain.to_owned(), key1.to_owned(), key2.to_owned());
-        let kept = series.contains(&tuple) || {
-            let room = series.len() < MAX_SERIES;
-            if room {
+        let known = self
+            .series
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(&tuple);
+        let kept = known || {
+            let mut series = self.series.write().unwrap_or_else(PoisonError::into_inner);
+            series.len() < MAX_SERIES && {
                 series.insert(tuple.clone());
+                true
             }
-            room
         };
         if kept {
             [("domain", tuple.0), ("key1", tuple.1), ("key2", tuple.2)]

@@ -27,7 +27,7 @@ pub struct Position {
 /// assert!(matches!(err.kind(), ConfigErrorKind::InvalidUnit { unit } if unit == "fortnight"));
 /// assert_eq!(err.to_string(), "api.yaml:4:24: invalid rate limit unit 'fortnight' (expected second, minute, hour, day, week, month or year)");
 /// ```
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub struct ConfigError {
     file: String,
     position: Option<Position>,
@@ -93,7 +93,7 @@ impl ConfigError {
 }
 
 /// What is wrong with a config file. The messages are lower-case and name the offending text.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigErrorKind {
     /// The file or directory could not be read.

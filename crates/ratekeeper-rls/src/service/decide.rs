@@ -172,7 +172,8 @@ pub(super) async fn decide(
         .collect();
 
     // 1. The rule of each descriptor.
-    let known_domain = config.domains().any(|d| d == domain);
+    let has_override = request.descriptors.iter().any(|d| d.limit.is_some());
+    let known_domain = has_override && config.domains().any(|d| d == domain);
     let mut rules: Vec<Option<Applied<'_>>> = Vec::with_capacity(entries.len());
     for (d, e) in request.descriptors.iter().zip(&entries) {
         let rule = if d.limit.is_some() {
@@ -253,16 +254,18 @@ pub(super) async fn decide(
                 None => Charged::NotSent,
                 Some(hit) => match shared.limiter.charge(hit).await {
                     Ok(d) => Charged::Decided(d),
-                    Err(e) if e.failure_policy() == FailurePolicy::Deny => {
-                        crate::stats::should_rate_limit_error("redis_error");
-                        Charged::Refused
-                    }
+                    Err(e) if e.failure_policy() == FailurePolicy::Deny => Charged::Refused,
                     Err(e) => Charged::Failed(e),
                 },
             }
         });
         (join_all(each).await, false)
     };
+    // A store that failed closed: the call is answered (refused), and counted once as the
+    // reference counts a store failure.
+    if charged.iter().any(|c| matches!(c, Charged::Refused)) {
+        crate::stats::should_rate_limit_error("redis_error");
+    }
 
     let mut outcomes = Vec::with_capacity(rules.len());
     for ((rule, charged), &cost) in rules.into_iter().zip(charged).zip(&hits) {
@@ -380,7 +383,6 @@ async fn charge_all_or_nothing(
             Ok((charged, refused))
         }
         Err(e) if e.failure_policy() == FailurePolicy::Deny => {
-            crate::stats::should_rate_limit_error("redis_error");
             let charged = to_charge
                 .iter()
                 .map(|h| {

@@ -194,3 +194,54 @@ async fn store_keys_never_hold_descriptor_values() {
         }
     }
 }
+
+/// A store built to fail closed (`on_store_failure(Deny)`): with Redis down the call is
+/// answered within the deadline, every descriptor it could not decide `OVER_LIMIT`, and
+/// counted once as `redis_error`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fail_closed_store_refuses_within_the_deadline() {
+    let mut rls = Rls::start_failing(
+        Backend::Redis,
+        ERRS,
+        &[("REDIS_TIMEOUT", "200ms")],
+        ratekeeper_core::store::FailurePolicy::Deny,
+    )
+    .await;
+    rls.redis.as_mut().unwrap().kill();
+    let before = rls.debug_get("/metrics").await.1;
+    let started = Instant::now();
+    let r = rls
+        .call(req(
+            "errs",
+            vec![
+                desc(&[("k", "v")]),
+                desc(&[("k", "w")]),
+                desc(&[("none", "x")]),
+            ],
+            0,
+        ))
+        .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(r.overall_code, over());
+    let codes: Vec<_> = r.statuses.iter().map(cr).collect();
+    assert_eq!(codes, [(over(), 0), (over(), 0), (ok(), 0)]);
+    assert_eq!(
+        r.statuses[0]
+            .current_limit
+            .as_ref()
+            .unwrap()
+            .requests_per_unit,
+        3
+    );
+    let after = rls.debug_get("/metrics").await.1;
+    let name = "ratelimit_service_should_rate_limit_error";
+    let label = "err_type=\"redis_error\"";
+    assert!(
+        sample(&after, name, label) >= sample(&before, name, label) + 1.0,
+        "{after}"
+    );
+}

@@ -12,6 +12,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::UInt64Value;
 use ratekeeper_core::clock::ManualClock;
+use ratekeeper_core::store::FailurePolicy;
 use ratekeeper_rls::Server;
 use ratekeeper_rls::settings::Settings;
 use tonic::transport::Channel;
@@ -50,7 +51,19 @@ impl Rls {
     pub(crate) async fn start(backend: Backend, yaml: &str, env: &[(&str, &str)]) -> Rls {
         let dir = tempfile::tempdir().expect("temporary directory");
         std::fs::write(dir.path().join("config.yaml"), yaml).expect("write the config");
-        Self::start_in(backend, dir, env).await
+        Self::start_in(backend, dir, env, FailurePolicy::Allow).await
+    }
+
+    /// `start`, with the store's failure policy.
+    pub(crate) async fn start_failing(
+        backend: Backend,
+        yaml: &str,
+        env: &[(&str, &str)],
+        on_failure: FailurePolicy,
+    ) -> Rls {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        std::fs::write(dir.path().join("config.yaml"), yaml).expect("write the config");
+        Self::start_in(backend, dir, env, on_failure).await
     }
 
     /// A server on `backend` serving the files already in `dir`.
@@ -58,6 +71,7 @@ impl Rls {
         backend: Backend,
         dir: tempfile::TempDir,
         env: &[(&str, &str)],
+        on_failure: FailurePolicy,
     ) -> Rls {
         let redis = matches!(backend, Backend::Redis | Backend::Tiered).then(RedisServer::start);
         let cluster = (backend == Backend::Cluster).then(RedisCluster::start);
@@ -104,6 +118,7 @@ impl Rls {
         let server = Server::builder(settings)
             .clock(clock.clone())
             .reload_interval(Duration::from_millis(50))
+            .on_store_failure(on_failure)
             .bind()
             .await
             .expect("the server starts");

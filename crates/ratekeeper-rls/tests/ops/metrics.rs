@@ -16,6 +16,9 @@ descriptors:
   - key: api_key
     detailed_metric: true
     rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: route
+    value_to_metric: true
+    rate_limit: {unit: minute, requests_per_unit: 5}
 "#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -149,4 +152,43 @@ async fn override_stats_labels_hold_keys_only() {
         1.0
     );
     assert!(!m.contains("acct-SECRET"), "{m}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn value_to_metric_puts_its_value_in_labels() {
+    let mut rls = Rls::start(Backend::Memory, CONFIG, &[]).await;
+    rls.call(req("metered", vec![desc(&[("route", "checkout")])], 0))
+        .await;
+    let m = rls.debug_get("/metrics").await.1;
+    let labels = r#"domain="metered",key1="route_checkout",key2="""#;
+    assert_eq!(
+        sample(&m, "ratelimit_service_rate_limit_total_hits", labels),
+        1.0
+    );
+}
+
+/// At most `MAX_SERIES` label sets per server: hits of further values (here under
+/// `detailed_metric`) are counted under the `_overflow` labels.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn label_series_past_the_cap_go_to_overflow() {
+    let mut rls = Rls::start(Backend::Memory, CONFIG, &[]).await;
+    let cap = ratekeeper_rls::stats::MAX_SERIES;
+    let values: Vec<String> = (0..cap + 10).map(|i| format!("capkey{i}")).collect();
+    for chunk in values.chunks(500) {
+        let descriptors = chunk.iter().map(|v| desc(&[("api_key", v)])).collect();
+        rls.call(req("metered", descriptors, 0)).await;
+    }
+    let m = rls.debug_get("/metrics").await.1;
+    let overflow = r#"domain="_overflow",key1="_overflow",key2="_overflow""#;
+    assert_eq!(
+        sample(&m, "ratelimit_service_rate_limit_total_hits", overflow),
+        10.0
+    );
+    let kept = m
+        .lines()
+        .filter(|l| {
+            l.starts_with("ratelimit_service_rate_limit_total_hits{") && l.contains("capkey")
+        })
+        .count();
+    assert_eq!(kept, cap);
 }
