@@ -14,7 +14,8 @@
 //! - [`stats`]: the reference's metric names, with a cap on label series.
 //!
 //! Counting goes through ratekeeper-core's stores: a fixed window of `unit` seconds aligned on
-//! the Unix epoch per (rule, descriptor values), in memory (the default: nothing else has to
+//! the Unix epoch per (rule, descriptor values), as the reference counts, or the rule's own
+//! `algorithm` and `period` (extensions, see [`compat`]), in memory (the default: nothing else has to
 //! run), in Redis (standalone or Cluster) or in the tiered store. Descriptor values, which may
 //! be credentials, reach a store key only hashed and a metric label only under
 //! `detailed_metric`.

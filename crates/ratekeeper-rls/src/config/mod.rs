@@ -81,7 +81,7 @@ use serde::Serialize;
 
 pub use error::{ConfigError, ConfigErrorKind, Position};
 pub use lookup::{Lookup, Match};
-pub use rule::{RateLimitRule, Unit, UnitParseError};
+pub use rule::{Algorithm, RateLimitRule, Unit, UnitParseError};
 
 /// How files are read and combined.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

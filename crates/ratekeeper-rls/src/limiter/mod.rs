@@ -1,6 +1,6 @@
-//! Counting on ratekeeper-core's stores: one fixed-window policy per distinct
-//! (`requests_per_unit`, unit) pair, registered when a config loads (or when a request's
-//! override first names it), and one hashed store key per counter.
+//! Counting on ratekeeper-core's stores: one policy per distinct (`requests_per_unit`,
+//! period, algorithm), registered when a request first names it, and one hashed store key
+//! per counter.
 //!
 //! No algorithm lives here: every decision is a [`Store::check`] of one charge.
 
@@ -70,8 +70,10 @@ enum Pending {
 pub(crate) struct Hit {
     /// Units admitted per window (never 0: a limit of 0 is answered without the store).
     pub(crate) limit: NonZeroU32,
-    /// The window, in seconds.
-    pub(crate) unit_secs: u64,
+    /// The window (the period of the quota), in seconds.
+    pub(crate) period_secs: u64,
+    /// How the store counts.
+    pub(crate) algorithm: Algorithm,
     /// The counter's store key (hashed, see [`counter_key`]).
     pub(crate) key: Key,
     /// Units to charge (0 reads the counter).
@@ -80,10 +82,10 @@ pub(crate) struct Hit {
 
 struct Inner {
     backend: Backend,
-    policies: HashMap<(u32, u64), PolicyId>,
+    policies: HashMap<(u32, u64, Algorithm), PolicyId>,
 }
 
-/// The store and its registry of fixed-window policies.
+/// The store and its registry of policies.
 pub(crate) struct Limiter {
     inner: RwLock<Inner>,
     clock: SharedClock,
@@ -116,13 +118,20 @@ impl Limiter {
         f(&self.inner.read().unwrap_or_else(PoisonError::into_inner))
     }
 
-    /// The policy of (`limit`, `unit_secs`), registered now if it is new.
+    /// The policy of (`limit` per `period_secs`, `algorithm`), registered now if it is new.
+    /// Fixed-window policies keep the name `rls_<limit>_per_<secs>s` (part of their store
+    /// keys); the others are `rls_<algorithm>_<limit>_per_<secs>s`.
     ///
     /// # Errors
     ///
     /// The store's refusal, or [`StoreError::UnsupportedQuota`] past [`MAX_POLICIES`].
-    pub(crate) fn policy(&self, limit: NonZeroU32, unit_secs: u64) -> Result<PolicyId, StoreError> {
-        let pair = (limit.get(), unit_secs);
+    pub(crate) fn policy(
+        &self,
+        limit: NonZeroU32,
+        period_secs: u64,
+        algorithm: Algorithm,
+    ) -> Result<PolicyId, StoreError> {
+        let pair = (limit.get(), period_secs, algorithm);
         if let Some(id) = self.read(|i| i.policies.get(&pair).copied()) {
             return Ok(id);
         }
@@ -135,10 +144,17 @@ impl Limiter {
                 "more than {MAX_POLICIES} distinct limits"
             )));
         }
-        let quota = Quota::new(limit.get(), Duration::from_secs(unit_secs))
+        let quota = Quota::new(limit.get(), Duration::from_secs(period_secs))
             .map_err(|e| StoreError::UnsupportedQuota(e.to_string()))?;
-        let name = format!("rls_{}_per_{}s", limit, unit_secs);
-        let policy = Policy::new(name, quota).with_algorithm(Algorithm::FixedWindow);
+        let name = if algorithm == Algorithm::FixedWindow {
+            format!("rls_{limit}_per_{period_secs}s")
+        } else {
+            format!(
+                "rls_{}_{limit}_per_{period_secs}s",
+                algorithm.name().replace('-', "_")
+            )
+        };
+        let policy = Policy::new(name, quota).with_algorithm(algorithm);
         let id = inner.backend.register(&policy)?;
         inner.policies.insert(pair, id);
         Ok(id)
@@ -168,7 +184,7 @@ impl Limiter {
     pub(crate) async fn charge_all(&self, hits: &[Hit]) -> Result<Vec<Decision>, StoreError> {
         let mut policies = Vec::with_capacity(hits.len());
         for hit in hits {
-            policies.push(self.policy(hit.limit, hit.unit_secs)?);
+            policies.push(self.policy(hit.limit, hit.period_secs, hit.algorithm)?);
         }
         let pending = self.read(|i| {
             let charges: Vec<Charge<'_, Key>> = hits
@@ -254,11 +270,18 @@ pub(crate) fn counter_key(prefix: &str, domain: &str, counter: &str) -> Key {
     Key::from(text.as_str())
 }
 
-/// Seconds until the window of `unit_secs` that holds `now` ends: `unit − (now mod unit)` in
-/// whole seconds, never 0 (at a boundary, the whole unit), as the reference computes it.
-pub(crate) fn until_reset(now: Duration, unit_secs: u64) -> u64 {
-    let unit = unit_secs.max(1);
-    unit - now.as_secs() % unit
+/// Seconds until the window of `period_secs` that holds `now` ends: `period − (now mod
+/// period)` in whole seconds, never 0 (at a boundary, the whole period), as the reference
+/// computes it.
+pub(crate) fn until_reset(now: Duration, period_secs: u64) -> u64 {
+    let period = period_secs.max(1);
+    period - now.as_secs() % period
+}
+
+/// `duration_until_reset` from a store decision: its `reset_after` rounded up to whole
+/// seconds, within [1, `period_secs`] (never 0, as the reference's).
+pub(crate) fn reset_secs(decision: &Decision, period_secs: u64) -> u64 {
+    ratekeeper_core::decision::ceil_secs(decision.reset_after()).clamp(1, period_secs.max(1))
 }
 
 #[cfg(test)]

@@ -14,8 +14,8 @@ use ratekeeper_core::Decision;
 use ratekeeper_core::store::{FailurePolicy, StoreError};
 
 use super::{Shared, response};
-use crate::config::{Lookup, Unit};
-use crate::limiter::{Hit, counter_key, until_reset};
+use crate::config::{Algorithm, Lookup, Unit};
+use crate::limiter::{Hit, counter_key, reset_secs, until_reset};
 use crate::stats::hit_counts;
 
 /// Why a call is answered with a gRPC error instead of a response.
@@ -64,7 +64,10 @@ impl ServiceError {
 pub(super) struct Applied<'a> {
     pub(super) requests_per_unit: u32,
     pub(super) unit: Unit,
-    name: Option<&'a str>,
+    /// The window in seconds (the unit's length unless the rule gives a `period`).
+    pub(super) period_secs: u64,
+    algorithm: Algorithm,
+    pub(super) name: Option<&'a str>,
     unlimited: bool,
     shadow: bool,
     pub(super) quota: bool,
@@ -119,6 +122,8 @@ fn override_rule<'a>(
     Some(Applied {
         requests_per_unit: o.requests_per_unit,
         unit,
+        period_secs: unit.seconds(),
+        algorithm: Algorithm::FixedWindow,
         name: None,
         unlimited: false,
         shadow: false,
@@ -195,6 +200,8 @@ pub(super) async fn decide(
                     Some(Applied {
                         requests_per_unit: m.rule.requests_per_unit,
                         unit: m.rule.unit,
+                        period_secs: m.rule.period_secs(),
+                        algorithm: m.rule.algorithm,
                         name: m.rule.name.as_deref(),
                         unlimited: m.rule.unlimited,
                         shadow: m.rule.shadow_mode,
@@ -240,7 +247,8 @@ pub(super) async fn decide(
             let rule = rule.as_ref().filter(|r| !r.unlimited)?;
             Some(Hit {
                 limit: NonZeroU32::new(rule.requests_per_unit)?,
-                unit_secs: rule.unit.seconds(),
+                period_secs: rule.period_secs,
+                algorithm: rule.algorithm,
                 key: counter_key(&shared.options.cache_key_prefix, domain, &rule.counter),
                 cost,
             })
@@ -281,7 +289,12 @@ pub(super) async fn decide(
                 unlimited: true,
             },
             Some(rule) => {
-                let reset = duration(until_reset(now, rule.unit.seconds()));
+                // From the store's decision (its clock: Redis `TIME` on Redis); without
+                // one, from the window that holds `now`.
+                let reset = duration(match &charged {
+                    Charged::Decided(d) => reset_secs(d, rule.period_secs),
+                    _ => until_reset(now, rule.period_secs),
+                });
                 // (over, remaining, units held before the charge)
                 let (over, remaining, before) = match charged {
                     // `requests_per_unit: 0`: every request is over, nothing is counted.

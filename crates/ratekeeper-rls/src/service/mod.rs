@@ -9,7 +9,8 @@
 //! 3. `unlimited` rules answer `OK` with `limit_remaining` 4294967295, uncounted;
 //! 4. a rule of `requests_per_unit: 0` refuses without the store;
 //! 5. every other rule charges its hits to its own counter in the store (a fixed window of
-//!    `unit` seconds aligned on the Unix epoch), the descriptors of one request concurrently.
+//!    `unit` seconds aligned on the Unix epoch, or the rule's `algorithm` over its `period`),
+//!    the descriptors of one request concurrently.
 //!
 //! Hits: the descriptor's `hits_addend` when set (0 reads the counter without charging it),
 //! else the request's `hits_addend`, where 0 counts as 1.
@@ -20,6 +21,7 @@
 //! [`compat`](crate::compat) module for where this differs from the reference.
 
 mod decide;
+mod ietf;
 mod response;
 
 use std::sync::Arc;
@@ -32,7 +34,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 
 use crate::config::RateLimitConfig;
 use crate::limiter::Limiter;
-use crate::settings::{ResponseHeaderNames, Settings};
+use crate::settings::{HeaderFormat, ResponseHeaderNames, Settings};
 use crate::stats::{self, Stats};
 
 pub use decide::ServiceError;
@@ -43,6 +45,8 @@ pub(crate) struct Options {
     pub(crate) shadow_mode: bool,
     pub(crate) quota_mode: bool,
     pub(crate) headers: Option<ResponseHeaderNames>,
+    pub(crate) header_format: HeaderFormat,
+    pub(crate) problem_details: bool,
     pub(crate) dynamic_metadata: bool,
     pub(crate) near_limit_ratio: f32,
     pub(crate) cache_key_prefix: String,
@@ -57,6 +61,8 @@ impl Options {
             shadow_mode: s.shadow_mode,
             quota_mode: s.quota_mode,
             headers: s.response_headers.clone(),
+            header_format: s.response_headers_format,
+            problem_details: s.problem_details,
             dynamic_metadata: s.response_dynamic_metadata,
             near_limit_ratio: s.near_limit_ratio,
             cache_key_prefix: s.cache_key_prefix.clone(),

@@ -51,6 +51,15 @@ pub(crate) struct Cli {
     /// Add RateLimit-Limit/Remaining/Reset headers to responses [env: LIMIT_RESPONSE_HEADERS_ENABLED]
     #[arg(long)]
     pub(crate) limit_response_headers: bool,
+    /// Which response headers, when enabled: reference (RateLimit-Limit/Remaining/Reset, the
+    /// default), ietf (RateLimit-Policy and RateLimit, draft-ietf-httpapi-ratelimit-headers-11)
+    /// or both [env: LIMIT_RESPONSE_HEADERS_FORMAT]
+    #[arg(long, value_name = "FORMAT")]
+    pub(crate) response_headers_format: Option<String>,
+    /// On OVER_LIMIT, answer an RFC 9457 problem+json body (quota-exceeded) for Envoy to send
+    /// [env: OVER_LIMIT_PROBLEM_DETAILS]
+    #[arg(long)]
+    pub(crate) problem_details: bool,
     /// Return dynamic metadata in responses [env: RESPONSE_DYNAMIC_METADATA]
     #[arg(long)]
     pub(crate) response_dynamic_metadata: bool,

@@ -11,7 +11,8 @@ use super::ignored::IGNORED;
 use super::redis::redis_settings;
 use super::values::{parse_addr, parse_bool, parse_duration, parse_host};
 use super::{
-    LogFormat, LogLevel, MetricsSettings, ResponseHeaderNames, Settings, SettingsError, StoreKind,
+    HeaderFormat, LogFormat, LogLevel, MetricsSettings, ResponseHeaderNames, Settings,
+    SettingsError, StoreKind,
 };
 use crate::config::LoadOptions;
 
@@ -93,6 +94,15 @@ fn log_format(s: &str) -> Option<LogFormat> {
     match s.to_ascii_lowercase().as_str() {
         "text" => Some(LogFormat::Text),
         "json" => Some(LogFormat::Json),
+        _ => None,
+    }
+}
+
+fn header_format(s: &str) -> Option<HeaderFormat> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "reference" => Some(HeaderFormat::Reference),
+        "ietf" => Some(HeaderFormat::Ietf),
+        "both" => Some(HeaderFormat::Both),
         _ => None,
     }
 }
@@ -371,6 +381,23 @@ where
         (None, None) => LogFormat::Text,
     };
 
+    let response_headers_format = match (
+        &cli.response_headers_format,
+        env.var("LIMIT_RESPONSE_HEADERS_FORMAT"),
+    ) {
+        (Some(v), _) => header_format(v).ok_or_else(|| SettingsError::InvalidFlag {
+            flag: "response-headers-format",
+            value: v.clone(),
+            expected: "reference, ietf or both",
+        })?,
+        (None, Some(v)) => header_format(&v).ok_or(SettingsError::InvalidEnv {
+            name: "LIMIT_RESPONSE_HEADERS_FORMAT",
+            value: v.clone(),
+            expected: "reference, ietf or both",
+        })?,
+        (None, None) => HeaderFormat::Reference,
+    };
+
     let settings = Settings {
         config,
         validate: cli.validate,
@@ -385,6 +412,8 @@ where
         shadow_mode: cli.shadow_mode || env.bool("SHADOW_MODE", false)?,
         quota_mode: cli.quota_mode || env.bool("QUOTA_MODE", false)?,
         response_headers,
+        response_headers_format,
+        problem_details: cli.problem_details || env.bool("OVER_LIMIT_PROBLEM_DETAILS", false)?,
         response_dynamic_metadata: cli.response_dynamic_metadata
             || env.bool("RESPONSE_DYNAMIC_METADATA", false)?,
         near_limit_ratio,

@@ -47,6 +47,8 @@
 //! | `REDIS_TIMEOUT` | the store's default | the store's deadline per call, a Go duration (`--store-timeout`) |
 //! | `SHADOW_MODE`, `QUOTA_MODE` | `false` | global shadow / quota mode |
 //! | `LIMIT_RESPONSE_HEADERS_ENABLED`, `LIMIT_LIMIT_HEADER`, `LIMIT_REMAINING_HEADER`, `LIMIT_RESET_HEADER` | `false`, `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` | response headers |
+//! | `LIMIT_RESPONSE_HEADERS_FORMAT` (extension) | `reference` | with headers enabled: `reference` (the three above), `ietf` (`RateLimit-Policy` and `RateLimit` of draft-ietf-httpapi-ratelimit-headers-11) or `both` (`--response-headers-format`) |
+//! | `OVER_LIMIT_PROBLEM_DETAILS` (extension) | `false` | on `OVER_LIMIT`, an RFC 9457 `application/problem+json` body (`quota-exceeded`) in `raw_body` (`--problem-details`) |
 //! | `RESPONSE_DYNAMIC_METADATA` | `false` | dynamic metadata in responses |
 //! | `NEAR_LIMIT_RATIO` | `0.8` | the `near_limit` stat's threshold |
 //! | `CACHE_KEY_PREFIX` | empty | prefix of store keys |
@@ -182,6 +184,33 @@ pub struct ResponseHeaderNames {
     pub reset: String,
 }
 
+/// Which rate-limit headers a response carries when headers are enabled
+/// (`LIMIT_RESPONSE_HEADERS_FORMAT`, an extension).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum HeaderFormat {
+    /// The reference's three headers, named by `LIMIT_*_HEADER` (the default).
+    #[default]
+    Reference,
+    /// `RateLimit-Policy: "<name>";q=<limit>;w=<period s>` and
+    /// `RateLimit: "<name>";r=<remaining>;t=<reset s>`, draft-ietf-httpapi-ratelimit-headers-11.
+    Ietf,
+    /// Both sets.
+    Both,
+}
+
+impl HeaderFormat {
+    /// Whether the reference's three headers are sent.
+    pub fn reference(self) -> bool {
+        matches!(self, Self::Reference | Self::Both)
+    }
+
+    /// Whether the IETF draft's two fields are sent.
+    pub fn ietf(self) -> bool {
+        matches!(self, Self::Ietf | Self::Both)
+    }
+}
+
 /// The log level (`LOG_LEVEL`; the reference's logrus levels `panic` and `fatal` read as
 /// `error`, `warning` as `warn`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -250,6 +279,12 @@ pub struct Settings {
     pub quota_mode: bool,
     /// Response headers, when enabled (`LIMIT_RESPONSE_HEADERS_ENABLED`).
     pub response_headers: Option<ResponseHeaderNames>,
+    /// Which headers, when [`Settings::response_headers`] enables them
+    /// (`LIMIT_RESPONSE_HEADERS_FORMAT`, an extension).
+    pub response_headers_format: HeaderFormat,
+    /// On `OVER_LIMIT`, an RFC 9457 problem+json `raw_body` (`OVER_LIMIT_PROBLEM_DETAILS`, an
+    /// extension).
+    pub problem_details: bool,
     /// Dynamic metadata in responses (`RESPONSE_DYNAMIC_METADATA`).
     pub response_dynamic_metadata: bool,
     /// The `near_limit` threshold, a ratio in (0, 1] (`NEAR_LIMIT_RATIO`, default 0.8).
