@@ -236,6 +236,13 @@ pub enum ConfigErrorKind {
         /// The unit's length in seconds.
         unit_secs: u64,
     },
+    /// `charging:` (an extension, at a file's root) that is not `per_descriptor` or
+    /// `all_or_nothing`.
+    #[error("invalid charging '{charging}' (expected per_descriptor or all_or_nothing)")]
+    InvalidCharging {
+        /// The value as written.
+        charging: String,
+    },
     /// `metadata` that cannot become JSON (a NaN or infinite number).
     #[error("invalid metadata: {message}")]
     InvalidMetadata {

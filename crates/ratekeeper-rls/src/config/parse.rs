@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::error::{ConfigError, ConfigErrorKind, Position};
-use super::rule::{Algorithm, RateLimitRule, Unit};
+use super::rule::{Algorithm, Charging, RateLimitRule, Unit};
 use super::yaml::{Kind, Node, same_key};
 use super::{ConfigWarning, Descriptor, Level};
 
@@ -35,7 +35,7 @@ pub(crate) const VALID_KEYS: [&str; 19] = [
     "charging",
 ];
 
-const ROOT_KEYS: &[&str] = &["domain", "descriptors"];
+const ROOT_KEYS: &[&str] = &["domain", "descriptors", "charging"];
 const DESCRIPTOR_KEYS: &[&str] = &[
     "key",
     "value",
@@ -281,11 +281,12 @@ fn as_map(node: &Node) -> &Entries {
     }
 }
 
-/// The root of a file: its domain (and where it is written) and its descriptors.
+/// The root of a file: its domain (and where it is written), its descriptors and how its
+/// requests are charged.
 pub(crate) fn root<'n>(
     ctx: &mut FileCtx<'_>,
     node: &'n Node,
-) -> Result<(String, Position, &'n [Node]), ConfigError> {
+) -> Result<(String, Position, &'n [Node], Charging), ConfigError> {
     let map: &Entries = match &node.kind {
         Kind::Map(m) => m,
         Kind::Null => &[],
@@ -304,8 +305,16 @@ pub(crate) fn root<'n>(
     ctx.warn_misplaced(map, ROOT_KEYS, "a file's top level");
     let domain = string_field(ctx, map, "domain")?;
     let descriptors = list_field(ctx, map, "descriptors")?;
+    let charging = match string_field(ctx, map, "charging")? {
+        None => Charging::PerDescriptor,
+        Some((text, pos)) => match text.to_ascii_lowercase().replace('-', "_").as_str() {
+            "" | "per_descriptor" => Charging::PerDescriptor,
+            "all_or_nothing" => Charging::AllOrNothing,
+            _ => return Err(ctx.err(pos, ConfigErrorKind::InvalidCharging { charging: text })),
+        },
+    };
     match domain {
-        Some((d, pos)) if !d.is_empty() => Ok((d, pos, descriptors)),
+        Some((d, pos)) if !d.is_empty() => Ok((d, pos, descriptors, charging)),
         Some((_, pos)) => Err(ctx.err(pos, ConfigErrorKind::EmptyDomain)),
         None => Err(ctx.err(node.pos, ConfigErrorKind::EmptyDomain)),
     }

@@ -145,6 +145,22 @@ impl fmt::Display for Unit {
     }
 }
 
+/// How the descriptors of one request are charged in a domain (`charging:` at the root of the
+/// domain's file, an extension).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Charging {
+    /// Each descriptor on its own (the reference's): a request refused by one descriptor
+    /// still charges the others. `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true` makes every
+    /// domain [`Charging::AllOrNothing`].
+    #[default]
+    PerDescriptor,
+    /// Every descriptor of a request is checked and charged in one store call: all are
+    /// charged, or (when one refuses) none.
+    AllOrNothing,
+}
+
 /// A unit name that is not second, minute, hour, day, week, month or year.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid rate limit unit '{0}'")]

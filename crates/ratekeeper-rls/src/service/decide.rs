@@ -14,7 +14,7 @@ use ratekeeper_core::Decision;
 use ratekeeper_core::store::{FailurePolicy, StoreError};
 
 use super::{Shared, response};
-use crate::config::{Algorithm, Lookup, Unit};
+use crate::config::{Algorithm, Charging, Lookup, Unit};
 use crate::limiter::{Hit, counter_key, reset_secs, until_reset};
 use crate::stats::hit_counts;
 
@@ -254,7 +254,9 @@ pub(super) async fn decide(
             })
         })
         .collect();
-    let (charged, batch_refused) = if shared.options.stop_increment_when_over_limit {
+    let all_or_nothing = shared.options.stop_increment_when_over_limit
+        || config.charging(domain) == Charging::AllOrNothing;
+    let (charged, batch_refused) = if all_or_nothing {
         charge_all_or_nothing(shared, &rules, &hits, &to_charge).await?
     } else {
         let each = to_charge.iter().map(|hit| async move {

@@ -189,3 +189,45 @@ fn header_format_and_problem_details_settings() {
         "{e}"
     );
 }
+
+#[test]
+fn charging_is_a_root_key_per_domain() {
+    use ratekeeper_rls::config::Charging;
+    let file = |charging: &str| {
+        format!(
+            "domain: d\n{charging}descriptors:\n  - key: k\n    rate_limit: {{unit: second, requests_per_unit: 1}}\n"
+        )
+    };
+    let load =
+        |yaml: &str| RateLimitConfig::from_sources([("d.yaml", yaml)], &LoadOptions::default());
+    assert_eq!(
+        load(&file("")).unwrap().charging("d"),
+        Charging::PerDescriptor
+    );
+    let aon = load(&file("charging: all_or_nothing\n")).unwrap();
+    assert_eq!(aon.charging("d"), Charging::AllOrNothing);
+    assert_eq!(aon.charging("other"), Charging::PerDescriptor);
+    assert_eq!(
+        serde_json::to_value(&aon).unwrap()["domains"][0]["charging"],
+        "all_or_nothing"
+    );
+    assert_eq!(
+        load(&file("charging: per_descriptor\n"))
+            .unwrap()
+            .charging("d"),
+        Charging::PerDescriptor
+    );
+    let e = load(&file("charging: all\n")).unwrap_err();
+    assert!(matches!(e.kind(), ConfigErrorKind::InvalidCharging { charging } if charging == "all"));
+    assert_eq!((e.line(), e.column()), (Some(2), Some(11)));
+    // Merged files: all-or-nothing when any of them says so.
+    let merged = RateLimitConfig::from_sources(
+        [
+            ("a.yaml", file("charging: all_or_nothing\n").as_str()),
+            ("b.yaml", "domain: d\ndescriptors:\n  - key: j\n    rate_limit: {unit: second, requests_per_unit: 1}\n"),
+        ],
+        &LoadOptions::default().merge_domains(true),
+    )
+    .unwrap();
+    assert_eq!(merged.charging("d"), Charging::AllOrNothing);
+}

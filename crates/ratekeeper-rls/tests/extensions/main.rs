@@ -12,5 +12,7 @@ mod redis_support;
 mod support;
 
 mod algorithms;
+mod all_or_nothing;
 mod config;
+mod fleet;
 mod headers;
