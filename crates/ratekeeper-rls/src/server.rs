@@ -111,6 +111,7 @@ pub enum ServerError {
 pub struct ServerBuilder {
     settings: Settings,
     clock: Option<Arc<dyn Clock>>,
+    local_clock: Option<Arc<dyn Clock>>,
     reload_interval: Duration,
     on_failure: FailurePolicy,
 }
@@ -120,6 +121,7 @@ impl std::fmt::Debug for ServerBuilder {
         f.debug_struct("ServerBuilder")
             .field("settings", &self.settings)
             .field("injected_clock", &self.clock.is_some())
+            .field("injected_local_clock", &self.local_clock.is_some())
             .field("reload_interval", &self.reload_interval)
             .field("on_failure", &self.on_failure)
             .finish()
@@ -133,6 +135,17 @@ impl ServerBuilder {
     /// Unix time is. With Redis it replaces Redis `TIME` too.
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// This process's own clock, as a host clock that may be skewed (default: the system's
+    /// wall clock, [`UnixClock`]; nanoseconds since the Unix epoch). It decides for the
+    /// memory store; on Redis and the tiered store it only times the store's deadline,
+    /// circuit breaker and stale guard: windows and resets stay on Redis `TIME`, so
+    /// replicas whose clocks disagree still count in one window. [`clock`](Self::clock),
+    /// when given, wins.
+    pub fn local_clock(mut self, clock: impl Clock) -> Self {
+        self.local_clock = Some(Arc::new(clock));
         self
     }
 
@@ -209,6 +222,7 @@ async fn build_backend(
     settings: &Settings,
     clock: &SharedClock,
     injected: bool,
+    local_injected: bool,
     on_failure: FailurePolicy,
 ) -> Result<Backend, ServerError> {
     if settings.store == StoreKind::Memory {
@@ -231,6 +245,8 @@ async fn build_backend(
     builder = builder.on_failure(on_failure);
     if injected {
         builder = builder.clock(clock.clone());
+    } else if local_injected {
+        builder = builder.app_clock(clock.clone());
     }
     let urls = redis.connection_urls();
     let store = if redis.cluster || settings.store == StoreKind::RedisCluster {
@@ -252,6 +268,7 @@ impl Server {
         ServerBuilder {
             settings,
             clock: None,
+            local_clock: None,
             reload_interval: config_watch::DEFAULT_INTERVAL,
             on_failure: FailurePolicy::Allow,
         }
@@ -270,9 +287,15 @@ impl Server {
     async fn start(b: ServerBuilder) -> Result<Server, ServerError> {
         let settings = b.settings;
         let injected = b.clock.is_some();
-        let clock = SharedClock(b.clock.unwrap_or_else(|| Arc::new(UnixClock::new())));
+        let local_injected = !injected && b.local_clock.is_some();
+        let clock = SharedClock(
+            b.clock
+                .or(b.local_clock)
+                .unwrap_or_else(|| Arc::new(UnixClock::new())),
+        );
         let _ = stats::prometheus();
-        let backend = build_backend(&settings, &clock, injected, b.on_failure).await?;
+        let backend =
+            build_backend(&settings, &clock, injected, local_injected, b.on_failure).await?;
         let shared = Arc::new(Shared {
             config: ArcSwapOption::empty(),
             limiter: Limiter::new(backend, clock),

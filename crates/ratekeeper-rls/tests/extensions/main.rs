@@ -16,3 +16,4 @@ mod all_or_nothing;
 mod config;
 mod fleet;
 mod headers;
+mod redis_clock;
