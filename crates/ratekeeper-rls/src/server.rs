@@ -64,7 +64,7 @@ use tokio::task::JoinHandle;
 use tonic_health::ServingStatus;
 
 use crate::clock::{SharedClock, UnixClock};
-use crate::config::{RateLimitConfig, watch as config_watch};
+use crate::config::{OnStoreFailure, RateLimitConfig, watch as config_watch};
 use crate::http;
 use crate::limiter::{Backend, Limiter};
 use crate::service::{Options, RateLimiter, Shared};
@@ -160,6 +160,14 @@ impl ServerBuilder {
     ///   instance's share of it) until Redis is back;
     /// - `Degrade`: as `Allow`.
     ///
+    /// This is the store's own policy: with `Allow` (the default) each limit then answers as
+    /// its `on_store_failure` says (the settings' `ON_STORE_FAILURE` when it has none);
+    /// `Deny` here refuses every limit whatever its own value. The limits whose
+    /// `on_store_failure` is `fail_soft` go through a second handle on the same keys, built
+    /// with [`FailurePolicy::FailSoft`] when the default (`ON_STORE_FAILURE`) or a rule of
+    /// the config at start asks for it; a `fail_soft` rule that only a later reload brings
+    /// fails as `unavailable` until the next start.
+    ///
     /// Every failure counts `ratelimit_service_should_rate_limit_error{err_type="redis_error"}`.
     pub fn on_store_failure(mut self, policy: FailurePolicy) -> Self {
         self.on_failure = policy;
@@ -224,42 +232,58 @@ async fn build_backend(
     injected: bool,
     local_injected: bool,
     on_failure: FailurePolicy,
-) -> Result<Backend, ServerError> {
+    fail_soft: bool,
+) -> Result<(Backend, Option<RedisStore>), ServerError> {
     if settings.store == StoreKind::Memory {
-        return Ok(Backend::Memory(
-            MemoryStore::with_clock(clock.clone()).with_max_keys(MEMORY_MAX_KEYS),
+        return Ok((
+            Backend::Memory(MemoryStore::with_clock(clock.clone()).with_max_keys(MEMORY_MAX_KEYS)),
+            None,
         ));
     }
     let redis = settings
         .redis
         .as_ref()
         .ok_or(ServerError::NoRedis(settings.store))?;
-    let mut builder = RedisStore::builder().prefix(if settings.cache_key_prefix.is_empty() {
-        "rls".to_owned()
-    } else {
-        format!("rls:{}", settings.cache_key_prefix)
-    });
-    if let Some(deadline) = settings.store_timeout {
-        builder = builder.deadline(deadline);
-    }
-    builder = builder.on_failure(on_failure);
-    if injected {
-        builder = builder.clock(clock.clone());
-    } else if local_injected {
-        builder = builder.app_clock(clock.clone());
-    }
     let urls = redis.connection_urls();
-    let store = if redis.cluster || settings.store == StoreKind::RedisCluster {
-        let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
-        builder.cluster(&nodes).await?
+    let cluster = redis.cluster || settings.store == StoreKind::RedisCluster;
+    let connect = |on_failure: FailurePolicy| {
+        let mut builder = RedisStore::builder().prefix(if settings.cache_key_prefix.is_empty() {
+            "rls".to_owned()
+        } else {
+            format!("rls:{}", settings.cache_key_prefix)
+        });
+        if let Some(deadline) = settings.store_timeout {
+            builder = builder.deadline(deadline);
+        }
+        builder = builder.on_failure(on_failure);
+        if injected {
+            builder = builder.clock(clock.clone());
+        } else if local_injected {
+            builder = builder.app_clock(clock.clone());
+        }
+        let urls = &urls;
+        async move {
+            if cluster {
+                let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+                builder.cluster(&nodes).await.map_err(ServerError::from)
+            } else {
+                let url = urls.first().ok_or(ServerError::NoRedis(settings.store))?;
+                builder.standalone(url).await.map_err(ServerError::from)
+            }
+        }
+    };
+    let store = connect(on_failure).await?;
+    // The handle of the limits that fail soft: the same keys, each replica's share of the
+    // limit in memory while Redis is unreachable.
+    let soft = if fail_soft {
+        Some(connect(FailurePolicy::FailSoft).await?)
     } else {
-        let url = urls.first().ok_or(ServerError::NoRedis(settings.store))?;
-        builder.standalone(url).await?
+        None
     };
     if settings.store == StoreKind::Tiered {
-        return Ok(Backend::Tiered(TieredStore::builder().build(store)?));
+        return Ok((Backend::Tiered(TieredStore::builder().build(store)?), soft));
     }
-    Ok(Backend::Redis(store))
+    Ok((Backend::Redis(store), soft))
 }
 
 impl Server {
@@ -294,11 +318,27 @@ impl Server {
                 .unwrap_or_else(|| Arc::new(UnixClock::new())),
         );
         let _ = stats::prometheus();
-        let backend =
-            build_backend(&settings, &clock, injected, local_injected, b.on_failure).await?;
+        // The fail-soft handle (a second connection that registers this replica in Redis)
+        // only when a limit may need it: the default, or a rule of the config at start.
+        let fail_soft = settings.on_store_failure == OnStoreFailure::FailSoft
+            || RateLimitConfig::load_path(settings.config_path(), &settings.load)
+                .is_ok_and(|c| c.uses_fail_soft());
+        let (backend, soft) = build_backend(
+            &settings,
+            &clock,
+            injected,
+            local_injected,
+            b.on_failure,
+            fail_soft,
+        )
+        .await?;
+        let mut limiter = Limiter::new(backend, clock);
+        if let Some(soft) = soft {
+            limiter = limiter.with_fail_soft(soft);
+        }
         let shared = Arc::new(Shared {
             config: ArcSwapOption::empty(),
-            limiter: Limiter::new(backend, clock),
+            limiter,
             stats: Stats::default(),
             options: Options::from_settings(&settings),
             in_flight: AtomicUsize::new(0),

@@ -243,6 +243,13 @@ pub enum ConfigErrorKind {
         /// The value as written.
         charging: String,
     },
+    /// `on_store_failure:` (an extension) that is not `unavailable`, `allow`, `deny` or
+    /// `fail_soft`.
+    #[error("invalid on_store_failure '{value}' (expected unavailable, allow, deny or fail_soft)")]
+    InvalidStoreFailure {
+        /// The value as written.
+        value: String,
+    },
     /// `metadata` that cannot become JSON (a NaN or infinite number).
     #[error("invalid metadata: {message}")]
     InvalidMetadata {

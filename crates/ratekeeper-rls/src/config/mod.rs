@@ -81,7 +81,7 @@ use serde::Serialize;
 
 pub use error::{ConfigError, ConfigErrorKind, Position};
 pub use lookup::{Lookup, Match};
-pub use rule::{Algorithm, Charging, RateLimitRule, Unit, UnitParseError};
+pub use rule::{Algorithm, Charging, OnStoreFailure, RateLimitRule, Unit, UnitParseError};
 
 /// How files are read and combined.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -333,6 +333,19 @@ impl RateLimitConfig {
     /// What loaded but looks unintended (see [`ConfigWarning`]).
     pub fn warnings(&self) -> &[ConfigWarning] {
         &self.inner.warnings
+    }
+
+    /// Whether a rule of any domain has `on_store_failure: fail_soft`.
+    pub(crate) fn uses_fail_soft(&self) -> bool {
+        fn level(l: &Level) -> bool {
+            l.nodes.iter().any(|d| {
+                d.rule
+                    .as_ref()
+                    .is_some_and(|r| r.on_store_failure == Some(OnStoreFailure::FailSoft))
+                    || level(&d.children)
+            })
+        }
+        self.inner.domains.values().any(|d| level(&d.level))
     }
 
     /// How `domain`'s requests are charged (`charging:` in its file; with merged files,

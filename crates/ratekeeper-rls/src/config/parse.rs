@@ -7,12 +7,12 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::error::{ConfigError, ConfigErrorKind, Position};
-use super::rule::{Algorithm, Charging, RateLimitRule, Unit};
+use super::rule::{Algorithm, Charging, OnStoreFailure, RateLimitRule, Unit};
 use super::yaml::{Kind, Node, same_key};
 use super::{ConfigWarning, Descriptor, Level};
 
 /// Every key the format knows, at any level (the reference checks one flat list).
-pub(crate) const VALID_KEYS: [&str; 19] = [
+pub(crate) const VALID_KEYS: [&str; 20] = [
     "domain",
     "key",
     "value",
@@ -33,6 +33,7 @@ pub(crate) const VALID_KEYS: [&str; 19] = [
     "algorithm",
     "period",
     "charging",
+    "on_store_failure",
 ];
 
 const ROOT_KEYS: &[&str] = &["domain", "descriptors", "charging"];
@@ -56,6 +57,7 @@ const RATE_LIMIT_KEYS: &[&str] = &[
     "replaces",
     "algorithm",
     "period",
+    "on_store_failure",
 ];
 const REPLACES_KEYS: &[&str] = &["name"];
 
@@ -425,6 +427,14 @@ fn rule(
         }
     };
     let algorithm = algorithm_field(ctx, rl)?;
+    let on_store_failure =
+        match string_field(ctx, rl, "on_store_failure")? {
+            None => None,
+            Some((text, _)) if text.is_empty() => None,
+            Some((text, pos)) => Some(OnStoreFailure::parse(&text).ok_or_else(|| {
+                ctx.err(pos, ConfigErrorKind::InvalidStoreFailure { value: text })
+            })?),
+        };
     let requests_per_unit = u32_field(ctx, rl, "requests_per_unit")?;
     let name = string_field(ctx, rl, "name")?
         .map(|(n, _)| n)
@@ -455,6 +465,7 @@ fn rule(
         unit,
         period: period.map(|(p, _)| p),
         algorithm,
+        on_store_failure,
         unlimited,
         name,
         replaces,

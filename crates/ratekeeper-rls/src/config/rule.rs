@@ -161,6 +161,39 @@ pub enum Charging {
     AllOrNothing,
 }
 
+/// What a limit answers when the store cannot decide within its deadline
+/// (`on_store_failure:` in `rate_limit`, `--on-store-failure` / `ON_STORE_FAILURE` for the
+/// default; extensions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum OnStoreFailure {
+    /// The call fails with gRPC `UNAVAILABLE` and Envoy's `failure_mode_deny` decides (the
+    /// reference's behaviour, which fails with `UNKNOWN`). The default.
+    #[default]
+    Unavailable,
+    /// Fail open: the descriptor answers `OK` without a limit (no made-up remaining).
+    Allow,
+    /// Fail closed: the descriptor answers `OVER_LIMIT`.
+    Deny,
+    /// Fail soft: the replica enforces its share of the limit in memory (the limit divided
+    /// by the live replicas that registered in Redis) until Redis is back.
+    FailSoft,
+}
+
+impl OnStoreFailure {
+    /// Reads `unavailable`, `allow`, `deny` or `fail_soft` (any case, `-` for `_`).
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim().to_ascii_lowercase().replace('-', "_").as_str() {
+            "unavailable" => Some(Self::Unavailable),
+            "allow" => Some(Self::Allow),
+            "deny" => Some(Self::Deny),
+            "fail_soft" => Some(Self::FailSoft),
+            _ => None,
+        }
+    }
+}
+
 /// A unit name that is not second, minute, hour, day, week, month or year.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid rate limit unit '{0}'")]
@@ -202,6 +235,9 @@ pub struct RateLimitRule {
     /// `algorithm:` (an extension): how hits are counted. Default
     /// [`Algorithm::FixedWindow`], the reference's epoch-aligned fixed window.
     pub algorithm: Algorithm,
+    /// `on_store_failure:` (an extension): what this limit answers when the store fails.
+    /// `None`: the service's default (`--on-store-failure`).
+    pub on_store_failure: Option<OnStoreFailure>,
     /// `unlimited: true`: the descriptor is allowed without counting (`OK`, remaining
     /// `u32::MAX`).
     pub unlimited: bool,
@@ -241,6 +277,9 @@ impl Serialize for RateLimitRule {
             }
             if self.algorithm != Algorithm::FixedWindow {
                 m.serialize_entry("algorithm", &self.algorithm.name().replace('-', "_"))?;
+            }
+            if let Some(f) = self.on_store_failure {
+                m.serialize_entry("on_store_failure", &f)?;
             }
         }
         m.serialize_entry("unlimited", &self.unlimited)?;

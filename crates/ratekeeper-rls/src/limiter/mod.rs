@@ -18,6 +18,7 @@ use ratekeeper_core::{Algorithm, Decision, Key, Policy, Quota};
 use sha2::{Digest as _, Sha256};
 
 use crate::clock::SharedClock;
+use crate::config::OnStoreFailure;
 
 /// The most distinct (limit, unit) pairs registered with the store. Configs name a handful;
 /// request overrides could name more, and each registration is kept for the process's life.
@@ -74,15 +75,25 @@ pub(crate) struct Hit {
     pub(crate) period_secs: u64,
     /// How the store counts.
     pub(crate) algorithm: Algorithm,
+    /// What the limit answers when the store fails; `fail_soft` goes through the
+    /// fail-soft handle.
+    pub(crate) on_failure: OnStoreFailure,
     /// The counter's store key (hashed, see [`counter_key`]).
     pub(crate) key: Key,
     /// Units to charge (0 reads the counter).
     pub(crate) cost: u64,
 }
 
+/// Registered policies by (limit, period in seconds, algorithm).
+type Policies = HashMap<(u32, u64, Algorithm), PolicyId>;
+
 struct Inner {
     backend: Backend,
-    policies: HashMap<(u32, u64, Algorithm), PolicyId>,
+    policies: Policies,
+    /// A second handle on the same Redis keys, built to fail soft (each replica enforces its
+    /// share of the limit in memory while Redis is unreachable): for the limits whose
+    /// `on_store_failure` is `fail_soft`.
+    soft: Option<(RedisStore, Policies)>,
 }
 
 /// The store and its registry of policies.
@@ -104,9 +115,20 @@ impl Limiter {
             inner: RwLock::new(Inner {
                 backend,
                 policies: HashMap::new(),
+                soft: None,
             }),
             clock,
         }
+    }
+
+    /// Adds the fail-soft handle (a Redis store on the same keys, built with
+    /// [`FailurePolicy::FailSoft`](ratekeeper_core::store::FailurePolicy::FailSoft)).
+    pub(crate) fn with_fail_soft(self, store: RedisStore) -> Self {
+        self.inner
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .soft = Some((store, HashMap::new()));
+        self
     }
 
     /// The store's name (`memory`, `redis`, `tiered`).
@@ -125,21 +147,44 @@ impl Limiter {
     /// # Errors
     ///
     /// The store's refusal, or [`StoreError::UnsupportedQuota`] past [`MAX_POLICIES`].
+    #[cfg(test)]
     pub(crate) fn policy(
         &self,
         limit: NonZeroU32,
         period_secs: u64,
         algorithm: Algorithm,
     ) -> Result<PolicyId, StoreError> {
+        self.policy_in(limit, period_secs, algorithm, false)
+    }
+
+    /// [`Limiter::policy`] in the main store, or (`soft`) in the fail-soft handle when there
+    /// is one.
+    fn policy_in(
+        &self,
+        limit: NonZeroU32,
+        period_secs: u64,
+        algorithm: Algorithm,
+        soft: bool,
+    ) -> Result<PolicyId, StoreError> {
         let pair = (limit.get(), period_secs, algorithm);
-        if let Some(id) = self.read(|i| i.policies.get(&pair).copied()) {
+        let found = self.read(|i| match (&i.soft, soft) {
+            (Some((_, map)), true) => map.get(&pair).copied(),
+            _ => i.policies.get(&pair).copied(),
+        });
+        if let Some(id) = found {
             return Ok(id);
         }
-        let mut inner = self.inner.write().unwrap_or_else(PoisonError::into_inner);
-        if let Some(id) = inner.policies.get(&pair) {
+        let mut guard = self.inner.write().unwrap_or_else(PoisonError::into_inner);
+        let inner = &mut *guard;
+        let soft = soft && inner.soft.is_some();
+        let map = match &inner.soft {
+            Some((_, map)) if soft => map,
+            _ => &inner.policies,
+        };
+        if let Some(id) = map.get(&pair) {
             return Ok(*id);
         }
-        if inner.policies.len() >= MAX_POLICIES {
+        if map.len() >= MAX_POLICIES {
             return Err(StoreError::UnsupportedQuota(format!(
                 "more than {MAX_POLICIES} distinct limits"
             )));
@@ -155,9 +200,18 @@ impl Limiter {
             )
         };
         let policy = Policy::new(name, quota).with_algorithm(algorithm);
-        let id = inner.backend.register(&policy)?;
-        inner.policies.insert(pair, id);
-        Ok(id)
+        match &mut inner.soft {
+            Some((store, map)) if soft => {
+                let id = store.register(&policy)?;
+                map.insert(pair, id);
+                Ok(id)
+            }
+            _ => {
+                let id = inner.backend.register(&policy)?;
+                inner.policies.insert(pair, id);
+                Ok(id)
+            }
+        }
     }
 
     /// Charges `hit.cost` units to `hit.key`'s window: allowed (and charged) or refused
@@ -167,7 +221,12 @@ impl Limiter {
     ///
     /// The store's error (its failure policy is in [`StoreError::failure_policy`]).
     pub(crate) async fn charge(&self, hit: &Hit) -> Result<Decision, StoreError> {
-        let decisions = self.charge_all(std::slice::from_ref(hit)).await?;
+        let decisions = self
+            .charge_all(
+                std::slice::from_ref(hit),
+                hit.on_failure == OnStoreFailure::FailSoft,
+            )
+            .await?;
         decisions
             .first()
             .copied()
@@ -181,10 +240,16 @@ impl Limiter {
     /// # Errors
     ///
     /// The store's error (its failure policy is in [`StoreError::failure_policy`]).
-    pub(crate) async fn charge_all(&self, hits: &[Hit]) -> Result<Vec<Decision>, StoreError> {
+    ///
+    /// `soft`: through the fail-soft handle, when there is one (the same counters).
+    pub(crate) async fn charge_all(
+        &self,
+        hits: &[Hit],
+        soft: bool,
+    ) -> Result<Vec<Decision>, StoreError> {
         let mut policies = Vec::with_capacity(hits.len());
         for hit in hits {
-            policies.push(self.policy(hit.limit, hit.period_secs, hit.algorithm)?);
+            policies.push(self.policy_in(hit.limit, hit.period_secs, hit.algorithm, soft)?);
         }
         let pending = self.read(|i| {
             let charges: Vec<Charge<'_, Key>> = hits
@@ -192,6 +257,12 @@ impl Limiter {
                 .zip(&policies)
                 .map(|(h, &p)| Charge::new(p, &h.key, h.cost))
                 .collect();
+            if let (Some((store, _)), true) = (&i.soft, soft) {
+                return match store.check(&charges) {
+                    Checked::Ready(r) => Pending::Ready(r),
+                    Checked::Pending(f) => Pending::Redis(f),
+                };
+            }
             match &i.backend {
                 Backend::Memory(s) => match s.check(&charges) {
                     Checked::Ready(r) => Pending::Ready(r),

@@ -17,6 +17,7 @@ fn hit(limit: u32, period_secs: u64, key: &Key, cost: u64) -> Hit {
         limit: NonZeroU32::new(limit).unwrap(),
         period_secs,
         algorithm: Algorithm::FixedWindow,
+        on_failure: crate::config::OnStoreFailure::Unavailable,
         key: key.clone(),
         cost,
     }

@@ -32,7 +32,7 @@ use arc_swap::ArcSwapOption;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 
-use crate::config::RateLimitConfig;
+use crate::config::{OnStoreFailure, RateLimitConfig};
 use crate::limiter::Limiter;
 use crate::settings::{HeaderFormat, ResponseHeaderNames, Settings};
 use crate::stats::{self, Stats};
@@ -53,6 +53,8 @@ pub(crate) struct Options {
     /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: a request's descriptors are charged
     /// all-or-nothing.
     pub(crate) stop_increment_when_over_limit: bool,
+    /// What a limit without its own `on_store_failure` answers when the store fails.
+    pub(crate) on_store_failure: OnStoreFailure,
 }
 
 impl Options {
@@ -67,6 +69,7 @@ impl Options {
             near_limit_ratio: s.near_limit_ratio,
             cache_key_prefix: s.cache_key_prefix.clone(),
             stop_increment_when_over_limit: s.stop_increment_when_over_limit,
+            on_store_failure: s.on_store_failure,
         }
     }
 }

@@ -42,6 +42,11 @@ pub(crate) struct Cli {
     /// The store's deadline per call, a Go duration such as 500ms [env: REDIS_TIMEOUT]
     #[arg(long, value_name = "DURATION")]
     pub(crate) store_timeout: Option<String>,
+    /// What a limit without its own on_store_failure answers when the store fails:
+    /// unavailable (gRPC UNAVAILABLE, Envoy's failure_mode_deny decides; the default), allow,
+    /// deny or fail_soft [env: ON_STORE_FAILURE]
+    #[arg(long, value_name = "POLICY")]
+    pub(crate) on_store_failure: Option<String>,
     /// Never refuse: report OVER_LIMIT statuses but answer OK overall [env: SHADOW_MODE]
     #[arg(long)]
     pub(crate) shadow_mode: bool,

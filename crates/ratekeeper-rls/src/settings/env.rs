@@ -14,7 +14,7 @@ use super::{
     HeaderFormat, LogFormat, LogLevel, MetricsSettings, ResponseHeaderNames, Settings,
     SettingsError, StoreKind,
 };
-use crate::config::LoadOptions;
+use crate::config::{LoadOptions, OnStoreFailure};
 
 /// Looks variables up; an empty value counts as unset.
 pub(super) struct Env<F> {
@@ -398,6 +398,20 @@ where
         (None, None) => HeaderFormat::Reference,
     };
 
+    let on_store_failure = match (&cli.on_store_failure, env.var("ON_STORE_FAILURE")) {
+        (Some(v), _) => OnStoreFailure::parse(v).ok_or_else(|| SettingsError::InvalidFlag {
+            flag: "on-store-failure",
+            value: v.clone(),
+            expected: "unavailable, allow, deny or fail_soft",
+        })?,
+        (None, Some(v)) => OnStoreFailure::parse(&v).ok_or(SettingsError::InvalidEnv {
+            name: "ON_STORE_FAILURE",
+            value: v.clone(),
+            expected: "unavailable, allow, deny or fail_soft",
+        })?,
+        (None, None) => OnStoreFailure::Unavailable,
+    };
+
     let settings = Settings {
         config,
         validate: cli.validate,
@@ -409,6 +423,7 @@ where
         store,
         redis,
         store_timeout,
+        on_store_failure,
         shadow_mode: cli.shadow_mode || env.bool("SHADOW_MODE", false)?,
         quota_mode: cli.quota_mode || env.bool("QUOTA_MODE", false)?,
         response_headers,

@@ -45,6 +45,7 @@
 //! | `BACKEND_TYPE` | see below | `redis`; `memcache` is refused |
 //! | `REDIS_URL`, `REDIS_SOCKET_TYPE`, `REDIS_TYPE`, `REDIS_AUTH`, `REDIS_TLS` | | the Redis store (`--redis`); `REDIS_TYPE` is `single` or `cluster` (`sentinel` is refused) |
 //! | `REDIS_TIMEOUT` | the store's default | the store's deadline per call, a Go duration (`--store-timeout`) |
+//! | `ON_STORE_FAILURE` (extension) | `unavailable` | what a limit without its own `on_store_failure` answers when the store cannot decide: `unavailable`, `allow`, `deny` or `fail_soft` (`--on-store-failure`) |
 //! | `SHADOW_MODE`, `QUOTA_MODE` | `false` | global shadow / quota mode |
 //! | `LIMIT_RESPONSE_HEADERS_ENABLED`, `LIMIT_LIMIT_HEADER`, `LIMIT_REMAINING_HEADER`, `LIMIT_RESET_HEADER` | `false`, `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` | response headers |
 //! | `LIMIT_RESPONSE_HEADERS_FORMAT` (extension) | `reference` | with headers enabled: `reference` (the three above), `ietf` (`RateLimit-Policy` and `RateLimit` of draft-ietf-httpapi-ratelimit-headers-11) or `both` (`--response-headers-format`) |
@@ -273,6 +274,10 @@ pub struct Settings {
     pub redis: Option<RedisSettings>,
     /// The store's deadline per call (`REDIS_TIMEOUT`); `None`: the store's default.
     pub store_timeout: Option<Duration>,
+    /// What a limit without its own `on_store_failure` answers when the store fails
+    /// (`ON_STORE_FAILURE`, an extension; default
+    /// [`OnStoreFailure::Unavailable`](crate::config::OnStoreFailure::Unavailable)).
+    pub on_store_failure: crate::config::OnStoreFailure,
     /// Global shadow mode (`SHADOW_MODE`).
     pub shadow_mode: bool,
     /// Global quota mode (`QUOTA_MODE`).

@@ -231,3 +231,62 @@ fn charging_is_a_root_key_per_domain() {
     .unwrap();
     assert_eq!(merged.charging("d"), Charging::AllOrNothing);
 }
+
+#[test]
+fn on_store_failure_per_limit_and_its_default() {
+    use ratekeeper_rls::config::OnStoreFailure;
+    use ratekeeper_rls::settings::{Settings, SettingsError};
+    for (text, want) in [
+        ("unavailable", OnStoreFailure::Unavailable),
+        ("allow", OnStoreFailure::Allow),
+        ("DENY", OnStoreFailure::Deny),
+        ("fail-soft", OnStoreFailure::FailSoft),
+    ] {
+        let r = rule(&format!(
+            "{{unit: second, requests_per_unit: 1, on_store_failure: {text}}}"
+        ));
+        assert_eq!(r.on_store_failure, Some(want), "{text}");
+    }
+    assert_eq!(
+        rule("{unit: second, requests_per_unit: 1}").on_store_failure,
+        None
+    );
+    let (text, kind) = error("{unit: second, requests_per_unit: 1, on_store_failure: open}");
+    assert!(matches!(kind, ConfigErrorKind::InvalidStoreFailure { value } if value == "open"));
+    assert!(
+        text.starts_with("d.yaml:4:72: invalid on_store_failure 'open'"),
+        "{text}"
+    );
+    let parse = |args: Vec<&str>, var: Option<&'static str>| {
+        Settings::parse(args, move |name: &str| {
+            (name == "ON_STORE_FAILURE")
+                .then(|| var.map(str::to_owned))
+                .flatten()
+        })
+    };
+    assert_eq!(
+        parse(vec!["rls"], None).unwrap().0.on_store_failure,
+        OnStoreFailure::Unavailable
+    );
+    assert_eq!(
+        parse(vec!["rls"], Some("fail_soft"))
+            .unwrap()
+            .0
+            .on_store_failure,
+        OnStoreFailure::FailSoft
+    );
+    assert_eq!(
+        parse(vec!["rls", "--on-store-failure", "allow"], Some("deny"))
+            .unwrap()
+            .0
+            .on_store_failure,
+        OnStoreFailure::Allow
+    );
+    assert!(matches!(
+        parse(vec!["rls"], Some("maybe")).unwrap_err(),
+        SettingsError::InvalidEnv {
+            name: "ON_STORE_FAILURE",
+            ..
+        }
+    ));
+}

@@ -17,3 +17,4 @@ mod config;
 mod fleet;
 mod headers;
 mod redis_clock;
+mod store_failure;
