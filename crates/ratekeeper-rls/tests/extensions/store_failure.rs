@@ -47,9 +47,10 @@ async fn answer(rls: &mut Rls, key: &str) -> (Result<i32, tonic::Code>, bool, Du
 
 /// Every policy's answer, each within the deadline (plus slack); `default` answers as
 /// `ON_STORE_FAILURE=deny` says.
-async fn every_policy_answers_in_time(rls: &mut Rls) {
+/// Each key's answers to its first three calls in an outage.
+fn expected() -> [(&'static str, [Result<i32, tonic::Code>; 3], bool); 5] {
     let unavailable = Err(tonic::Code::Unavailable);
-    for (key, want, limit) in [
+    [
         ("unavailable", [unavailable; 3], false),
         ("allow", [Ok(ok()); 3], false),
         ("deny", [Ok(over()); 3], true),
@@ -57,7 +58,11 @@ async fn every_policy_answers_in_time(rls: &mut Rls) {
         // (what it held in Redis is unknown).
         ("soft", [Ok(ok()), Ok(over()), Ok(over())], true),
         ("default", [Ok(over()); 3], true),
-    ] {
+    ]
+}
+
+async fn every_policy_answers_in_time(rls: &mut Rls) {
+    for (key, want, limit) in expected() {
         for (i, want) in want.into_iter().enumerate() {
             let (got, has_limit, took) = answer(rls, key).await;
             assert_eq!(got, want, "{key} call {i}");
@@ -94,22 +99,61 @@ async fn redis_stopped_each_policy_answers_within_the_deadline() {
     every_policy_answers_in_time(&mut rls).await;
 }
 
-/// Redis hanging: a listener on its port accepts connections and never answers, so only
-/// the deadline ends a call.
+/// Redis hanging (the process stopped with SIGSTOP: connections stay open and nothing is
+/// answered), so only the deadline ends a call.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_hanging_each_policy_answers_within_the_deadline() {
     let mut rls = started().await;
-    let port = rls.redis.as_ref().unwrap().port();
-    rls.redis.as_mut().unwrap().kill();
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
-        .await
-        .expect("the port is free again");
-    let hole = tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((socket, _)) = listener.accept().await {
-            held.push(socket);
-        }
-    });
+    rls.redis.as_ref().unwrap().signal("STOP");
     every_policy_answers_in_time(&mut rls).await;
-    hole.abort();
+    rls.redis.as_ref().unwrap().signal("CONT");
+}
+
+/// Redis hanging, on tokio's paused clock: every call, whatever its policy, is answered by
+/// the store's deadline plus 1 ms of virtual time (the wall-clock tests above need slack
+/// for a loaded machine; this one does not). The first call waits the whole deadline (the
+/// hang is reached, not a quick connection error); once the store's circuit breaker opens,
+/// calls are answered at once.
+#[tokio::test(flavor = "current_thread")]
+async fn each_policy_answers_by_the_deadline_on_a_virtual_clock() {
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService as _;
+    let rls = started().await;
+    // Stopped (SIGSTOP): connections stay open and nothing is answered.
+    rls.redis.as_ref().unwrap().signal("STOP");
+    let service = rls.server().service();
+    tokio::time::pause();
+    for (key, want, limit) in expected() {
+        for (i, want) in want.into_iter().enumerate() {
+            let started = tokio::time::Instant::now();
+            // A call that waited on Redis without a deadline would hang: fail it instead.
+            let r = tokio::time::timeout(
+                DEADLINE * 10,
+                service.should_rate_limit(tonic::Request::new(req(
+                    "sf",
+                    vec![desc(&[(key, "c")])],
+                    1,
+                ))),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("{key} call {i} is not answered by 10 deadlines"));
+            let took = started.elapsed();
+            if (key, i) == ("unavailable", 0) {
+                assert!(
+                    took >= DEADLINE,
+                    "the first call waited for the hang: {took:?}"
+                );
+            }
+            assert!(
+                took <= DEADLINE + Duration::from_millis(1),
+                "{key} call {i} took {took:?} of virtual time"
+            );
+            let got = r
+                .as_ref()
+                .map(|r| r.get_ref().overall_code)
+                .map_err(tonic::Status::code);
+            assert_eq!(got, want, "{key} call {i}");
+            let has_limit = r.is_ok_and(|r| r.get_ref().statuses[0].current_limit.is_some());
+            assert_eq!(has_limit, limit, "{key} call {i}: current_limit");
+        }
+    }
 }
