@@ -31,7 +31,7 @@ const SLACK: Duration = Duration::from_secs(2);
 
 /// (gRPC code or overall code, whether the first status has a limit) of one call on `key`,
 /// and the time it took.
-async fn answer(rls: &mut Rls, key: &str) -> (Result<i32, tonic::Code>, bool, Duration) {
+async fn answer(rls: &mut Rls, key: &str) -> (Answer, bool, Duration) {
     let started = Instant::now();
     let r = rls.try_call(req("sf", vec![desc(&[(key, "c")])], 1)).await;
     let took = started.elapsed();
@@ -47,8 +47,12 @@ async fn answer(rls: &mut Rls, key: &str) -> (Result<i32, tonic::Code>, bool, Du
 
 /// Every policy's answer, each within the deadline (plus slack); `default` answers as
 /// `ON_STORE_FAILURE=deny` says.
-/// Each key's answers to its first three calls in an outage.
-fn expected() -> [(&'static str, [Result<i32, tonic::Code>; 3], bool); 5] {
+/// A call's answer: the overall code, or the gRPC error's code.
+type Answer = Result<i32, tonic::Code>;
+
+/// Each key's answers to its first three calls in an outage, and whether its status has a
+/// limit.
+fn expected() -> [(&'static str, [Answer; 3], bool); 5] {
     let unavailable = Err(tonic::Code::Unavailable);
     [
         ("unavailable", [unavailable; 3], false),
