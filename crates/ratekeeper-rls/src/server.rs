@@ -71,8 +71,9 @@ use crate::service::{Options, RateLimiter, Shared};
 use crate::settings::{Settings, StoreKind};
 use crate::stats::{self, Stats};
 
-/// The most counters the memory store holds per (limit, unit): past it, idle ones are
-/// evicted, and new ones share one overflow counter while every counter held is live.
+/// The default of [`Settings::memory_max_keys`](crate::settings::Settings::memory_max_keys):
+/// the most counters the memory store holds per limit. Past it, idle ones are evicted, and
+/// new ones share one overflow counter while every counter held is live.
 pub const MEMORY_MAX_KEYS: std::num::NonZeroUsize = match std::num::NonZeroUsize::new(1 << 20) {
     Some(n) => n,
     None => std::num::NonZeroUsize::MIN,
@@ -236,7 +237,9 @@ async fn build_backend(
 ) -> Result<(Backend, Option<RedisStore>), ServerError> {
     if settings.store == StoreKind::Memory {
         return Ok((
-            Backend::Memory(MemoryStore::with_clock(clock.clone()).with_max_keys(MEMORY_MAX_KEYS)),
+            Backend::Memory(
+                MemoryStore::with_clock(clock.clone()).with_max_keys(settings.memory_max_keys),
+            ),
             None,
         ));
     }
@@ -281,7 +284,10 @@ async fn build_backend(
         None
     };
     if settings.store == StoreKind::Tiered {
-        return Ok((Backend::Tiered(TieredStore::builder().build(store)?), soft));
+        let tiered = TieredStore::builder()
+            .max_lease(settings.tiered_max_lease)
+            .build(store)?;
+        return Ok((Backend::Tiered(tiered), soft));
     }
     Ok((Backend::Redis(store), soft))
 }

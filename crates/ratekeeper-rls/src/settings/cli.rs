@@ -42,6 +42,10 @@ pub(crate) struct Cli {
     /// The store's deadline per call, a Go duration such as 500ms [env: REDIS_TIMEOUT]
     #[arg(long, value_name = "DURATION")]
     pub(crate) store_timeout: Option<String>,
+    /// The memory store's most counters per limit (default 1048576); past it new counters
+    /// share one overflow counter under the same limit [env: MEMORY_MAX_KEYS]
+    #[arg(long, value_name = "N")]
+    pub(crate) max_keys: Option<String>,
     /// What a limit without its own on_store_failure answers when the store fails:
     /// unavailable (gRPC UNAVAILABLE, Envoy's failure_mode_deny decides; the default), allow,
     /// deny or fail_soft [env: ON_STORE_FAILURE]

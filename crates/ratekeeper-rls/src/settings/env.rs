@@ -300,6 +300,27 @@ where
     } else {
         None
     };
+    let memory_max_keys = match (&cli.max_keys, env.var("MEMORY_MAX_KEYS")) {
+        (Some(v), _) => v.trim().parse().map_err(|_| SettingsError::InvalidFlag {
+            flag: "max-keys",
+            value: v.clone(),
+            expected: "a positive integer",
+        })?,
+        (None, Some(v)) => v.trim().parse().map_err(|_| SettingsError::InvalidEnv {
+            name: "MEMORY_MAX_KEYS",
+            value: v,
+            expected: "a positive integer",
+        })?,
+        (None, None) => crate::server::MEMORY_MAX_KEYS,
+    };
+    let tiered_max_lease = match env.var("TIERED_MAX_LEASE") {
+        None => std::num::NonZeroU32::new(100).unwrap_or(std::num::NonZeroU32::MIN),
+        Some(v) => v.trim().parse().map_err(|_| SettingsError::InvalidEnv {
+            name: "TIERED_MAX_LEASE",
+            value: v,
+            expected: "an integer from 1 to 4294967295",
+        })?,
+    };
     let store_timeout = match (&cli.store_timeout, env.var("REDIS_TIMEOUT")) {
         (Some(v), _) => Some(parse_duration(v).ok_or_else(|| SettingsError::InvalidFlag {
             flag: "store-timeout",
@@ -423,6 +444,8 @@ where
         store,
         redis,
         store_timeout,
+        tiered_max_lease,
+        memory_max_keys,
         on_store_failure,
         shadow_mode: cli.shadow_mode || env.bool("SHADOW_MODE", false)?,
         quota_mode: cli.quota_mode || env.bool("QUOTA_MODE", false)?,

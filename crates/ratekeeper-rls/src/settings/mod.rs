@@ -44,6 +44,8 @@
 //! | `USE_PROMETHEUS`, `PROMETHEUS_ADDR`, `PROMETHEUS_PATH` | `false`, `:9090`, `/metrics` | Prometheus endpoint (`--metrics`) |
 //! | `BACKEND_TYPE` | see below | `redis`; `memcache` is refused |
 //! | `REDIS_URL`, `REDIS_SOCKET_TYPE`, `REDIS_TYPE`, `REDIS_AUTH`, `REDIS_TLS` | | the Redis store (`--redis`); `REDIS_TYPE` is `single` or `cluster` (`sentinel` is refused) |
+//! | `MEMORY_MAX_KEYS` (extension) | `1048576` | the memory store's most counters per limit; past it new counters share one overflow counter under the same limit, counted by `ratekeeper_memory_store_overflowed_total{policy}` (`--max-keys`) |
+//! | `TIERED_MAX_LEASE` (extension) | `100` | with `--store tiered`: the most units a replica leases ahead per counter; `R` replicas admit at most `requests_per_unit + R × TIERED_MAX_LEASE` per window |
 //! | `REDIS_TIMEOUT` | the store's default | the store's deadline per call, a Go duration (`--store-timeout`) |
 //! | `ON_STORE_FAILURE` (extension) | `unavailable` | what a limit without its own `on_store_failure` answers when the store cannot decide: `unavailable`, `allow`, `deny` or `fail_soft` (`--on-store-failure`) |
 //! | `SHADOW_MODE`, `QUOTA_MODE` | `false` | global shadow / quota mode |
@@ -274,6 +276,16 @@ pub struct Settings {
     pub redis: Option<RedisSettings>,
     /// The store's deadline per call (`REDIS_TIMEOUT`); `None`: the store's default.
     pub store_timeout: Option<Duration>,
+    /// The tiered store's most units held per (limit, counter) by one replica
+    /// (`TIERED_MAX_LEASE`, an extension; default 100). A fleet of `R` replicas on the
+    /// tiered store admits at most `requests_per_unit + R × max_lease` per window.
+    pub tiered_max_lease: std::num::NonZeroU32,
+    /// The most counters the memory store holds per (limit, period, algorithm)
+    /// (`MEMORY_MAX_KEYS` / `--max-keys`, an extension; default 2^20). Past it, idle
+    /// counters are evicted, and new ones share one overflow counter under the same limit
+    /// while every counter held is live (never unlimited); each decision on it counts
+    /// `ratekeeper_memory_store_overflowed_total{policy}`.
+    pub memory_max_keys: std::num::NonZeroUsize,
     /// What a limit without its own `on_store_failure` answers when the store fails
     /// (`ON_STORE_FAILURE`, an extension; default
     /// [`OnStoreFailure::Unavailable`](crate::config::OnStoreFailure::Unavailable)).

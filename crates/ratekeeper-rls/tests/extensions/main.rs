@@ -16,5 +16,7 @@ mod all_or_nothing;
 mod config;
 mod fleet;
 mod headers;
+mod memory;
 mod redis_clock;
 mod store_failure;
+mod tiered;
