@@ -4,7 +4,10 @@
 //! - [`config`]: the reference's YAML files, read unchanged (same keys, same matching rules,
 //!   every error with `file:line:column`), and their hot reload ([`config::watch`]).
 //! - [`settings`]: the binary's flags and the reference's environment variables.
-//! - [`compat`]: every difference from the reference, with its reason.
+//! - [`compat`]: every difference from the reference, with its reason, and the extensions
+//!   (keys and settings the reference's files do not use: `algorithm`, `period`,
+//!   `charging`, `on_store_failure`, IETF headers, problem details, bounds on memory and
+//!   leases).
 //! - [`Server`]: the running service (the `ratekeeper-rls` binary is `Server::bind` plus
 //!   SIGTERM): gRPC `ShouldRateLimit` and `grpc.health.v1` (services `""` and `ratelimit`),
 //!   HTTP `/healthcheck` and `/json`, debug `/rlconfig`, `/metrics` and `/healthcheck`, and the
