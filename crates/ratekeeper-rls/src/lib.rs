@@ -4,7 +4,10 @@
 //! - [`config`]: the reference's YAML files, read unchanged (same keys, same matching rules,
 //!   every error with `file:line:column`), and their hot reload ([`config::watch`]).
 //! - [`settings`]: the binary's flags and the reference's environment variables.
-//! - [`compat`]: every difference from the reference, with its reason.
+//! - [`compat`]: every difference from the reference, with its reason, and the extensions
+//!   (keys and settings the reference's files do not use: `algorithm`, `period`,
+//!   `charging`, `on_store_failure`, IETF headers, problem details, bounds on memory and
+//!   leases).
 //! - [`Server`]: the running service (the `ratekeeper-rls` binary is `Server::bind` plus
 //!   SIGTERM): gRPC `ShouldRateLimit` and `grpc.health.v1` (services `""` and `ratelimit`),
 //!   HTTP `/healthcheck` and `/json`, debug `/rlconfig`, `/metrics` and `/healthcheck`, and the
@@ -14,10 +17,19 @@
 //! - [`stats`]: the reference's metric names, with a cap on label series.
 //!
 //! Counting goes through ratekeeper-core's stores: a fixed window of `unit` seconds aligned on
-//! the Unix epoch per (rule, descriptor values), in memory (the default: nothing else has to
-//! run), in Redis (standalone or Cluster) or in the tiered store. Descriptor values, which may
-//! be credentials, reach a store key only hashed and a metric label only under
-//! `detailed_metric`.
+//! the Unix epoch per (rule, descriptor values), as the reference counts, or the rule's own
+//! `algorithm` and `period` (extensions, see [`compat`]), in memory (the default: nothing
+//! else has to run), in Redis (standalone or Cluster) or in the tiered store. Descriptor
+//! values, which may be credentials, reach a store key only hashed and a metric label only
+//! under `detailed_metric`.
+//!
+//! **The tiered store** (`--store tiered`): each replica leases up to `TIERED_MAX_LEASE`
+//! units (default 100) per counter from Redis and spends them without a round trip. Leased
+//! units are charged in Redis, and a replica spends them only within the window they were
+//! charged in by its own reading of the window's end, so a fleet of `R` replicas admits at
+//! most `requests_per_unit + R × TIERED_MAX_LEASE` per window of Redis time (the excess is
+//! units a replica still spends just after Redis's window turned over). The Redis store
+//! admits at most `requests_per_unit`.
 //!
 //! ```
 //! use ratekeeper_rls::config::{LoadOptions, Lookup, RateLimitConfig};

@@ -64,15 +64,16 @@ use tokio::task::JoinHandle;
 use tonic_health::ServingStatus;
 
 use crate::clock::{SharedClock, UnixClock};
-use crate::config::{RateLimitConfig, watch as config_watch};
+use crate::config::{OnStoreFailure, RateLimitConfig, watch as config_watch};
 use crate::http;
 use crate::limiter::{Backend, Limiter};
 use crate::service::{Options, RateLimiter, Shared};
 use crate::settings::{Settings, StoreKind};
 use crate::stats::{self, Stats};
 
-/// The most counters the memory store holds per (limit, unit): past it, idle ones are
-/// evicted, and new ones share one overflow counter while every counter held is live.
+/// The default of [`Settings::memory_max_keys`](crate::settings::Settings::memory_max_keys):
+/// the most counters the memory store holds per limit. Past it, idle ones are evicted, and
+/// new ones share one overflow counter while every counter held is live.
 pub const MEMORY_MAX_KEYS: std::num::NonZeroUsize = match std::num::NonZeroUsize::new(1 << 20) {
     Some(n) => n,
     None => std::num::NonZeroUsize::MIN,
@@ -111,6 +112,7 @@ pub enum ServerError {
 pub struct ServerBuilder {
     settings: Settings,
     clock: Option<Arc<dyn Clock>>,
+    local_clock: Option<Arc<dyn Clock>>,
     reload_interval: Duration,
     on_failure: FailurePolicy,
 }
@@ -120,6 +122,7 @@ impl std::fmt::Debug for ServerBuilder {
         f.debug_struct("ServerBuilder")
             .field("settings", &self.settings)
             .field("injected_clock", &self.clock.is_some())
+            .field("injected_local_clock", &self.local_clock.is_some())
             .field("reload_interval", &self.reload_interval)
             .field("on_failure", &self.on_failure)
             .finish()
@@ -136,6 +139,17 @@ impl ServerBuilder {
         self
     }
 
+    /// This process's own clock, as a host clock that may be skewed (default: the system's
+    /// wall clock, [`UnixClock`]; nanoseconds since the Unix epoch). It decides for the
+    /// memory store; on Redis and the tiered store it only times the store's deadline,
+    /// circuit breaker and stale guard: windows and resets stay on Redis `TIME`, so
+    /// replicas whose clocks disagree still count in one window. [`clock`](Self::clock),
+    /// when given, wins.
+    pub fn local_clock(mut self, clock: impl Clock) -> Self {
+        self.local_clock = Some(Arc::new(clock));
+        self
+    }
+
     /// What a Redis or tiered store does when it cannot decide within its deadline
     /// (default [`FailurePolicy::Allow`]):
     ///
@@ -146,6 +160,14 @@ impl ServerBuilder {
     /// - `Local` / `FailSoft`: the store decides in memory (the whole quota, or this
     ///   instance's share of it) until Redis is back;
     /// - `Degrade`: as `Allow`.
+    ///
+    /// This is the store's own policy: with `Allow` (the default) each limit then answers as
+    /// its `on_store_failure` says (the settings' `ON_STORE_FAILURE` when it has none);
+    /// `Deny` here refuses every limit whatever its own value. The limits whose
+    /// `on_store_failure` is `fail_soft` go through a second handle on the same keys, built
+    /// with [`FailurePolicy::FailSoft`] when the default (`ON_STORE_FAILURE`) or a rule of
+    /// the config at start asks for it; a `fail_soft` rule that only a later reload brings
+    /// fails as `unavailable` until the next start.
     ///
     /// Every failure counts `ratelimit_service_should_rate_limit_error{err_type="redis_error"}`.
     pub fn on_store_failure(mut self, policy: FailurePolicy) -> Self {
@@ -209,41 +231,65 @@ async fn build_backend(
     settings: &Settings,
     clock: &SharedClock,
     injected: bool,
+    local_injected: bool,
     on_failure: FailurePolicy,
-) -> Result<Backend, ServerError> {
+    fail_soft: bool,
+) -> Result<(Backend, Option<RedisStore>), ServerError> {
     if settings.store == StoreKind::Memory {
-        return Ok(Backend::Memory(
-            MemoryStore::with_clock(clock.clone()).with_max_keys(MEMORY_MAX_KEYS),
+        return Ok((
+            Backend::Memory(
+                MemoryStore::with_clock(clock.clone()).with_max_keys(settings.memory_max_keys),
+            ),
+            None,
         ));
     }
     let redis = settings
         .redis
         .as_ref()
         .ok_or(ServerError::NoRedis(settings.store))?;
-    let mut builder = RedisStore::builder().prefix(if settings.cache_key_prefix.is_empty() {
-        "rls".to_owned()
-    } else {
-        format!("rls:{}", settings.cache_key_prefix)
-    });
-    if let Some(deadline) = settings.store_timeout {
-        builder = builder.deadline(deadline);
-    }
-    builder = builder.on_failure(on_failure);
-    if injected {
-        builder = builder.clock(clock.clone());
-    }
     let urls = redis.connection_urls();
-    let store = if redis.cluster || settings.store == StoreKind::RedisCluster {
-        let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
-        builder.cluster(&nodes).await?
+    let cluster = redis.cluster || settings.store == StoreKind::RedisCluster;
+    let connect = |on_failure: FailurePolicy| {
+        let mut builder = RedisStore::builder().prefix(if settings.cache_key_prefix.is_empty() {
+            "rls".to_owned()
+        } else {
+            format!("rls:{}", settings.cache_key_prefix)
+        });
+        if let Some(deadline) = settings.store_timeout {
+            builder = builder.deadline(deadline);
+        }
+        builder = builder.on_failure(on_failure);
+        if injected {
+            builder = builder.clock(clock.clone());
+        } else if local_injected {
+            builder = builder.app_clock(clock.clone());
+        }
+        let urls = &urls;
+        async move {
+            if cluster {
+                let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
+                builder.cluster(&nodes).await.map_err(ServerError::from)
+            } else {
+                let url = urls.first().ok_or(ServerError::NoRedis(settings.store))?;
+                builder.standalone(url).await.map_err(ServerError::from)
+            }
+        }
+    };
+    let store = connect(on_failure).await?;
+    // The handle of the limits that fail soft: the same keys, each replica's share of the
+    // limit in memory while Redis is unreachable.
+    let soft = if fail_soft {
+        Some(connect(FailurePolicy::FailSoft).await?)
     } else {
-        let url = urls.first().ok_or(ServerError::NoRedis(settings.store))?;
-        builder.standalone(url).await?
+        None
     };
     if settings.store == StoreKind::Tiered {
-        return Ok(Backend::Tiered(TieredStore::builder().build(store)?));
+        let tiered = TieredStore::builder()
+            .max_lease(settings.tiered_max_lease)
+            .build(store)?;
+        return Ok((Backend::Tiered(tiered), soft));
     }
-    Ok(Backend::Redis(store))
+    Ok((Backend::Redis(store), soft))
 }
 
 impl Server {
@@ -252,6 +298,7 @@ impl Server {
         ServerBuilder {
             settings,
             clock: None,
+            local_clock: None,
             reload_interval: config_watch::DEFAULT_INTERVAL,
             on_failure: FailurePolicy::Allow,
         }
@@ -270,12 +317,34 @@ impl Server {
     async fn start(b: ServerBuilder) -> Result<Server, ServerError> {
         let settings = b.settings;
         let injected = b.clock.is_some();
-        let clock = SharedClock(b.clock.unwrap_or_else(|| Arc::new(UnixClock::new())));
+        let local_injected = !injected && b.local_clock.is_some();
+        let clock = SharedClock(
+            b.clock
+                .or(b.local_clock)
+                .unwrap_or_else(|| Arc::new(UnixClock::new())),
+        );
         let _ = stats::prometheus();
-        let backend = build_backend(&settings, &clock, injected, b.on_failure).await?;
+        // The fail-soft handle (a second connection that registers this replica in Redis)
+        // only when a limit may need it: the default, or a rule of the config at start.
+        let fail_soft = settings.on_store_failure == OnStoreFailure::FailSoft
+            || RateLimitConfig::load_path(settings.config_path(), &settings.load)
+                .is_ok_and(|c| c.uses_fail_soft());
+        let (backend, soft) = build_backend(
+            &settings,
+            &clock,
+            injected,
+            local_injected,
+            b.on_failure,
+            fail_soft,
+        )
+        .await?;
+        let mut limiter = Limiter::new(backend, clock);
+        if let Some(soft) = soft {
+            limiter = limiter.with_fail_soft(soft);
+        }
         let shared = Arc::new(Shared {
             config: ArcSwapOption::empty(),
-            limiter: Limiter::new(backend, clock),
+            limiter,
             stats: Stats::default(),
             options: Options::from_settings(&settings),
             in_flight: AtomicUsize::new(0),

@@ -206,6 +206,50 @@ pub enum ConfigErrorKind {
         /// The descriptor's value (empty when it has none).
         value: String,
     },
+    /// `algorithm:` (an extension) that is not `fixed_window`, `gcra`, `sliding_window`,
+    /// `sliding_log` or `leaky_bucket`.
+    #[error(
+        "invalid rate limit algorithm '{algorithm}' (expected fixed_window, gcra, sliding_window, sliding_log or leaky_bucket)"
+    )]
+    InvalidAlgorithm {
+        /// The algorithm as written.
+        algorithm: String,
+    },
+    /// `period:` (an extension) that is not a whole number of seconds from 1 s to 365 days
+    /// (`10s`, `5m`, `2h`, `1d`, or a plain integer of seconds).
+    #[error(
+        "invalid rate limit period '{period}' (expected whole seconds from 1s to 365d: 10s, 5m, 2h, 1d or an integer of seconds)"
+    )]
+    InvalidPeriod {
+        /// The period as written.
+        period: String,
+    },
+    /// Both `unit` and `period` (an extension), of different lengths.
+    #[error(
+        "period {period_secs}s and unit '{unit}' ({unit_secs}s) disagree: give one of them (the period alone reports the shortest unit that covers it)"
+    )]
+    PeriodUnitMismatch {
+        /// The period in seconds.
+        period_secs: u64,
+        /// The unit.
+        unit: String,
+        /// The unit's length in seconds.
+        unit_secs: u64,
+    },
+    /// `charging:` (an extension, at a file's root) that is not `per_descriptor` or
+    /// `all_or_nothing`.
+    #[error("invalid charging '{charging}' (expected per_descriptor or all_or_nothing)")]
+    InvalidCharging {
+        /// The value as written.
+        charging: String,
+    },
+    /// `on_store_failure:` (an extension) that is not `unavailable`, `allow`, `deny` or
+    /// `fail_soft`.
+    #[error("invalid on_store_failure '{value}' (expected unavailable, allow, deny or fail_soft)")]
+    InvalidStoreFailure {
+        /// The value as written.
+        value: String,
+    },
     /// `metadata` that cannot become JSON (a NaN or infinite number).
     #[error("invalid metadata: {message}")]
     InvalidMetadata {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::error::{ConfigError, ConfigErrorKind};
 use super::parse::{self, FileCtx};
 use super::yaml;
-use super::{ConfigWarning, Domain, Inner, Level, LoadOptions, RateLimitConfig};
+use super::{Charging, ConfigWarning, Domain, Inner, Level, LoadOptions, RateLimitConfig};
 
 /// Whether a directory entry's name is a config file: `*.yaml` or `*.yml` (any case).
 pub(crate) fn is_config_file_name(name: &str) -> bool {
@@ -109,7 +109,7 @@ fn add_file(
 ) -> Result<(), ConfigError> {
     let root =
         yaml::parse(text).map_err(|(kind, pos)| ConfigError::new(ctx.file, Some(pos), kind))?;
-    let (domain, domain_pos, list) = parse::root(ctx, &root)?;
+    let (domain, domain_pos, list, charging) = parse::root(ctx, &root)?;
     let prefix = format!("{domain}.");
     match domains.get_mut(&domain) {
         Some(existing) if !opts.merge_domains => Err(ConfigError::new(
@@ -123,6 +123,9 @@ fn add_file(
         Some(existing) => {
             // A duplicate fails the whole load (as in the reference), so a half-merged level
             // is never used.
+            if charging == Charging::AllOrNothing {
+                existing.charging = charging;
+            }
             parse::descriptors(ctx, list, &prefix, &mut existing.level)
         }
         None => {
@@ -133,6 +136,7 @@ fn add_file(
                 Domain {
                     file: ctx.file.to_owned(),
                     level,
+                    charging,
                 },
             );
             Ok(())

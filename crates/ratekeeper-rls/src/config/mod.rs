@@ -81,7 +81,7 @@ use serde::Serialize;
 
 pub use error::{ConfigError, ConfigErrorKind, Position};
 pub use lookup::{Lookup, Match};
-pub use rule::{RateLimitRule, Unit, UnitParseError};
+pub use rule::{Algorithm, Charging, OnStoreFailure, RateLimitRule, Unit, UnitParseError};
 
 /// How files are read and combined.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -153,6 +153,8 @@ struct Domain {
     /// The file that defined the domain first.
     file: String,
     level: Level,
+    /// `charging:` of its file(s).
+    charging: Charging,
 }
 
 /// One level of the descriptor tree: its descriptors in config order, and an index by key.
@@ -237,7 +239,12 @@ impl Serialize for RateLimitConfig {
         #[derive(Serialize)]
         struct DomainOut<'a> {
             domain: &'a str,
+            #[serde(skip_serializing_if = "is_per_descriptor")]
+            charging: Charging,
             descriptors: &'a Level,
+        }
+        fn is_per_descriptor(c: &Charging) -> bool {
+            *c == Charging::PerDescriptor
         }
         #[derive(Serialize)]
         struct Out<'a> {
@@ -250,6 +257,7 @@ impl Serialize for RateLimitConfig {
                 .iter()
                 .map(|(domain, d)| DomainOut {
                     domain,
+                    charging: d.charging,
                     descriptors: &d.level,
                 })
                 .collect(),
@@ -325,6 +333,29 @@ impl RateLimitConfig {
     /// What loaded but looks unintended (see [`ConfigWarning`]).
     pub fn warnings(&self) -> &[ConfigWarning] {
         &self.inner.warnings
+    }
+
+    /// Whether a rule of any domain has `on_store_failure: fail_soft`.
+    pub(crate) fn uses_fail_soft(&self) -> bool {
+        fn level(l: &Level) -> bool {
+            l.nodes.iter().any(|d| {
+                d.rule
+                    .as_ref()
+                    .is_some_and(|r| r.on_store_failure == Some(OnStoreFailure::FailSoft))
+                    || level(&d.children)
+            })
+        }
+        self.inner.domains.values().any(|d| level(&d.level))
+    }
+
+    /// How `domain`'s requests are charged (`charging:` in its file; with merged files,
+    /// [`Charging::AllOrNothing`] when any of them says so). Unknown domains:
+    /// [`Charging::PerDescriptor`].
+    pub fn charging(&self, domain: &str) -> Charging {
+        self.inner
+            .domains
+            .get(domain)
+            .map_or(Charging::PerDescriptor, |d| d.charging)
     }
 
     /// Finds the rule for one request descriptor of `domain`: its `(key, value)` entries, in

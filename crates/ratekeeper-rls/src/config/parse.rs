@@ -2,15 +2,17 @@
 //! rules (empty domain or key, duplicate descriptors, units, `unlimited`, `replaces`,
 //! `share_threshold`).
 
+use std::time::Duration;
+
 use serde_json::Value;
 
 use super::error::{ConfigError, ConfigErrorKind, Position};
-use super::rule::{RateLimitRule, Unit};
+use super::rule::{Algorithm, Charging, OnStoreFailure, RateLimitRule, Unit};
 use super::yaml::{Kind, Node, same_key};
 use super::{ConfigWarning, Descriptor, Level};
 
 /// Every key the format knows, at any level (the reference checks one flat list).
-pub(crate) const VALID_KEYS: [&str; 16] = [
+pub(crate) const VALID_KEYS: [&str; 20] = [
     "domain",
     "key",
     "value",
@@ -27,9 +29,14 @@ pub(crate) const VALID_KEYS: [&str; 16] = [
     "value_to_metric",
     "share_threshold",
     "metadata",
+    // Extensions (the reference's files do not use them).
+    "algorithm",
+    "period",
+    "charging",
+    "on_store_failure",
 ];
 
-const ROOT_KEYS: &[&str] = &["domain", "descriptors"];
+const ROOT_KEYS: &[&str] = &["domain", "descriptors", "charging"];
 const DESCRIPTOR_KEYS: &[&str] = &[
     "key",
     "value",
@@ -42,7 +49,16 @@ const DESCRIPTOR_KEYS: &[&str] = &[
     "share_threshold",
     "metadata",
 ];
-const RATE_LIMIT_KEYS: &[&str] = &["unit", "requests_per_unit", "unlimited", "name", "replaces"];
+const RATE_LIMIT_KEYS: &[&str] = &[
+    "unit",
+    "requests_per_unit",
+    "unlimited",
+    "name",
+    "replaces",
+    "algorithm",
+    "period",
+    "on_store_failure",
+];
 const REPLACES_KEYS: &[&str] = &["name"];
 
 type Entries = [(Node, Node)];
@@ -267,11 +283,12 @@ fn as_map(node: &Node) -> &Entries {
     }
 }
 
-/// The root of a file: its domain (and where it is written) and its descriptors.
+/// The root of a file: its domain (and where it is written), its descriptors and how its
+/// requests are charged.
 pub(crate) fn root<'n>(
     ctx: &mut FileCtx<'_>,
     node: &'n Node,
-) -> Result<(String, Position, &'n [Node]), ConfigError> {
+) -> Result<(String, Position, &'n [Node], Charging), ConfigError> {
     let map: &Entries = match &node.kind {
         Kind::Map(m) => m,
         Kind::Null => &[],
@@ -290,8 +307,16 @@ pub(crate) fn root<'n>(
     ctx.warn_misplaced(map, ROOT_KEYS, "a file's top level");
     let domain = string_field(ctx, map, "domain")?;
     let descriptors = list_field(ctx, map, "descriptors")?;
+    let charging = match string_field(ctx, map, "charging")? {
+        None => Charging::PerDescriptor,
+        Some((text, pos)) => match text.to_ascii_lowercase().replace('-', "_").as_str() {
+            "" | "per_descriptor" => Charging::PerDescriptor,
+            "all_or_nothing" => Charging::AllOrNothing,
+            _ => return Err(ctx.err(pos, ConfigErrorKind::InvalidCharging { charging: text })),
+        },
+    };
     match domain {
-        Some((d, pos)) if !d.is_empty() => Ok((d, pos, descriptors)),
+        Some((d, pos)) if !d.is_empty() => Ok((d, pos, descriptors, charging)),
         Some((_, pos)) => Err(ctx.err(pos, ConfigErrorKind::EmptyDomain)),
         None => Err(ctx.err(node.pos, ConfigErrorKind::EmptyDomain)),
     }
@@ -375,16 +400,41 @@ fn rule(
 ) -> Result<RateLimitRule, ConfigError> {
     ctx.warn_misplaced(rl, RATE_LIMIT_KEYS, "rate_limit");
     let unlimited = flag(ctx, rl, "unlimited")?;
-    let (unit_text, unit_pos) = string_field(ctx, rl, "unit")?.unwrap_or((String::new(), rl_pos));
+    let unit_field = string_field(ctx, rl, "unit")?;
+    let period = period_field(ctx, rl)?;
+    let (unit_text, unit_pos) = unit_field.clone().unwrap_or((String::new(), rl_pos));
     let unit = unit_text.parse::<Unit>().ok();
-    let unit = match (unlimited, unit) {
-        (true, Some(_)) => return Err(ctx.err(unit_pos, ConfigErrorKind::UnlimitedWithUnit)),
-        (true, None) => Unit::Second,
-        (false, Some(u)) => u,
-        (false, None) => {
+    let unit = match (unlimited, unit, period) {
+        (true, Some(_), _) => return Err(ctx.err(unit_pos, ConfigErrorKind::UnlimitedWithUnit)),
+        (true, None, _) => Unit::Second,
+        (false, Some(u), Some((p, p_pos))) if u.seconds() != p.as_secs() => {
+            return Err(ctx.err(
+                p_pos,
+                ConfigErrorKind::PeriodUnitMismatch {
+                    period_secs: p.as_secs(),
+                    unit: u.as_str().to_owned(),
+                    unit_secs: u.seconds(),
+                },
+            ));
+        }
+        (false, Some(u), _) => u,
+        // `period` alone: the shortest unit covering it (checked to exist by period_field).
+        (false, None, Some((p, _))) if unit_field.is_none() => {
+            Unit::covering(p.as_secs()).unwrap_or(Unit::Year)
+        }
+        (false, None, _) => {
             return Err(ctx.err(unit_pos, ConfigErrorKind::InvalidUnit { unit: unit_text }));
         }
     };
+    let algorithm = algorithm_field(ctx, rl)?;
+    let on_store_failure =
+        match string_field(ctx, rl, "on_store_failure")? {
+            None => None,
+            Some((text, _)) if text.is_empty() => None,
+            Some((text, pos)) => Some(OnStoreFailure::parse(&text).ok_or_else(|| {
+                ctx.err(pos, ConfigErrorKind::InvalidStoreFailure { value: text })
+            })?),
+        };
     let requests_per_unit = u32_field(ctx, rl, "requests_per_unit")?;
     let name = string_field(ctx, rl, "name")?
         .map(|(n, _)| n)
@@ -413,6 +463,9 @@ fn rule(
     Ok(RateLimitRule {
         requests_per_unit,
         unit,
+        period: period.map(|(p, _)| p),
+        algorithm,
+        on_store_failure,
         unlimited,
         name,
         replaces,
@@ -421,6 +474,76 @@ fn rule(
         detailed_metric: flag(ctx, descriptor, "detailed_metric")?,
         metadata,
     })
+}
+
+/// `algorithm:` (an extension): one of the five window and bucket algorithms, any case, `_`
+/// or `-`; absent or null is the fixed window.
+fn algorithm_field(ctx: &FileCtx<'_>, rl: &Entries) -> Result<Algorithm, ConfigError> {
+    let Some((text, pos)) = string_field(ctx, rl, "algorithm")? else {
+        return Ok(Algorithm::FixedWindow);
+    };
+    if text.is_empty() {
+        return Ok(Algorithm::FixedWindow);
+    }
+    let name = text.to_ascii_lowercase().replace('-', "_");
+    let algorithm = match name.as_str() {
+        "fixed_window" => Algorithm::FixedWindow,
+        "gcra" => Algorithm::Gcra,
+        "sliding_window" => Algorithm::SlidingWindow,
+        "sliding_log" => Algorithm::SlidingLog,
+        "leaky_bucket" => Algorithm::LeakyBucket,
+        _ => {
+            return Err(ctx.err(pos, ConfigErrorKind::InvalidAlgorithm { algorithm: text }));
+        }
+    };
+    Ok(algorithm)
+}
+
+/// The longest `period`: a [`Unit::Year`] (365 days), the longest unit `current_limit` can
+/// report without overstating.
+const MAX_PERIOD_SECS: u64 = 31_536_000;
+
+/// `period:` (an extension): `<n>s`, `<n>m`, `<n>h`, `<n>d` or an integer of seconds, from
+/// 1 s to 365 days.
+fn period_field(
+    ctx: &FileCtx<'_>,
+    rl: &Entries,
+) -> Result<Option<(Duration, Position)>, ConfigError> {
+    let Some(v) = get(rl, "period") else {
+        return Ok(None);
+    };
+    let text = match &v.kind {
+        Kind::Null => return Ok(None),
+        // A plain integer of seconds, as YAML reads it (`010` is octal in YAML 1.1).
+        Kind::Int(i, _) => i.to_string(),
+        Kind::Str(raw) => raw.trim().to_owned(),
+        other => other.as_text().unwrap_or_default().to_owned(),
+    };
+    let bad = || {
+        ctx.err(
+            v.pos,
+            ConfigErrorKind::InvalidPeriod {
+                period: text.clone(),
+            },
+        )
+    };
+    let (digits, scale) = match text.char_indices().last() {
+        Some((i, 's')) => (&text[..i], 1),
+        Some((i, 'm')) => (&text[..i], 60),
+        Some((i, 'h')) => (&text[..i], 3_600),
+        Some((i, 'd')) => (&text[..i], 86_400),
+        _ => (text.as_str(), 1),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
+    }
+    let secs = digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(scale))
+        .filter(|s| (1..=MAX_PERIOD_SECS).contains(s))
+        .ok_or_else(bad)?;
+    Ok(Some((Duration::from_secs(secs), v.pos)))
 }
 
 fn metadata_map(

@@ -3,6 +3,9 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::time::Duration;
+
+pub use ratekeeper_core::Algorithm;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit as PbUnit;
 use serde::Serialize;
@@ -54,6 +57,24 @@ impl Unit {
             Unit::Month => 2_592_000,
             Unit::Year => 31_536_000,
         }
+    }
+
+    /// The unit that `current_limit` reports for a window of `period_secs` seconds: the
+    /// shortest unit at least as long as the window, so that "`requests_per_unit` per unit"
+    /// never claims more than the rule admits (over any span of one such unit, a rule of `n`
+    /// per window admits at least `n`, and its sustained rate `n / period` is at least
+    /// `n / unit`). `None` for a window longer than a [`Unit::Year`] (365 days).
+    ///
+    /// ```
+    /// use ratekeeper_rls::config::Unit;
+    ///
+    /// assert_eq!(Unit::covering(10), Some(Unit::Minute));
+    /// assert_eq!(Unit::covering(60), Some(Unit::Minute));
+    /// assert_eq!(Unit::covering(61), Some(Unit::Hour));
+    /// assert_eq!(Unit::covering(366 * 86_400), None);
+    /// ```
+    pub fn covering(period_secs: u64) -> Option<Unit> {
+        Unit::ALL.into_iter().find(|u| u.seconds() >= period_secs)
     }
 
     /// The lower-case name used in config files: `second` .. `year`.
@@ -124,6 +145,55 @@ impl fmt::Display for Unit {
     }
 }
 
+/// How the descriptors of one request are charged in a domain (`charging:` at the root of the
+/// domain's file, an extension).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Charging {
+    /// Each descriptor on its own (the reference's): a request refused by one descriptor
+    /// still charges the others. `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true` makes every
+    /// domain [`Charging::AllOrNothing`].
+    #[default]
+    PerDescriptor,
+    /// Every descriptor of a request is checked and charged in one store call: all are
+    /// charged, or (when one refuses) none.
+    AllOrNothing,
+}
+
+/// What a limit answers when the store cannot decide within its deadline
+/// (`on_store_failure:` in `rate_limit`, `--on-store-failure` / `ON_STORE_FAILURE` for the
+/// default; extensions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum OnStoreFailure {
+    /// The call fails with gRPC `UNAVAILABLE` and Envoy's `failure_mode_deny` decides (the
+    /// reference's behaviour, which fails with `UNKNOWN`). The default.
+    #[default]
+    Unavailable,
+    /// Fail open: the descriptor answers `OK` without a limit (no made-up remaining).
+    Allow,
+    /// Fail closed: the descriptor answers `OVER_LIMIT`.
+    Deny,
+    /// Fail soft: the replica enforces its share of the limit in memory (the limit divided
+    /// by the live replicas that registered in Redis) until Redis is back.
+    FailSoft,
+}
+
+impl OnStoreFailure {
+    /// Reads `unavailable`, `allow`, `deny` or `fail_soft` (any case, `-` for `_`).
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim().to_ascii_lowercase().replace('-', "_").as_str() {
+            "unavailable" => Some(Self::Unavailable),
+            "allow" => Some(Self::Allow),
+            "deny" => Some(Self::Deny),
+            "fail_soft" => Some(Self::FailSoft),
+            _ => None,
+        }
+    }
+}
+
 /// A unit name that is not second, minute, hour, day, week, month or year.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid rate limit unit '{0}'")]
@@ -151,12 +221,23 @@ impl FromStr for Unit {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct RateLimitRule {
-    /// Requests (hits) allowed per `unit`. A missing `requests_per_unit` is 0, which refuses
-    /// every request (the reference's deny-list idiom).
+    /// Requests (hits) allowed per window ([`RateLimitRule::period_secs`]). A missing
+    /// `requests_per_unit` is 0, which refuses every request (the reference's deny-list idiom).
     pub requests_per_unit: u32,
-    /// The window. For an `unlimited` rule (which has no unit in the file) this is
-    /// [`Unit::Second`] and means nothing (it is not serialized).
+    /// The unit written in the file, or, for a rule given by `period` alone, the unit
+    /// reported in `current_limit` ([`Unit::covering`] the period). For an `unlimited` rule
+    /// (which has no unit in the file) this is [`Unit::Second`] and means nothing (it is not
+    /// serialized).
     pub unit: Unit,
+    /// `period:` (an extension): the window, in whole seconds from 1 s to 365 days. `None`:
+    /// the window is `unit`.
+    pub period: Option<Duration>,
+    /// `algorithm:` (an extension): how hits are counted. Default
+    /// [`Algorithm::FixedWindow`], the reference's epoch-aligned fixed window.
+    pub algorithm: Algorithm,
+    /// `on_store_failure:` (an extension): what this limit answers when the store fails.
+    /// `None`: the service's default (`--on-store-failure`).
+    pub on_store_failure: Option<OnStoreFailure>,
     /// `unlimited: true`: the descriptor is allowed without counting (`OK`, remaining
     /// `u32::MAX`).
     pub unlimited: bool,
@@ -177,6 +258,13 @@ pub struct RateLimitRule {
     pub metadata: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
+impl RateLimitRule {
+    /// The window in seconds: `period` when given, else the `unit`'s length.
+    pub fn period_secs(&self) -> u64 {
+        self.period.map_or(self.unit.seconds(), |p| p.as_secs())
+    }
+}
+
 impl Serialize for RateLimitRule {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
@@ -184,6 +272,15 @@ impl Serialize for RateLimitRule {
         if !self.unlimited {
             m.serialize_entry("requests_per_unit", &self.requests_per_unit)?;
             m.serialize_entry("unit", &self.unit)?;
+            if let Some(p) = self.period {
+                m.serialize_entry("period", &format!("{}s", p.as_secs()))?;
+            }
+            if self.algorithm != Algorithm::FixedWindow {
+                m.serialize_entry("algorithm", &self.algorithm.name().replace('-', "_"))?;
+            }
+            if let Some(f) = self.on_store_failure {
+                m.serialize_entry("on_store_failure", &f)?;
+            }
         }
         m.serialize_entry("unlimited", &self.unlimited)?;
         if let Some(name) = &self.name {

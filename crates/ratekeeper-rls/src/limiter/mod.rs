@@ -1,6 +1,6 @@
-//! Counting on ratekeeper-core's stores: one fixed-window policy per distinct
-//! (`requests_per_unit`, unit) pair, registered when a config loads (or when a request's
-//! override first names it), and one hashed store key per counter.
+//! Counting on ratekeeper-core's stores: one policy per distinct (`requests_per_unit`,
+//! period, algorithm), registered when a request first names it, and one hashed store key
+//! per counter.
 //!
 //! No algorithm lives here: every decision is a [`Store::check`] of one charge.
 
@@ -18,6 +18,7 @@ use ratekeeper_core::{Algorithm, Decision, Key, Policy, Quota};
 use sha2::{Digest as _, Sha256};
 
 use crate::clock::SharedClock;
+use crate::config::OnStoreFailure;
 
 /// The most distinct (limit, unit) pairs registered with the store. Configs name a handful;
 /// request overrides could name more, and each registration is kept for the process's life.
@@ -70,20 +71,32 @@ enum Pending {
 pub(crate) struct Hit {
     /// Units admitted per window (never 0: a limit of 0 is answered without the store).
     pub(crate) limit: NonZeroU32,
-    /// The window, in seconds.
-    pub(crate) unit_secs: u64,
+    /// The window (the period of the quota), in seconds.
+    pub(crate) period_secs: u64,
+    /// How the store counts.
+    pub(crate) algorithm: Algorithm,
+    /// What the limit answers when the store fails; `fail_soft` goes through the
+    /// fail-soft handle.
+    pub(crate) on_failure: OnStoreFailure,
     /// The counter's store key (hashed, see [`counter_key`]).
     pub(crate) key: Key,
     /// Units to charge (0 reads the counter).
     pub(crate) cost: u64,
 }
 
+/// Registered policies by (limit, period in seconds, algorithm).
+type Policies = HashMap<(u32, u64, Algorithm), PolicyId>;
+
 struct Inner {
     backend: Backend,
-    policies: HashMap<(u32, u64), PolicyId>,
+    policies: Policies,
+    /// A second handle on the same Redis keys, built to fail soft (each replica enforces its
+    /// share of the limit in memory while Redis is unreachable): for the limits whose
+    /// `on_store_failure` is `fail_soft`.
+    soft: Option<(RedisStore, Policies)>,
 }
 
-/// The store and its registry of fixed-window policies.
+/// The store and its registry of policies.
 pub(crate) struct Limiter {
     inner: RwLock<Inner>,
     clock: SharedClock,
@@ -102,9 +115,20 @@ impl Limiter {
             inner: RwLock::new(Inner {
                 backend,
                 policies: HashMap::new(),
+                soft: None,
             }),
             clock,
         }
+    }
+
+    /// Adds the fail-soft handle (a Redis store on the same keys, built with
+    /// [`FailurePolicy::FailSoft`](ratekeeper_core::store::FailurePolicy::FailSoft)).
+    pub(crate) fn with_fail_soft(self, store: RedisStore) -> Self {
+        self.inner
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .soft = Some((store, HashMap::new()));
+        self
     }
 
     /// The store's name (`memory`, `redis`, `tiered`).
@@ -116,32 +140,78 @@ impl Limiter {
         f(&self.inner.read().unwrap_or_else(PoisonError::into_inner))
     }
 
-    /// The policy of (`limit`, `unit_secs`), registered now if it is new.
+    /// The policy of (`limit` per `period_secs`, `algorithm`), registered now if it is new.
+    /// Fixed-window policies keep the name `rls_<limit>_per_<secs>s` (part of their store
+    /// keys); the others are `rls_<algorithm>_<limit>_per_<secs>s`.
     ///
     /// # Errors
     ///
     /// The store's refusal, or [`StoreError::UnsupportedQuota`] past [`MAX_POLICIES`].
-    pub(crate) fn policy(&self, limit: NonZeroU32, unit_secs: u64) -> Result<PolicyId, StoreError> {
-        let pair = (limit.get(), unit_secs);
-        if let Some(id) = self.read(|i| i.policies.get(&pair).copied()) {
+    #[cfg(test)]
+    pub(crate) fn policy(
+        &self,
+        limit: NonZeroU32,
+        period_secs: u64,
+        algorithm: Algorithm,
+    ) -> Result<PolicyId, StoreError> {
+        self.policy_in(limit, period_secs, algorithm, false)
+    }
+
+    /// [`Limiter::policy`] in the main store, or (`soft`) in the fail-soft handle when there
+    /// is one.
+    fn policy_in(
+        &self,
+        limit: NonZeroU32,
+        period_secs: u64,
+        algorithm: Algorithm,
+        soft: bool,
+    ) -> Result<PolicyId, StoreError> {
+        let pair = (limit.get(), period_secs, algorithm);
+        let found = self.read(|i| match (&i.soft, soft) {
+            (Some((_, map)), true) => map.get(&pair).copied(),
+            _ => i.policies.get(&pair).copied(),
+        });
+        if let Some(id) = found {
             return Ok(id);
         }
-        let mut inner = self.inner.write().unwrap_or_else(PoisonError::into_inner);
-        if let Some(id) = inner.policies.get(&pair) {
+        let mut guard = self.inner.write().unwrap_or_else(PoisonError::into_inner);
+        let inner = &mut *guard;
+        let soft = soft && inner.soft.is_some();
+        let map = match &inner.soft {
+            Some((_, map)) if soft => map,
+            _ => &inner.policies,
+        };
+        if let Some(id) = map.get(&pair) {
             return Ok(*id);
         }
-        if inner.policies.len() >= MAX_POLICIES {
+        if map.len() >= MAX_POLICIES {
             return Err(StoreError::UnsupportedQuota(format!(
                 "more than {MAX_POLICIES} distinct limits"
             )));
         }
-        let quota = Quota::new(limit.get(), Duration::from_secs(unit_secs))
+        let quota = Quota::new(limit.get(), Duration::from_secs(period_secs))
             .map_err(|e| StoreError::UnsupportedQuota(e.to_string()))?;
-        let name = format!("rls_{}_per_{}s", limit, unit_secs);
-        let policy = Policy::new(name, quota).with_algorithm(Algorithm::FixedWindow);
-        let id = inner.backend.register(&policy)?;
-        inner.policies.insert(pair, id);
-        Ok(id)
+        let name = if algorithm == Algorithm::FixedWindow {
+            format!("rls_{limit}_per_{period_secs}s")
+        } else {
+            format!(
+                "rls_{}_{limit}_per_{period_secs}s",
+                algorithm.name().replace('-', "_")
+            )
+        };
+        let policy = Policy::new(name, quota).with_algorithm(algorithm);
+        match &mut inner.soft {
+            Some((store, map)) if soft => {
+                let id = store.register(&policy)?;
+                map.insert(pair, id);
+                Ok(id)
+            }
+            _ => {
+                let id = inner.backend.register(&policy)?;
+                inner.policies.insert(pair, id);
+                Ok(id)
+            }
+        }
     }
 
     /// Charges `hit.cost` units to `hit.key`'s window: allowed (and charged) or refused
@@ -151,7 +221,12 @@ impl Limiter {
     ///
     /// The store's error (its failure policy is in [`StoreError::failure_policy`]).
     pub(crate) async fn charge(&self, hit: &Hit) -> Result<Decision, StoreError> {
-        let decisions = self.charge_all(std::slice::from_ref(hit)).await?;
+        let decisions = self
+            .charge_all(
+                std::slice::from_ref(hit),
+                hit.on_failure == OnStoreFailure::FailSoft,
+            )
+            .await?;
         decisions
             .first()
             .copied()
@@ -165,10 +240,16 @@ impl Limiter {
     /// # Errors
     ///
     /// The store's error (its failure policy is in [`StoreError::failure_policy`]).
-    pub(crate) async fn charge_all(&self, hits: &[Hit]) -> Result<Vec<Decision>, StoreError> {
+    ///
+    /// `soft`: through the fail-soft handle, when there is one (the same counters).
+    pub(crate) async fn charge_all(
+        &self,
+        hits: &[Hit],
+        soft: bool,
+    ) -> Result<Vec<Decision>, StoreError> {
         let mut policies = Vec::with_capacity(hits.len());
         for hit in hits {
-            policies.push(self.policy(hit.limit, hit.unit_secs)?);
+            policies.push(self.policy_in(hit.limit, hit.period_secs, hit.algorithm, soft)?);
         }
         let pending = self.read(|i| {
             let charges: Vec<Charge<'_, Key>> = hits
@@ -176,6 +257,12 @@ impl Limiter {
                 .zip(&policies)
                 .map(|(h, &p)| Charge::new(p, &h.key, h.cost))
                 .collect();
+            if let (Some((store, _)), true) = (&i.soft, soft) {
+                return match store.check(&charges) {
+                    Checked::Ready(r) => Pending::Ready(r),
+                    Checked::Pending(f) => Pending::Redis(f),
+                };
+            }
             match &i.backend {
                 Backend::Memory(s) => match s.check(&charges) {
                     Checked::Ready(r) => Pending::Ready(r),
@@ -254,11 +341,18 @@ pub(crate) fn counter_key(prefix: &str, domain: &str, counter: &str) -> Key {
     Key::from(text.as_str())
 }
 
-/// Seconds until the window of `unit_secs` that holds `now` ends: `unit − (now mod unit)` in
-/// whole seconds, never 0 (at a boundary, the whole unit), as the reference computes it.
-pub(crate) fn until_reset(now: Duration, unit_secs: u64) -> u64 {
-    let unit = unit_secs.max(1);
-    unit - now.as_secs() % unit
+/// Seconds until the window of `period_secs` that holds `now` ends: `period − (now mod
+/// period)` in whole seconds, never 0 (at a boundary, the whole period), as the reference
+/// computes it.
+pub(crate) fn until_reset(now: Duration, period_secs: u64) -> u64 {
+    let period = period_secs.max(1);
+    period - now.as_secs() % period
+}
+
+/// `duration_until_reset` from a store decision: its `reset_after` rounded up to whole
+/// seconds, within [1, `period_secs`] (never 0, as the reference's).
+pub(crate) fn reset_secs(decision: &Decision, period_secs: u64) -> u64 {
+    ratekeeper_core::decision::ceil_secs(decision.reset_after()).clamp(1, period_secs.max(1))
 }
 
 #[cfg(test)]

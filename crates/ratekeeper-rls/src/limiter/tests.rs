@@ -12,10 +12,12 @@ fn memory(clock: &ManualClock) -> Limiter {
     )
 }
 
-fn hit(limit: u32, unit_secs: u64, key: &Key, cost: u64) -> Hit {
+fn hit(limit: u32, period_secs: u64, key: &Key, cost: u64) -> Hit {
     Hit {
         limit: NonZeroU32::new(limit).unwrap(),
-        unit_secs,
+        period_secs,
+        algorithm: Algorithm::FixedWindow,
+        on_failure: crate::config::OnStoreFailure::Unavailable,
         key: key.clone(),
         cost,
     }
@@ -115,9 +117,19 @@ fn counter_keys_hide_the_values_and_differ_by_prefix_domain_and_counter() {
 async fn policies_are_registered_once_per_limit_and_unit() {
     let clock = ManualClock::new();
     let limiter = memory(&clock);
-    let a = limiter.policy(NonZeroU32::new(5).unwrap(), 60).unwrap();
-    let b = limiter.policy(NonZeroU32::new(5).unwrap(), 60).unwrap();
-    let c = limiter.policy(NonZeroU32::new(5).unwrap(), 1).unwrap();
+    let a = limiter
+        .policy(NonZeroU32::new(5).unwrap(), 60, Algorithm::FixedWindow)
+        .unwrap();
+    let b = limiter
+        .policy(NonZeroU32::new(5).unwrap(), 60, Algorithm::FixedWindow)
+        .unwrap();
+    let c = limiter
+        .policy(NonZeroU32::new(5).unwrap(), 1, Algorithm::FixedWindow)
+        .unwrap();
+    let d = limiter
+        .policy(NonZeroU32::new(5).unwrap(), 60, Algorithm::Gcra)
+        .unwrap();
     assert_eq!(a, b);
     assert_ne!(a, c);
+    assert_ne!(a, d);
 }

@@ -14,8 +14,8 @@ use ratekeeper_core::Decision;
 use ratekeeper_core::store::{FailurePolicy, StoreError};
 
 use super::{Shared, response};
-use crate::config::{Lookup, Unit};
-use crate::limiter::{Hit, counter_key, until_reset};
+use crate::config::{Algorithm, Charging, Lookup, OnStoreFailure, Unit};
+use crate::limiter::{Hit, counter_key, reset_secs, until_reset};
 use crate::stats::hit_counts;
 
 /// Why a call is answered with a gRPC error instead of a response.
@@ -64,7 +64,12 @@ impl ServiceError {
 pub(super) struct Applied<'a> {
     pub(super) requests_per_unit: u32,
     pub(super) unit: Unit,
-    name: Option<&'a str>,
+    /// The window in seconds (the unit's length unless the rule gives a `period`).
+    pub(super) period_secs: u64,
+    algorithm: Algorithm,
+    /// The rule's `on_store_failure`, if it has one.
+    on_failure: Option<OnStoreFailure>,
+    pub(super) name: Option<&'a str>,
     unlimited: bool,
     shadow: bool,
     pub(super) quota: bool,
@@ -119,6 +124,9 @@ fn override_rule<'a>(
     Some(Applied {
         requests_per_unit: o.requests_per_unit,
         unit,
+        period_secs: unit.seconds(),
+        algorithm: Algorithm::FixedWindow,
+        on_failure: None,
         name: None,
         unlimited: false,
         shadow: false,
@@ -195,6 +203,9 @@ pub(super) async fn decide(
                     Some(Applied {
                         requests_per_unit: m.rule.requests_per_unit,
                         unit: m.rule.unit,
+                        period_secs: m.rule.period_secs(),
+                        algorithm: m.rule.algorithm,
+                        on_failure: m.rule.on_store_failure,
                         name: m.rule.name.as_deref(),
                         unlimited: m.rule.unlimited,
                         shadow: m.rule.shadow_mode,
@@ -240,13 +251,17 @@ pub(super) async fn decide(
             let rule = rule.as_ref().filter(|r| !r.unlimited)?;
             Some(Hit {
                 limit: NonZeroU32::new(rule.requests_per_unit)?,
-                unit_secs: rule.unit.seconds(),
+                period_secs: rule.period_secs,
+                algorithm: rule.algorithm,
+                on_failure: rule.on_failure.unwrap_or(shared.options.on_store_failure),
                 key: counter_key(&shared.options.cache_key_prefix, domain, &rule.counter),
                 cost,
             })
         })
         .collect();
-    let (charged, batch_refused) = if shared.options.stop_increment_when_over_limit {
+    let all_or_nothing = shared.options.stop_increment_when_over_limit
+        || config.charging(domain) == Charging::AllOrNothing;
+    let (charged, batch_refused) = if all_or_nothing {
         charge_all_or_nothing(shared, &rules, &hits, &to_charge).await?
     } else {
         let each = to_charge.iter().map(|hit| async move {
@@ -254,8 +269,7 @@ pub(super) async fn decide(
                 None => Charged::NotSent,
                 Some(hit) => match shared.limiter.charge(hit).await {
                     Ok(d) => Charged::Decided(d),
-                    Err(e) if e.failure_policy() == FailurePolicy::Deny => Charged::Refused,
-                    Err(e) => Charged::Failed(e),
+                    Err(e) => on_failure(hit, e),
                 },
             }
         });
@@ -263,7 +277,10 @@ pub(super) async fn decide(
     };
     // A store that failed closed: the call is answered (refused), and counted once as the
     // reference counts a store failure.
-    if charged.iter().any(|c| matches!(c, Charged::Refused)) {
+    if charged
+        .iter()
+        .any(|c| matches!(c, Charged::Refused | Charged::Open))
+    {
         crate::stats::should_rate_limit_error("redis_error");
     }
 
@@ -281,7 +298,12 @@ pub(super) async fn decide(
                 unlimited: true,
             },
             Some(rule) => {
-                let reset = duration(until_reset(now, rule.unit.seconds()));
+                // From the store's decision (its clock: Redis `TIME` on Redis); without
+                // one, from the window that holds `now`.
+                let reset = duration(match &charged {
+                    Charged::Decided(d) => reset_secs(d, rule.period_secs),
+                    _ => until_reset(now, rule.period_secs),
+                });
                 // (over, remaining, units held before the charge)
                 let (over, remaining, before) = match charged {
                     // `requests_per_unit: 0`: every request is over, nothing is counted.
@@ -302,6 +324,15 @@ pub(super) async fn decide(
                         }
                     }
                     Charged::Refused => (true, 0, u64::from(rule.requests_per_unit)),
+                    // Failed open: allowed without a limit, not counted.
+                    Charged::Open => {
+                        outcomes.push(Outcome {
+                            status: status(Code::Ok, None, 0, None),
+                            rule: Some(rule),
+                            unlimited: false,
+                        });
+                        continue;
+                    }
                     Charged::Failed(e) => return Err(ServiceError::Store(e)),
                 };
                 let counts = hit_counts(
@@ -340,8 +371,23 @@ enum Charged {
     Decided(Decision),
     /// The store failed and its failure policy refuses (fail closed).
     Refused,
+    /// The store failed and the limit's `on_store_failure` is `allow` (fail open).
+    Open,
     /// The store failed; Envoy decides (`failure_mode_deny`).
     Failed(StoreError),
+}
+
+/// A store failure for one hit: refused when the store fails closed or the limit's
+/// `on_store_failure` is `deny`, open for `allow`, else the call's error (`UNAVAILABLE`).
+fn on_failure(hit: &Hit, e: StoreError) -> Charged {
+    if e.failure_policy() == FailurePolicy::Deny {
+        return Charged::Refused;
+    }
+    match hit.on_failure {
+        OnStoreFailure::Deny => Charged::Refused,
+        OnStoreFailure::Allow => Charged::Open,
+        _ => Charged::Failed(e),
+    }
 }
 
 /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: every descriptor of the request in one
@@ -364,10 +410,15 @@ async fn charge_all_or_nothing(
             h.cost = 0;
         }
     }
+    // Through the fail-soft handle only when every limit of the request fails soft.
+    let soft = !batch.is_empty()
+        && batch
+            .iter()
+            .all(|h| h.on_failure == OnStoreFailure::FailSoft);
     let decided = if batch.is_empty() {
         Ok(Vec::new())
     } else {
-        shared.limiter.charge_all(&batch).await
+        shared.limiter.charge_all(&batch, soft).await
     };
     match decided {
         Ok(decisions) => {
@@ -382,20 +433,25 @@ async fn charge_all_or_nothing(
                 .collect();
             Ok((charged, refused))
         }
-        Err(e) if e.failure_policy() == FailurePolicy::Deny => {
-            let charged = to_charge
-                .iter()
-                .map(|h| {
-                    if h.is_some() {
-                        Charged::Refused
-                    } else {
-                        Charged::NotSent
-                    }
-                })
-                .collect();
-            Ok((charged, true))
+        // Each limit answers as its `on_store_failure` says, unless one of them leaves the
+        // call to Envoy (`unavailable`, or `fail_soft` mixed with other policies).
+        Err(e) => {
+            let closed = e.failure_policy() == FailurePolicy::Deny;
+            let mut charged = Vec::with_capacity(to_charge.len());
+            for h in to_charge {
+                charged.push(match h {
+                    None => Charged::NotSent,
+                    Some(_) if closed => Charged::Refused,
+                    Some(h) => match h.on_failure {
+                        OnStoreFailure::Deny => Charged::Refused,
+                        OnStoreFailure::Allow => Charged::Open,
+                        _ => return Err(ServiceError::Store(e)),
+                    },
+                });
+            }
+            let refused = charged.iter().any(|c| matches!(c, Charged::Refused));
+            Ok((charged, refused))
         }
-        Err(e) => Err(ServiceError::Store(e)),
     }
 }
 

@@ -9,7 +9,8 @@
 //! 3. `unlimited` rules answer `OK` with `limit_remaining` 4294967295, uncounted;
 //! 4. a rule of `requests_per_unit: 0` refuses without the store;
 //! 5. every other rule charges its hits to its own counter in the store (a fixed window of
-//!    `unit` seconds aligned on the Unix epoch), the descriptors of one request concurrently.
+//!    `unit` seconds aligned on the Unix epoch, or the rule's `algorithm` over its `period`),
+//!    the descriptors of one request concurrently.
 //!
 //! Hits: the descriptor's `hits_addend` when set (0 reads the counter without charging it),
 //! else the request's `hits_addend`, where 0 counts as 1.
@@ -20,6 +21,7 @@
 //! [`compat`](crate::compat) module for where this differs from the reference.
 
 mod decide;
+mod ietf;
 mod response;
 
 use std::sync::Arc;
@@ -30,9 +32,9 @@ use arc_swap::ArcSwapOption;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 
-use crate::config::RateLimitConfig;
+use crate::config::{OnStoreFailure, RateLimitConfig};
 use crate::limiter::Limiter;
-use crate::settings::{ResponseHeaderNames, Settings};
+use crate::settings::{HeaderFormat, ResponseHeaderNames, Settings};
 use crate::stats::{self, Stats};
 
 pub use decide::ServiceError;
@@ -43,12 +45,16 @@ pub(crate) struct Options {
     pub(crate) shadow_mode: bool,
     pub(crate) quota_mode: bool,
     pub(crate) headers: Option<ResponseHeaderNames>,
+    pub(crate) header_format: HeaderFormat,
+    pub(crate) problem_details: bool,
     pub(crate) dynamic_metadata: bool,
     pub(crate) near_limit_ratio: f32,
     pub(crate) cache_key_prefix: String,
     /// `STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT`: a request's descriptors are charged
     /// all-or-nothing.
     pub(crate) stop_increment_when_over_limit: bool,
+    /// What a limit without its own `on_store_failure` answers when the store fails.
+    pub(crate) on_store_failure: OnStoreFailure,
 }
 
 impl Options {
@@ -57,10 +63,13 @@ impl Options {
             shadow_mode: s.shadow_mode,
             quota_mode: s.quota_mode,
             headers: s.response_headers.clone(),
+            header_format: s.response_headers_format,
+            problem_details: s.problem_details,
             dynamic_metadata: s.response_dynamic_metadata,
             near_limit_ratio: s.near_limit_ratio,
             cache_key_prefix: s.cache_key_prefix.clone(),
             stop_increment_when_over_limit: s.stop_increment_when_over_limit,
+            on_store_failure: s.on_store_failure,
         }
     }
 }

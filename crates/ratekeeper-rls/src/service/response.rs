@@ -8,8 +8,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::{ListValue, Struct, Value, value::Kind};
 
-use super::Shared;
 use super::decide::Outcome;
+use super::{Shared, ietf};
 use crate::limiter::until_reset;
 
 pub(super) fn build(
@@ -53,27 +53,58 @@ pub(super) fn build(
     let mut over = failed_limit > 0 || (quota_total > 0 && quota_total == failed_quota);
 
     let mut response = RateLimitResponse::default();
-    if let (Some(names), Some(i)) = (&opts.headers, minimum) {
-        let s = &outcomes[i].status;
-        if let (Some(limit), Some(rule)) = (&s.current_limit, &outcomes[i].rule) {
-            let header = |key: &str, value: String| HeaderValue {
-                key: key.to_owned(),
-                value,
-                ..HeaderValue::default()
-            };
-            response.response_headers_to_add = vec![
-                header(&names.limit, limit.requests_per_unit.to_string()),
-                header(&names.remaining, s.limit_remaining.to_string()),
+    // The descriptor that decided: its limit, remaining and reset.
+    let decided = minimum.and_then(|i| {
+        let o = &outcomes[i];
+        let limit = o.status.current_limit.as_ref()?;
+        let rule = o.rule.as_ref()?;
+        let reset = o.status.duration_until_reset.as_ref().map_or_else(
+            || until_reset(now, rule.period_secs),
+            |d| u64::try_from(d.seconds).unwrap_or(0),
+        );
+        Some((
+            rule,
+            limit.requests_per_unit,
+            o.status.limit_remaining,
+            reset,
+        ))
+    });
+    let header = |key: &str, value: String| HeaderValue {
+        key: key.to_owned(),
+        value,
+        ..HeaderValue::default()
+    };
+    if let (Some(names), Some((rule, limit, remaining, reset))) = (&opts.headers, &decided) {
+        if opts.header_format.reference() {
+            response.response_headers_to_add.extend([
+                header(&names.limit, limit.to_string()),
+                header(&names.remaining, remaining.to_string()),
+                header(&names.reset, reset.to_string()),
+            ]);
+        }
+        if opts.header_format.ietf() {
+            response.response_headers_to_add.extend([
                 header(
-                    &names.reset,
-                    until_reset(now, rule.unit.seconds()).to_string(),
+                    "RateLimit-Policy",
+                    ietf::policy(rule.name, *limit, rule.period_secs),
                 ),
-            ];
+                header("RateLimit", ietf::state(rule.name, *remaining, *reset)),
+            ]);
         }
     }
     if over && opts.shadow_mode {
         over = false;
         crate::stats::global_shadow_mode();
+    }
+    if over
+        && opts.problem_details
+        && let Some((rule, _, _, reset)) = &decided
+    {
+        response.raw_body = ietf::problem(rule.name, *reset);
+        response.response_headers_to_add.push(header(
+            "Content-Type",
+            "application/problem+json".to_owned(),
+        ));
     }
     if opts.dynamic_metadata {
         response.dynamic_metadata = Some(metadata(request, &outcomes, &passed));

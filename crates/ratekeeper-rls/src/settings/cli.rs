@@ -42,6 +42,15 @@ pub(crate) struct Cli {
     /// The store's deadline per call, a Go duration such as 500ms [env: REDIS_TIMEOUT]
     #[arg(long, value_name = "DURATION")]
     pub(crate) store_timeout: Option<String>,
+    /// The memory store's most counters per limit (default 1048576); past it new counters
+    /// share one overflow counter under the same limit [env: MEMORY_MAX_KEYS]
+    #[arg(long, value_name = "N")]
+    pub(crate) max_keys: Option<String>,
+    /// What a limit without its own on_store_failure answers when the store fails:
+    /// unavailable (gRPC UNAVAILABLE, Envoy's failure_mode_deny decides; the default), allow,
+    /// deny or fail_soft [env: ON_STORE_FAILURE]
+    #[arg(long, value_name = "POLICY")]
+    pub(crate) on_store_failure: Option<String>,
     /// Never refuse: report OVER_LIMIT statuses but answer OK overall [env: SHADOW_MODE]
     #[arg(long)]
     pub(crate) shadow_mode: bool,
@@ -51,6 +60,15 @@ pub(crate) struct Cli {
     /// Add RateLimit-Limit/Remaining/Reset headers to responses [env: LIMIT_RESPONSE_HEADERS_ENABLED]
     #[arg(long)]
     pub(crate) limit_response_headers: bool,
+    /// Which response headers, when enabled: reference (RateLimit-Limit/Remaining/Reset, the
+    /// default), ietf (RateLimit-Policy and RateLimit, draft-ietf-httpapi-ratelimit-headers-11)
+    /// or both [env: LIMIT_RESPONSE_HEADERS_FORMAT]
+    #[arg(long, value_name = "FORMAT")]
+    pub(crate) response_headers_format: Option<String>,
+    /// On OVER_LIMIT, answer an RFC 9457 problem+json body (quota-exceeded) for Envoy to send
+    /// [env: OVER_LIMIT_PROBLEM_DETAILS]
+    #[arg(long)]
+    pub(crate) problem_details: bool,
     /// Return dynamic metadata in responses [env: RESPONSE_DYNAMIC_METADATA]
     #[arg(long)]
     pub(crate) response_dynamic_metadata: bool,

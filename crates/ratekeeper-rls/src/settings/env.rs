@@ -11,9 +11,10 @@ use super::ignored::IGNORED;
 use super::redis::redis_settings;
 use super::values::{parse_addr, parse_bool, parse_duration, parse_host};
 use super::{
-    LogFormat, LogLevel, MetricsSettings, ResponseHeaderNames, Settings, SettingsError, StoreKind,
+    HeaderFormat, LogFormat, LogLevel, MetricsSettings, ResponseHeaderNames, Settings,
+    SettingsError, StoreKind,
 };
-use crate::config::LoadOptions;
+use crate::config::{LoadOptions, OnStoreFailure};
 
 /// Looks variables up; an empty value counts as unset.
 pub(super) struct Env<F> {
@@ -93,6 +94,15 @@ fn log_format(s: &str) -> Option<LogFormat> {
     match s.to_ascii_lowercase().as_str() {
         "text" => Some(LogFormat::Text),
         "json" => Some(LogFormat::Json),
+        _ => None,
+    }
+}
+
+fn header_format(s: &str) -> Option<HeaderFormat> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "reference" => Some(HeaderFormat::Reference),
+        "ietf" => Some(HeaderFormat::Ietf),
+        "both" => Some(HeaderFormat::Both),
         _ => None,
     }
 }
@@ -290,6 +300,27 @@ where
     } else {
         None
     };
+    let memory_max_keys = match (&cli.max_keys, env.var("MEMORY_MAX_KEYS")) {
+        (Some(v), _) => v.trim().parse().map_err(|_| SettingsError::InvalidFlag {
+            flag: "max-keys",
+            value: v.clone(),
+            expected: "a positive integer",
+        })?,
+        (None, Some(v)) => v.trim().parse().map_err(|_| SettingsError::InvalidEnv {
+            name: "MEMORY_MAX_KEYS",
+            value: v,
+            expected: "a positive integer",
+        })?,
+        (None, None) => crate::server::MEMORY_MAX_KEYS,
+    };
+    let tiered_max_lease = match env.var("TIERED_MAX_LEASE") {
+        None => std::num::NonZeroU32::new(100).unwrap_or(std::num::NonZeroU32::MIN),
+        Some(v) => v.trim().parse().map_err(|_| SettingsError::InvalidEnv {
+            name: "TIERED_MAX_LEASE",
+            value: v,
+            expected: "an integer from 1 to 4294967295",
+        })?,
+    };
     let store_timeout = match (&cli.store_timeout, env.var("REDIS_TIMEOUT")) {
         (Some(v), _) => Some(parse_duration(v).ok_or_else(|| SettingsError::InvalidFlag {
             flag: "store-timeout",
@@ -371,6 +402,37 @@ where
         (None, None) => LogFormat::Text,
     };
 
+    let response_headers_format = match (
+        &cli.response_headers_format,
+        env.var("LIMIT_RESPONSE_HEADERS_FORMAT"),
+    ) {
+        (Some(v), _) => header_format(v).ok_or_else(|| SettingsError::InvalidFlag {
+            flag: "response-headers-format",
+            value: v.clone(),
+            expected: "reference, ietf or both",
+        })?,
+        (None, Some(v)) => header_format(&v).ok_or(SettingsError::InvalidEnv {
+            name: "LIMIT_RESPONSE_HEADERS_FORMAT",
+            value: v.clone(),
+            expected: "reference, ietf or both",
+        })?,
+        (None, None) => HeaderFormat::Reference,
+    };
+
+    let on_store_failure = match (&cli.on_store_failure, env.var("ON_STORE_FAILURE")) {
+        (Some(v), _) => OnStoreFailure::parse(v).ok_or_else(|| SettingsError::InvalidFlag {
+            flag: "on-store-failure",
+            value: v.clone(),
+            expected: "unavailable, allow, deny or fail_soft",
+        })?,
+        (None, Some(v)) => OnStoreFailure::parse(&v).ok_or(SettingsError::InvalidEnv {
+            name: "ON_STORE_FAILURE",
+            value: v.clone(),
+            expected: "unavailable, allow, deny or fail_soft",
+        })?,
+        (None, None) => OnStoreFailure::Unavailable,
+    };
+
     let settings = Settings {
         config,
         validate: cli.validate,
@@ -382,9 +444,14 @@ where
         store,
         redis,
         store_timeout,
+        tiered_max_lease,
+        memory_max_keys,
+        on_store_failure,
         shadow_mode: cli.shadow_mode || env.bool("SHADOW_MODE", false)?,
         quota_mode: cli.quota_mode || env.bool("QUOTA_MODE", false)?,
         response_headers,
+        response_headers_format,
+        problem_details: cli.problem_details || env.bool("OVER_LIMIT_PROBLEM_DETAILS", false)?,
         response_dynamic_metadata: cli.response_dynamic_metadata
             || env.bool("RESPONSE_DYNAMIC_METADATA", false)?,
         near_limit_ratio,

@@ -44,9 +44,14 @@
 //! | `USE_PROMETHEUS`, `PROMETHEUS_ADDR`, `PROMETHEUS_PATH` | `false`, `:9090`, `/metrics` | Prometheus endpoint (`--metrics`) |
 //! | `BACKEND_TYPE` | see below | `redis`; `memcache` is refused |
 //! | `REDIS_URL`, `REDIS_SOCKET_TYPE`, `REDIS_TYPE`, `REDIS_AUTH`, `REDIS_TLS` | | the Redis store (`--redis`); `REDIS_TYPE` is `single` or `cluster` (`sentinel` is refused) |
+//! | `MEMORY_MAX_KEYS` (extension) | `1048576` | the memory store's most counters per limit; past it new counters share one overflow counter under the same limit, counted by `ratekeeper_memory_store_overflowed_total{policy}` (`--max-keys`) |
+//! | `TIERED_MAX_LEASE` (extension) | `100` | with `--store tiered`: the most units a replica leases ahead per counter; `R` replicas admit at most `requests_per_unit + R × TIERED_MAX_LEASE` per window |
 //! | `REDIS_TIMEOUT` | the store's default | the store's deadline per call, a Go duration (`--store-timeout`) |
+//! | `ON_STORE_FAILURE` (extension) | `unavailable` | what a limit without its own `on_store_failure` answers when the store cannot decide: `unavailable`, `allow`, `deny` or `fail_soft` (`--on-store-failure`) |
 //! | `SHADOW_MODE`, `QUOTA_MODE` | `false` | global shadow / quota mode |
 //! | `LIMIT_RESPONSE_HEADERS_ENABLED`, `LIMIT_LIMIT_HEADER`, `LIMIT_REMAINING_HEADER`, `LIMIT_RESET_HEADER` | `false`, `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset` | response headers |
+//! | `LIMIT_RESPONSE_HEADERS_FORMAT` (extension) | `reference` | with headers enabled: `reference` (the three above), `ietf` (`RateLimit-Policy` and `RateLimit` of draft-ietf-httpapi-ratelimit-headers-11) or `both` (`--response-headers-format`) |
+//! | `OVER_LIMIT_PROBLEM_DETAILS` (extension) | `false` | on `OVER_LIMIT`, an RFC 9457 `application/problem+json` body (`quota-exceeded`) in `raw_body` (`--problem-details`) |
 //! | `RESPONSE_DYNAMIC_METADATA` | `false` | dynamic metadata in responses |
 //! | `NEAR_LIMIT_RATIO` | `0.8` | the `near_limit` stat's threshold |
 //! | `CACHE_KEY_PREFIX` | empty | prefix of store keys |
@@ -182,6 +187,33 @@ pub struct ResponseHeaderNames {
     pub reset: String,
 }
 
+/// Which rate-limit headers a response carries when headers are enabled
+/// (`LIMIT_RESPONSE_HEADERS_FORMAT`, an extension).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum HeaderFormat {
+    /// The reference's three headers, named by `LIMIT_*_HEADER` (the default).
+    #[default]
+    Reference,
+    /// `RateLimit-Policy: "<name>";q=<limit>;w=<period s>` and
+    /// `RateLimit: "<name>";r=<remaining>;t=<reset s>`, draft-ietf-httpapi-ratelimit-headers-11.
+    Ietf,
+    /// Both sets.
+    Both,
+}
+
+impl HeaderFormat {
+    /// Whether the reference's three headers are sent.
+    pub fn reference(self) -> bool {
+        matches!(self, Self::Reference | Self::Both)
+    }
+
+    /// Whether the IETF draft's two fields are sent.
+    pub fn ietf(self) -> bool {
+        matches!(self, Self::Ietf | Self::Both)
+    }
+}
+
 /// The log level (`LOG_LEVEL`; the reference's logrus levels `panic` and `fatal` read as
 /// `error`, `warning` as `warn`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -244,12 +276,32 @@ pub struct Settings {
     pub redis: Option<RedisSettings>,
     /// The store's deadline per call (`REDIS_TIMEOUT`); `None`: the store's default.
     pub store_timeout: Option<Duration>,
+    /// The tiered store's most units held per (limit, counter) by one replica
+    /// (`TIERED_MAX_LEASE`, an extension; default 100). A fleet of `R` replicas on the
+    /// tiered store admits at most `requests_per_unit + R × max_lease` per window.
+    pub tiered_max_lease: std::num::NonZeroU32,
+    /// The most counters the memory store holds per (limit, period, algorithm)
+    /// (`MEMORY_MAX_KEYS` / `--max-keys`, an extension; default 2^20). Past it, idle
+    /// counters are evicted, and new ones share one overflow counter under the same limit
+    /// while every counter held is live (never unlimited); each decision on it counts
+    /// `ratekeeper_memory_store_overflowed_total{policy}`.
+    pub memory_max_keys: std::num::NonZeroUsize,
+    /// What a limit without its own `on_store_failure` answers when the store fails
+    /// (`ON_STORE_FAILURE`, an extension; default
+    /// [`OnStoreFailure::Unavailable`](crate::config::OnStoreFailure::Unavailable)).
+    pub on_store_failure: crate::config::OnStoreFailure,
     /// Global shadow mode (`SHADOW_MODE`).
     pub shadow_mode: bool,
     /// Global quota mode (`QUOTA_MODE`).
     pub quota_mode: bool,
     /// Response headers, when enabled (`LIMIT_RESPONSE_HEADERS_ENABLED`).
     pub response_headers: Option<ResponseHeaderNames>,
+    /// Which headers, when [`Settings::response_headers`] enables them
+    /// (`LIMIT_RESPONSE_HEADERS_FORMAT`, an extension).
+    pub response_headers_format: HeaderFormat,
+    /// On `OVER_LIMIT`, an RFC 9457 problem+json `raw_body` (`OVER_LIMIT_PROBLEM_DETAILS`, an
+    /// extension).
+    pub problem_details: bool,
     /// Dynamic metadata in responses (`RESPONSE_DYNAMIC_METADATA`).
     pub response_dynamic_metadata: bool,
     /// The `near_limit` threshold, a ratio in (0, 1] (`NEAR_LIMIT_RATIO`, default 0.8).
