@@ -112,7 +112,7 @@
 //! - [`concurrency::ConcurrencyLimitLayer`]: at most n requests in flight per key, until the
 //!   response body ends; a WebSocket or other upgrade keeps its slot for the whole session
 //!   when its handler calls [`concurrency::UpgradeSlot::keep`].
-//! - [`adaptive::AdaptiveConcurrencyLayer`]: an in-flight limit found from observed latency
+//! - [`ConcurrencyLimitLayer::adaptive`](concurrency::ConcurrencyLimitLayer::adaptive): an in-flight limit found from observed latency
 //!   (gradient controller), with priority partitions that keep their share under overload.
 //!
 //! # One limit for the whole app, at the lowest cost

@@ -66,7 +66,6 @@ pub mod cost;
 pub mod degraded;
 mod error;
 pub mod fallback;
-mod held;
 pub mod info;
 pub mod key;
 pub mod policy;

@@ -1,5 +1,6 @@
-//! [`AdaptiveConcurrencyBuilder`]: the settings, partitions, key and answer of an
-//! [`AdaptiveConcurrencyLayer`], checked when the layer is built.
+//! [`AdaptiveConcurrencyBuilder`]: the settings, partitions, key and answer of an adaptive
+//! [`ConcurrencyLimitLayer`], checked when the layer is built, and what an adaptive layer
+//! tells about its limits.
 
 use std::fmt;
 use std::hash::{BuildHasher as _, Hash as _, Hasher as _};
@@ -11,16 +12,21 @@ use dashmap::DashMap;
 use http::StatusCode;
 use ratekeeper_core::clock::{Clock, MonotonicClock};
 
+use ratekeeper_core::Key;
+
 use super::controller::ControllerSettings;
-use super::layer::{AdaptiveConcurrencyLayer, Answer, Shared};
+use super::limiter::Snapshot;
 use super::partition::{Classify, Partitions, Unclassified};
+use super::state::{Adaptive, Answer};
 use crate::BuildError;
+use crate::concurrency::ConcurrencyLimitLayer;
 use crate::key::{GlobalKey, KeyExtractor};
 
 /// The `Retry-After` of a refusal when none is set: 1 s, the smallest the header can say.
 const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
 
-/// Builds an [`AdaptiveConcurrencyLayer`]; [`build`](Self::build) checks the settings.
+/// Builds an adaptive [`ConcurrencyLimitLayer`] (made by
+/// [`ConcurrencyLimitLayer::adaptive`]); [`build`](Self::build) checks the settings.
 pub struct AdaptiveConcurrencyBuilder<K = GlobalKey, C = Unclassified> {
     key: K,
     classify: C,
@@ -34,8 +40,17 @@ pub struct AdaptiveConcurrencyBuilder<K = GlobalKey, C = Unclassified> {
     grpc: bool,
 }
 
+impl ConcurrencyLimitLayer {
+    /// A builder for an adaptive concurrency limit: one limit for every request by default,
+    /// found from latency with the default [`ControllerSettings`], no partitions, `503`
+    /// refusals with `Retry-After: 1` (see the [`adaptive`](crate::adaptive) module).
+    pub fn adaptive() -> AdaptiveConcurrencyBuilder {
+        AdaptiveConcurrencyBuilder::new()
+    }
+}
+
 impl AdaptiveConcurrencyBuilder {
-    pub(super) fn new() -> Self {
+    fn new() -> Self {
         Self {
             key: GlobalKey,
             classify: Unclassified,
@@ -173,7 +188,7 @@ impl<K, C> AdaptiveConcurrencyBuilder<K, C> {
     /// [`ControllerSettings::validate`]), a partition share outside `(0, 1]`, shares adding
     /// up to more than 1, an empty or repeated partition name, `max_keys` of 0, or an empty
     /// name; or the key extractor's own error ([`KeyExtractor::check`]).
-    pub fn build(self) -> Result<AdaptiveConcurrencyLayer<K, C>, BuildError>
+    pub fn build(self) -> Result<ConcurrencyLimitLayer<K, Adaptive<C>>, BuildError>
     where
         K: KeyExtractor,
     {
@@ -214,15 +229,15 @@ impl<K, C> AdaptiveConcurrencyBuilder<K, C> {
         Ok(self.finish())
     }
 
-    pub(super) fn finish(self) -> AdaptiveConcurrencyLayer<K, C> {
+    fn finish(self) -> ConcurrencyLimitLayer<K, Adaptive<C>> {
         let partitions = Partitions::new(&self.partitions);
         let answer = Answer::new(self.status, self.retry_after, &self.name, &partitions);
         let seed = std::hash::RandomState::new().build_hasher();
         let mut seed = seed;
         self.name.hash(&mut seed);
-        AdaptiveConcurrencyLayer {
-            shared: Arc::new(Shared {
-                key: self.key,
+        ConcurrencyLimitLayer::from_parts(
+            self.key,
+            Adaptive {
                 classify: self.classify,
                 counters: (0..partitions.len()).map(|_| Default::default()).collect(),
                 partitions,
@@ -236,8 +251,21 @@ impl<K, C> AdaptiveConcurrencyBuilder<K, C> {
                 max_keys: self.max_keys,
                 seed: AtomicU64::new(seed.finish()),
                 overflow_counter: OnceLock::new(),
-            }),
-        }
+            },
+        )
+    }
+}
+
+impl<K, C> ConcurrencyLimitLayer<K, Adaptive<C>> {
+    /// The state of `key`'s limit (`Key::Global` for an unkeyed layer), `None` before its
+    /// first request.
+    pub fn snapshot(&self, key: &Key) -> Option<Snapshot> {
+        self.limit.snapshot(key)
+    }
+
+    /// The partition names, in the order they were declared (`["all"]` without partitions).
+    pub fn partitions(&self) -> impl Iterator<Item = &str> {
+        self.limit.partitions.names.iter().map(|n| &**n)
     }
 }
 

@@ -1,6 +1,7 @@
-//! [`AdaptiveConcurrencyLayer`]: the state its services share (one limiter per key, the
-//! refusal rendered once) and its metric names. The builder is in [`builder`](super::builder),
-//! a key's limiter and its permits in [`limiter`](super::limiter).
+//! [`Adaptive`]: the adaptive limit as a [`ConcurrencyLimitLayer`](crate::concurrency::ConcurrencyLimitLayer)
+//! counts it (one limiter per key, the refusal rendered once), and its metric names. The
+//! builder is in [`builder`](super::builder), a key's limiter and its permits in
+//! [`limiter`](super::limiter).
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,14 +15,12 @@ use http::{HeaderMap, HeaderValue, StatusCode};
 use metrics::Counter;
 use ratekeeper_core::Key;
 use ratekeeper_core::clock::Clock;
-use tower_layer::Layer;
 
-use super::builder::AdaptiveConcurrencyBuilder;
 use super::controller::ControllerSettings;
 use super::limiter::{Gauges, Limiter, Permit, Snapshot};
-use super::partition::Partitions;
-use super::{AdaptiveConcurrency, Unclassified};
-use crate::key::GlobalKey;
+use super::partition::{Classify, Partitions, Unclassified};
+use crate::concurrency::{Acquire, Admitted, Limit};
+use crate::report::trailers_only;
 
 /// Gauge: the current in-flight limit, labels `name` (the layer's name) and `key`.
 pub const LIMIT: &str = "ratekeeper_adaptive_limit";
@@ -36,7 +35,7 @@ pub const MIN_LATENCY_SECONDS: &str = "ratekeeper_adaptive_min_latency_seconds";
 /// `shed` for a request the layer answered because its partition was over its share at the
 /// limit).
 pub const REQUESTS_TOTAL: &str = "ratekeeper_adaptive_requests_total";
-/// Counter: requests of keys beyond [`AdaptiveConcurrencyBuilder::max_keys`], which share
+/// Counter: requests of keys beyond [`AdaptiveConcurrencyBuilder::max_keys`](super::AdaptiveConcurrencyBuilder::max_keys), which share
 /// one overflow limiter (key label `overflow`), label `name`.
 pub const OVERFLOW_TOTAL: &str = "ratekeeper_adaptive_overflow_total";
 
@@ -103,11 +102,13 @@ fn problem(status: StatusCode, name: &str, partition: &str, secs: u64) -> Bytes 
     Bytes::from(body.to_string())
 }
 
-pub use crate::report::TEMPORARY_REDUCED_CAPACITY_TYPE;
+use crate::report::TEMPORARY_REDUCED_CAPACITY_TYPE;
 
-/// The state every service built by one layer shares.
-pub(crate) struct Shared<K, C> {
-    pub(crate) key: K,
+/// The limit of an adaptive [`ConcurrencyLimitLayer`](crate::concurrency::ConcurrencyLimitLayer)
+/// (its [`Limit`], made by [`AdaptiveConcurrencyBuilder::build`](super::AdaptiveConcurrencyBuilder::build)):
+/// one limiter per key, found from latency, with the partitions that `C` puts requests into.
+/// Every service the layer builds, and their clones, share it.
+pub struct Adaptive<C = Unclassified> {
     pub(crate) classify: C,
     pub(crate) partitions: Partitions,
     pub(crate) answer: Answer,
@@ -125,7 +126,7 @@ pub(crate) struct Shared<K, C> {
     pub(super) overflow_counter: OnceLock<Counter>,
 }
 
-impl<K, C> Shared<K, C> {
+impl<C> Adaptive<C> {
     /// The limiter of `key`: its own, or the overflow limiter once `max_keys` keys have one.
     pub(crate) fn limiter(&self, key: &Key) -> Arc<Limiter> {
         if let Some(l) = self.limiters.get(key) {
@@ -168,15 +169,6 @@ impl<K, C> Shared<K, C> {
         ))
     }
 
-    /// The `content-type` of a refused gRPC call's answer, when the layer serves gRPC and
-    /// `req` is a gRPC call; `None` for an HTTP answer.
-    pub(crate) fn grpc_call<B>(&self, req: &http::Request<B>) -> Option<HeaderValue> {
-        if !self.grpc {
-            return None;
-        }
-        crate::report::grpc_content_type(req.version(), req.headers())
-    }
-
     fn partition_name(&self, partition: usize) -> &str {
         self.partitions.names.get(partition).map_or("", |n| &**n)
     }
@@ -207,70 +199,80 @@ impl<K, C> Shared<K, C> {
     }
 }
 
-/// A [`tower::Layer`](https://docs.rs/tower/0.5/tower/trait.Layer.html) that adapts the
-/// number of requests in flight to the latency it observes (see the [module docs](super)).
-/// Every service it builds, and their clones, share one limit per key.
-pub struct AdaptiveConcurrencyLayer<K = GlobalKey, C = Unclassified> {
-    pub(crate) shared: Arc<Shared<K, C>>,
+impl<C> Adaptive<C> {
+    /// The state of `key`'s limit, `None` before its first request.
+    pub(crate) fn snapshot(&self, key: &Key) -> Option<Snapshot> {
+        self.limiters.get(key).map(|l| l.snapshot())
+    }
+
+    /// The answer to a request of `partition` over the limit, in the form `req` reads.
+    fn refusal<B>(&self, partition: usize, req: &http::Request<B>) -> Acquire {
+        let answer = &self.answer;
+        let mut headers = answer.headers.clone();
+        let body = answer.bodies.get(partition).cloned().unwrap_or_default();
+        let grpc = if self.grpc {
+            crate::report::grpc_content_type(req.version(), req.headers())
+        } else {
+            None
+        };
+        let Some(content_type) = grpc else {
+            return Acquire::refused(answer.status, headers, body);
+        };
+        let (status, body) = trailers_only(
+            answer.status,
+            &mut headers,
+            &body,
+            Some(&self.name),
+            content_type,
+        );
+        if answer.status != StatusCode::TOO_MANY_REQUESTS {
+            // UNAVAILABLE: say why, rather than the fail-closed store text.
+            let message = format!(
+                "server overloaded; retry after {} s",
+                answer.retry_after_secs
+            );
+            if let Ok(v) = HeaderValue::try_from(message) {
+                headers.insert(GRPC_MESSAGE.clone(), v);
+            }
+        }
+        Acquire::refused(status, headers, body)
+    }
 }
 
-impl AdaptiveConcurrencyLayer {
-    /// One limit for every request, with the default [`ControllerSettings`], no partitions,
-    /// `503` refusals with `Retry-After: 1`.
-    pub fn new() -> Self {
-        AdaptiveConcurrencyBuilder::new().finish()
-    }
+/// `grpc-message`.
+static GRPC_MESSAGE: http::HeaderName = http::HeaderName::from_static("grpc-message");
 
-    /// A builder for the settings, partitions, key and answer.
-    pub fn builder() -> AdaptiveConcurrencyBuilder {
-        AdaptiveConcurrencyBuilder::new()
-    }
-}
-
-impl Default for AdaptiveConcurrencyLayer {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl<K, C> AdaptiveConcurrencyLayer<K, C> {
-    /// The state of `key`'s limit (`Key::Global` for an unkeyed layer), `None` before its
-    /// first request.
-    pub fn snapshot(&self, key: &Key) -> Option<Snapshot> {
-        self.shared.limiters.get(key).map(|l| l.snapshot())
-    }
-
-    /// The partition names, in the order they were declared (`["all"]` without partitions).
-    pub fn partitions(&self) -> impl Iterator<Item = &str> {
-        self.shared.partitions.names.iter().map(|n| &**n)
-    }
-}
-
-impl<K, C> Clone for AdaptiveConcurrencyLayer<K, C> {
-    fn clone(&self) -> Self {
-        Self {
-            shared: Arc::clone(&self.shared),
+impl<C: Classify> Limit for Adaptive<C> {
+    fn acquire<B>(&self, key: &Key, req: &mut http::Request<B>) -> Acquire {
+        let partition = self.partitions.index(self.classify.classify(req));
+        let limiter = self.limiter(key);
+        match self.try_admit(&limiter, partition) {
+            Some(permit) => Acquire::admitted(Admitted::Adaptive {
+                permit,
+                clock: Arc::clone(&self.clock),
+            }),
+            None => self.refusal(partition, req),
         }
     }
-}
 
-impl<K, C> fmt::Debug for AdaptiveConcurrencyLayer<K, C> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AdaptiveConcurrencyLayer")
-            .field("name", &self.shared.name)
-            .field("settings", &self.shared.settings)
-            .field("partitions", &self.shared.partitions)
-            .field("status", &self.shared.answer.status)
-            .field("grpc", &self.shared.grpc)
-            .field("keys", &self.shared.limiters.len())
-            .finish_non_exhaustive()
+    fn serves_grpc(&self) -> bool {
+        self.grpc
+    }
+
+    fn describe(&self) -> &'static str {
+        "adaptive concurrency limiter"
     }
 }
 
-impl<S, K, C> Layer<S> for AdaptiveConcurrencyLayer<K, C> {
-    type Service = AdaptiveConcurrency<S, K, C>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        AdaptiveConcurrency::new(inner, self.clone())
+impl<C> fmt::Debug for Adaptive<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Adaptive")
+            .field("name", &self.name)
+            .field("settings", &self.settings)
+            .field("partitions", &self.partitions)
+            .field("status", &self.answer.status)
+            .field("grpc", &self.grpc)
+            .field("keys", &self.limiters.len())
+            .finish_non_exhaustive()
     }
 }
