@@ -64,3 +64,24 @@ async fn nested_layers_report_the_most_restrictive_policy_once() {
         "\"route\";q=2;w=60, \"global\";q=100;w=60"
     );
 }
+
+/// `RateLimitLayer::new` is the builder with one default policy: quotas at the edges of what
+/// a `Quota` holds (one unit, `u32::MAX` units, the largest burst, one unit per nanosecond
+/// and per `u64::MAX` nanoseconds) build, and give the layer one policy.
+#[test]
+fn new_builds_any_quota() {
+    let one = NonZeroU32::MIN;
+    let max = NonZeroU32::MAX;
+    let quotas = [
+        Quota::per_second(one),
+        Quota::per_day(max),
+        Quota::per_second(one).with_burst(u32::MAX).unwrap(),
+        Quota::from_nanos(one, 1).unwrap(),
+        Quota::from_nanos(max, u64::MAX).unwrap(),
+    ];
+    for quota in quotas {
+        let built = RateLimitLayer::builder().quota(quota).build();
+        assert!(built.is_ok(), "{quota:?}: {built:?}");
+        assert_eq!(RateLimitLayer::new(quota).policy_ids().len(), 1);
+    }
+}
