@@ -71,9 +71,10 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use ratekeeper_axum::adaptive::{Adaptive, ControllerSettings};
+use ratekeeper_axum::adaptive::Adaptive;
+use ratekeeper_axum::adaptive::controller::ControllerSettings;
 use ratekeeper_axum::concurrency::ConcurrencyLimitLayer;
-use ratekeeper_axum::{Key, RequestParts};
+use ratekeeper_axum::{RequestParts, core::Key};
 use tokio::sync::{mpsc, oneshot};
 use tower::{BoxError, ServiceBuilder};
 
@@ -224,8 +225,8 @@ fn controller_settings() -> ControllerSettings {
 type Classifier = fn(&RequestParts<'_>) -> &'static str;
 
 enum AdaptiveLayer {
-    Plain(ConcurrencyLimitLayer<ratekeeper_axum::GlobalKey, Adaptive>),
-    Partitioned(Box<ConcurrencyLimitLayer<ratekeeper_axum::GlobalKey, Adaptive<Classifier>>>),
+    Plain(ConcurrencyLimitLayer<ratekeeper_axum::key::GlobalKey, Adaptive>),
+    Partitioned(Box<ConcurrencyLimitLayer<ratekeeper_axum::key::GlobalKey, Adaptive<Classifier>>>),
 }
 
 impl AdaptiveLayer {

@@ -53,7 +53,9 @@ use ratekeeper_axum::key::HeaderKey;
 use ratekeeper_axum::policy::Plan;
 use ratekeeper_axum::report::HeaderStyle;
 use ratekeeper_axum::usage::{BodyEvent, Usage};
-use ratekeeper_axum::{BuildError, Key, Policy, Quota, RateLimitLayer, RequestParts};
+use ratekeeper_axum::{
+    BuildError, RateLimitLayer, RequestParts, core::Key, core::Policy, core::Quota,
+};
 
 /// Tokens per minute (and burst) per API key.
 pub const TOKENS_PER_MINUTE: u32 = 10_000;

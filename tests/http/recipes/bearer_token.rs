@@ -2,7 +2,7 @@ use std::num::NonZeroU32;
 
 use axum::Router;
 use ratekeeper_axum::key::{HeaderKey, PeerIp};
-use ratekeeper_axum::{BuildError, Policy, Quota, RateLimitLayer};
+use ratekeeper_axum::{BuildError, RateLimitLayer, core::Policy, core::Quota};
 
 /// Limits `app` to 100 requests per minute per API token: the `Authorization` header's value
 /// (`Bearer <token>`; a JWT of any length, tokens over 256 bytes are keyed by their SHA-256

@@ -136,7 +136,7 @@ impl<K, C> AdaptiveConcurrencyBuilder<K, C> {
     }
 
     /// Most keys with a limit of their own (default 1024, at least 1); requests of further
-    /// keys share one overflow limit, counted in [`OVERFLOW_TOTAL`](super::OVERFLOW_TOTAL).
+    /// keys share one overflow limit, counted in [`ADAPTIVE_OVERFLOW_TOTAL`](crate::metrics::ADAPTIVE_OVERFLOW_TOTAL).
     pub fn max_keys(mut self, n: usize) -> Self {
         self.max_keys = n;
         self

@@ -3,10 +3,11 @@
 //!
 //! A fixed concurrency limit protects a service only if the number was chosen well, and
 //! the right number moves with deploys, hardware and downstream health.
-//! An adaptive [`ConcurrencyLimitLayer`] ([`ConcurrencyLimitLayer::adaptive`]: the
+//! An adaptive [`ConcurrencyLimitLayer`](crate::concurrency::ConcurrencyLimitLayer)
+//! ([`ConcurrencyLimitLayer::adaptive`](crate::concurrency::ConcurrencyLimitLayer::adaptive): the
 //! concurrency layer with an [`Adaptive`] limit) measures instead: it admits requests up to a limit, records
 //! each admitted request's latency (from admission to the inner service's response), and a
-//! [`GradientController`] lowers the limit when latency rises above the minimum latency
+//! [`GradientController`](controller::GradientController) lowers the limit when latency rises above the minimum latency
 //! (`minRTT`, re-measured periodically at a low concurrency) and raises it while latency
 //! stays near it. The algorithm, its sources (Envoy's adaptive concurrency filter and
 //! Netflix concurrency-limits' Gradient2) and its settings are in [`controller`]'s docs.
@@ -57,10 +58,15 @@
 //!
 //! # Metrics and logs
 //!
-//! With a `metrics` recorder installed: the gauges [`LIMIT`], [`IN_FLIGHT`],
-//! [`LATENCY_SECONDS`] and [`MIN_LATENCY_SECONDS`] (labels `name`, `key`), the counter
-//! [`REQUESTS_TOTAL`] (labels `name`, `partition`, `outcome` = `admitted` | `shed`) and
-//! [`OVERFLOW_TOTAL`]. Every change of the limit is a `DEBUG` event
+//! With a `metrics` recorder installed: the gauges
+//! [`ADAPTIVE_LIMIT`](crate::metrics::ADAPTIVE_LIMIT),
+//! [`ADAPTIVE_IN_FLIGHT`](crate::metrics::ADAPTIVE_IN_FLIGHT),
+//! [`ADAPTIVE_LATENCY_SECONDS`](crate::metrics::ADAPTIVE_LATENCY_SECONDS) and
+//! [`ADAPTIVE_MIN_LATENCY_SECONDS`](crate::metrics::ADAPTIVE_MIN_LATENCY_SECONDS) (labels
+//! `name`, `key`), the counter
+//! [`ADAPTIVE_REQUESTS_TOTAL`](crate::metrics::ADAPTIVE_REQUESTS_TOTAL) (labels `name`,
+//! `partition`, `outcome` = `admitted` | `shed`) and
+//! [`ADAPTIVE_OVERFLOW_TOTAL`](crate::metrics::ADAPTIVE_OVERFLOW_TOTAL). Every change of the limit is a `DEBUG` event
 //! `adaptive concurrency limit changed` with `name`, `from`, `to`, `latency_ms` and
 //! `min_latency_ms`.
 //!
@@ -118,11 +124,7 @@ mod state;
 mod tests;
 
 pub use builder::AdaptiveConcurrencyBuilder;
-pub use controller::{ControllerSettings, GradientController, LimitChange};
 pub(crate) use limiter::Permit;
 pub use limiter::Snapshot;
 pub use partition::{Classify, Unclassified};
-pub use state::{
-    Adaptive, IN_FLIGHT, LATENCY_SECONDS, LIMIT, MIN_LATENCY_SECONDS, OVERFLOW_TOTAL,
-    REQUESTS_TOTAL,
-};
+pub use state::Adaptive;

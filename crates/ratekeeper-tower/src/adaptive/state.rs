@@ -20,24 +20,12 @@ use super::controller::ControllerSettings;
 use super::limiter::{Gauges, Limiter, Permit, Snapshot};
 use super::partition::{Classify, Partitions, Unclassified};
 use crate::concurrency::{Acquire, Admitted, Limit};
+use crate::headers::GRPC_MESSAGE;
+use crate::metrics::{
+    ADAPTIVE_IN_FLIGHT, ADAPTIVE_LATENCY_SECONDS, ADAPTIVE_LIMIT, ADAPTIVE_MIN_LATENCY_SECONDS,
+    ADAPTIVE_OVERFLOW_TOTAL, ADAPTIVE_REQUESTS_TOTAL,
+};
 use crate::report::trailers_only;
-
-/// Gauge: the current in-flight limit, labels `name` (the layer's name) and `key`.
-pub const LIMIT: &str = "ratekeeper_adaptive_limit";
-/// Gauge: requests in flight (admitted, response body not ended), labels `name` and `key`.
-pub const IN_FLIGHT: &str = "ratekeeper_adaptive_in_flight";
-/// Gauge: the latency estimate of the last update interval (its percentile latency), in
-/// seconds, labels `name` and `key`.
-pub const LATENCY_SECONDS: &str = "ratekeeper_adaptive_latency_seconds";
-/// Gauge: the measured minimum latency (`minRTT`), in seconds, labels `name` and `key`.
-pub const MIN_LATENCY_SECONDS: &str = "ratekeeper_adaptive_min_latency_seconds";
-/// Counter: requests by outcome, labels `name`, `partition` and `outcome` (`admitted`, or
-/// `shed` for a request the layer answered because its partition was over its share at the
-/// limit).
-pub const REQUESTS_TOTAL: &str = "ratekeeper_adaptive_requests_total";
-/// Counter: requests of keys beyond [`AdaptiveConcurrencyBuilder::max_keys`](super::AdaptiveConcurrencyBuilder::max_keys), which share
-/// one overflow limiter (key label `overflow`), label `name`.
-pub const OVERFLOW_TOTAL: &str = "ratekeeper_adaptive_overflow_total";
 
 /// The refusal a layer answers with, rendered once.
 pub(crate) struct Answer {
@@ -134,7 +122,9 @@ impl<C> Adaptive<C> {
         }
         if self.limiters.len() >= self.max_keys {
             self.overflow_counter
-                .get_or_init(|| metrics::counter!(OVERFLOW_TOTAL, "name" => self.name.to_string()))
+                .get_or_init(
+                    || metrics::counter!(ADAPTIVE_OVERFLOW_TOTAL, "name" => self.name.to_string()),
+                )
                 .increment(1);
             return Arc::clone(self.overflow.get_or_init(|| self.new_limiter("overflow")));
         }
@@ -151,10 +141,10 @@ impl<C> Adaptive<C> {
             ("key", key_label.to_owned()),
         ];
         let gauges = Gauges {
-            limit: metrics::gauge!(LIMIT, &labels),
-            in_flight: metrics::gauge!(IN_FLIGHT, &labels),
-            latency: metrics::gauge!(LATENCY_SECONDS, &labels),
-            min_latency: metrics::gauge!(MIN_LATENCY_SECONDS, &labels),
+            limit: metrics::gauge!(ADAPTIVE_LIMIT, &labels),
+            in_flight: metrics::gauge!(ADAPTIVE_IN_FLIGHT, &labels),
+            latency: metrics::gauge!(ADAPTIVE_LATENCY_SECONDS, &labels),
+            min_latency: metrics::gauge!(ADAPTIVE_MIN_LATENCY_SECONDS, &labels),
         };
         // A different jitter sequence per key (and per process: the seed is random).
         let seed = self
@@ -180,7 +170,7 @@ impl<C> Adaptive<C> {
         if let Some(slot) = self.counters.get(partition).and_then(|c| c.get(outcome)) {
             slot.get_or_init(|| {
                 metrics::counter!(
-                    REQUESTS_TOTAL,
+                    ADAPTIVE_REQUESTS_TOTAL,
                     "name" => self.name.to_string(),
                     "partition" => self.partition_name(partition).to_owned(),
                     "outcome" => if outcome == 0 { "admitted" } else { "shed" },
@@ -232,15 +222,12 @@ impl<C> Adaptive<C> {
                 answer.retry_after_secs
             );
             if let Ok(v) = HeaderValue::try_from(message) {
-                headers.insert(GRPC_MESSAGE.clone(), v);
+                headers.insert(GRPC_MESSAGE, v);
             }
         }
         Acquire::refused(status, headers, body)
     }
 }
-
-/// `grpc-message`.
-static GRPC_MESSAGE: http::HeaderName = http::HeaderName::from_static("grpc-message");
 
 impl<C: Classify> Limit for Adaptive<C> {
     fn acquire<B>(&self, key: &Key, req: &mut http::Request<B>) -> Acquire {

@@ -16,10 +16,12 @@ use tower::service_fn;
 use tower_layer::Layer;
 use tower_service::Service;
 
+use super::controller::ControllerSettings;
 use super::*;
 use crate::RequestParts;
 use crate::concurrency::{ConcurrencyBody, ConcurrencyLimitLayer};
 use crate::key::KeyError;
+use crate::metrics::{ADAPTIVE_IN_FLIGHT, ADAPTIVE_LIMIT, ADAPTIVE_REQUESTS_TOTAL};
 use crate::report::TEMPORARY_REDUCED_CAPACITY_TYPE;
 
 type Inner = tower::util::ServiceFn<fn(Request<()>) -> Ready<Result<Response<String>, Infallible>>>;
@@ -320,12 +322,18 @@ fn metrics_report_limit_in_flight_and_shed_requests() {
         call(&mut svc, get("/"));
         let snapshot = snapshotter.snapshot().into_vec();
         let global = [("name", "adaptive"), ("key", "global")];
-        assert_eq!(metric(&snapshot, LIMIT, &global), Some(&gauge(1.0)));
-        assert_eq!(metric(&snapshot, IN_FLIGHT, &global), Some(&gauge(1.0)));
+        assert_eq!(
+            metric(&snapshot, ADAPTIVE_LIMIT, &global),
+            Some(&gauge(1.0))
+        );
+        assert_eq!(
+            metric(&snapshot, ADAPTIVE_IN_FLIGHT, &global),
+            Some(&gauge(1.0))
+        );
         let requests = |outcome| {
             metric(
                 &snapshot,
-                REQUESTS_TOTAL,
+                ADAPTIVE_REQUESTS_TOTAL,
                 &[("partition", "critical"), ("outcome", outcome)],
             )
         };
@@ -333,7 +341,10 @@ fn metrics_report_limit_in_flight_and_shed_requests() {
         assert_eq!(requests("shed"), Some(&DebugValue::Counter(2)));
         read(held);
         let snapshot = snapshotter.snapshot().into_vec();
-        assert_eq!(metric(&snapshot, IN_FLIGHT, &global), Some(&gauge(0.0)));
+        assert_eq!(
+            metric(&snapshot, ADAPTIVE_IN_FLIGHT, &global),
+            Some(&gauge(0.0))
+        );
     });
 }
 

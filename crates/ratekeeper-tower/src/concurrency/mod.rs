@@ -64,7 +64,7 @@
 //! use std::num::NonZeroU32;
 //! use axum::http::{Request, Response, StatusCode};
 //! use ratekeeper_tower::concurrency::ConcurrencyLimitLayer;
-//! use ratekeeper_tower::GlobalKey;
+//! use ratekeeper_tower::key::GlobalKey;
 //! use tower::{ServiceBuilder, ServiceExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -105,7 +105,7 @@
 //! use ratekeeper_tower::concurrency::ConcurrencyLimitLayer;
 //! use ratekeeper_core::store::slots::{AcquireFuture, Acquired, SharedSlots, SlotLease};
 //! use ratekeeper_core::Key;
-//! use ratekeeper_tower::GlobalKey;
+//! use ratekeeper_tower::key::GlobalKey;
 //! use tower::{ServiceBuilder, ServiceExt};
 //!
 //! /// Slots in this process (a stand-in for `RedisStore::slots()`).

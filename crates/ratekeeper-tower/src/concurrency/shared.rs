@@ -128,8 +128,8 @@ mod tests {
     use http::Response;
 
     use super::*;
-    use crate::GlobalKey;
     use crate::concurrency::ConcurrencyLimitLayer;
+    use crate::key::GlobalKey;
 
     /// Answers what `mode` says: 0 a slot (counted in `held` until dropped), 1 full, 2 a
     /// store failure with `policy`.

@@ -1,6 +1,6 @@
 //! A layer from a configuration file (feature `serde`; `toml` to read TOML).
 //!
-//! [`LayerConfig`] holds what a [`RateLimitBuilder`] is told in code:
+//! [`LayerConfig`] holds what a [`RateLimitBuilder`](crate::RateLimitBuilder) is told in code:
 //! policies (name, quota, algorithm), the key, the cost, a route table with costs and
 //! route-scoped policies, tiers, exemptions, the header style and the mode. It deserialises
 //! with any `serde` format; with the `toml` feature, [`LayerConfig::from_toml`] reads a TOML
@@ -89,7 +89,7 @@
 //! Without `trusted` proxies, a request carrying `X-Forwarded-For` or `Forwarded` from a
 //! peer in an exempt network is not exempt: the peer is a proxy, and its clients are not
 //! exempt by its address (the layer logs one WARN naming the fix). Proxies in `trusted`
-//! are read as [`ForwardedIp::trusting`] reads them (the rightmost untrusted entry is the
+//! are read as [`ForwardedIp::trusting`](crate::key::ForwardedIp::trusting) reads them (the rightmost untrusted entry is the
 //! client; a chain that does not parse exempts nobody). `exempt.trusted` with a `forwarded`
 //! key, or without `networks`, is an error naming the field.
 //!

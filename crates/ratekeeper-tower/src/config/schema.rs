@@ -10,7 +10,7 @@ use super::fields::networks;
 use super::fields::{HeaderField, MethodField, RoutePath};
 use crate::report::HeaderStyle;
 
-/// A layer's settings, as a configuration file declares them (see the [module docs](self)).
+/// A layer's settings, as a configuration file declares them (see the [module docs](crate::config)).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(
     deny_unknown_fields,
@@ -76,19 +76,19 @@ pub struct KeyConfig {
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum KeyKind {
-    /// [`PeerIp`]: the TCP peer (default).
+    /// [`PeerIp`](crate::key::PeerIp): the TCP peer (default).
     #[default]
     PeerIp,
-    /// [`GlobalKey`]: one budget for everyone.
+    /// [`GlobalKey`](crate::key::GlobalKey): one budget for everyone.
     Global,
-    /// [`HeaderKey`]: the value of `header`, raw.
+    /// [`HeaderKey`](crate::key::HeaderKey): the value of `header`, raw.
     Header,
-    /// [`ForwardedIp`]: the client IP reported by the `trusted` proxies.
+    /// [`ForwardedIp`](crate::key::ForwardedIp): the client IP reported by the `trusted` proxies.
     Forwarded,
 }
 
 /// One `[[routes]]` entry: a method and template, with a cost and/or route-scoped policies
-/// (see [`RouteTable`]).
+/// (see [`RouteTable`](crate::route::RouteTable)).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(
     deny_unknown_fields,
@@ -132,7 +132,7 @@ pub struct TiersConfig {
 pub struct ExemptConfig {
     /// Clients in these networks are not limited, matched by the client's address (see
     /// [`exempt_networks`](crate::RateLimitBuilder::exempt_networks) and the
-    /// [module docs](self#exempt-networks)).
+    /// [module docs](crate::config#exempt-networks)).
     #[serde(default, deserialize_with = "networks")]
     pub networks: Vec<IpNet>,
     /// The networks of the reverse proxies whose forwarded client address (`X-Forwarded-For`)
@@ -177,16 +177,16 @@ impl From<HeadersConfig> for HeaderStyle {
     }
 }
 
-/// The `mode` value: a [`Mode`].
+/// The `mode` value: a [`Mode`](crate::rate_limit::Mode).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum ModeConfig {
-    /// [`Mode::Reject`] (default).
+    /// [`Mode::Reject`](crate::rate_limit::Mode::Reject) (default).
     #[default]
     Reject,
-    /// [`Mode::Shadow`].
+    /// [`Mode::Shadow`](crate::rate_limit::Mode::Shadow).
     Shadow,
-    /// [`Mode::Delay`], waiting at most `max_wait_ms`.
+    /// [`Mode::Delay`](crate::rate_limit::Mode::Delay), waiting at most `max_wait_ms`.
     Delay,
 }

@@ -25,7 +25,7 @@ impl RateLimitLayer {
     /// Limits each client IP (IPv6 by /64) to `quota`, with the GCRA algorithm, the
     /// in-memory store, cost 1 per request and `X-RateLimit-*` headers. The policy is named
     /// `"default"`. Logs the INFO event of a built layer (see
-    /// [`RateLimitBuilder::build`](super::RateLimitBuilder::build)).
+    /// [`RateLimitBuilder::build`](crate::RateLimitBuilder::build)).
     ///
     /// The same as `RateLimitLayer::builder().quota(quota).build()`, which cannot fail for
     /// these settings: one GCRA policy with a valid name, cost 1 within any burst, the peer

@@ -1,4 +1,4 @@
-//! Rate-limit middleware: [`RateLimitLayer`] and the [`RateLimit`] service.
+//! Rate-limit middleware: [`RateLimitLayer`] and the [`RateLimit`](crate::RateLimit) service.
 //!
 //! For each request the service extracts a key (default: the peer IP, IPv6 by /64), computes
 //! a cost (default 1), and checks every policy in the store all-or-nothing, in `call`.
@@ -10,12 +10,13 @@
 //!
 //! With [`RateLimitBuilder::request_info`], requests that pass carry an [`Info`](crate::info::Info)
 //! extension with the decisions. Every decision is counted once in the `metrics` counter
-//! [`DECISIONS_TOTAL`] (`ratekeeper_decisions_total{policy, outcome}`), whatever the mode
-//! and whether the store answers at once or later, and recorded in the [`USAGE_RATIO`]
+//! [`DECISIONS_TOTAL`](crate::metrics::DECISIONS_TOTAL) (`ratekeeper_decisions_total{policy, outcome}`), whatever the mode
+//! and whether the store answers at once or later, and recorded in the [`USAGE_RATIO`](crate::metrics::USAGE_RATIO)
 //! histogram (`ratekeeper_usage_ratio{policy}`: the share of the capacity used, 0.0 to 1.0);
-//! in [`Mode::Shadow`], [`SHADOW_CHECKED_TOTAL`] and [`SHADOW_WOULD_REFUSE_TOTAL`] give the
+//! in [`Mode::Shadow`], [`SHADOW_CHECKED_TOTAL`](crate::metrics::SHADOW_CHECKED_TOTAL) and
+//! [`SHADOW_WOULD_REFUSE_TOTAL`](crate::metrics::SHADOW_WOULD_REFUSE_TOTAL) give the
 //! share of requests a trial limit would refuse. A policy with a
-//! [`Ban`](ratekeeper_core::Ban) counts each ban it starts in [`BANS_TOTAL`]
+//! [`Ban`](ratekeeper_core::Ban) counts each ban it starts in [`BANS_TOTAL`](crate::metrics::BANS_TOTAL)
 //! (`ratekeeper_bans_total{policy}`), once per ban.
 //!
 //! # Logs
@@ -33,7 +34,7 @@
 //! itself, once per circuit-breaker transition). Over the limit, [`Mode`] decides: reject
 //! (default), wait within a bound ([`Mode::Delay`]) or only report ([`Mode::Shadow`]);
 //! [`RateLimitLayer::with_fallback`] answers rejected requests with another service instead
-//! of a 429 (see [`fallback`](crate::fallback)), and [`RateLimitBuilder::rejection`] replaces the
+//! of a 429 (see [`FallbackLayer`]), and [`RateLimitBuilder::rejection`] replaces the
 //! 429 body (see [`report`](crate::report)).
 //!
 //! When a shared store cannot decide (Redis slow or down), its failure policy
@@ -90,51 +91,49 @@
 //! deadline, and where a refusal goes, `answer.rs`), which then moves through the path
 //! until its settlement after the response. One function (`dispatch` in `future.rs`)
 //! asks the limiter for the verdict on the store's answer and picks what follows (call the
-//! inner service, answer, wait), both inside `call` (the memory store: nothing is held or
+//! inner service, hand the request to the fallback, answer, wait), both inside `call` (the memory store: nothing is held or
 //! cloned) and in the [`ResponseFuture`] (an async store, Delay-mode waits). Every answer
 //! gets its form (HTTP or gRPC) from the ticket's refusal, in one function. Imports run one
 //! way:
 //!
 //! ```text
 //! builder ──> layer ──> service ──> future ──> limiter ──> ticket ──> answer
-//! fallback ─────┘                                 └──> mode, meter, diag
+//! fallback/ ────┘    └───────────┴──> inner ──> fallback/degrade <──┘
+//!                                                 limiter ──> mode, meter, diag
 //! ```
 //!
 //! Each file imports only files to its right. `limiter` uses `policy`, `report`, `key`,
 //! `cost`, `info`, `degraded` and `usage` (a charge settled from the response: the
 //! settlement hands the response body what it must count, `body.rs` carries it until the
-//! body ends); `fallback.rs` puts the independent [`Fallback`]
-//! middleware (`crate::fallback`) behind the rate limit. None of those imports `rate_limit`.
+//! body ends). None of those imports `rate_limit`. What the service calls is an [`Inner`]
+//! (`inner.rs`): any tower service, or the inner service with the degraded-response
+//! [`Fallback`] (`fallback/`: [`FallbackLayer`], made by
+//! [`RateLimitLayer::with_fallback`]), to which the limiter's verdict hands a refused
+//! request with its `Degrade` (policy and reason) in a typed call: no request extension, no
+//! flag on the service.
 //! Beside the request path, `admin.rs` ([`Admin`], made by the layer) reads the limiter's
 //! store, policy ids and names, and imports nothing else of `rate_limit`.
 
 mod admin;
 mod answer;
-mod builder;
+pub(crate) mod builder;
 mod diag;
 mod fallback;
 mod future;
-mod layer;
+mod inner;
+pub(crate) mod layer;
 mod limiter;
 mod meter;
 mod mode;
-mod service;
+pub(crate) mod service;
 #[cfg(test)]
 mod tests;
 mod ticket;
 
-pub use crate::error::BuildError;
-pub use crate::fallback::{Fallback, FallbackFuture};
 pub use admin::{Admin, AdminError, PolicyState};
-pub use builder::RateLimitBuilder;
-pub use fallback::FallbackLayer;
+pub(crate) use builder::RateLimitBuilder;
+pub use fallback::{Fallback, FallbackFuture, FallbackLayer};
 pub use future::ResponseFuture;
-pub use layer::RateLimitLayer;
-pub use meter::{
-    BANS_TOTAL, DECISIONS_TOTAL, SHADOW_CHECKED_TOTAL, SHADOW_WOULD_REFUSE_TOTAL, USAGE_RATIO,
-};
+pub use inner::Inner;
+pub(crate) use layer::RateLimitLayer;
 pub use mode::Mode;
-/// Re-exported from `ratekeeper_core::clock`: a clock on tokio's time, so a store follows
-/// tokio's paused time in tests and [`Mode::Delay`] waits agree with store decisions.
-pub use ratekeeper_core::clock::TokioClock;
-pub use service::RateLimit;

@@ -116,7 +116,7 @@ impl<K, Co, St, R> RateLimitBuilder<K, Co, St, R> {
             if p.ban().is_some() {
                 // The bans counter at 0 (a Prometheus series should exist before its first
                 // event); a no-op without a recorder installed.
-                metrics::counter!(crate::rate_limit::BANS_TOTAL, "policy" => p.name().to_owned())
+                metrics::counter!(crate::metrics::BANS_TOTAL, "policy" => p.name().to_owned())
                     .increment(0);
             }
         }

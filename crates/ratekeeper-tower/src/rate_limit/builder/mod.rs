@@ -51,7 +51,7 @@ impl RateLimitLayer {
 /// ```
 /// use std::num::NonZeroU32;
 /// use ratekeeper_core::{Policy, Quota};
-/// use ratekeeper_tower::{GlobalKey, RateLimitLayer};
+/// use ratekeeper_tower::{key::GlobalKey, RateLimitLayer};
 ///
 /// let layer = RateLimitLayer::builder()
 ///     .policy(Policy::new("burst", Quota::per_second(NonZeroU32::new(50).unwrap())))

@@ -1,7 +1,8 @@
-//! The whole request path of [`RateLimit`](super::RateLimit): Delay mode, nested layers,
+//! The whole request path of [`RateLimit`](crate::RateLimit): Delay mode, nested layers,
 //! gRPC answers and settlement, one file a theme.
 
 mod delay;
+mod fallback;
 mod grpc;
 mod settle;
 
@@ -15,7 +16,7 @@ use http::{Request, Response};
 use ratekeeper_core::{Policy, Quota};
 use tower::{ServiceBuilder, ServiceExt};
 
-use crate::{GlobalKey, RateLimitLayer};
+use crate::{RateLimitLayer, key::GlobalKey};
 
 fn ok(_req: Request<()>) -> std::future::Ready<Result<Response<String>, Infallible>> {
     std::future::ready(Ok(Response::new(String::new())))
