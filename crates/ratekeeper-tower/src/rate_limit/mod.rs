@@ -116,6 +116,7 @@
 
 mod admin;
 mod answer;
+mod boxed;
 pub(crate) mod builder;
 mod diag;
 mod fallback;
@@ -131,6 +132,7 @@ mod tests;
 mod ticket;
 
 pub use admin::{Admin, AdminError, PolicyState};
+pub use boxed::{BoxRateLimit, BoxRateLimitLayer};
 pub(crate) use builder::RateLimitBuilder;
 pub use fallback::{Fallback, FallbackFuture, FallbackLayer};
 pub use future::ResponseFuture;

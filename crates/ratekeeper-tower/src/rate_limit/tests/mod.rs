@@ -86,3 +86,37 @@ fn new_builds_any_quota() {
         assert_eq!(RateLimitLayer::new(quota).policy_ids().len(), 1);
     }
 }
+
+/// A boxed layer limits as the layer it was made from, shares its budget (a request through
+/// either spends it), reads the request head for its key, and reaches the same store
+/// through its admin handle.
+#[tokio::test]
+async fn a_boxed_layer_shares_the_budget_of_its_layer() {
+    let layer = RateLimitLayer::builder()
+        .quota(Quota::per_minute(NonZeroU32::new(2).unwrap()))
+        .key(crate::key::HeaderKey::raw("x-api-key"))
+        .build()
+        .unwrap();
+    let boxed = layer.clone().boxed();
+    let plain = ServiceBuilder::new().layer(layer).service_fn(ok);
+    let erased = ServiceBuilder::new().layer(boxed.clone()).service_fn(ok);
+    let req = |key: &str| {
+        Request::builder()
+            .header("x-api-key", key)
+            .body(())
+            .unwrap()
+    };
+    let first = erased.clone().oneshot(req("a")).await.unwrap();
+    assert_eq!(first.status(), 200);
+    assert_eq!(first.headers()["x-ratelimit-remaining"], "1");
+    let second = plain.clone().oneshot(req("a")).await.unwrap();
+    assert_eq!(second.headers()["x-ratelimit-remaining"], "0");
+    let third = erased.clone().oneshot(req("a")).await.unwrap();
+    assert_eq!(third.status(), 429);
+    // Another key has its own budget; a request without one is a 400, as unboxed.
+    let other = erased.clone().oneshot(req("b")).await.unwrap();
+    assert_eq!(other.headers()["x-ratelimit-remaining"], "1");
+    let missing = erased.clone().oneshot(Request::new(())).await.unwrap();
+    assert_eq!(missing.status(), 400);
+    assert_eq!(boxed.admin().policies().collect::<Vec<_>>(), ["default"]);
+}
