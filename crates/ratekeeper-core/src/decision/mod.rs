@@ -31,11 +31,10 @@
 //! assert_eq!(never.retry_after(), None);
 //! ```
 
-mod decisions;
-mod receipt;
+pub(crate) mod decisions;
+pub(crate) mod receipt;
 
-pub use decisions::Decisions;
-pub use receipt::Receipt;
+pub(crate) use receipt::Receipt;
 
 use std::fmt;
 use std::time::Duration;

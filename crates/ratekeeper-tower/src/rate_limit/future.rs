@@ -180,8 +180,10 @@ where
             inner.service().pass(req),
             Settlement::new(limiter.responder(), ticket, decisions),
         ),
-        Verdict::Degrade(degrade) => ResponseFuture::called(
-            inner.service().degrade(req, degrade),
+        Verdict::Degrade => ResponseFuture::called(
+            inner
+                .service()
+                .degrade(req, limiter.limiter().degrade(&ticket, &decisions)),
             Settlement::new(limiter.responder(), ticket, decisions),
         ),
         Verdict::Answer(answer) => ResponseFuture::refused(answer, ticket.refusal, req.headers()),

@@ -57,9 +57,10 @@ pub(crate) enum Verdict {
     /// and refuse the request if it cannot pass by `deadline` (the ticket's, set at its first
     /// denial).
     Retry { wait: Duration, deadline: Instant },
-    /// Denied, and the ticket's refusal goes to the fallback: call it with the request (the
-    /// decisions are reported on its response and settled after it, as for a pass).
-    Degrade(Degrade),
+    /// Denied, and the ticket's refusal goes to the fallback: hand it the request with
+    /// [`Erased::degrade`] (the decisions are reported on its response and settled after it,
+    /// as for a pass). No payload, so the verdict keeps the size it has without a fallback.
+    Degrade,
 }
 
 /// What the layer does before the store: exempt, refuse, or charge.
@@ -350,7 +351,7 @@ where
         self.log_denial(applied, decisions);
         if ticket.refusal.fallback {
             self.insert_info(applied, decisions, extensions);
-            Verdict::Degrade(Degrade::limited(self.deciding_name(applied, decisions)))
+            Verdict::Degrade
         } else {
             Verdict::Answer(self.limited(ticket, decisions))
         }
@@ -457,6 +458,9 @@ pub(crate) trait Erased<SF>: Respond {
     fn responder(self: Arc<Self>) -> Arc<dyn Respond>;
     /// The 503 when the store cannot decide and fails closed (see [`store_failed`]).
     fn unavailable(&self) -> &Unavailable;
+    /// What the fallback is handed with a request of [`Verdict::Degrade`]: the policy whose
+    /// denial the headers report.
+    fn degrade(&self, ticket: &Ticket, decisions: &Decisions) -> Degrade;
 }
 
 impl<K, Co, St, R> Erased<St::Future> for Limiter<K, Co, St, R>
@@ -503,6 +507,11 @@ where
 
     fn unavailable(&self) -> &Unavailable {
         &self.unavailable
+    }
+
+    #[cold]
+    fn degrade(&self, ticket: &Ticket, decisions: &Decisions) -> Degrade {
+        Degrade::limited(self.deciding_name(&ticket.charges, decisions))
     }
 }
 
