@@ -159,9 +159,11 @@ where
         Checked::Ready(Ok(decisions)) => decisions,
         Checked::Ready(Err(err)) => {
             return match store_failed(&err, req.extensions_mut(), limiter.limiter().unavailable()) {
-                StoreFailed::Pass => ResponseFuture::unchecked(inner.service().pass(req)),
-                StoreFailed::Degrade(degrade) => {
+                StoreFailed::Degrade(degrade) if S::FALLBACK => {
                     ResponseFuture::unchecked(inner.service().degrade(req, degrade))
+                }
+                StoreFailed::Pass | StoreFailed::Degrade(_) => {
+                    ResponseFuture::unchecked(inner.service().pass(req))
                 }
                 StoreFailed::Answer(answer) => {
                     ResponseFuture::refused(answer, ticket.refusal, req.headers())
@@ -176,14 +178,16 @@ where
         .limiter()
         .verdict(&ticket, &decisions, req.extensions_mut())
     {
-        Verdict::Pass => ResponseFuture::called(
-            inner.service().pass(req),
-            Settlement::new(limiter.responder(), ticket, decisions),
-        ),
-        Verdict::Degrade => ResponseFuture::called(
+        // `S::FALLBACK` is a constant: without a fallback this arm is compiled away (the
+        // limiter never gives this verdict then).
+        Verdict::Degrade if S::FALLBACK => ResponseFuture::called(
             inner
                 .service()
                 .degrade(req, limiter.limiter().degrade(&ticket, &decisions)),
+            Settlement::new(limiter.responder(), ticket, decisions),
+        ),
+        Verdict::Pass | Verdict::Degrade => ResponseFuture::called(
+            inner.service().pass(req),
             Settlement::new(limiter.responder(), ticket, decisions),
         ),
         Verdict::Answer(answer) => ResponseFuture::refused(answer, ticket.refusal, req.headers()),
