@@ -1,6 +1,6 @@
 //! [`AdaptiveConcurrencyBuilder`]: the settings, partitions, key and answer of an adaptive
-//! [`ConcurrencyLimitLayer`], checked when the layer is built, and what an adaptive layer
-//! tells about its limits.
+//! concurrency limit, checked when the layer is built (the layer itself is assembled by the
+//! `concurrency` module, which adaptive limits plug into).
 
 use std::fmt;
 use std::hash::{BuildHasher as _, Hash as _, Hasher as _};
@@ -12,21 +12,19 @@ use dashmap::DashMap;
 use http::StatusCode;
 use ratekeeper_core::clock::{Clock, MonotonicClock};
 
-use ratekeeper_core::Key;
-
 use super::controller::ControllerSettings;
-use super::limiter::Snapshot;
 use super::partition::{Classify, Partitions, Unclassified};
 use super::state::{Adaptive, Answer};
 use crate::BuildError;
-use crate::concurrency::ConcurrencyLimitLayer;
 use crate::key::{GlobalKey, KeyExtractor};
 
 /// The `Retry-After` of a refusal when none is set: 1 s, the smallest the header can say.
 const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
 
-/// Builds an adaptive [`ConcurrencyLimitLayer`] (made by
-/// [`ConcurrencyLimitLayer::adaptive`]); [`build`](Self::build) checks the settings.
+/// Builds an adaptive [`ConcurrencyLimitLayer`](crate::concurrency::ConcurrencyLimitLayer)
+/// (made by
+/// [`ConcurrencyLimitLayer::adaptive`](crate::concurrency::ConcurrencyLimitLayer::adaptive));
+/// [`build`](Self::build) checks the settings.
 pub struct AdaptiveConcurrencyBuilder<K = GlobalKey, C = Unclassified> {
     key: K,
     classify: C,
@@ -40,17 +38,8 @@ pub struct AdaptiveConcurrencyBuilder<K = GlobalKey, C = Unclassified> {
     grpc: bool,
 }
 
-impl ConcurrencyLimitLayer {
-    /// A builder for an adaptive concurrency limit: one limit for every request by default,
-    /// found from latency with the default [`ControllerSettings`], no partitions, `503`
-    /// refusals with `Retry-After: 1` (see the [`adaptive`](crate::adaptive) module).
-    pub fn adaptive() -> AdaptiveConcurrencyBuilder {
-        AdaptiveConcurrencyBuilder::new()
-    }
-}
-
 impl AdaptiveConcurrencyBuilder {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             key: GlobalKey,
             classify: Unclassified,
@@ -180,15 +169,9 @@ impl<K, C> AdaptiveConcurrencyBuilder<K, C> {
         self
     }
 
-    /// Checks the settings and builds the layer.
-    ///
-    /// # Errors
-    ///
-    /// [`BuildError::Config`] naming the field: a controller setting out of range (see
-    /// [`ControllerSettings::validate`]), a partition share outside `(0, 1]`, shares adding
-    /// up to more than 1, an empty or repeated partition name, `max_keys` of 0, or an empty
-    /// name; or the key extractor's own error ([`KeyExtractor::check`]).
-    pub fn build(self) -> Result<ConcurrencyLimitLayer<K, Adaptive<C>>, BuildError>
+    /// The settings checked, as [`build`](Self::build) builds the layer from them: its key
+    /// extractor and limit.
+    pub(crate) fn check(self) -> Result<(K, Adaptive<C>), BuildError>
     where
         K: KeyExtractor,
     {
@@ -229,13 +212,13 @@ impl<K, C> AdaptiveConcurrencyBuilder<K, C> {
         Ok(self.finish())
     }
 
-    fn finish(self) -> ConcurrencyLimitLayer<K, Adaptive<C>> {
+    fn finish(self) -> (K, Adaptive<C>) {
         let partitions = Partitions::new(&self.partitions);
         let answer = Answer::new(self.status, self.retry_after, &self.name, &partitions);
         let seed = std::hash::RandomState::new().build_hasher();
         let mut seed = seed;
         self.name.hash(&mut seed);
-        ConcurrencyLimitLayer::from_parts(
+        (
             self.key,
             Adaptive {
                 classify: self.classify,
@@ -253,19 +236,6 @@ impl<K, C> AdaptiveConcurrencyBuilder<K, C> {
                 overflow_counter: OnceLock::new(),
             },
         )
-    }
-}
-
-impl<K, C> ConcurrencyLimitLayer<K, Adaptive<C>> {
-    /// The state of `key`'s limit (`Key::Global` for an unkeyed layer), `None` before its
-    /// first request.
-    pub fn snapshot(&self, key: &Key) -> Option<Snapshot> {
-        self.limit.snapshot(key)
-    }
-
-    /// The partition names, in the order they were declared (`["all"]` without partitions).
-    pub fn partitions(&self) -> impl Iterator<Item = &str> {
-        self.limit.partitions.names.iter().map(|n| &**n)
     }
 }
 

@@ -120,8 +120,6 @@ pub mod controller;
 mod limiter;
 mod partition;
 mod state;
-#[cfg(test)]
-mod tests;
 
 pub use builder::AdaptiveConcurrencyBuilder;
 pub(crate) use limiter::Permit;

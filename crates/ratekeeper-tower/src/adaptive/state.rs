@@ -18,8 +18,7 @@ use ratekeeper_core::clock::Clock;
 
 use super::controller::ControllerSettings;
 use super::limiter::{Gauges, Limiter, Permit, Snapshot};
-use super::partition::{Classify, Partitions, Unclassified};
-use crate::concurrency::{Acquire, Admitted, Limit};
+use super::partition::{Partitions, Unclassified};
 use crate::headers::GRPC_MESSAGE;
 use crate::metrics::{
     ADAPTIVE_IN_FLIGHT, ADAPTIVE_LATENCY_SECONDS, ADAPTIVE_LIMIT, ADAPTIVE_MIN_LATENCY_SECONDS,
@@ -196,7 +195,11 @@ impl<C> Adaptive<C> {
     }
 
     /// The answer to a request of `partition` over the limit, in the form `req` reads.
-    fn refusal<B>(&self, partition: usize, req: &http::Request<B>) -> Acquire {
+    pub(crate) fn refusal<B>(
+        &self,
+        partition: usize,
+        req: &http::Request<B>,
+    ) -> (StatusCode, HeaderMap, Bytes) {
         let answer = &self.answer;
         let mut headers = answer.headers.clone();
         let body = answer.bodies.get(partition).cloned().unwrap_or_default();
@@ -206,7 +209,7 @@ impl<C> Adaptive<C> {
             None
         };
         let Some(content_type) = grpc else {
-            return Acquire::refused(answer.status, headers, body);
+            return (answer.status, headers, body);
         };
         let (status, body) = trailers_only(
             answer.status,
@@ -225,29 +228,7 @@ impl<C> Adaptive<C> {
                 headers.insert(GRPC_MESSAGE, v);
             }
         }
-        Acquire::refused(status, headers, body)
-    }
-}
-
-impl<C: Classify> Limit for Adaptive<C> {
-    fn acquire<B>(&self, key: &Key, req: &mut http::Request<B>) -> Acquire {
-        let partition = self.partitions.index(self.classify.classify(req));
-        let limiter = self.limiter(key);
-        match self.try_admit(&limiter, partition) {
-            Some(permit) => Acquire::admitted(Admitted::Adaptive {
-                permit,
-                clock: Arc::clone(&self.clock),
-            }),
-            None => self.refusal(partition, req),
-        }
-    }
-
-    fn serves_grpc(&self) -> bool {
-        self.grpc
-    }
-
-    fn describe(&self) -> &'static str {
-        "adaptive concurrency limiter"
+        (status, headers, body)
     }
 }
 

@@ -148,6 +148,7 @@
 //!
 //! [`SharedSlots`]: ratekeeper_core::store::slots::SharedSlots
 
+mod adaptive;
 mod answer;
 mod counter;
 mod future;
@@ -160,10 +161,12 @@ mod service;
 mod shared;
 mod upgrade;
 
+#[cfg(test)]
+mod tests;
+
 pub use future::{ConcurrencyBody, ResponseFuture};
 pub use layer::ConcurrencyLimitLayer;
 pub use limit::Limit;
-pub(crate) use limit::{Acquire, Admitted};
 pub use local::Local;
 pub use service::ConcurrencyLimit;
 pub use shared::Shared;

@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 
 use tower_service::Service;
 
-use super::fallback::Degrade;
+use super::degrade::Degrade;
 
 /// What a [`RateLimit`](crate::RateLimit) calls: every tower service (no fallback), or a
 /// [`Fallback`](super::Fallback) (made by

@@ -118,6 +118,7 @@ mod admin;
 mod answer;
 mod boxed;
 pub(crate) mod builder;
+mod degrade;
 mod diag;
 mod fallback;
 mod future;

@@ -4,8 +4,8 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower_service::Service;
 
-use super::degrade::Degrade;
 use super::future::FallbackFuture;
+use crate::rate_limit::degrade::Degrade;
 use crate::rate_limit::inner::Inner;
 
 /// The inner service and the degraded-response fallback behind a

@@ -26,8 +26,8 @@ mod respond;
 pub(crate) use respond::{FAILED, NO_RESPONSE, Respond};
 
 use super::answer::{Answer, Refusal};
+use super::degrade::Degrade;
 use super::diag::{DECISION_TARGET, Diagnostics};
-use super::fallback::Degrade;
 use super::meter::Meter;
 use super::mode::Mode;
 use super::ticket::Ticket;

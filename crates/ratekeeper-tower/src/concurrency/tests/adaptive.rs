@@ -16,9 +16,9 @@ use tower::service_fn;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use super::controller::ControllerSettings;
-use super::*;
 use crate::RequestParts;
+use crate::adaptive::controller::ControllerSettings;
+use crate::adaptive::*;
 use crate::concurrency::{ConcurrencyBody, ConcurrencyLimitLayer};
 use crate::key::KeyError;
 use crate::metrics::{ADAPTIVE_IN_FLIGHT, ADAPTIVE_LIMIT, ADAPTIVE_REQUESTS_TOTAL};

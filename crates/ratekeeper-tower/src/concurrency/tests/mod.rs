@@ -1,0 +1,3 @@
+//! The concurrency middleware end to end, one file per kind of limit.
+
+mod adaptive;
