@@ -1,5 +1,5 @@
 //! Decisions per second on one `redis-server`, side by side in one run: the bare GCRA script
-//! (`EVALSHA` of the Redis store's own `limiter.lua` from a plain `redis` client), the
+//! (`EVALSHA` of the Redis store's own limiter script from a plain `redis` client), the
 //! `RedisStore`, and the `TieredStore` (leases), on one hot key and on 10 000 keys, with 1
 //! and 64 concurrent callers; plus the share of decisions that needed a round trip.
 //! Prints a markdown table.
@@ -111,10 +111,11 @@ fn manager(url: &str) -> Result<ConnectionManager, redis::RedisError> {
 
 /// The Redis store's own script.
 fn limiter_script() -> redis::Script {
-    redis::Script::new(include_str!(
-        "../crates/ratekeeper-core/src/store/redis/limiter.lua"
-    ))
+    redis::Script::new(RedisStore::script_texts()[0])
 }
+
+/// The limiter's op code of a check (`OP_CHECK` of the store's protocol).
+const OP_CHECK: u32 = 1;
 
 /// The bare script's key names (as the store names them) and GCRA parameters (T µs,
 /// tau µs, burst), for the quota every subject uses.
@@ -185,7 +186,7 @@ impl Subject {
                     .key(&names[i])
                     .arg("")
                     .arg("")
-                    .arg("check")
+                    .arg(OP_CHECK)
                     .arg(0)
                     .arg(1)
                     .arg(params[0])
@@ -355,7 +356,7 @@ fn runtime_block<F: Future>(runtime: &tokio::runtime::Runtime, future: F) -> F::
 
 /// What one fixed-count run decides with: one caller, its own connection or store.
 enum Caller {
-    /// `EVALSHA` of `limiter.lua` (`redis::Script`) on a multiplexed connection made like the
+    /// `EVALSHA` of the limiter script (`redis::Script`) on a multiplexed connection made like the
     /// Redis store's own (connection timeout, no response timeout), owned by the caller.
     Bare {
         conn: redis::aio::MultiplexedConnection,
@@ -440,7 +441,7 @@ impl Caller {
                     .key(&names[i])
                     .arg("")
                     .arg("")
-                    .arg("check")
+                    .arg(OP_CHECK)
                     .arg(0)
                     .arg(1)
                     .arg(params[0])
@@ -464,7 +465,7 @@ impl Caller {
                     .arg(&names[i])
                     .arg("")
                     .arg("")
-                    .arg("check")
+                    .arg(OP_CHECK)
                     .arg(0)
                     .arg(1)
                     .arg(params[0])

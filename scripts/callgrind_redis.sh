@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Client-side instructions per Redis decision, counted by callgrind (repeatable on a busy
-# machine, unlike wall time): a bare `EVALSHA` of the Redis store's own `limiter.lua`
+# machine, unlike wall time): a bare `EVALSHA` of the Redis store's own limiter script
 # against the Redis store (and the tiered store, for information), same script, same
 # arguments, same kind of connection, one redis-server of their own.
 #

@@ -528,7 +528,7 @@ async fn a_give_back_after_its_lease_expired_goes_to_redis_by_the_grant() {
 /// debt; a request's lease (need 1) is refused until the window ends.
 #[test]
 fn a_lease_renewal_leaves_a_fixed_window_debt_whole() {
-    const LEASE: &str = include_str!("../../crates/ratekeeper-core/src/store/redis/lease.lua");
+    let [_, lease_script] = RedisStore::script_texts();
     let server = RedisServer::start();
     let key = "rl:v2:{s:client}:fw";
     // W = 10 s, limit 4; at 1 005 s (window 100, 5 s left) 7 units are counted.
@@ -542,7 +542,7 @@ fn a_lease_renewal_leaves_a_fixed_window_debt_whole() {
         let record = format!("{key}#leased");
         let args = [
             "EVAL",
-            LEASE,
+            lease_script,
             "2",
             key,
             &record,

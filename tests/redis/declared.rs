@@ -1,6 +1,7 @@
-//! Redis's scripting contract on a real `redis-server`: every key `limiter.lua` reads or
-//! writes is declared in the call's `KEYS`, in every mode (check, reserve, peek and inspect,
-//! refund, correction, reset), states, reset fences and ban keys alike. `MONITOR` shows each
+//! Redis's scripting contract on a real `redis-server`: every key the limiter script reads
+//! or writes is declared in the call's `KEYS` (of its `FCALL`, or `EVALSHA` on Redis 6), in
+//! every mode (check, reserve, peek and inspect, refund, correction, reset), states, reset
+//! fences and ban keys alike. `MONITOR` shows each
 //! command a script runs (`[0 lua] "GET" "<key>"`) right after the call that ran it, so
 //! every key a script command names is checked against the keys that call declared.
 
@@ -130,7 +131,7 @@ fn touched(lines: &[String]) -> Vec<(String, Vec<String>)> {
             if command != "TIME" {
                 out.push((args[1].clone(), keys));
             }
-        } else if command == "EVALSHA" || command == "EVAL" {
+        } else if command == "FCALL" || command == "EVALSHA" || command == "EVAL" {
             let n: usize = args[2].parse().expect("key count");
             declared = Some(args[3..3 + n].to_vec());
         } else {

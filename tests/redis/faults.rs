@@ -466,6 +466,110 @@ async fn script_flush_reloads_the_script_without_errors() {
     assert_eq!(store.stats().degraded, 0);
 }
 
+/// The calls and usec of one command in `INFO commandstats` (`cmdstat_<name>`), 0 when
+/// Redis has not run it.
+fn command_calls(server: &RedisServer, name: &str) -> u64 {
+    let stats = server.cli(&["INFO", "commandstats"]).unwrap_or_default();
+    stats
+        .lines()
+        .find_map(|l| l.trim().strip_prefix(&format!("cmdstat_{name}:calls=")))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|calls| calls.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Redis 7 serves the store's decisions as `FCALL`s of its function library; after a
+/// `FUNCTION FLUSH` the store loads the library again and the call answers, with no
+/// decision lost to the failure policy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn function_flush_reloads_the_library_without_errors() {
+    let server = RedisServer::start();
+    let mut store = store(FailurePolicy::Deny)
+        .deadline(DECISION_DEADLINE)
+        .standalone(&server.url())
+        .await
+        .expect("store");
+    let api = ratekeeper_axum::core::store::Store::register(
+        &mut store,
+        &Policy::new("api", Quota::per_minute(NonZeroU32::new(3).expect("3"))),
+    )
+    .expect("register");
+    let key = Key::from("flush");
+    let mut remaining = Vec::new();
+    for i in 0..4 {
+        if i == 2 {
+            assert_eq!(
+                server.cli(&["FUNCTION", "FLUSH"]).as_deref().map(str::trim),
+                Some("OK")
+            );
+        }
+        let d = store
+            .check_async(&[(api, key.clone(), 1)])
+            .await
+            .expect("decided by Redis after FUNCTION FLUSH");
+        remaining.push((d.is_allowed(), d.as_slice()[0].remaining()));
+    }
+    assert_eq!(remaining, [(true, 2), (true, 1), (true, 0), (false, 0)]);
+    assert_eq!(store.stats().degraded, 0);
+    // Every decision was a function call (the one that found the library flushed was sent
+    // again), none a script.
+    assert!(command_calls(&server, "fcall") >= 4);
+    assert_eq!(command_calls(&server, "evalsha"), 0);
+}
+
+/// A Redis that does not take the function library (here a user denied `FUNCTION`, as a
+/// Redis 6 has no functions) is served with `EVALSHA` of the same code: the same
+/// decisions, none lost to the failure policy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_without_functions_is_served_with_evalsha() {
+    let server = RedisServer::start();
+    assert_eq!(
+        server
+            .cli(&[
+                "ACL",
+                "SETUSER",
+                "app",
+                "on",
+                ">secret",
+                "~*",
+                "&*",
+                "+@all",
+                "-function"
+            ])
+            .as_deref()
+            .map(str::trim),
+        Some("OK")
+    );
+    let url = format!("redis://app:secret@127.0.0.1:{}/", server.port());
+    let mut store = store(FailurePolicy::Deny)
+        .deadline(DECISION_DEADLINE)
+        .standalone(&url)
+        .await
+        .expect("store");
+    let api = ratekeeper_axum::core::store::Store::register(
+        &mut store,
+        &Policy::new("api", Quota::per_minute(NonZeroU32::new(3).expect("3"))),
+    )
+    .expect("register");
+    let key = Key::from("no-functions");
+    let mut remaining = Vec::new();
+    for _ in 0..4 {
+        let d = store
+            .check_async(&[(api, key.clone(), 1)])
+            .await
+            .expect("decided by Redis with EVALSHA");
+        remaining.push((d.is_allowed(), d.as_slice()[0].remaining()));
+    }
+    assert_eq!(remaining, [(true, 2), (true, 1), (true, 0), (false, 0)]);
+    assert_eq!(store.stats().degraded, 0);
+    // Every decision Redis made was an `EVALSHA` (the last denial may be the negative
+    // cache's), none a function call.
+    assert_eq!(command_calls(&server, "fcall"), 0);
+    let decided = store.stats().redis_decisions;
+    assert!(decided >= 3, "{decided} decisions by Redis");
+    assert_eq!(command_calls(&server, "evalsha"), decided);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_failover_keeps_answering_and_recovers() {
     let mut cluster = RedisCluster::start();

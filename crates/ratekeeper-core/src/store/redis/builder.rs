@@ -7,11 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::breaker::Breaker;
+use super::error::RedisFailure;
 use super::failure::Failover;
 use super::guard::Guard;
 use super::link::{Link, Timing};
 use super::negative::NegativeCache;
-use super::script::{Conn, RedisFailure, ScriptRunner};
+use super::script::{Conn, ScriptRunner};
 use super::shared::Shared;
 use super::{RedisStore, nanos};
 use crate::Policy;
@@ -172,7 +173,8 @@ impl RedisStoreBuilder {
     }
 
     /// How long building the store waits for Redis to become ready (default 5 s): connected,
-    /// every script loaded (`SCRIPT LOAD`), Redis `TIME` read. Attempts are repeated every
+    /// every script and the function library loaded (`SCRIPT LOAD`, `FUNCTION LOAD`), Redis
+    /// `TIME` read. Attempts are repeated every
     /// 50 ms within it (Redis may still be starting).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;

@@ -78,17 +78,14 @@ impl RedisStore {
     /// [`RedisStore::reserve_async`] on charges the future owns (what `Store::reserve`
     /// runs).
     pub(super) fn reserve_owned(&self, charges: Owned, max_wait: Duration) -> Checked<RedisCheck> {
-        // Each key's stamp says how its policy reserves (see `limiter.lua`).
+        // Each key's stamp says how its policy reserves (`RESERVE_*`, see `protocol.rs`):
+        // `RESERVE_NONE` is the stamp of no receipt.
         let kinds = charges.iter().map(|(p, k, c)| {
             let kind = self
                 .policies
                 .get(p.index())
                 .map_or(policy::RESERVE_NONE, |rp| rp.reserve);
-            let stamp = if kind == policy::RESERVE_NONE {
-                Receipt::NONE
-            } else {
-                Receipt::new(kind)
-            };
+            let stamp = u64::try_from(kind).map_or(Receipt::NONE, Receipt::new);
             (*p, k, *c, stamp)
         });
         let groups = match self.groups(kinds) {

@@ -5,6 +5,7 @@ use smallvec::SmallVec;
 
 use super::keys;
 use super::policy::RedisPolicy;
+use super::protocol::{STAMP_DEBIT, STAMP_NONE};
 use crate::Key;
 use crate::store::Receipt;
 
@@ -28,7 +29,8 @@ pub(super) struct GroupCharge {
     end: usize,
     /// Algorithm code, three parameters, cost.
     pub(super) params: [u64; 5],
-    /// The receipt stamp a refund gives back (-1: none).
+    /// The receipt stamp a refund gives back ([`STAMP_NONE`]: none; [`STAMP_DEBIT`]: a
+    /// correction's extra charge; in a reservation, how the policy reserves).
     pub(super) stamp: i64,
     /// The capacity (the most `remaining` can be).
     pub(super) capacity: u32,
@@ -94,7 +96,7 @@ impl Group {
     pub(super) fn mark_debits(&mut self, is_debit: impl Fn(usize) -> bool) {
         for charge in &mut self.charges {
             if is_debit(charge.slot) {
-                charge.stamp = DEBIT;
+                charge.stamp = STAMP_DEBIT;
             }
         }
     }
@@ -120,12 +122,9 @@ impl Group {
     }
 }
 
-/// A receipt as the script's stamp argument (-1: none).
+/// A receipt as the script's stamp argument ([`STAMP_NONE`]: none).
 fn stamp_of(receipt: Receipt) -> i64 {
     receipt
         .stamp()
-        .map_or(-1, |s| i64::try_from(s).unwrap_or(i64::MAX))
+        .map_or(STAMP_NONE, |s| i64::try_from(s).unwrap_or(i64::MAX))
 }
-
-/// The stamp of a key in a [`Mode::Correct`](super::script::Mode::Correct) call that charges its cost without refusing.
-const DEBIT: i64 = -2;

@@ -1,8 +1,9 @@
 //! Leases for the tiered store ([`TieredStore`](crate::store::tiered::TieredStore)): one
-//! round trip of `lease.lua` charges a batch of units on a (policy, client key) state of the
-//! Redis store (same keys, same state format as `limiter.lua`) and says how many it granted.
-//! Unused units go back through the Redis store's refund (`limiter.lua`, mode `refund`,
-//! with the grant's stamp as the receipt).
+//! round trip of the Lua library's `lease` entry (`lua/lease.lua`) charges a batch of units
+//! on a (policy, client key) state of the Redis store (same keys, same state format, same
+//! algorithm chunks as the limiter) and says how many it granted. Unused units go back
+//! through the Redis store's refund (the limiter's refund op, with the grant's stamp as the
+//! receipt).
 //!
 //! Each grant that takes units ahead of the request that asked also records them in the
 //! key's lease record (`<state>#leased`, same hash tag): how many units leases may still
@@ -13,9 +14,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::check::BreakerOpen;
+use super::error::{BadReply, unavailable};
 use super::policy::{ALGO_FIXED_WINDOW, ALGO_GCRA};
-use super::reply::BadReply;
-use super::script::{ScriptRunner, unavailable};
+use super::protocol::{
+    CODE_ALLOWED, CODE_CANNOT_FIT, CODE_DENIED, LEASE_ARG_BACK_WITHIN, LEASE_KEY_RECORD,
+    LEASE_KEY_STATE, LEASE_REPLY_LEN, REPLY_HEAD,
+};
+use super::reply::int;
+use super::script::{Entry, ScriptRunner};
 use super::{OwnedCharge, RedisStore, keys};
 use crate::store::{Decisions, PolicyId, Receipt, StoreError};
 use crate::{Decision, Key, Outcome};
@@ -43,43 +49,44 @@ pub(crate) struct Leased {
     pub(crate) back_in: Duration,
 }
 
-/// The lease script (loaded once per process, sent with `EVALSHA`).
-fn lease_script() -> &'static redis::Script {
-    static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
-    SCRIPT.get_or_init(|| redis::Script::new(include_str!("lease.lua")))
-}
-
 impl ScriptRunner {
-    /// One round trip of `lease.lua` for `key` (full Redis key name).
+    /// One round trip of the lease for `keys` (the state's and the lease record's full
+    /// names, in `LEASE_KEY_*` order) with `args` (`LEASE_ARG_ALGO` to
+    /// `LEASE_ARG_BACK_WITHIN`); the reply's values after its head, or
+    /// [`StoreError::Timeout`] when the call was stale.
     async fn lease_call(
         &self,
         keys: [&str; 2],
         args: [u64; 7],
-    ) -> Result<Option<[i64; 8]>, StoreError> {
-        let now_arg = self
-            .now
-            .as_ref()
-            .map_or_else(String::new, |c| (c.now() / 1_000).to_string());
+    ) -> Result<[i64; LEASE_REPLY_LEN], StoreError> {
+        const {
+            assert!(LEASE_KEY_STATE == 1 && LEASE_KEY_RECORD == 2);
+            assert!(LEASE_ARG_BACK_WITHIN == 3 + 7);
+        }
         let sent = self.app_micros();
-        let stale = self
-            .guard
-            .limit(sent)
-            .map_or_else(String::new, |g| g.to_string());
-        let mut invocation = lease_script().prepare_invoke();
-        invocation
-            .key(keys[0])
-            .key(keys[1])
-            .arg(now_arg)
-            .arg(stale)
-            .arg(self.min_ttl_ms);
-        for v in args {
-            invocation.arg(v);
+        let build = |functions: bool| {
+            let bytes = keys[0].len() + keys[1].len() + 10 * 20;
+            let mut cmd = Entry::Lease.command(functions, keys.len(), LEASE_ARG_BACK_WITHIN, bytes);
+            cmd.arg(keys[0]).arg(keys[1]);
+            self.write_now(&mut cmd);
+            self.write_guard(&mut cmd, sent);
+            cmd.arg(self.min_ttl_ms);
+            for v in args {
+                cmd.arg(v);
+            }
+            cmd
+        };
+        let value = self.send(Entry::Lease, build).await?;
+        let values = self.read_head(value, sent)?;
+        let mut out = [0; LEASE_REPLY_LEN];
+        let tail = values.get(REPLY_HEAD..).unwrap_or_default();
+        if tail.len() != LEASE_REPLY_LEN {
+            return Err(unavailable(BadReply("wrong lease reply")));
         }
-        match self.invoke(&invocation, sent).await?.as_slice() {
-            [1] => Ok(None),
-            [0, a, b, c, d, e, f, g, h] => Ok(Some([*a, *b, *c, *d, *e, *f, *g, *h])),
-            _ => Err(unavailable(BadReply("wrong lease reply"))),
+        for (slot, value) in out.iter_mut().zip(tail) {
+            *slot = int(value)?;
         }
+        Ok(out)
     }
 }
 
@@ -123,13 +130,7 @@ impl RedisStore {
             .saturating_add(shared.script.guard.allowance());
         let args = [p.algo, p1, p2, p3, need, want.max(need), back_within_us];
         // A stale call (it reached Redis after its deadline and did nothing) is a timeout.
-        let call = async {
-            shared
-                .script
-                .lease_call([&name, &record], args)
-                .await?
-                .ok_or(StoreError::Timeout)
-        };
+        let call = shared.script.lease_call([&name, &record], args);
         let row = shared.timed(call, self.failover.policy.as_str()).await?;
         let [
             granted,
@@ -143,16 +144,16 @@ impl RedisStore {
         ] = row;
         let us = |v: i64| Duration::from_micros(u64::try_from(v).unwrap_or(0));
         let outcome = match code {
-            0 => Outcome::Allowed,
-            1 => Outcome::Denied {
+            CODE_ALLOWED => Outcome::Allowed,
+            CODE_DENIED => Outcome::Denied {
                 retry_after: us(retry),
             },
-            2 => Outcome::CannotFit,
+            CODE_CANNOT_FIT => Outcome::CannotFit,
             _ => return Err(unavailable(BadReply("unknown outcome code"))),
         };
         let remaining = u32::try_from(remaining.clamp(0, i64::from(p.capacity))).unwrap_or(0);
         let receipt = match (code, u64::try_from(stamp)) {
-            (0, Ok(stamp)) => Receipt::new(stamp),
+            (CODE_ALLOWED, Ok(stamp)) => Receipt::new(stamp),
             _ => Receipt::NONE,
         };
         let leased = Leased {
@@ -161,7 +162,7 @@ impl RedisStore {
         };
         let decision = Decision::new(outcome, p.limit, remaining, us(reset));
         Ok(LeaseGrant {
-            granted: if code == 0 {
+            granted: if code == CODE_ALLOWED {
                 u64::try_from(granted).unwrap_or(0)
             } else {
                 0

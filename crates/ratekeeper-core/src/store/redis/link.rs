@@ -2,6 +2,11 @@
 //! script loaded, Redis `TIME` read), and replaced by a fresh, ready one when the circuit
 //! breaker's prober reconnects after a fault.
 //!
+//! Ready means: every script loaded (`SCRIPT LOAD`), the function library loaded where
+//! Redis has functions (`FUNCTION LOAD`, Redis 7; on a Cluster on every primary), and Redis
+//! `TIME` read. The link remembers whether the library is there, so calls are `FCALL`s
+//! (Redis defines the library's functions once, when it loads) or, on Redis 6, `EVALSHA`s.
+//!
 //! A [`Link`] holds the current connection (a multiplexed connection to a standalone Redis,
 //! or a Cluster connection with its slot map) behind a lock that is only taken to clone the
 //! handle or to swap in a new one. It implements [`redis::aio::ConnectionLike`], so every
@@ -22,27 +27,37 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, Value};
 
-use super::script::redis_failure;
+use super::error::redis_failure;
+use super::protocol;
 use crate::store::StoreError;
-
-/// Every script the store and its slots send, loaded when a connection is made ready (so the
-/// first `EVALSHA` after a start or a Redis restart finds its script).
-const SCRIPTS: [&str; 4] = [
-    include_str!("limiter.lua"),
-    include_str!("lease.lua"),
-    include_str!("concurrency.lua"),
-    FLEET_SCRIPT,
-];
-
-/// The fleet registry script (see `fleet.lua`).
-pub(super) const FLEET_SCRIPT: &str = include_str!("fleet.lua");
 
 /// The SHA1 of every script [`Link::ready`] loads (what `SCRIPT EXISTS` checks).
 pub(super) fn script_hashes() -> Vec<String> {
-    SCRIPTS
+    protocol::scripts()
         .iter()
         .map(|s| redis::Script::new(s).get_hash().to_owned())
         .collect()
+}
+
+/// `FUNCTION LOAD REPLACE` of the store's library (on a Cluster the `redis` crate sends it
+/// to every primary): the same text under the same name, so replacing it changes nothing
+/// for the instances already calling it.
+fn load_library_cmd() -> Cmd {
+    let mut cmd = redis::cmd("FUNCTION");
+    cmd.arg("LOAD").arg("REPLACE").arg(protocol::library());
+    cmd
+}
+
+/// What answering a `FUNCTION LOAD` says: `Ok(true)` loaded, `Ok(false)` Redis answered an
+/// error (no functions: Redis 6, or not allowed to this user), an error when Redis could
+/// not be asked.
+fn library_loaded(result: redis::RedisResult<Value>) -> redis::RedisResult<bool> {
+    match result {
+        Ok(Value::ServerError(_)) => Ok(false),
+        Ok(_) => Ok(true),
+        Err(err) if matches!(err.kind(), redis::ErrorKind::Server(_)) => Ok(false),
+        Err(err) => Err(err),
+    }
 }
 
 /// How to reach Redis, and the connection in use.
@@ -79,6 +94,8 @@ struct Inner {
     timing: Timing,
     /// Whether the prober runs.
     probing: AtomicBool,
+    /// Whether the Redis in use has the store's function library (calls are `FCALL`s).
+    functions: AtomicBool,
     on_ready: OnceLock<OnReady>,
 }
 
@@ -143,6 +160,7 @@ impl Link {
             target,
             timing,
             probing: AtomicBool::new(false),
+            functions: AtomicBool::new(false),
             on_ready: OnceLock::new(),
         }))
     }
@@ -180,10 +198,11 @@ impl Link {
             .await
             .map_err(|_| StoreError::Timeout)??;
         let sent = Instant::now();
-        let server = tokio::time::timeout(timing.ready, Self::ready(&mut fresh))
+        let (server, functions) = tokio::time::timeout(timing.ready, Self::ready(&mut fresh))
             .await
             .map_err(|_| StoreError::Timeout)??;
         self.install(fresh);
+        self.0.functions.store(functions, Ordering::Release);
         Ok((server, sent))
     }
 
@@ -250,28 +269,30 @@ impl Link {
         }
     }
 
-    /// Makes `fresh` ready in one round trip (on a Cluster, a few per primary): loads every
+    /// Makes `fresh` ready in two round trips (on a Cluster, a few per primary): loads every
     /// script (`SCRIPT LOAD`; on a Cluster on every primary it reached) and reads Redis
-    /// `TIME` (µs) last, which it returns.
+    /// `TIME` (µs), which it returns; then loads the function library (`FUNCTION LOAD`) and
+    /// says whether Redis took it (false: Redis has no functions, calls are `EVALSHA`s).
     ///
     /// On a Cluster it also checks that every slot is served ([`every_slot_served`]), so it
     /// fails while a primary is down and its replica not yet promoted: a connection that
     /// reaches only the other primaries is not ready.
-    pub(super) async fn ready(fresh: &mut Fresh) -> Result<u64, StoreError> {
+    pub(super) async fn ready(fresh: &mut Fresh) -> Result<(u64, bool), StoreError> {
         let mut pipe = redis::pipe();
-        for script in SCRIPTS {
+        for script in protocol::scripts() {
             pipe.cmd("SCRIPT").arg("LOAD").arg(script).ignore();
         }
-        let time: (u64, u64) = match fresh {
+        let (time, functions): ((u64, u64), bool) = match fresh {
             Fresh::Single(c) => {
                 pipe.cmd("TIME");
                 let (time,): ((u64, u64),) = pipe.query_async(c).await.map_err(redis_failure)?;
-                time
+                let loaded = c.send_packed_command(&load_library_cmd()).await;
+                (time, library_loaded(loaded).map_err(redis_failure)?)
             }
             Fresh::Cluster(c) => {
                 // A Cluster connection routes each command by itself (no pipelines across
-                // nodes): `SCRIPT LOAD` goes to every primary.
-                for script in SCRIPTS {
+                // nodes): `SCRIPT LOAD` and `FUNCTION LOAD` go to every primary.
+                for script in protocol::scripts() {
                     let _: String = redis::cmd("SCRIPT")
                         .arg("LOAD")
                         .arg(script)
@@ -279,14 +300,39 @@ impl Link {
                         .await
                         .map_err(redis_failure)?;
                 }
+                let loaded = c.req_packed_command(&load_library_cmd()).await;
+                let functions = library_loaded(loaded).map_err(redis_failure)?;
                 every_slot_served(c).await?;
-                redis::cmd("TIME")
+                let time = redis::cmd("TIME")
                     .query_async(c)
                     .await
-                    .map_err(redis_failure)?
+                    .map_err(redis_failure)?;
+                (time, functions)
             }
         };
-        Ok(time.0.saturating_mul(1_000_000).saturating_add(time.1))
+        Ok((
+            time.0.saturating_mul(1_000_000).saturating_add(time.1),
+            functions,
+        ))
+    }
+
+    /// Whether calls are `FCALL`s of the function library (the Redis in use took it).
+    pub(super) fn functions(&self) -> bool {
+        self.0.functions.load(Ordering::Acquire)
+    }
+
+    /// Loads the function library on the connection in use (after Redis lost it: a
+    /// `FUNCTION FLUSH`); whether Redis took it. When it did not, calls are `EVALSHA`s from
+    /// now on.
+    pub(super) async fn load_library(&self) -> redis::RedisResult<bool> {
+        let result = match self.current() {
+            Ok(Current::Single(mut c)) => c.send_packed_command(&load_library_cmd()).await,
+            Ok(Current::Cluster(mut c)) => c.req_packed_command(&load_library_cmd()).await,
+            Err(e) => Err(e),
+        };
+        let loaded = library_loaded(self.check(result))?;
+        self.0.functions.store(loaded, Ordering::Release);
+        Ok(loaded)
     }
 
     /// Puts `fresh` in use: later calls go through it (calls in flight finish on the old one).

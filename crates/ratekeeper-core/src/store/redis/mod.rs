@@ -6,7 +6,8 @@
 //!
 //! # How a decision is made
 //!
-//! - **One Lua script, one round trip per decision.** `limiter.lua` holds the twin of each
+//! - **One Lua library, one round trip per decision.** The store's Lua library holds the
+//!   twin of each
 //!   supported algorithm: GCRA ([`Gcra`](crate::algorithm::Gcra), also the leaky-bucket
 //!   meter, which is GCRA with capacity = queue depth), the fixed window
 //!   ([`FixedWindow`](crate::algorithm::FixedWindow)) and the sliding window counter
@@ -23,10 +24,17 @@
 //!   sliding log ([`SlidingLog`](crate::algorithm::SlidingLog)) has its twin too (see
 //!   "Sliding log" below). The concurrency counter is refused as a policy at build time
 //!   ([`StoreError::UnsupportedAlgorithm`]): shared concurrency limits use
-//!   [`RedisStore::slots`] instead (see "Concurrency slots" below). The script is
-//!   sent with `EVALSHA`, its arguments written straight into one command buffer; on
-//!   `NOSCRIPT` (after a restart or a `SCRIPT FLUSH`) the store loads it (`SCRIPT LOAD`)
-//!   and sends the call once more, so no manual step is ever needed.
+//!   [`RedisStore::slots`] instead (see "Concurrency slots" below). On Redis 7 the library
+//!   is loaded as a function library (`FUNCTION LOAD`, on every primary of a Cluster) and
+//!   each decision is an `FCALL`: Redis defines the library's functions once, when it
+//!   loads, not on every call. On Redis 6 (no functions) the same code is sent as a script
+//!   with `EVALSHA`. The arguments are written straight into one command buffer. A
+//!   function Redis lost (`FUNCTION FLUSH`) is loaded again, a script it lost (`NOSCRIPT`
+//!   after a restart or a `SCRIPT FLUSH`) too (`SCRIPT LOAD`), and the call sent once more,
+//!   so no manual step is ever needed. The library and function names carry the digest of
+//!   the library's text (`ratekeeper_<digest>`, `ratekeeper_limiter_<digest>`), so
+//!   instances of different versions on one Redis each call their own; a library no
+//!   instance uses any more stays loaded until `FUNCTION DELETE` or `FUNCTION FLUSH`.
 //! - **One time source.** Every time that enters a decision comes from Redis `TIME` inside the
 //!   script, so app instances never disagree about "now"; [`RedisStoreBuilder::clock`]
 //!   injects time instead (tests). The app's wall clock takes no part in a decision or in a
@@ -187,7 +195,8 @@
 //! # At start
 //!
 //! [`RedisStoreBuilder::standalone`] and [`RedisStoreBuilder::cluster`] return a **ready**
-//! store: connected, every script loaded (`SCRIPT LOAD`, on every primary of a Cluster) and
+//! store: connected, every script and the function library loaded (`SCRIPT LOAD`,
+//! `FUNCTION LOAD` on Redis 7, on every primary of a Cluster) and
 //! Redis `TIME` read (the stale guard's offset), retried for up to
 //! [`RedisStoreBuilder::connect_timeout`] (default 5 s). So the first decisions after a start
 //! cost one round trip each, like every later one: they never have to connect or load a
@@ -306,6 +315,7 @@
 mod breaker;
 mod builder;
 mod check;
+mod error;
 mod failure;
 mod group;
 mod guard;
@@ -315,6 +325,7 @@ mod link;
 pub(crate) use lease::LeaseGrant;
 mod negative;
 mod policy;
+mod protocol;
 mod reply;
 mod reset;
 mod script;
@@ -449,6 +460,15 @@ impl RedisStore {
     /// Redis `SCRIPT EXISTS` finds once the store is ready), as lower-case hex.
     pub fn script_hashes() -> Vec<String> {
         link::script_hashes()
+    }
+
+    /// The Lua text of the limiter and of the lease as `EVAL` scripts, in that order, for
+    /// benchmarks and tests that call them from a bare client. Not a stable API: their
+    /// arguments follow the store's private protocol, which changes with the crate.
+    #[doc(hidden)]
+    pub fn script_texts() -> [&'static str; 2] {
+        let [limiter, lease, _, _] = protocol::scripts();
+        [limiter, lease]
     }
 
     /// The number of app instances sharing this Redis as a fail-soft store last learned it

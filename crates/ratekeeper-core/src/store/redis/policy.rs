@@ -1,25 +1,15 @@
-//! A registered policy as `limiter.lua` sees it: the algorithm code, its parameters in µs,
+//! A registered policy as the limiter script sees it: the algorithm code, its parameters in µs,
 //! the capacity, how it reserves and its ban; the checks that keep its arithmetic exact.
 
 use std::sync::Arc;
 
 use super::MAX_TOLERANCE_MICROS;
+pub(super) use super::protocol::{
+    ALGO_FIXED_WINDOW, ALGO_GCRA, RESERVE_GCRA, RESERVE_NONE, RESERVE_SHAPER,
+};
+use super::protocol::{ALGO_SLIDING_LOG, ALGO_SLIDING_WINDOW, MAX_EXACT};
 use crate::store::StoreError;
 use crate::{Algorithm, Policy};
-
-/// Script algorithm codes (see `limiter.lua`).
-pub(super) const ALGO_GCRA: u64 = 1;
-pub(super) const ALGO_FIXED_WINDOW: u64 = 2;
-pub(super) const ALGO_SLIDING_WINDOW: u64 = 3;
-pub(super) const ALGO_SLIDING_LOG: u64 = 4;
-
-/// How a policy reserves in a `reserve` call (sent in the stamp slot; see `limiter.lua`).
-pub(super) const RESERVE_NONE: u64 = 0;
-pub(super) const RESERVE_GCRA: u64 = 1;
-pub(super) const RESERVE_SHAPER: u64 = 2;
-
-/// Lua numbers are doubles: integers are exact up to 2^53.
-pub(super) const MAX_EXACT: u64 = 1 << 53;
 
 /// A registered policy as the script sees it.
 #[derive(Debug, Clone)]
@@ -36,7 +26,7 @@ pub(super) struct RedisPolicy {
     pub(super) params: [u64; 3],
     /// How the policy reserves for the Delay mode ([`RESERVE_GCRA`], [`RESERVE_SHAPER`] or
     /// [`RESERVE_NONE`]: a check).
-    pub(super) reserve: u64,
+    pub(super) reserve: i64,
     /// The policy's [`Ban`](crate::Ban) as the script reads it: refusals, `within` µs,
     /// `duration` µs (`None`: no ban).
     pub(super) ban: Option<[u64; 3]>,

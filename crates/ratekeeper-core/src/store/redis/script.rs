@@ -1,21 +1,36 @@
-//! The script call: one round trip of `limiter.lua` for a [`Group`] of charges (one client
-//! key, one hash tag, one atomic call), its arguments written into one command, its reply
-//! read by [`reply`](super::reply).
+//! The script call: one round trip of the limiter (the Lua library's `limiter` entry, see
+//! [`protocol`](super::protocol)) for a [`Group`] of charges (one client key, one hash tag,
+//! one atomic call), its arguments written into one command, its reply read by
+//! [`reply`](super::reply).
+//!
+//! A call is an `FCALL` of the library's function where Redis has functions (Redis 7: the
+//! library loaded when the connection was made ready), else an `EVALSHA` of the same code
+//! as a script (Redis 6). `FCALL` of a function Redis no longer has (`FUNCTION FLUSH`, a
+//! server replaced by one without functions) loads the library again and sends the call
+//! once more, or falls back to `EVALSHA`; `EVALSHA` of a script Redis no longer has
+//! (`NOSCRIPT`: a restart, `SCRIPT FLUSH`) loads it (`SCRIPT LOAD`) and sends the call once
+//! more. No manual step is ever needed.
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::error::{BadReply, redis_failure};
 use super::group::Group;
 use super::guard::Guard;
 use super::keys;
 use super::link::Link;
-use super::policy::MAX_EXACT;
-use super::reply::{BadReply, ROW_LEN, Reply, Reservation, Rows, int, parse_rows};
+use super::protocol::{
+    self, ARGS_HEAD, BAN_ARGS, CHARGE_ARGS, FINAL, MAX_EXACT, OP_CHECK, OP_CORRECT, OP_INSPECT,
+    OP_PEEK, OP_REFUND, OP_RESERVE, OP_RESET, ROW_LEN, STATUS_DONE, STATUS_STALE,
+};
+use super::reply::{Reply, Reservation, Rows, int, parse_rows};
 use crate::clock::Clock;
 use crate::store::StoreError;
 
-/// What a script call does (`ARGV[3]`).
+pub(super) use super::error::unavailable;
+
+/// What a limiter call does (its op, `ARG_OP`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Mode {
     /// Charge every key or none.
@@ -27,7 +42,7 @@ pub(super) enum Mode {
     /// Settle corrections: per key, give back by the receipt, or charge without refusing
     /// (a key marked by [`Group::mark_debits`]).
     Correct,
-    /// Forget every key and fence the receipts handed out before (see `limiter.lua`).
+    /// Forget every key and fence the receipts handed out before (see `lua/limiter.lua`).
     Reset,
     /// [`Mode::Peek`] with the bans in force reported (an operator's peek).
     Inspect,
@@ -44,18 +59,71 @@ impl Mode {
         matches!(self, Self::Refund | Self::Correct | Self::Reset)
     }
 
-    /// Writes the mode argument (`ARGV[3]`).
-    fn write(self, cmd: &mut redis::Cmd) {
+    /// The op code.
+    const fn op(self) -> u64 {
         match self {
-            Self::Check => cmd.arg("check"),
-            Self::Peek => cmd.arg("peek"),
-            Self::Refund => cmd.arg("refund"),
-            Self::Correct => cmd.arg("correct"),
-            Self::Reset => cmd.arg("reset"),
-            Self::Inspect => cmd.arg("inspect"),
-            Self::Reserve(max_wait_us) => cmd.arg(format!("reserve:{max_wait_us}")),
-        };
+            Self::Check => OP_CHECK,
+            Self::Peek => OP_PEEK,
+            Self::Refund => OP_REFUND,
+            Self::Correct => OP_CORRECT,
+            Self::Reset => OP_RESET,
+            Self::Inspect => OP_INSPECT,
+            Self::Reserve(_) => OP_RESERVE,
+        }
     }
+}
+
+/// An entry of the Lua library.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Entry {
+    /// Decisions, peeks, refunds, corrections, resets, reservations.
+    Limiter,
+    /// The tiered store's leases.
+    Lease,
+}
+
+impl Entry {
+    fn function(self) -> &'static str {
+        match self {
+            Self::Limiter => protocol::limiter_function(),
+            Self::Lease => protocol::lease_function(),
+        }
+    }
+
+    fn script(self) -> &'static redis::Script {
+        match self {
+            Self::Limiter => protocol::limiter_script(),
+            Self::Lease => protocol::lease_script(),
+        }
+    }
+
+    /// A command calling this entry with `keys` keys (`FCALL` when `functions`, else
+    /// `EVALSHA`), room made for `args` more arguments and `bytes` bytes.
+    pub(super) fn command(
+        self,
+        functions: bool,
+        keys: usize,
+        args: usize,
+        bytes: usize,
+    ) -> redis::Cmd {
+        let mut cmd = redis::Cmd::with_capacity(3 + keys + args, 60 + bytes);
+        if functions {
+            cmd.arg("FCALL").arg(self.function());
+        } else {
+            cmd.arg("EVALSHA").arg(self.script().get_hash());
+        }
+        cmd.arg(keys);
+        cmd
+    }
+}
+
+/// Whether `err` says Redis has no such function (`FUNCTION FLUSH`), or no functions at all
+/// (`FCALL` unknown: a Redis before 7).
+fn is_missing_function(err: &redis::RedisError) -> bool {
+    err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError)
+        && err
+            .detail()
+            .is_some_and(|d| d.contains("Function not found") || d.starts_with("unknown command"))
 }
 
 /// The store's connection to a standalone Redis or a Redis Cluster (a [`Link`] either way:
@@ -75,14 +143,13 @@ impl Conn {
     }
 }
 
-/// Runs `limiter.lua`: the connection, the script, the TTL floor, the decision clock (when
+/// Runs the library's entries: the connection, the TTL floor, the decision clock (when
 /// injected) and the stale-call guard.
 pub(super) struct ScriptRunner {
     pub(super) conn: Conn,
-    script: redis::Script,
-    /// Least PX of a write, ms (`ARGV[4]`).
+    /// Least PX of a write, ms (`ARG_MIN_TTL`).
     pub(super) min_ttl_ms: u64,
-    /// Injected decision time (`ARGV[1]`); `None`: the script reads Redis `TIME`.
+    /// Injected decision time (`ARG_NOW`); `None`: the script reads Redis `TIME`.
     pub(super) now: Option<Arc<dyn Clock>>,
     /// The app's monotonic clock, for the guard's "sent" times.
     app: Arc<dyn Clock>,
@@ -99,50 +166,6 @@ impl fmt::Debug for ScriptRunner {
     }
 }
 
-pub(super) fn unavailable(err: impl std::error::Error + Send + Sync + 'static) -> StoreError {
-    StoreError::Unavailable(Box::new(err))
-}
-
-/// A `redis` error as a sentence: its `Display` writes error kinds with `Debug`
-/// (`... - Server(ResponseError): DB index is out of range`, `ResponseError: ...`); this
-/// keeps the description and the server's message. The error itself is the `source`.
-#[derive(Debug)]
-pub(super) struct RedisFailure(pub(super) redis::RedisError);
-
-impl fmt::Display for RedisFailure {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let text = self.0.to_string();
-        // The server's own error: its code (`ERR`, `WRONGTYPE`...) and message.
-        if let Some(code) = self.0.code() {
-            if !text.contains(" - ") {
-                return match self.0.detail() {
-                    Some(detail) => write!(f, "Redis answered {code} {detail}"),
-                    None => write!(f, "Redis answered {code}"),
-                };
-            }
-        }
-        // `<description> - <Kind>[: <detail>]`: the description and the detail.
-        match text.split_once(" - ") {
-            Some((description, kind)) => match kind.split_once(": ") {
-                Some((_, detail)) => write!(f, "{description}: {detail}"),
-                None => f.write_str(description),
-            },
-            None => f.write_str(&text),
-        }
-    }
-}
-
-impl std::error::Error for RedisFailure {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.0)
-    }
-}
-
-/// [`unavailable`] for a `redis` error, written as a sentence ([`RedisFailure`]).
-pub(super) fn redis_failure(err: redis::RedisError) -> StoreError {
-    unavailable(RedisFailure(err))
-}
-
 impl ScriptRunner {
     pub(super) fn new(
         conn: Conn,
@@ -153,7 +176,6 @@ impl ScriptRunner {
     ) -> Self {
         Self {
             conn,
-            script: redis::Script::new(include_str!("limiter.lua")),
             min_ttl_ms,
             now,
             app,
@@ -166,7 +188,7 @@ impl ScriptRunner {
         self.conn.clone()
     }
 
-    /// Whether decision time is injected (`ARGV[1]`) instead of read from Redis `TIME`.
+    /// Whether decision time is injected (`ARG_NOW`) instead of read from Redis `TIME`.
     pub(super) fn injected(&self) -> bool {
         self.now.is_some()
     }
@@ -180,7 +202,8 @@ impl ScriptRunner {
     ///
     /// A check or peek carries the stale guard (a call reaching Redis after its caller gave up
     /// does nothing and fails with [`StoreError::Timeout`]); a refund always applies (it gives
-    /// back a charge that did happen), and so does a reset (an operator asked for it). Every reply teaches the guard Redis's time.
+    /// back a charge that did happen), and so does a reset (an operator asked for it). Every
+    /// reply teaches the guard Redis's time.
     pub(super) async fn call(&self, group: &Group, mode: Mode) -> Result<Rows, StoreError> {
         let reply = self.call_raw(group, mode).await?;
         parse_rows(group, reply.rows())
@@ -204,7 +227,7 @@ impl ScriptRunner {
         }
         let (rows, tail) = values.split_at(group.len() * ROW_LEN);
         let (delay, is_final) = match tail {
-            [delay, is_final] => (int(delay)?, int(is_final)? == 1),
+            [delay, is_final] => (int(delay)?, int(is_final)? == FINAL),
             _ => return Err(unavailable(BadReply("no reservation"))),
         };
         Ok(Reservation {
@@ -214,43 +237,46 @@ impl ScriptRunner {
         })
     }
 
-    /// Sends `invocation` (prepared at app time `sent`, µs) on the store's connection and
-    /// learns Redis's clock from the reply's first element, the server's `TIME` (the stale
-    /// guard's offset); returns the rest of the reply.
-    pub(super) async fn invoke(
-        &self,
-        invocation: &redis::ScriptInvocation<'_>,
-        sent: u64,
-    ) -> Result<Vec<i64>, StoreError> {
-        let mut reply: Vec<i64> = match &self.conn {
-            Conn::Single(c) => invocation.invoke_async(&mut c.clone()).await,
-            Conn::Cluster(c) => invocation.invoke_async(&mut c.clone()).await,
-        }
-        .map_err(redis_failure)?;
-        if reply.is_empty() {
-            return Err(unavailable(BadReply("empty reply")));
-        }
-        let server = reply.remove(0);
-        self.guard.learn(sent, u64::try_from(server).unwrap_or(0));
-        Ok(reply)
+    /// The injected now (µs) as the first argument, or an empty one for Redis `TIME`.
+    pub(super) fn write_now(&self, cmd: &mut redis::Cmd) {
+        match &self.now {
+            Some(clock) => cmd.arg(clock.now() / 1_000),
+            None => cmd.arg(""),
+        };
     }
 
-    /// The `EVALSHA` of `limiter.lua` for `group` in `mode`, sent at app time `sent` (µs),
-    /// written straight into one command buffer (no argument list of its own).
-    fn command(&self, group: &Group, mode: Mode, sent: u64) -> redis::Cmd {
+    /// The stale guard for a call sent at app time `sent` (µs), or an empty argument.
+    pub(super) fn write_guard(&self, cmd: &mut redis::Cmd, sent: u64) {
+        match self.guard.limit(sent) {
+            Some(limit) => cmd.arg(limit),
+            None => cmd.arg(""),
+        };
+    }
+
+    /// The limiter's command for `group` in `mode`, sent at app time `sent` (µs), written
+    /// straight into one command buffer (no argument list of its own): `FCALL` when
+    /// `functions`, else `EVALSHA`.
+    pub(super) fn command(
+        &self,
+        group: &Group,
+        mode: Mode,
+        sent: u64,
+        functions: bool,
+    ) -> redis::Cmd {
         let n = group.len();
         let bans = group.bans.len();
         // Every key the script touches is declared: the states, their reset fences in the
         // modes that read or write them, the ban keys.
         let fences = mode.touches_fences();
         let keys = n * if fences { 2 } else { 1 } + bans;
-        // EVALSHA, digest, key count, keys, 4 arguments, then 6 per key (5 params, stamp),
-        // then the bans' tail (4 per ban and their count).
-        let args = 3 + keys + 4 + 6 * n + if bans == 0 { 0 } else { 4 * bans + 1 };
+        let reserve = matches!(mode, Mode::Reserve(_));
+        let args = keys
+            + ARGS_HEAD
+            + usize::from(reserve)
+            + CHARGE_ARGS * n
+            + if bans == 0 { 0 } else { BAN_ARGS * bans + 1 };
         let names = group.names.len() * if fences { 2 } else { 1 };
-        let bytes = 60 + names + 32 + 6 * 20 * n;
-        let mut cmd = redis::Cmd::with_capacity(args, bytes);
-        cmd.arg("EVALSHA").arg(self.script.get_hash()).arg(keys);
+        let mut cmd = Entry::Limiter.command(functions, keys, args, names + 32 + 6 * 20 * n);
         for name in group.names() {
             cmd.arg(name);
         }
@@ -265,22 +291,21 @@ impl ScriptRunner {
         for (_, key, _) in &group.bans {
             cmd.arg(key);
         }
-        // ARGV[1]: injected time (µs), "" for Redis TIME.
-        match &self.now {
-            Some(clock) => cmd.arg(clock.now() / 1_000),
-            None => cmd.arg(""),
+        // The head (ARG_NOW, ARG_STALE, ARG_OP, ARG_MIN_TTL, and ARG_MAX_WAIT in a
+        // reservation); a refund, a correction and a reset carry no stale guard.
+        self.write_now(&mut cmd);
+        match mode {
+            Mode::Refund | Mode::Correct | Mode::Reset => cmd.arg(""),
+            Mode::Check | Mode::Peek | Mode::Inspect | Mode::Reserve(_) => {
+                self.write_guard(&mut cmd, sent);
+                &mut cmd
+            }
         };
-        // ARGV[2]: the stale guard (Redis TIME µs), "" for none.
-        let stale = match mode {
-            Mode::Refund | Mode::Correct | Mode::Reset => None,
-            Mode::Check | Mode::Peek | Mode::Inspect | Mode::Reserve(_) => self.guard.limit(sent),
-        };
-        match stale {
-            Some(limit) => cmd.arg(limit),
-            None => cmd.arg(""),
-        };
-        mode.write(&mut cmd);
-        cmd.arg(self.min_ttl_ms);
+        cmd.arg(mode.op()).arg(self.min_ttl_ms);
+        if let Mode::Reserve(max_wait_us) = mode {
+            cmd.arg(max_wait_us);
+        }
+        // Per charge: algorithm, three parameters, cost, stamp (CHARGE_*).
         for charge in &group.charges {
             for v in charge.params {
                 cmd.arg(v);
@@ -288,8 +313,8 @@ impl ScriptRunner {
             cmd.arg(charge.stamp);
         }
         if !group.bans.is_empty() {
-            // The bans' tail (see `limiter.lua`): per ban the charge's position, refusals,
-            // within µs and duration µs, then how many bans.
+            // The bans' tail (BAN_*): per ban the charge's position, refusals, within µs and
+            // duration µs, then how many bans.
             for (at, _, [after, within, duration]) in &group.bans {
                 cmd.arg(*at).arg(*after).arg(*within).arg(*duration);
             }
@@ -298,25 +323,53 @@ impl ScriptRunner {
         cmd
     }
 
-    /// One round trip; the reply, checked for the status. On `NOSCRIPT` (Redis restarted or
-    /// its scripts were flushed) the script is loaded and the call sent once more.
-    async fn call_raw(&self, group: &Group, mode: Mode) -> Result<Reply, StoreError> {
-        let sent = self.app_micros();
-        let cmd = self.command(group, mode, sent);
+    /// Sends the command `build` writes for `entry` (given whether it is an `FCALL`) on the
+    /// store's connection; its reply. A function Redis does not have (any more) loads the
+    /// library again and sends the call once more, or, on a Redis without functions, falls
+    /// back to `EVALSHA`; a script Redis does not have (`NOSCRIPT`) is loaded and the call
+    /// sent once more.
+    pub(super) async fn send(
+        &self,
+        entry: Entry,
+        build: impl Fn(bool) -> redis::Cmd,
+    ) -> Result<redis::Value, StoreError> {
         let link = self.conn.link();
-        let value = match link.query(&cmd).await {
+        let functions = link.functions();
+        let cmd = build(functions);
+        let result = match link.query(&cmd).await {
+            Err(err) if functions && is_missing_function(&err) => {
+                if link.load_library().await.map_err(redis_failure)? {
+                    link.query(&cmd).await
+                } else {
+                    self.evalsha(entry, &build(false)).await
+                }
+            }
             Err(err)
-                if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                if !functions
+                    && err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
             {
-                self.script
-                    .load_async(&mut link.clone())
-                    .await
-                    .map_err(redis_failure)?;
-                link.query(&cmd).await
+                self.evalsha(entry, &cmd).await
             }
             other => other,
-        }
-        .map_err(redis_failure)?;
+        };
+        result.map_err(redis_failure)
+    }
+
+    /// Loads `entry`'s script and sends `cmd` (its `EVALSHA`).
+    async fn evalsha(&self, entry: Entry, cmd: &redis::Cmd) -> redis::RedisResult<redis::Value> {
+        let link = self.conn.link();
+        entry.script().load_async(&mut link.clone()).await?;
+        link.query(cmd).await
+    }
+
+    /// Reads a reply's head (Redis `TIME` µs, the status), teaches the guard Redis's time
+    /// (the call was sent at app time `sent`), and turns a stale status into
+    /// [`StoreError::Timeout`]; the whole reply.
+    pub(super) fn read_head(
+        &self,
+        value: redis::Value,
+        sent: u64,
+    ) -> Result<Vec<redis::Value>, StoreError> {
         let redis::Value::Array(values) = value else {
             return Err(unavailable(BadReply("not an array")));
         };
@@ -327,10 +380,21 @@ impl ScriptRunner {
         };
         self.guard.learn(sent, u64::try_from(server).unwrap_or(0));
         match status {
-            0 => Ok(Reply(values)),
-            1 => Err(StoreError::Timeout),
+            STATUS_DONE => Ok(values),
+            STATUS_STALE => Err(StoreError::Timeout),
             _ => Err(unavailable(BadReply("unknown status"))),
         }
+    }
+
+    /// One round trip of the limiter; the reply, checked for the status.
+    async fn call_raw(&self, group: &Group, mode: Mode) -> Result<Reply, StoreError> {
+        let sent = self.app_micros();
+        let value = self
+            .send(Entry::Limiter, |functions| {
+                self.command(group, mode, sent, functions)
+            })
+            .await?;
+        Ok(Reply(self.read_head(value, sent)?))
     }
 }
 
@@ -341,7 +405,6 @@ mod tests {
     use crate::clock::ManualClock;
     use crate::store::Receipt;
     use crate::{Algorithm, Key, Policy, Quota};
-    use redis::ErrorKind;
     use std::num::NonZeroU32;
 
     /// The arguments of `cmd` as text.
@@ -383,17 +446,17 @@ mod tests {
             Arc::new(clock),
             Guard::new(1_000),
         );
-        let hash = runner.script.get_hash().to_owned();
+        let hash = protocol::limiter_script().get_hash().to_owned();
         let mut expected = vec![
             "EVALSHA",
             &hash,
             "2",
             "rl:v2:{s:a%20b}:p1",
             "rl:v2:{s:a%20b}:p2",
-            // Injected now (µs), no stale guard before a first reply, mode, min TTL.
+            // Injected now (µs), no stale guard before a first reply, op, min TTL.
             "42000",
             "",
-            "check",
+            "1",
             "5",
             // Per key: algorithm, three parameters, cost, receipt stamp.
             "1",
@@ -409,23 +472,38 @@ mod tests {
             "3",
             "7",
         ];
-        assert_eq!(args(&runner.command(&group, Mode::Check, 10)), expected);
+        assert_eq!(
+            args(&runner.command(&group, Mode::Check, 10, false)),
+            expected
+        );
 
         // With a learned offset the guard is sent + offset + allowance, Redis µs; a
         // reservation says how long it may wait; a peek or an inspection declares the
         // states alone, like a check.
         runner.guard.learn(10, 1_000_000);
         expected[6] = "1001000";
-        assert_eq!(args(&runner.command(&group, Mode::Check, 10)), expected);
-        for (mode, arg) in [(Mode::Peek, "peek"), (Mode::Inspect, "inspect")] {
-            expected[7] = arg;
-            assert_eq!(args(&runner.command(&group, mode, 10)), expected);
-        }
-        expected[7] = "reserve:250";
         assert_eq!(
-            args(&runner.command(&group, Mode::Reserve(250), 10)),
+            args(&runner.command(&group, Mode::Check, 10, false)),
             expected
         );
+        for (mode, arg) in [(Mode::Peek, "2"), (Mode::Inspect, "6")] {
+            expected[7] = arg;
+            assert_eq!(args(&runner.command(&group, mode, 10, false)), expected);
+        }
+        // A reservation's op, and the most it may wait after the min TTL.
+        let mut reserve = expected.clone();
+        reserve[7] = "7";
+        reserve.insert(9, "250");
+        assert_eq!(
+            args(&runner.command(&group, Mode::Reserve(250), 10, false)),
+            reserve
+        );
+        expected[7] = "1";
+        // With functions, the same arguments after `FCALL <function>`.
+        let mut fcall = args(&runner.command(&group, Mode::Check, 10, true));
+        assert_eq!(fcall[..2], ["FCALL", protocol::limiter_function()]);
+        fcall[..2].clone_from_slice(&["EVALSHA".to_owned(), hash.clone()]);
+        assert_eq!(fcall, expected);
         // A refund, a correction and a reset carry no guard and declare each state's reset
         // fence after the states (the script reads or writes it): four keys.
         let fenced = |expected: &[&str], mode: &str| {
@@ -438,12 +516,12 @@ mod tests {
             out
         };
         for (mode, arg) in [
-            (Mode::Refund, "refund"),
-            (Mode::Correct, "correct"),
-            (Mode::Reset, "reset"),
+            (Mode::Refund, "3"),
+            (Mode::Correct, "4"),
+            (Mode::Reset, "5"),
         ] {
             assert_eq!(
-                args(&runner.command(&group, mode, 10)),
+                args(&runner.command(&group, mode, 10, false)),
                 fenced(&expected, arg)
             );
         }
@@ -452,8 +530,8 @@ mod tests {
         expected[14] = "11";
         expected[20] = "-1";
         assert_eq!(
-            args(&runner.command(&refund, Mode::Refund, 10)),
-            fenced(&expected, "refund")
+            args(&runner.command(&refund, Mode::Refund, 10, false)),
+            fenced(&expected, "3")
         );
     }
 
@@ -481,9 +559,9 @@ mod tests {
             Arc::new(clock),
             Guard::new(1_000),
         );
-        let check = args(&runner.command(&group, Mode::Check, 0));
+        let check = args(&runner.command(&group, Mode::Check, 0, false));
         assert_eq!(check[2..5], ["2", "rl:v2:{s:k}:p", "rl:v2:{s:k}:ban:p"]);
-        let reset = args(&runner.command(&group, Mode::Reset, 0));
+        let reset = args(&runner.command(&group, Mode::Reset, 0, false));
         assert_eq!(
             reset[2..6],
             [
@@ -498,30 +576,5 @@ mod tests {
             reset[reset.len() - 5..],
             ["1", "1", "1000000", "1000000", "1"]
         );
-    }
-
-    #[test]
-    fn a_redis_error_reads_as_a_sentence() {
-        let err = redis_failure(redis::RedisError::from((
-            ErrorKind::InvalidClientConfig,
-            "Redis server refused to switch database",
-            "DB index is out of range".to_owned(),
-        )));
-        assert_eq!(
-            err.to_string(),
-            "the store is unavailable: Redis server refused to switch database: DB index is \
-             out of range"
-        );
-        let err = redis_failure(redis::RedisError::from((
-            ErrorKind::Io,
-            "connection closed",
-        )));
-        assert_eq!(
-            err.to_string(),
-            "the store is unavailable: connection closed"
-        );
-        // The redis error stays the source.
-        let source = std::error::Error::source(&err).and_then(std::error::Error::source);
-        assert!(source.is_some_and(|s| s.is::<redis::RedisError>()));
     }
 }

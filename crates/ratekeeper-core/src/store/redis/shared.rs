@@ -9,12 +9,13 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::breaker::Breaker;
+use super::error::{BadReply, unavailable};
 use super::failure::Outage;
 use super::group::Group;
-use super::link::FLEET_SCRIPT;
 use super::negative::NegativeCache;
-use super::reply::{BadReply, Row, Rows};
-use super::script::{Mode, ScriptRunner, unavailable};
+use super::protocol::FLEET_SCRIPT;
+use super::reply::{Row, Rows};
+use super::script::{Mode, ScriptRunner};
 use crate::Decision;
 use crate::clock::Clock;
 use crate::store::{Decisions, Receipt, StoreError};
@@ -142,7 +143,7 @@ impl Shared {
         }
     }
 
-    /// Registers this instance in the fleet registry (`fleet.lua`) within the deadline and
+    /// Registers this instance in the fleet registry (`lua/fleet.lua`) within the deadline and
     /// learns the fleet size; a failure leaves the size learned before.
     pub(super) async fn register_instance(&self) {
         let key = format!("{}:v2:{{fleet}}:instances", self.prefix);

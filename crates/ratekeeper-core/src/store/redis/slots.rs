@@ -1,13 +1,14 @@
-//! Concurrency slots in Redis (`concurrency.lua`): leases renewed while their request runs.
+//! Concurrency slots in Redis (`lua/concurrency.lua`): leases renewed while their request runs.
 
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use super::error::{BadReply, redis_failure, unavailable};
 use super::keys;
-use super::reply::BadReply;
-use super::script::{Conn, redis_failure, unavailable};
+use super::protocol::CONCURRENCY_SCRIPT;
+use super::script::Conn;
 use crate::Key;
 use crate::store::slots::{AcquireFuture, Acquired, SharedSlots, SlotLease};
 use crate::store::{FailurePolicy, StoreError};
@@ -156,7 +157,7 @@ impl RedisSlots {
         Self {
             cfg: Arc::new(Config {
                 conn,
-                script: redis::Script::new(include_str!("concurrency.lua")),
+                script: redis::Script::new(CONCURRENCY_SCRIPT),
                 prefix,
                 name: Self::DEFAULT_NAME.to_owned(),
                 lease: Self::DEFAULT_LEASE,

@@ -1,4 +1,4 @@
--- ratekeeper shared concurrency slots (issue 11): one sorted set per (name, client key)
+-- ratekeeper shared concurrency slots: one sorted set per (name, client key)
 -- whose members are slot ids scored by the expiry of their lease, in Redis TIME ms.
 --
 -- KEYS[1]  the sorted set "<prefix>:v2:{<client key>}:conc:<name>".
