@@ -15,8 +15,8 @@ functions, constants, statics, macros, re-exported crates as `extern_crate`), th
 members: `<path>::<Variant> variant`, `<path>.<field> field`, `<path>::<item> <kind>` for the
 items of inherent impls and traits, and `<path> impl <Trait>` for each trait it implements
 (auto traits and blanket impls left out). Sorted, so a diff shows what changed. An item
-reachable at two paths of one crate is reported on stderr (and fails `--check`): each
-public item has one path.
+reachable at two paths of one crate is reported on stderr (and fails `--check` for the
+crates in `ONE_PATH`): each public item has one path.
 """
 
 import json
@@ -26,6 +26,9 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CRATES = ["ratekeeper-core", "ratekeeper-tower", "ratekeeper-axum"]
+# Crates held to one path per item (`--check` fails otherwise). ratekeeper-core still offers
+# its vocabulary (Quota, Policy, Key, ...) both at its root and in the defining modules.
+ONE_PATH = {"ratekeeper-tower", "ratekeeper-axum"}
 API_DIR = os.path.join(ROOT, "api")
 
 
@@ -175,7 +178,7 @@ def main():
                 print(f"{crate}: the public API differs from {os.path.relpath(out, ROOT)}; "
                       f"run scripts/public_api.py and commit the listing", file=sys.stderr)
                 failed = True
-            if dups:
+            if dups and crate in ONE_PATH:
                 failed = True
         else:
             with open(out, "w", encoding="utf-8") as f:

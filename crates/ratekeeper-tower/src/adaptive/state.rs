@@ -92,7 +92,7 @@ fn problem(status: StatusCode, name: &str, partition: &str, secs: u64) -> Bytes 
 use crate::report::TEMPORARY_REDUCED_CAPACITY_TYPE;
 
 /// The limit of an adaptive [`ConcurrencyLimitLayer`](crate::concurrency::ConcurrencyLimitLayer)
-/// (its [`Limit`], made by [`AdaptiveConcurrencyBuilder::build`](super::AdaptiveConcurrencyBuilder::build)):
+/// (its [`Limit`](crate::concurrency::Limit), made by [`AdaptiveConcurrencyBuilder::build`](super::AdaptiveConcurrencyBuilder::build)):
 /// one limiter per key, found from latency, with the partitions that `C` puts requests into.
 /// Every service the layer builds, and their clones, share it.
 pub struct Adaptive<C = Unclassified> {
