@@ -12,8 +12,9 @@ use super::resolve::ConfigResolver;
 use super::schema::{KeyKind, LayerConfig, ModeConfig};
 use crate::error::BuildError;
 use crate::key::{ForwardedIp, GlobalKey, HeaderKey, PeerIp};
-use crate::rate_limit::{Mode, RateLimitBuilder, RateLimitLayer};
+use crate::rate_limit::Mode;
 use crate::route::RouteTable;
+use crate::{RateLimitBuilder, RateLimitLayer};
 
 /// The layer a [`LayerConfig`] builds.
 pub type ConfiguredLayer = RateLimitLayer<ConfigKey, u64, MemoryStore<Key>, ConfigResolver>;

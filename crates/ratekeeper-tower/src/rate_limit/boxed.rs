@@ -79,15 +79,15 @@ where
     }
 }
 
-/// A [`RateLimitLayer`] with its key extractor, cost and resolver types erased (made by
-/// [`RateLimitLayer::boxed`]): named by its store alone, `BoxRateLimitLayer` for the memory
+/// A [`RateLimitLayer`](crate::RateLimitLayer) with its key extractor, cost and resolver types erased (made by
+/// [`RateLimitLayer::boxed`](crate::RateLimitLayer::boxed)): named by its store alone, `BoxRateLimitLayer` for the memory
 /// store, so a function can take or return it, or its [`Admin`] handle, without spelling the
 /// strategy types (a closure's type cannot be spelled at all).
 ///
 /// It limits exactly as the layer it was made from, with the same state (clones and the
 /// original layer share one budget). Its cost: the strategies are called through a trait
 /// object, and the request is taken apart and put together again around them (moves, no
-/// allocation); [`RateLimitLayer`] itself stays unboxed.
+/// allocation); [`RateLimitLayer`](crate::RateLimitLayer) itself stays unboxed.
 ///
 /// ```
 /// use std::num::NonZeroU32;
@@ -133,7 +133,7 @@ where
 }
 
 impl<St> BoxRateLimitLayer<St> {
-    /// The store, for calls of its own (as [`RateLimitLayer::store`]).
+    /// The store, for calls of its own (as [`RateLimitLayer::store`](crate::RateLimitLayer::store)).
     pub fn store(&self) -> &St {
         self.limiter.store()
     }

@@ -1,4 +1,4 @@
-//! [`RateLimitLayer`]: the layer, sharing one limiter with every service it builds.
+//! [`RateLimitLayer`](crate::RateLimitLayer): the layer, sharing one limiter with every service it builds.
 
 use std::fmt;
 use std::sync::Arc;
@@ -51,7 +51,7 @@ impl<K, Co, St, R> RateLimitLayer<K, Co, St, R> {
     }
 
     /// The store, for calls of its own (for example [`MemoryStore::forget`]).
-    /// [`RateLimitLayer::admin`] peeks at and resets keys by policy name, with any store.
+    /// [`RateLimitLayer::admin`](crate::RateLimitLayer::admin) peeks at and resets keys by policy name, with any store.
     pub fn store(&self) -> &St {
         &self.limiter.store
     }

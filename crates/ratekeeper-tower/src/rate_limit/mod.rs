@@ -1,4 +1,4 @@
-//! Rate-limit middleware: [`RateLimitLayer`] and the [`RateLimit`](crate::RateLimit) service.
+//! Rate-limit middleware: [`RateLimitLayer`](crate::RateLimitLayer) and the [`RateLimit`](crate::RateLimit) service.
 //!
 //! For each request the service extracts a key (default: the peer IP, IPv6 by /64), computes
 //! a cost (default 1), and checks every policy in the store all-or-nothing, in `call`.
@@ -8,7 +8,7 @@
 //! inner service being called. All clones share one state, and `poll_ready` never
 //! consumes quota.
 //!
-//! With [`RateLimitBuilder::request_info`], requests that pass carry an [`Info`](crate::info::Info)
+//! With [`RateLimitBuilder::request_info`](crate::RateLimitBuilder::request_info), requests that pass carry an [`Info`](crate::info::Info)
 //! extension with the decisions. Every decision is counted once in the `metrics` counter
 //! [`DECISIONS_TOTAL`](crate::metrics::DECISIONS_TOTAL) (`ratekeeper_decisions_total{policy, outcome}`), whatever the mode
 //! and whether the store answers at once or later, and recorded in the [`USAGE_RATIO`](crate::metrics::USAGE_RATIO)
@@ -24,17 +24,17 @@
 //! `tracing` events: one INFO event (target `ratekeeper`) when a layer is built, naming its
 //! policies (name, quota, algorithm), key, store, header style and mode; a one-time WARN
 //! (target `ratekeeper`) when a layer keyed by the peer address sees `X-Forwarded-For` or
-//! `Forwarded` from a private or loopback peer ([`RateLimitBuilder::warn_forwarded`]); one
+//! `Forwarded` from a private or loopback peer ([`RateLimitBuilder::warn_forwarded`](crate::RateLimitBuilder::warn_forwarded)); one
 //! DEBUG event per decision (target `ratekeeper::decision`: policy, outcome, cost,
-//! remaining, limit, mode, and the key hashed unless [`RateLimitBuilder::log_raw_keys`]),
+//! remaining, limit, mode, and the key hashed unless [`RateLimitBuilder::log_raw_keys`](crate::RateLimitBuilder::log_raw_keys)),
 //! checked with `tracing::enabled!` so it costs a level check when DEBUG is off; one INFO
 //! event (target `ratekeeper`) per ban a policy starts (policy, key hashed unless raw keys,
 //! seconds), not per request the ban refuses; and one
 //! DEBUG event per request a failing store could not decide (the Redis store logs the outage
 //! itself, once per circuit-breaker transition). Over the limit, [`Mode`] decides: reject
 //! (default), wait within a bound ([`Mode::Delay`]) or only report ([`Mode::Shadow`]);
-//! [`RateLimitLayer::with_fallback`] answers rejected requests with another service instead
-//! of a 429 (see [`FallbackLayer`]), and [`RateLimitBuilder::rejection`] replaces the
+//! [`RateLimitLayer::with_fallback`](crate::RateLimitLayer::with_fallback) answers rejected requests with another service instead
+//! of a 429 (see [`FallbackLayer`]), and [`RateLimitBuilder::rejection`](crate::RateLimitBuilder::rejection) replaces the
 //! 429 body (see [`report`](crate::report)).
 //!
 //! When a shared store cannot decide (Redis slow or down), its failure policy
@@ -44,7 +44,7 @@
 //! [`StoreDegraded`](crate::StoreDegraded) request extension (fail open, or
 //! degrade: the hook a fallback reads), or the layer answers `503 Service Unavailable` (fail
 //! closed: not a 429, the client exceeded nothing) with `Retry-After` (1 s by default, see
-//! [`RateLimitBuilder::unavailable_retry_after`]), `Cache-Control: no-store` and a
+//! [`RateLimitBuilder::unavailable_retry_after`](crate::RateLimitBuilder::unavailable_retry_after)), `Cache-Control: no-store` and a
 //! problem+json body of the
 //! [`TEMPORARY_REDUCED_CAPACITY_TYPE`](crate::report::TEMPORARY_REDUCED_CAPACITY_TYPE).
 //!
@@ -108,7 +108,7 @@
 //! body ends). None of those imports `rate_limit`. What the service calls is an [`Inner`]
 //! (`inner.rs`): any tower service, or the inner service with the degraded-response
 //! [`Fallback`] (`fallback/`: [`FallbackLayer`], made by
-//! [`RateLimitLayer::with_fallback`]), to which the limiter's verdict hands a refused
+//! [`RateLimitLayer::with_fallback`](crate::RateLimitLayer::with_fallback)), to which the limiter's verdict hands a refused
 //! request with its `Degrade` (policy and reason) in a typed call: no request extension, no
 //! flag on the service.
 //! Beside the request path, `admin.rs` ([`Admin`], made by the layer) reads the limiter's
@@ -134,9 +134,7 @@ mod ticket;
 
 pub use admin::{Admin, AdminError, PolicyState};
 pub use boxed::{BoxRateLimit, BoxRateLimitLayer};
-pub(crate) use builder::RateLimitBuilder;
 pub use fallback::{Fallback, FallbackFuture, FallbackLayer};
 pub use future::ResponseFuture;
 pub use inner::Inner;
-pub(crate) use layer::RateLimitLayer;
 pub use mode::Mode;

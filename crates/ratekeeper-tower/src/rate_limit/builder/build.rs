@@ -1,4 +1,4 @@
-//! [`RateLimitBuilder::build`]: the checks of the settings, the policies registered with
+//! [`RateLimitBuilder::build`](crate::RateLimitBuilder::build): the checks of the settings, the policies registered with
 //! the store, and the layer assembled from them.
 
 use ratekeeper_core::store::Store;

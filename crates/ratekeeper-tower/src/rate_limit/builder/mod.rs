@@ -1,5 +1,5 @@
-//! [`RateLimitBuilder`]: policies, key, cost, store, headers and mode, checked into a
-//! [`RateLimitLayer`].
+//! [`RateLimitBuilder`](crate::RateLimitBuilder): policies, key, cost, store, headers and mode, checked into a
+//! [`RateLimitLayer`](crate::RateLimitLayer).
 
 use std::fmt;
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use crate::usage::Usage;
 
 mod build;
 
-/// Everything a [`RateLimitBuilder`] holds that does not change its type, moved as a whole when a
+/// Everything a [`RateLimitBuilder`](crate::RateLimitBuilder) holds that does not change its type, moved as a whole when a
 /// strategy (key, cost, store, resolver) is swapped.
 #[derive(Default)]
 struct Settings {
@@ -46,7 +46,7 @@ impl RateLimitLayer {
     }
 }
 
-/// Builds a [`RateLimitLayer`]: policies, key extractor, cost, store, headers.
+/// Builds a [`RateLimitLayer`](crate::RateLimitLayer): policies, key extractor, cost, store, headers.
 ///
 /// ```
 /// use std::num::NonZeroU32;
@@ -452,7 +452,7 @@ impl<K, Co, St, R> RateLimitBuilder<K, Co, St, R> {
     /// RFC 9457 `application/problem+json` body of type
     /// [`TEMPORARY_REDUCED_CAPACITY_TYPE`](crate::report::TEMPORARY_REDUCED_CAPACITY_TYPE)
     /// whose `detail` names the same seconds; a gRPC call gets `UNAVAILABLE` with the same
-    /// delay as `retry-after` and a `google.rpc.RetryInfo` (see [`RateLimitBuilder::grpc`]).
+    /// delay as `retry-after` and a `google.rpc.RetryInfo` (see [`RateLimitBuilder::grpc`](crate::RateLimitBuilder::grpc)).
     /// Default 1 s: the Redis store's default circuit-breaker open period (500 ms) rounded
     /// up, after which the breaker lets a request probe Redis again. With a longer breaker
     /// period (`RedisStoreBuilder::breaker`), set the same duration here, so clients come

@@ -1,5 +1,5 @@
 //! [`FallbackLayer`]: the rate limit with a degraded-response [`Fallback`] behind it, made
-//! by [`RateLimitLayer::with_fallback`].
+//! by [`RateLimitLayer::with_fallback`](crate::RateLimitLayer::with_fallback).
 
 use std::fmt;
 
@@ -10,8 +10,8 @@ use crate::policy::AllPolicies;
 use crate::rate_limit::layer::RateLimitLayer;
 use crate::rate_limit::service::RateLimit;
 
-/// A [`RateLimitLayer`] whose limited requests go to a fallback service instead of getting
-/// a 429; made by [`RateLimitLayer::with_fallback`]. It puts the rate limit in front and a
+/// A [`RateLimitLayer`](crate::RateLimitLayer) whose limited requests go to a fallback service instead of getting
+/// a 429; made by [`RateLimitLayer::with_fallback`](crate::RateLimitLayer::with_fallback). It puts the rate limit in front and a
 /// [`Fallback`] behind it, which sends the requests
 /// the rate limit denied (and, under the store failure policy
 /// [`FailurePolicy::Degrade`](ratekeeper_core::store::FailurePolicy::Degrade), the requests it
