@@ -18,7 +18,8 @@
 //!
 //! ```
 //! use axum::http::{Method, Request};
-//! use ratekeeper_tower::cost::{Cost, RequestParts};
+//! use ratekeeper_tower::RequestParts;
+//! use ratekeeper_tower::cost::Cost;
 //!
 //! let expensive_posts = |req: &RequestParts<'_>| if req.method() == Method::POST { 5 } else { 1 };
 //! assert_eq!(expensive_posts.cost(&Request::post("/search").body(()).unwrap()), 5);
