@@ -35,7 +35,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::routing::get;
 use http::{HeaderName, HeaderValue};
-use ratekeeper_axum::{Quota, RateLimitLayer};
+use ratekeeper_axum::{RateLimitLayer, core::Quota};
 use tower::ServiceBuilder;
 use tower::{Layer as _, ServiceExt};
 use tower_governor::GovernorLayer;

@@ -29,7 +29,7 @@
 //! | `none` | no limiter |
 //! | `tower` | tower's `ConcurrencyLimit` + `LoadShed` (503 when no permit), the limit hand-tuned to the initial worker count |
 //! | `tower_acc` | tower-acc 0.1's `Gradient2` (defaults) + `LoadShed` |
-//! | `adaptive` | ratekeeper's `AdaptiveConcurrencyLayer` with its defaults |
+//! | `adaptive` | ratekeeper's adaptive `ConcurrencyLimitLayer` with its defaults |
 //! | `adaptive_p` | the same with partitions `critical` 0.9 / `sheddable` 0.1 by the `x-priority` header |
 //!
 //! # Measured, per run and phase (before / after the halving)
@@ -71,8 +71,10 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use ratekeeper_axum::adaptive::{AdaptiveConcurrencyLayer, ControllerSettings};
-use ratekeeper_axum::{Key, RequestParts};
+use ratekeeper_axum::adaptive::Adaptive;
+use ratekeeper_axum::adaptive::controller::ControllerSettings;
+use ratekeeper_axum::concurrency::ConcurrencyLimitLayer;
+use ratekeeper_axum::{RequestParts, core::Key};
 use tokio::sync::{mpsc, oneshot};
 use tower::{BoxError, ServiceBuilder};
 
@@ -183,7 +185,7 @@ fn app(mode: &str, pool: Pool) -> Option<(Router, Option<AdaptiveLayer>)> {
             None,
         ),
         "adaptive" => {
-            let layer = AdaptiveConcurrencyLayer::builder()
+            let layer = ConcurrencyLimitLayer::adaptive()
                 .controller(controller_settings())
                 .build()
                 .ok()?;
@@ -193,7 +195,7 @@ fn app(mode: &str, pool: Pool) -> Option<(Router, Option<AdaptiveLayer>)> {
             )
         }
         "adaptive_p" => {
-            let layer = AdaptiveConcurrencyLayer::builder()
+            let layer = ConcurrencyLimitLayer::adaptive()
                 .controller(controller_settings())
                 .partition("critical", 0.9)
                 .partition("sheddable", 0.1)
@@ -223,8 +225,8 @@ fn controller_settings() -> ControllerSettings {
 type Classifier = fn(&RequestParts<'_>) -> &'static str;
 
 enum AdaptiveLayer {
-    Plain(AdaptiveConcurrencyLayer),
-    Partitioned(Box<AdaptiveConcurrencyLayer<ratekeeper_axum::GlobalKey, Classifier>>),
+    Plain(ConcurrencyLimitLayer<ratekeeper_axum::key::GlobalKey, Adaptive>),
+    Partitioned(Box<ConcurrencyLimitLayer<ratekeeper_axum::key::GlobalKey, Adaptive<Classifier>>>),
 }
 
 impl AdaptiveLayer {

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use ratekeeper_axum::core::store::redis::RedisStore;
 use ratekeeper_axum::core::store::tiered::TieredStore;
 use ratekeeper_axum::core::store::{Charge, Checked, PolicyId, Store};
-use ratekeeper_axum::{Key, Policy, Quota};
+use ratekeeper_axum::{core::Key, core::Policy, core::Quota};
 use redis::aio::ConnectionManager;
 
 const KEYS: usize = 10_000;

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use ratekeeper_axum::core::store::redis::RedisStore;
 use ratekeeper_axum::core::store::{Charge, Checked, PolicyId, Store};
-use ratekeeper_axum::{Algorithm, Key, Policy, Quota};
+use ratekeeper_axum::{core::Algorithm, core::Key, core::Policy, core::Quota};
 
 const KEYS: usize = 1_000;
 

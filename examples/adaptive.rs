@@ -1,6 +1,6 @@
 //! An axum app that finds its own concurrency limit: a slow endpoint served by a pool of 4
 //! workers (50 ms each, so 80 requests per second at most) behind an
-//! `AdaptiveConcurrencyLayer`, with two priority partitions. `/checkout` is critical (90 %
+//! the adaptive `ConcurrencyLimitLayer`, with two priority partitions. `/checkout` is critical (90 %
 //! of the limit guaranteed), everything else sheddable (10 %): under overload, browsing
 //! gets `503` with `Retry-After: 1` first, and checkouts keep their share.
 //!
@@ -20,7 +20,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::routing::get;
 use ratekeeper_axum::RequestParts;
-use ratekeeper_axum::adaptive::AdaptiveConcurrencyLayer;
+use ratekeeper_axum::concurrency::ConcurrencyLimitLayer;
 use tokio::sync::Semaphore;
 
 /// Workers in the pool.
@@ -51,7 +51,7 @@ async fn work(State(pool): State<Arc<Semaphore>>) -> &'static str {
 /// `/checkout` and `/browse` on one worker pool, behind the adaptive limit (one limit for
 /// the whole app: the pool is shared).
 pub fn app() -> Router {
-    let layer = AdaptiveConcurrencyLayer::builder()
+    let layer = ConcurrencyLimitLayer::adaptive()
         .min_limit(2)
         .initial_limit(8)
         .max_limit(64)

@@ -15,10 +15,11 @@ use std::num::NonZeroU32;
 
 use axum::Router;
 use axum::routing::get;
+use ratekeeper_axum::RateLimitLayer;
 use ratekeeper_axum::core::clock::{Clock, MonotonicClock};
 use ratekeeper_axum::core::store::MemoryStore;
+use ratekeeper_axum::core::{Key, Policy, Quota};
 use ratekeeper_axum::key::HeaderKey;
-use ratekeeper_axum::{Key, Policy, Quota, RateLimitLayer};
 
 // The README's recipe ("Unblocking a customer: an admin route"), word for word.
 #[path = "recipes/admin_route.rs"]

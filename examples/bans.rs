@@ -14,10 +14,12 @@ use std::time::Duration;
 use axum::Router;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
+use ratekeeper_axum::RateLimitLayer;
 use ratekeeper_axum::core::clock::{Clock, MonotonicClock};
 use ratekeeper_axum::core::store::MemoryStore;
+use ratekeeper_axum::core::{Algorithm, Ban, Key, Policy, Quota};
+use ratekeeper_axum::key::PeerIp;
 use ratekeeper_axum::policy::Settle;
-use ratekeeper_axum::{Algorithm, Ban, Key, PeerIp, Policy, Quota, RateLimitLayer};
 
 /// The demo password.
 pub const PASSWORD: &str = "open-sesame";

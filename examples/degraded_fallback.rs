@@ -19,7 +19,7 @@ use axum::extract::State;
 use axum::handler::Handler;
 use axum::routing::get;
 use ratekeeper_axum::core::decision::ceil_secs;
-use ratekeeper_axum::{Quota, RateLimitInfo, RateLimitLayer};
+use ratekeeper_axum::{RateLimitLayer, core::Quota, extract::RateLimitInfo};
 
 /// The "cache" behind the app: the version of the last fresh answer.
 #[derive(Debug, Clone, Default)]

@@ -51,9 +51,12 @@ use ratekeeper_axum::core::clock::{Clock, MonotonicClock};
 use ratekeeper_axum::core::store::MemoryStore;
 use ratekeeper_axum::key::HeaderKey;
 use ratekeeper_axum::policy::Plan;
+use ratekeeper_axum::rate_limit::BoxRateLimitLayer;
 use ratekeeper_axum::report::HeaderStyle;
 use ratekeeper_axum::usage::{BodyEvent, Usage};
-use ratekeeper_axum::{BuildError, Key, Policy, Quota, RateLimitLayer, RequestParts};
+use ratekeeper_axum::{
+    BuildError, RateLimitLayer, RequestParts, core::Key, core::Policy, core::Quota,
+};
 
 /// Tokens per minute (and burst) per API key.
 pub const TOKENS_PER_MINUTE: u32 = 10_000;
@@ -140,13 +143,8 @@ fn api_key(raw: &str) -> Option<Key> {
     }
 }
 
-/// The limit's type, with its store's clock.
-pub type TokenLimit<C> = RateLimitLayer<
-    HeaderKey<fn(&str) -> Option<Key>>,
-    u64,
-    MemoryStore<Key, C>,
-    fn(&RequestParts<'_>, &mut Plan<'_>),
->;
+/// The limit's type, named by its store (whose clock is `C`) alone: a boxed layer.
+pub type TokenLimit<C> = BoxRateLimitLayer<MemoryStore<Key, C>>;
 
 /// The limit: per API key, "tokens" ([`TOKENS_PER_MINUTE`], charged the [`estimate`], then
 /// settled by [`sse_tokens`]) and "requests" ([`REQUESTS_PER_MINUTE`]), in memory on
@@ -160,12 +158,13 @@ pub fn limit<C: Clock>(clock: C) -> Result<TokenLimit<C>, BuildError> {
     RateLimitLayer::builder()
         .policy(Policy::new("tokens", per_minute(TOKENS_PER_MINUTE)))
         .policy(Policy::new("requests", per_minute(REQUESTS_PER_MINUTE)))
-        .key(HeaderKey::validated("x-api-key", api_key as fn(&str) -> _))
-        .resolver(charge as fn(&RequestParts<'_>, &mut Plan<'_>))
+        .key(HeaderKey::validated("x-api-key", api_key))
+        .resolver(charge)
         .usage("tokens", sse_tokens())
         .headers(HeaderStyle::Both)
         .store(MemoryStore::with_clock(clock))
         .build()
+        .map(RateLimitLayer::boxed)
 }
 
 /// The stand-in model: it counts every token it generates (a real app would export this as

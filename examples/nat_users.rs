@@ -22,7 +22,7 @@ use ratekeeper_axum::core::store::MemoryStore;
 use ratekeeper_axum::key::UserKey;
 use ratekeeper_axum::policy::Settle;
 use ratekeeper_axum::report::HeaderStyle;
-use ratekeeper_axum::{Key, PeerIp, Policy, Quota, RateLimitLayer};
+use ratekeeper_axum::{RateLimitLayer, core::Key, core::Policy, core::Quota, key::PeerIp};
 
 /// The principal the demo authentication inserts.
 #[derive(Debug, Clone, PartialEq, Eq)]

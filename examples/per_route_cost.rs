@@ -13,7 +13,7 @@ use axum::routing::get;
 use ratekeeper_axum::core::clock::Clock;
 use ratekeeper_axum::core::store::MemoryStore;
 use ratekeeper_axum::route::RouteTable;
-use ratekeeper_axum::{Key, Policy, Quota, RateLimitLayer};
+use ratekeeper_axum::{RateLimitLayer, core::Key, core::Policy, core::Quota};
 
 /// One budget of 100 units per minute per client IP; `GET /search` costs 10 units,
 /// `GET /status` costs 1. Costs are keyed by the route template, so `/search?q=x` and

@@ -46,7 +46,7 @@ use ratekeeper_axum::core::store::MemoryStore;
 use ratekeeper_axum::key::{ForwardedIp, UserKey};
 use ratekeeper_axum::report::HeaderStyle;
 use ratekeeper_axum::route::RouteTable;
-use ratekeeper_axum::{BuildError, Key, Policy, Quota, RateLimitLayer};
+use ratekeeper_axum::{BuildError, RateLimitLayer, core::Key, core::Policy, core::Quota};
 
 /// Edge limit: requests per minute (and burst) per client IP, before authentication.
 pub const EDGE_PER_MINUTE: u32 = 30;

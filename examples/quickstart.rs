@@ -9,7 +9,7 @@ use std::num::NonZeroU32;
 
 use axum::Router;
 use axum::routing::get;
-use ratekeeper_axum::{Quota, RateLimitLayer};
+use ratekeeper_axum::{RateLimitLayer, core::Quota};
 
 /// `GET /`, limited to 10 requests per minute per client IP (burst 10), in memory.
 pub fn app() -> Router {

@@ -19,7 +19,7 @@ use axum::routing::get;
 use ratekeeper_axum::core::clock::{Clock, MonotonicClock};
 use ratekeeper_axum::core::store::MemoryStore;
 use ratekeeper_axum::core::throttle::{Throttle, ThrottleError};
-use ratekeeper_axum::{BuildError, Key, Policy, Quota, RateLimitLayer};
+use ratekeeper_axum::{BuildError, RateLimitLayer, core::Key, core::Policy, core::Quota};
 
 /// The quota the upstream API enforces per client IP: 50 per second, burst 50.
 pub const UPSTREAM_QUOTA: Quota = Quota::per_second(match NonZeroU32::new(50) {

@@ -21,7 +21,7 @@ use axum::routing::{get, post};
 use ratekeeper_axum::config::{ConfigError, LayerConfig};
 use ratekeeper_axum::key::KeyExtractor;
 use ratekeeper_axum::policy::Resolve;
-use ratekeeper_axum::{Key, RateLimitLayer};
+use ratekeeper_axum::{RateLimitLayer, core::Key};
 
 /// The checked-in configuration: `ratekeeper.toml` beside this file (`examples/config/`).
 /// `file!()` is this file's path from the workspace root, which is an ancestor of the

@@ -34,7 +34,7 @@ use std::task::{Context, Poll};
 use axum::Router;
 use axum::http;
 use ratekeeper_axum::report::HeaderStyle;
-use ratekeeper_axum::{BuildError, Policy, Quota, RateLimitLayer};
+use ratekeeper_axum::{BuildError, RateLimitLayer, core::Policy, core::Quota};
 use tonic::body::Body;
 use tonic::server::{Grpc, NamedService, UnaryService};
 use tonic::{Request, Response, Status};

@@ -7,7 +7,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get};
 use ratekeeper_axum::core::store::Store;
 use ratekeeper_axum::rate_limit::{Admin, AdminError, PolicyState};
-use ratekeeper_axum::{Key, RateLimitLayer};
+use ratekeeper_axum::{RateLimitLayer, core::Key};
 
 /// The key the limiter uses for a customer (the API-key layer maps each key to it).
 pub fn customer_key(customer: &str) -> Key {

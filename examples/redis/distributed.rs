@@ -36,7 +36,7 @@ use axum::Router;
 use axum::routing::get;
 use ratekeeper_axum::core::store::redis::RedisStore;
 use ratekeeper_axum::core::store::tiered::TieredStore;
-use ratekeeper_axum::{Policy, Quota, RateLimitLayer};
+use ratekeeper_axum::{RateLimitLayer, core::Policy, core::Quota};
 
 /// The Redis URL: the `REDIS_URL` environment variable, or `redis://127.0.0.1:6379/`.
 pub fn redis_url() -> String {

@@ -31,7 +31,7 @@ use axum::routing::get;
 use metrics_exporter_prometheus::{BuildError, Matcher, PrometheusBuilder, PrometheusHandle};
 use ratekeeper_axum::core::store::redis::{RedisStore, RedisStoreBuilder};
 use ratekeeper_axum::report::HeaderStyle;
-use ratekeeper_axum::{Mode, Policy, Quota, RateLimitLayer};
+use ratekeeper_axum::{RateLimitLayer, core::Policy, core::Quota, rate_limit::Mode};
 
 /// Bucket bounds of `ratekeeper_usage_ratio` (share of capacity used, 0.0 to 1.0).
 pub const USAGE_BUCKETS: [f64; 10] = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0];
@@ -56,7 +56,7 @@ pub fn metrics_handle() -> Result<PrometheusHandle, BuildError> {
     }
     let handle = PrometheusBuilder::new()
         .set_buckets_for_metric(
-            Matcher::Full(ratekeeper_axum::rate_limit::USAGE_RATIO.to_owned()),
+            Matcher::Full(ratekeeper_axum::metrics::USAGE_RATIO.to_owned()),
             &USAGE_BUCKETS,
         )?
         .set_buckets_for_metric(

@@ -12,7 +12,9 @@ use ratekeeper_axum::core::clock::ManualClock;
 use ratekeeper_axum::core::store::MemoryStore;
 use ratekeeper_axum::key::PeerIp;
 use ratekeeper_axum::policy::resolve_fn;
-use ratekeeper_axum::{Algorithm, Key, Policy, Quota, RateLimitLayer, RequestParts};
+use ratekeeper_axum::{
+    RateLimitLayer, RequestParts, core::Algorithm, core::Key, core::Policy, core::Quota,
+};
 use ratekeeper_tests::TestServer;
 
 #[allow(dead_code, unreachable_pub)]

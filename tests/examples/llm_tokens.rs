@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratekeeper_axum::Key;
+use ratekeeper_axum::core::Key;
 use ratekeeper_axum::core::clock::ManualClock;
 use ratekeeper_axum::core::store::{Charge, MemoryStore};
 use ratekeeper_tests::{TestServer, fresh_connection_client};

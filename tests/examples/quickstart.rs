@@ -5,7 +5,7 @@ use std::num::NonZeroU32;
 
 use ratekeeper_axum::core::clock::ManualClock;
 use ratekeeper_axum::core::store::MemoryStore;
-use ratekeeper_axum::{GlobalKey, Key, Quota, RateLimitLayer};
+use ratekeeper_axum::{RateLimitLayer, core::Key, core::Quota, key::GlobalKey};
 use ratekeeper_tests::{TestServer, bind_loopback, fresh_connection_client};
 
 // The example app itself, not a copy; its `main` and the items this file does not use

@@ -7,7 +7,7 @@ use std::num::NonZeroU32;
 use axum::Router;
 use axum::routing::get;
 use ratekeeper_axum::key::HeaderKey;
-use ratekeeper_axum::{Algorithm, Policy, Quota, RateLimitLayer};
+use ratekeeper_axum::{RateLimitLayer, core::Algorithm, core::Policy, core::Quota};
 use ratekeeper_tests::TestServer;
 use reqwest::StatusCode;
 
@@ -192,7 +192,7 @@ async fn the_admin_handle_works_with_a_store_of_ones_own() {
     use ratekeeper_axum::core::store::{
         Charge, Checked, Decisions, MemoryStore, PolicyId, Refund, Store, StoreError,
     };
-    use ratekeeper_axum::{GlobalKey, Key};
+    use ratekeeper_axum::{core::Key, key::GlobalKey};
 
     struct Mine(MemoryStore<Key>);
     impl Store<Key> for Mine {
@@ -261,7 +261,7 @@ async fn a_route_scoped_ban_is_shown_and_lifted_by_the_routes_key() {
     use axum::http::Method;
     use axum::routing::post;
     use ratekeeper_axum::route::RouteTable;
-    use ratekeeper_axum::{Ban, Key};
+    use ratekeeper_axum::{core::Ban, core::Key};
 
     let per_minute = |n| Quota::per_minute(NonZeroU32::new(n).expect("non-zero"));
     let once = NonZeroU32::new(1).expect("non-zero");

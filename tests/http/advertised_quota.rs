@@ -8,7 +8,7 @@ use std::time::Duration;
 use ratekeeper_axum::core::clock::ManualClock;
 use ratekeeper_axum::core::store::MemoryStore;
 use ratekeeper_axum::report::HeaderStyle;
-use ratekeeper_axum::{Algorithm, GlobalKey, Policy, Quota, RateLimitLayer};
+use ratekeeper_axum::{RateLimitLayer, core::Algorithm, core::Policy, core::Quota, key::GlobalKey};
 use ratekeeper_tests::{TestServer, ok_app};
 
 /// `limit` per `period_ms`, with `burst`.

@@ -10,7 +10,8 @@ use axum::Router;
 use axum::routing::{get, post};
 use ratekeeper_axum::report::ResetFormat;
 use ratekeeper_axum::{
-    Algorithm, BuildError, GlobalKey, Key, Policy, Quota, RateLimitLayer, RequestParts,
+    BuildError, RateLimitLayer, RequestParts, core::Algorithm, core::Key, core::Policy,
+    core::Quota, key::GlobalKey,
 };
 use ratekeeper_core::clock::ManualClock;
 use ratekeeper_core::store::{Charge, MemoryStore};

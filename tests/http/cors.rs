@@ -10,7 +10,7 @@ use axum::extract::State;
 use axum::http::{HeaderValue, Method};
 use axum::routing::any;
 use ratekeeper_axum::cors::EXPOSED_HEADERS;
-use ratekeeper_axum::{Algorithm, Policy, Quota, RateLimitLayer};
+use ratekeeper_axum::{RateLimitLayer, core::Algorithm, core::Policy, core::Quota};
 use ratekeeper_tests::TestServer;
 use tower_http::cors::CorsLayer;
 

@@ -7,10 +7,11 @@ use std::num::NonZeroU32;
 
 use axum::Router;
 use axum::routing::get;
+use ratekeeper_axum::RateLimitLayer;
 use ratekeeper_axum::core::clock::ManualClock;
 use ratekeeper_axum::core::store::MemoryStore;
+use ratekeeper_axum::core::{Key, Policy, Quota};
 use ratekeeper_axum::key::{HeaderKey, PeerIp};
-use ratekeeper_axum::{Key, Policy, Quota, RateLimitLayer};
 use ratekeeper_tests::TestServer;
 
 /// A server limiting `GET /` to `limit` requests a minute per `Authorization` credential,

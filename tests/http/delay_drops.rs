@@ -23,10 +23,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
+use ratekeeper_axum::core::clock::TokioClock;
 use ratekeeper_axum::core::store::redis::RedisStore;
 use ratekeeper_axum::core::store::{MemoryStore, Store};
-use ratekeeper_axum::rate_limit::{Mode, TokioClock};
-use ratekeeper_axum::{GlobalKey, Key, Policy, Quota, RateLimitLayer};
+use ratekeeper_axum::rate_limit::Mode;
+use ratekeeper_axum::{RateLimitLayer, core::Key, core::Policy, core::Quota, key::GlobalKey};
 use ratekeeper_tests::redis::{DECISION_DEADLINE, RedisServer};
 use ratekeeper_tests::turns::Booked;
 use tokio::time::Instant;

@@ -13,7 +13,7 @@ use ratekeeper_axum::config::LayerConfig;
 use ratekeeper_axum::core::clock::ManualClock;
 use ratekeeper_axum::core::store::MemoryStore;
 use ratekeeper_axum::key::{ForwardedIp, HeaderKey};
-use ratekeeper_axum::{Policy, Quota, RateLimitLayer};
+use ratekeeper_axum::{RateLimitLayer, core::Policy, core::Quota};
 use ratekeeper_tests::{TestServer, ok_app};
 
 /// Two requests per minute, the try-out's quota.

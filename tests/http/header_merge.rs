@@ -21,7 +21,8 @@ use ratekeeper_axum::core::store::{
 use ratekeeper_axum::rate_limit::Mode;
 use ratekeeper_axum::report::{HeaderStyle, Limited, ProblemJson, ResetFormat};
 use ratekeeper_axum::{
-    Algorithm, GlobalKey, Key, Policy, Quota, RateLimitInfo, RateLimitLayer, RequestParts,
+    RateLimitLayer, RequestParts, core::Algorithm, core::Key, core::Policy, core::Quota,
+    extract::RateLimitInfo, key::GlobalKey,
 };
 use tower::ServiceExt;
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use ratekeeper_axum::core::clock::ManualClock;
 use ratekeeper_axum::core::store::MemoryStore;
 use ratekeeper_axum::report::{HeaderStyle, PartitionKey, ResetFormat};
-use ratekeeper_axum::{Policy, Quota, RateLimitLayer};
+use ratekeeper_axum::{RateLimitLayer, core::Policy, core::Quota};
 use ratekeeper_tests::{TestServer, ok_app};
 
 const PROBLEM_BURST: &str = "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\

@@ -30,7 +30,8 @@ use ratekeeper_axum::key::{ForwardedIp, HeaderKey, PeerAddr, Source, UserKey};
 use ratekeeper_axum::policy::{Settle, resolve_fn};
 use ratekeeper_axum::route::RouteTable;
 use ratekeeper_axum::{
-    Algorithm, Key, KeyError, KeyExtractor, PeerIp, Policy, Quota, RateLimitLayer,
+    RateLimitLayer, core::Algorithm, core::Key, core::Policy, core::Quota, key::KeyError,
+    key::KeyExtractor, key::PeerIp,
 };
 use ratekeeper_tests::{TestServer, ok_app, spawn_service};
 use tower::{Layer, ServiceExt};

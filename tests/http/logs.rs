@@ -22,7 +22,7 @@ use ratekeeper_axum::core::store::FailurePolicy;
 use ratekeeper_axum::core::store::redis::RedisStore;
 use ratekeeper_axum::key::{ForwardedIp, PeerAddr};
 use ratekeeper_axum::route::RouteTable;
-use ratekeeper_axum::{BuildError, GlobalKey, Policy, Quota, RateLimitLayer};
+use ratekeeper_axum::{BuildError, RateLimitLayer, core::Policy, core::Quota, key::GlobalKey};
 use ratekeeper_tests::redis::{DECISION_DEADLINE, RedisServer};
 use tower::{Layer, Service, ServiceExt, service_fn};
 use tracing_subscriber::fmt::MakeWriter;
@@ -494,8 +494,8 @@ fn a_bad_redis_url_is_a_one_line_configuration_error() {
 /// call succeeds again.
 #[test]
 fn a_shared_slots_outage_logs_once_not_per_request() {
-    use ratekeeper_axum::GlobalKey;
     use ratekeeper_axum::concurrency::ConcurrencyLimitLayer;
+    use ratekeeper_axum::key::GlobalKey;
 
     let rt = runtime();
     let mut server = RedisServer::start();

@@ -14,8 +14,9 @@ use http::{Request, Response, StatusCode};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use ratekeeper_axum::core::store::redis::RedisStore;
 use ratekeeper_axum::core::store::{MemoryStore, Store};
-use ratekeeper_axum::rate_limit::{DECISIONS_TOTAL, Mode};
-use ratekeeper_axum::{GlobalKey, Key, Policy, Quota, RateLimitLayer};
+use ratekeeper_axum::metrics::DECISIONS_TOTAL;
+use ratekeeper_axum::rate_limit::Mode;
+use ratekeeper_axum::{RateLimitLayer, core::Key, core::Policy, core::Quota, key::GlobalKey};
 use ratekeeper_tests::redis::{DECISION_DEADLINE, RedisServer};
 use tower::{Service, ServiceExt, service_fn};
 

@@ -10,9 +10,11 @@ use bytes::Bytes;
 use http::{Response, StatusCode};
 use ratekeeper_axum::core::clock::ManualClock;
 use ratekeeper_axum::core::store::MemoryStore;
+use ratekeeper_axum::core::{Key, Policy, Quota};
+use ratekeeper_axum::key::KeyExtractor;
 use ratekeeper_axum::key::{HeaderKey, PeerIp};
 use ratekeeper_axum::report::{Limited, Rejection, Unkeyed};
-use ratekeeper_axum::{Key, KeyExtractor, Policy, Quota, RateLimitBuilder, RateLimitLayer};
+use ratekeeper_axum::{RateLimitBuilder, RateLimitLayer};
 use ratekeeper_tests::TestServer;
 
 fn limit<K: KeyExtractor>(key: K) -> RateLimitBuilder<K> {

@@ -18,10 +18,13 @@ use bytes::Bytes;
 use http_body::Frame;
 use ratekeeper_axum::concurrency::ConcurrencyLimitLayer;
 use ratekeeper_axum::core::clock::ManualClock;
+use ratekeeper_axum::core::clock::TokioClock;
 use ratekeeper_axum::core::store::MemoryStore;
-use ratekeeper_axum::rate_limit::{Mode, TokioClock};
+use ratekeeper_axum::rate_limit::Mode;
 use ratekeeper_axum::report::HeaderStyle;
-use ratekeeper_axum::{GlobalKey, Policy, Quota, RateLimitInfo, RateLimitLayer};
+use ratekeeper_axum::{
+    RateLimitLayer, core::Policy, core::Quota, extract::RateLimitInfo, key::GlobalKey,
+};
 use ratekeeper_tests::{TestServer, ok_app};
 use tokio::sync::mpsc;
 use tokio::time::Instant;

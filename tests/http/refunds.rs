@@ -16,7 +16,7 @@ use axum::Router;
 use axum::http::StatusCode;
 use axum::routing::get;
 use ratekeeper_axum::policy::Settle;
-use ratekeeper_axum::{Algorithm, Policy, Quota, RateLimitLayer};
+use ratekeeper_axum::{RateLimitLayer, core::Algorithm, core::Policy, core::Quota};
 use ratekeeper_core::clock::ManualClock;
 use ratekeeper_core::store::MemoryStore;
 use ratekeeper_tests::TestServer;

@@ -20,7 +20,9 @@ use bytes::Bytes;
 use ratekeeper_axum::core::clock::ManualClock;
 use ratekeeper_axum::core::store::MemoryStore;
 use ratekeeper_axum::report::Limited;
-use ratekeeper_axum::{Algorithm, GlobalKey, Key, Policy, Quota, RateLimitLayer};
+use ratekeeper_axum::{
+    RateLimitLayer, core::Algorithm, core::Key, core::Policy, core::Quota, key::GlobalKey,
+};
 use ratekeeper_tests::TestServer;
 use tower::buffer::BufferLayer;
 use tower::{BoxError, ServiceBuilder, ServiceExt};

@@ -23,7 +23,8 @@ use ratekeeper_axum::core::clock::ManualClock;
 use ratekeeper_axum::core::store::MemoryStore;
 use ratekeeper_axum::key::{ForwardedIp, PeerAddr, Source};
 use ratekeeper_axum::{
-    Algorithm, GlobalKey, Key, KeyError, KeyExtractor, Policy, Quota, RateLimitLayer,
+    RateLimitLayer, core::Algorithm, core::Key, core::Policy, core::Quota, key::GlobalKey,
+    key::KeyError, key::KeyExtractor,
 };
 use ratekeeper_tests::{TestServer, ok_app};
 use tower::ServiceExt;

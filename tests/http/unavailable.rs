@@ -13,7 +13,7 @@ use ratekeeper_axum::client::PoliteLayer;
 use ratekeeper_axum::core::store::{
     Charge, Checked, Decisions, FailurePolicy, PolicyId, Refund, Store, StoreError,
 };
-use ratekeeper_axum::{GlobalKey, Key, Policy, Quota, RateLimitLayer};
+use ratekeeper_axum::{RateLimitLayer, core::Key, core::Policy, core::Quota, key::GlobalKey};
 use ratekeeper_tests::{TestServer, ok_app};
 use tokio::time::Instant;
 use tower::{Layer, ServiceBuilder, ServiceExt};

@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use proptest::prelude::*;
-use ratekeeper_axum::Key;
+use ratekeeper_axum::core::Key;
 use ratekeeper_axum::core::clock::ManualClock;
 use ratekeeper_axum::core::store::MemoryStore;
 use ratekeeper_tests::streams::{Outcome, Scenario, Stream, check, run, scenario};

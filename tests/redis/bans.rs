@@ -12,7 +12,7 @@ use ratekeeper_axum::core::clock::ManualClock;
 use ratekeeper_axum::core::store::redis::{OwnedCharge, RedisStore, RedisStoreBuilder};
 use ratekeeper_axum::core::store::tiered::TieredStore;
 use ratekeeper_axum::core::store::{Charge, Checked, Decisions, MemoryStore, PolicyId, Store};
-use ratekeeper_axum::{Algorithm, Ban, Key, Policy, Quota};
+use ratekeeper_axum::{core::Algorithm, core::Ban, core::Key, core::Policy, core::Quota};
 use ratekeeper_tests::redis::{DECISION_DEADLINE, RedisCluster, RedisServer};
 
 const MS: u64 = 1_000_000;

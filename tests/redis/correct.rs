@@ -12,7 +12,7 @@ use ratekeeper_axum::core::store::tiered::TieredStore;
 use ratekeeper_axum::core::store::{
     Charge, Checked, Correction, Decisions, MemoryStore, PolicyId, Receipt, Store,
 };
-use ratekeeper_axum::{Algorithm, Key, Policy, Quota};
+use ratekeeper_axum::{core::Algorithm, core::Key, core::Policy, core::Quota};
 use ratekeeper_tests::redis::{DECISION_DEADLINE, RedisCluster, RedisServer};
 
 const MS: u64 = 1_000_000;

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use ratekeeper_axum::core::store::redis::RedisStore;
 use ratekeeper_axum::core::store::{FailurePolicy, Store};
-use ratekeeper_axum::{Key, Policy, Quota};
+use ratekeeper_axum::core::{Key, Policy, Quota};
 use tokio::time::Instant;
 
 /// The decision deadline under test.

@@ -15,7 +15,7 @@ use ratekeeper_axum::core::Ban;
 use ratekeeper_axum::core::clock::ManualClock;
 use ratekeeper_axum::core::store::Store;
 use ratekeeper_axum::core::store::redis::RedisStore;
-use ratekeeper_axum::{Algorithm, Key, Policy, Quota};
+use ratekeeper_axum::{core::Algorithm, core::Key, core::Policy, core::Quota};
 use ratekeeper_tests::redis::{DECISION_DEADLINE, RedisServer};
 
 const MS: u64 = 1_000_000;

@@ -28,7 +28,9 @@ use http::Request;
 use ratekeeper_axum::StoreDegraded;
 use ratekeeper_axum::core::store::FailurePolicy;
 use ratekeeper_axum::core::store::redis::{RedisStore, RedisStoreBuilder};
-use ratekeeper_axum::{Key, KeyError, Policy, Quota, RateLimitLayer, RequestParts};
+use ratekeeper_axum::{
+    RateLimitLayer, RequestParts, core::Key, core::Policy, core::Quota, key::KeyError,
+};
 use ratekeeper_tests::redis::{DECISION_DEADLINE, RedisCluster, RedisServer};
 
 /// The decision deadline of every test here.
@@ -334,7 +336,7 @@ async fn redis_down_or_slow_falls_back_to_the_local_limiter() {
         "api",
         Quota::new(2, Duration::from_secs(60)).expect("quota"),
     )
-    .with_algorithm(ratekeeper_axum::Algorithm::FixedWindow);
+    .with_algorithm(ratekeeper_axum::core::Algorithm::FixedWindow);
     let answers = redis_down_or_slow(FailurePolicy::Local, Some(local)).await;
     assert_eq!((answers[0].status, answers[0].remaining), (200, Some(1)));
     assert_eq!((answers[1].status, answers[1].remaining), (200, Some(0)));

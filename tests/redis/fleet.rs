@@ -16,7 +16,7 @@ use axum::Router;
 use axum::routing::get;
 use ratekeeper_axum::core::store::redis::RedisStore;
 use ratekeeper_axum::core::store::{FailurePolicy, Store};
-use ratekeeper_axum::{GlobalKey, Policy, Quota, RateLimitLayer};
+use ratekeeper_axum::{RateLimitLayer, core::Policy, core::Quota, key::GlobalKey};
 use ratekeeper_tests::fleet::{Fault, Outcome, Scenario, run};
 use ratekeeper_tests::redis::{RedisCluster, RedisServer};
 use ratekeeper_tests::spawn;
@@ -218,7 +218,7 @@ async fn a_restarted_redis_decides_again_long_before_the_breaker_period_ends() {
             Quota::per_second(NonZeroU32::new(1_000).expect("n")),
         ))
         .expect("policy");
-    let charge = [(api, ratekeeper_axum::Key::from("client"), 1)];
+    let charge = [(api, ratekeeper_axum::core::Key::from("client"), 1)];
     assert!(
         store
             .check_async(&charge)
@@ -327,7 +327,7 @@ fn the_first_degraded_decision_warns_at_once() {
                 Quota::per_second(NonZeroU32::new(1_000).expect("n")),
             ))
             .expect("policy");
-        let charge = [(api, ratekeeper_axum::Key::from("client"), 1)];
+        let charge = [(api, ratekeeper_axum::core::Key::from("client"), 1)];
         // Other tests' threads (no subscriber) may have registered the WARN's callsite while
         // this thread's subscriber was being set up, leaving it cached as uninteresting:
         // recompute every callsite's interest with this subscriber in place.
@@ -395,7 +395,7 @@ async fn fail_soft_keeps_its_share_while_a_cluster_slot_is_down() {
             Quota::per_second(NonZeroU32::new(RATE).expect("rate")),
         ))
         .expect("policy");
-    let key = ratekeeper_axum::Key::from("slot-down");
+    let key = ratekeeper_axum::core::Key::from("slot-down");
     let charge = [(api, key, 1)];
     assert!(
         store
@@ -415,7 +415,7 @@ async fn fail_soft_keeps_its_share_while_a_cluster_slot_is_down() {
         kill_slot(&mut cluster, "{s:slot-down}");
         other
     });
-    let up = [(api, ratekeeper_axum::Key::from(other.as_str()), 1)];
+    let up = [(api, ratekeeper_axum::core::Key::from(other.as_str()), 1)];
 
     // Two seconds of checks, one every 5 ms, each on its own task as in a server (a check
     // that goes to Redis may take up to the deadline): the share's units are all taken as

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use ratekeeper_axum::core::store::redis::RedisStore;
 use ratekeeper_axum::core::store::tiered::TieredStore;
 use ratekeeper_axum::core::store::{Charge, Checked, Decisions, PolicyId, Store};
-use ratekeeper_axum::{Ban, Key, Policy, Quota};
+use ratekeeper_axum::core::{Ban, Key, Policy, Quota};
 use ratekeeper_tests::redis::{DECISION_DEADLINE, RedisCluster, RedisServer};
 
 /// How soon after a reset returns the next request to the other instance is admitted.

@@ -24,7 +24,7 @@ use ratekeeper_axum::core::store::redis::RedisStore;
 use ratekeeper_axum::core::store::{
     Charge, Checked, Decisions, MemoryStore, PolicyId, Receipt, Refund, Store,
 };
-use ratekeeper_axum::{Algorithm, Decision, Key, Policy, Quota};
+use ratekeeper_axum::core::{Algorithm, Decision, Key, Policy, Quota};
 use ratekeeper_tests::redis::RedisServer;
 
 const MS: u64 = 1_000_000;

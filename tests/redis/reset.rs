@@ -15,7 +15,7 @@ use ratekeeper_axum::core::store::tiered::TieredStore;
 use ratekeeper_axum::core::store::{
     Charge, Checked, Correction, Decisions, PolicyId, Receipt, Refund, Store,
 };
-use ratekeeper_axum::{Algorithm, Decision, Key, Policy, Quota};
+use ratekeeper_axum::{core::Algorithm, core::Decision, core::Key, core::Policy, core::Quota};
 use ratekeeper_tests::redis::{DECISION_DEADLINE, RedisCluster, RedisServer};
 
 /// Injected time: 2026-01-01 in ns (any instant works; the state only sees differences).

@@ -8,7 +8,7 @@ use ratekeeper_axum::core::store::redis::{OwnedCharge, RedisStore, RedisStoreBui
 use ratekeeper_axum::core::store::{
     Charge, Decisions, MemoryStore, PolicyId, Receipt, Refund, Store,
 };
-use ratekeeper_axum::{Algorithm, Key, Policy, Quota};
+use ratekeeper_axum::{core::Algorithm, core::Key, core::Policy, core::Quota};
 use ratekeeper_tests::redis::{DECISION_DEADLINE, RedisCluster, RedisServer};
 
 const MS: u64 = 1_000_000;
@@ -565,7 +565,7 @@ async fn delay_mode_on_redis_books_turns_and_rejects_beyond_max_wait_at_once() {
 
     use http::{Request, Response, StatusCode};
     use ratekeeper_axum::rate_limit::Mode;
-    use ratekeeper_axum::{GlobalKey, RateLimitLayer};
+    use ratekeeper_axum::{RateLimitLayer, key::GlobalKey};
     use ratekeeper_tests::turns::Booked;
     use tower::{Service, ServiceExt, service_fn};
 

@@ -6,9 +6,11 @@ use std::num::NonZeroU32;
 
 use axum::Router;
 use axum::routing::get;
+use ratekeeper_axum::RateLimitLayer;
 use ratekeeper_axum::core::store::redis::RedisStore;
 use ratekeeper_axum::core::store::{Charge, Checked, Store};
-use ratekeeper_axum::{GlobalKey, Key, Policy, Quota, RateLimitLayer};
+use ratekeeper_axum::core::{Key, Policy, Quota};
+use ratekeeper_axum::key::GlobalKey;
 use ratekeeper_tests::TestServer;
 use ratekeeper_tests::redis::{DECISION_DEADLINE, RedisServer};
 

@@ -14,7 +14,10 @@ use ratekeeper_axum::core::store::redis::{OwnedCharge, RedisStore, RedisStoreBui
 use ratekeeper_axum::core::store::{
     Charge, Decisions, MemoryStore, PolicyId, Receipt, Refund, Store,
 };
-use ratekeeper_axum::{Algorithm, Key, KeyError, Policy, Quota, RateLimitLayer, RequestParts};
+use ratekeeper_axum::{
+    RateLimitLayer, RequestParts, core::Algorithm, core::Key, core::Policy, core::Quota,
+    key::KeyError,
+};
 use ratekeeper_tests::redis::{DECISION_DEADLINE, RedisCluster, RedisServer};
 use ratekeeper_tests::{TestServer, ok_app, spawn};
 

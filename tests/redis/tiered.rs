@@ -14,7 +14,7 @@ use ratekeeper_axum::core::store::tiered::{TieredConfigError, TieredStore};
 use ratekeeper_axum::core::store::{
     Charge, Checked, Decisions, FailurePolicy, PolicyId, Refund, Store, StoreError,
 };
-use ratekeeper_axum::{Algorithm, Key, Policy, Quota};
+use ratekeeper_axum::{core::Algorithm, core::Key, core::Policy, core::Quota};
 use ratekeeper_tests::TestServer;
 use ratekeeper_tests::redis::{DECISION_DEADLINE, RedisServer};
 

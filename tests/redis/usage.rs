@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use proptest::prelude::*;
-use ratekeeper_axum::Key;
+use ratekeeper_axum::core::Key;
 use ratekeeper_axum::core::clock::ManualClock;
 use ratekeeper_axum::core::store::redis::RedisStore;
 use ratekeeper_tests::redis::{DECISION_DEADLINE, RedisServer};

@@ -19,10 +19,12 @@ use axum::body::Bytes;
 use axum::http::{Request, Response, StatusCode};
 use http_body::{Body, Frame};
 use proptest::prelude::*;
+use ratekeeper_axum::body::ResponseBody;
 use ratekeeper_axum::core::store::{Charge, Checked, Store};
-use ratekeeper_axum::tower::body::ResponseBody;
 use ratekeeper_axum::usage::{BodyEvent, Usage};
-use ratekeeper_axum::{Key, KeyError, Policy, Quota, RateLimitLayer, RequestParts};
+use ratekeeper_axum::{
+    RateLimitLayer, RequestParts, core::Key, core::Policy, core::Quota, key::KeyError,
+};
 use tower::{Layer, Service};
 
 /// One streamed response: the units it reserves, the units of each body frame it sends,

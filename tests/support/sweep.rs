@@ -36,7 +36,7 @@ use axum::http::{HeaderMap, HeaderValue, Request, Response, StatusCode};
 use ratekeeper_axum::key::{ForwardedIp, HeaderKey, KeyExtractor, PeerAddr, Source};
 use ratekeeper_axum::rate_limit::Mode;
 use ratekeeper_axum::report::{HeaderStyle, ResetFormat};
-use ratekeeper_axum::{Algorithm, Policy, Quota, RateLimitLayer, RequestParts};
+use ratekeeper_axum::{RateLimitLayer, RequestParts, core::Algorithm, core::Policy, core::Quota};
 use ratekeeper_core::clock::ManualClock;
 use ratekeeper_core::store::MemoryStore;
 use tower::ServiceExt;
@@ -469,7 +469,7 @@ pub fn header_merge(data: &[u8]) {
             Quota::per_minute(NonZeroU32::new(10).unwrap_or(NonZeroU32::MIN)),
         ))
         .store(MemoryStore::with_clock(clock))
-        .key(ratekeeper_axum::GlobalKey)
+        .key(ratekeeper_axum::key::GlobalKey)
         .headers(style)
         .reset_format(reset)
         .build()

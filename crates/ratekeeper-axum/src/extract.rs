@@ -12,7 +12,7 @@
 //! ```
 //! use std::num::NonZeroU32;
 //! use axum::{Router, body::Body, http::Request, routing::get};
-//! use ratekeeper_axum::{GlobalKey, Quota, RateLimitInfo, RateLimitLayer};
+//! use ratekeeper_axum::{key::GlobalKey, core::Quota, extract::RateLimitInfo, RateLimitLayer};
 //! use tower::ServiceExt;
 //!
 //! async fn handler(info: RateLimitInfo) -> String {
@@ -108,7 +108,8 @@ mod tests {
     use tower::ServiceExt;
 
     use super::*;
-    use crate::{GlobalKey, RateLimitLayer};
+    use crate::RateLimitLayer;
+    use crate::key::GlobalKey;
 
     async fn body(app: Router, path: &str) -> (StatusCode, String) {
         let res = app

@@ -14,7 +14,7 @@
 //! use std::net::SocketAddr;
 //! use std::num::NonZeroU32;
 //! use axum::{Router, routing::get};
-//! use ratekeeper_axum::{Quota, RateLimitLayer};
+//! use ratekeeper_axum::{core::Quota, RateLimitLayer};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> std::io::Result<()> {
@@ -33,21 +33,25 @@
 //! info the peer address is unknown: such requests get a `500` and an error log line naming
 //! the fix, never a panic.
 //!
-//! # One dependency
+//! # One dependency, one path per item
 //!
-//! An axum app needs `ratekeeper-axum` and `axum` only: this crate re-exports the whole
-//! layer (the modules [`key`], [`cost`], [`policy`], [`route`], [`report`], [`rate_limit`],
-//! [`fallback`], [`concurrency`], ...) and the core types at its root ([`Quota`], [`Policy`],
-//! [`Algorithm`], [`Key`], [`HeaderStyle`], [`Mode`], ...), with the rest of the core under
-//! [`core`] (stores, clocks). HTTP types come from `axum::http`. Every example on these
-//! pages uses only those paths (and `tower::ServiceExt` to send a request by hand, as axum's
-//! own docs do).
+//! An axum app needs `ratekeeper-axum` and `axum` only. This crate is a facade with one rule:
+//! it re-exports `ratekeeper_tower`'s public items **at the same paths** (the root items
+//! [`RateLimitLayer`], [`RateLimitBuilder`], [`RateLimit`], [`BuildError`],
+//! [`RequestParts`], [`StoreDegraded`], and the modules [`key`], [`cost`], [`policy`],
+//! [`route`], [`report`], [`rate_limit`], [`concurrency`], [`headers`], [`metrics`], ...),
+//! including [`core`], the whole of `ratekeeper_core` (quotas, policies, keys, stores,
+//! clocks: `core::Quota`, `core::store::MemoryStore`), and adds [`extract`] for handlers.
+//! Every item has exactly one path here, the path it has in `ratekeeper_tower`, so an
+//! example written for one crate reads the same with the other. HTTP types come from
+//! `axum::http`. Every example on these pages uses only those paths (and
+//! `tower::ServiceExt` to send a request by hand, as axum's own docs do).
 //!
 //! ```
 //! use std::num::NonZeroU32;
 //! use axum::{Router, routing::get};
 //! use ratekeeper_axum::key::{ForwardedIp, UserKey};
-//! use ratekeeper_axum::{Algorithm, HeaderStyle, Key, Policy, Quota, RateLimitLayer};
+//! use ratekeeper_axum::{core::Algorithm, report::HeaderStyle, core::Key, core::Policy, core::Quota, RateLimitLayer};
 //!
 //! /// What your authentication layer inserts into the request extensions.
 //! #[derive(Clone)]
@@ -77,7 +81,7 @@
 //! use std::num::NonZeroU32;
 //! use axum::{Router, body::Body, http::{Request, StatusCode}, routing::get};
 //! use ratekeeper_axum::report::HeaderStyle;
-//! use ratekeeper_axum::{GlobalKey, Policy, Quota, RateLimitInfo, RateLimitLayer};
+//! use ratekeeper_axum::{key::GlobalKey, core::Policy, core::Quota, extract::RateLimitInfo, RateLimitLayer};
 //! use tower::ServiceExt;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -112,7 +116,7 @@
 //! - [`concurrency::ConcurrencyLimitLayer`]: at most n requests in flight per key, until the
 //!   response body ends; a WebSocket or other upgrade keeps its slot for the whole session
 //!   when its handler calls [`concurrency::UpgradeSlot::keep`].
-//! - [`adaptive::AdaptiveConcurrencyLayer`]: an in-flight limit found from observed latency
+//! - [`ConcurrencyLimitLayer::adaptive`](concurrency::ConcurrencyLimitLayer::adaptive): an in-flight limit found from observed latency
 //!   (gradient controller), with priority partitions that keep their share under overload.
 //!
 //! # One limit for the whole app, at the lowest cost
@@ -128,7 +132,7 @@
 //! use std::net::SocketAddr;
 //! use std::num::NonZeroU32;
 //! use axum::{Router, body::Body, extract::ConnectInfo, http::Request, routing::get};
-//! use ratekeeper_axum::{Quota, RateLimitLayer};
+//! use ratekeeper_axum::{core::Quota, RateLimitLayer};
 //! use tower::{Layer, Service, ServiceExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -196,20 +200,11 @@ struct ReadmeDoctests;
 
 pub mod extract;
 
-pub use extract::{MissingRateLimitInfo, RateLimitInfo};
-pub use ratekeeper_core::{
-    self as core, Algorithm, Ban, Decision, Key, Outcome, Policy, PolicyError, Quota, QuotaError,
-    QuotaParseError,
-};
 /// A layer from a configuration file (feature `serde`; `toml` reads TOML).
 #[cfg(feature = "serde")]
 pub use ratekeeper_tower::config;
-pub use ratekeeper_tower::rate_limit::Mode;
-pub use ratekeeper_tower::report::HeaderStyle;
 pub use ratekeeper_tower::{
-    self as tower, BuildError, GlobalKey, KeyError, KeyExtractor, PeerIp, RateLimit,
-    RateLimitBuilder, RateLimitLayer, RequestParts, StoreDegraded, adaptive, concurrency, cors,
-    cost, degraded, fallback, info, key, policy, rate_limit, report, route, usage,
+    BuildError, RateLimit, RateLimitBuilder, RateLimitLayer, RequestParts, StoreDegraded, adaptive,
+    body, client, concurrency, core, cors, cost, headers, info, key, metrics, policy, rate_limit,
+    report, route, usage,
 };
-// Polite HTTP clients: a layer that waits as servers announce.
-pub use ratekeeper_tower::client;

@@ -45,17 +45,19 @@ use http::header::{
 };
 use http::{Method, Request};
 
+use crate::headers;
+
 /// The response headers a browser script needs to read on a rate-limited API: `Retry-After`,
 /// `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset`, and the IETF
 /// `RateLimit` and `RateLimit-Policy` fields. Pass them to
 /// `CorsLayer::expose_headers`.
 pub static EXPOSED_HEADERS: [HeaderName; 6] = [
     RETRY_AFTER,
-    HeaderName::from_static("x-ratelimit-limit"),
-    HeaderName::from_static("x-ratelimit-remaining"),
-    HeaderName::from_static("x-ratelimit-reset"),
-    HeaderName::from_static("ratelimit"),
-    HeaderName::from_static("ratelimit-policy"),
+    headers::X_RATELIMIT_LIMIT,
+    headers::X_RATELIMIT_REMAINING,
+    headers::X_RATELIMIT_RESET,
+    headers::RATELIMIT,
+    headers::RATELIMIT_POLICY,
 ];
 
 /// Whether `req` looks like a CORS preflight a browser sends (Fetch standard,

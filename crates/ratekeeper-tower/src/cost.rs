@@ -18,7 +18,8 @@
 //!
 //! ```
 //! use axum::http::{Method, Request};
-//! use ratekeeper_tower::cost::{Cost, RequestParts};
+//! use ratekeeper_tower::RequestParts;
+//! use ratekeeper_tower::cost::Cost;
 //!
 //! let expensive_posts = |req: &RequestParts<'_>| if req.method() == Method::POST { 5 } else { 1 };
 //! assert_eq!(expensive_posts.cost(&Request::post("/search").body(()).unwrap()), 5);
@@ -34,7 +35,7 @@
 //! use std::num::NonZeroU32;
 //! use axum::http::Method;
 //! use ratekeeper_core::{Policy, Quota};
-//! use ratekeeper_tower::{GlobalKey, RateLimitLayer, RequestParts};
+//! use ratekeeper_tower::{key::GlobalKey, RateLimitLayer, RequestParts};
 //!
 //! let layer = RateLimitLayer::builder()
 //!     .policy(Policy::new("api", Quota::per_minute(NonZeroU32::new(100).unwrap())))
@@ -47,7 +48,7 @@
 
 use http::Request;
 
-pub use crate::request::RequestParts;
+use crate::RequestParts;
 
 /// The units a request consumes.
 ///
@@ -75,7 +76,7 @@ pub trait Cost: Send + Sync + 'static {
     /// use axum::http::Request;
     /// use ratekeeper_tower::cost::Cost;
     /// use ratekeeper_core::{Policy, Quota};
-    /// use ratekeeper_tower::{BuildError, GlobalKey, RateLimitLayer};
+    /// use ratekeeper_tower::{BuildError, key::GlobalKey, RateLimitLayer};
     ///
     /// /// Every upload costs 20 units.
     /// struct Upload;

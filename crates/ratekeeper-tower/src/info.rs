@@ -5,7 +5,7 @@
 //! budget is left or serve a cheaper answer near the limit. Requests let through over the
 //! limit (shadow-mode overruns, degraded fallbacks) always carry it; allowed requests carry
 //! it when the layer was built with
-//! [`request_info(true)`](crate::rate_limit::RateLimitBuilder::request_info) (off by default: it
+//! [`request_info(true)`](crate::RateLimitBuilder::request_info) (off by default: it
 //! costs an allocation per request that most apps never read). axum users read it with the
 //! `RateLimitInfo` extractor of `ratekeeper-axum`.
 //!
@@ -17,7 +17,7 @@
 //! use axum::http::{Request, Response};
 //! use ratekeeper_core::Quota;
 //! use ratekeeper_tower::info::Info;
-//! use ratekeeper_tower::{GlobalKey, RateLimitLayer};
+//! use ratekeeper_tower::{key::GlobalKey, RateLimitLayer};
 //! use tower::{ServiceBuilder, ServiceExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")]

@@ -16,9 +16,11 @@
 //! See [`rate_limit`] for a complete example (and its modes and fallback), [`key`] for who is
 //! limited, [`cost`] for what a request costs, [`policy`] for choosing policies per request
 //! (tiers, per-policy keys, exemptions, refunds after the response), [`route`] for per-route
-//! costs and limits keyed by route template, [`cors`] for preflights, [`fallback`] for
-//! answering limited requests with another service, [`degraded`] for the markers on requests
-//! the store could not decide, [`RequestParts`] for the request view closure strategies get,
+//! costs and limits keyed by route template, [`cors`] for preflights,
+//! [`RateLimitLayer::with_fallback`] for answering limited requests with another service,
+//! [`StoreDegraded`] for the marker on requests the store could not decide,
+//! [`RequestParts`] for the request view closure strategies get, [`headers`] and [`metrics`]
+//! for every field and metric name the crate uses,
 //! [`report`] for the headers and 429 bodies clients see, [`info`] for reading the decision in a handler and
 //! [`usage`] for charges settled from the response (tokens a model generated, read from a
 //! header, a trailer or the streamed body), [`concurrency`] for the keyed concurrency limit, [`adaptive`] for a concurrency limit
@@ -31,6 +33,10 @@
 //! modules at the same paths (`ratekeeper_tower::key::UserKey` is also reachable there as
 //! `key::UserKey`) and adds an extractor for handlers.
 //!
+//! Each public item has one path: the root holds [`RateLimitLayer`], [`RateLimitBuilder`],
+//! [`RateLimit`], [`BuildError`], [`RequestParts`] and [`StoreDegraded`] (and [`core`], the
+//! `ratekeeper_core` crate); every other item lives in its module only.
+//!
 //! Design note: headers and problem+json bodies are rendered here rather than in
 //! `ratekeeper-axum`, because they are plain `http` and hyper and tonic users need them too;
 //! `ratekeeper-axum` re-exports this crate and adds axum-only pieces.
@@ -41,7 +47,7 @@
 //!
 //! | feature | adds |
 //! |---|---|
-//! | `axum` | [`PeerIp`] also reads axum's `ConnectInfo<SocketAddr>`; [`route`] reads axum's `MatchedPath` |
+//! | `axum` | [`PeerIp`](key::PeerIp) also reads axum's `ConnectInfo<SocketAddr>`; [`route`] reads axum's `MatchedPath` |
 //! | `serde` | `config`: a layer's settings (policies, key, routes and costs, tiers, exemptions, headers, mode) as `serde` types |
 //! | `toml` | `config::LayerConfig::from_toml`: those settings from a TOML document, errors with file, line, column and field (turns on `serde`) |
 
@@ -65,23 +71,24 @@ pub mod concurrency;
 pub mod config;
 pub mod cors;
 pub mod cost;
-pub mod degraded;
+mod degraded;
 mod error;
-pub mod fallback;
-mod held;
+pub mod headers;
 pub mod info;
 pub mod key;
+pub mod metrics;
 pub mod policy;
 pub mod rate_limit;
 pub mod report;
-pub mod request;
+mod request;
 pub mod route;
 mod type_name;
 pub mod usage;
 
 pub use degraded::StoreDegraded;
 pub use error::BuildError;
-pub use key::{GlobalKey, KeyError, KeyExtractor, PeerIp};
-pub use rate_limit::{RateLimit, RateLimitBuilder, RateLimitLayer};
+pub use rate_limit::builder::RateLimitBuilder;
+pub use rate_limit::layer::RateLimitLayer;
+pub use rate_limit::service::RateLimit;
 pub use ratekeeper_core as core;
 pub use request::RequestParts;

@@ -14,7 +14,7 @@ use ratekeeper_core::store::{
 };
 use ratekeeper_core::{Key, Policy, Quota};
 use ratekeeper_tower::report::TEMPORARY_REDUCED_CAPACITY_TYPE;
-use ratekeeper_tower::{GlobalKey, RateLimitLayer, StoreDegraded};
+use ratekeeper_tower::{RateLimitLayer, StoreDegraded, key::GlobalKey};
 use tower::{ServiceBuilder, ServiceExt};
 
 fn failed(action: FailurePolicy) -> Result<Decisions, StoreError> {

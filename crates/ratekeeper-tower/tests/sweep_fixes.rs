@@ -8,14 +8,15 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
+use ratekeeper_core::clock::TokioClock;
 use ratekeeper_core::store::MemoryStore;
 use ratekeeper_core::{Key, Policy, Quota};
 use ratekeeper_tower::info::Info;
 use ratekeeper_tower::key::{ForwardedIp, KeyExtractor, PeerAddr, Source};
 use ratekeeper_tower::policy::resolve_fn;
-use ratekeeper_tower::rate_limit::{Mode, TokioClock};
+use ratekeeper_tower::rate_limit::Mode;
 use ratekeeper_tower::route::{RouteTable, RouteTemplate};
-use ratekeeper_tower::{GlobalKey, RateLimitLayer};
+use ratekeeper_tower::{RateLimitLayer, key::GlobalKey};
 use tower::{ServiceBuilder, ServiceExt};
 
 fn per_minute(n: u32) -> Quota {

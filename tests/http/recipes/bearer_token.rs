@@ -2,7 +2,7 @@ use std::num::NonZeroU32;
 
 use axum::Router;
 use ratekeeper_axum::key::{HeaderKey, PeerIp};
-use ratekeeper_axum::{BuildError, Policy, Quota, RateLimitLayer};
+use ratekeeper_axum::{BuildError, RateLimitLayer, core::Policy, core::Quota};
 
 /// Limits `app` to 100 requests per minute per API token: the `Authorization` header's
 /// credential (`Bearer <token>`, a JWT of any length; the scheme in any case and extra spaces

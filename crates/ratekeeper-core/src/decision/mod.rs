@@ -6,10 +6,11 @@
 //! "Denied now" ([`Outcome::Denied`]) and "can never fit" ([`Outcome::CannotFit`], cost larger
 //! than the burst) are different outcomes: the second has no retry time.
 //!
-//! A store answers a list of charges with [`Decisions`] (one [`Decision`] per charge, in
-//! charge order), each allowed charge with the [`Receipt`] of what it took, so that a refund
-//! gives back only that. The algorithms produce these values; the stores pass them on
-//! (`ratekeeper_core::store` re-exports [`Decisions`] and [`Receipt`]).
+//! A store answers a list of charges with [`Decisions`](crate::store::Decisions) (one
+//! [`Decision`] per charge, in charge order), each allowed charge with the
+//! [`Receipt`] of what it took, so that a refund gives back only that.
+//! The algorithms produce these values; the stores pass them on (both are in
+//! `ratekeeper_core::store`).
 //!
 //! # Example
 //!
@@ -31,11 +32,10 @@
 //! assert_eq!(never.retry_after(), None);
 //! ```
 
-mod decisions;
-mod receipt;
+pub(crate) mod decisions;
+pub(crate) mod receipt;
 
-pub use decisions::Decisions;
-pub use receipt::Receipt;
+pub(crate) use receipt::Receipt;
 
 use std::fmt;
 use std::time::Duration;

@@ -33,7 +33,8 @@ pub mod slots;
 #[cfg(feature = "redis")]
 pub mod tiered;
 
-pub use crate::decision::{Decisions, Receipt};
+pub use crate::decision::decisions::Decisions;
+pub use crate::decision::receipt::Receipt;
 pub use memory::MemoryStore;
 
 use std::future::Future;

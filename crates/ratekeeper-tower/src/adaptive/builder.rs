@@ -1,5 +1,6 @@
-//! [`AdaptiveConcurrencyBuilder`]: the settings, partitions, key and answer of an
-//! [`AdaptiveConcurrencyLayer`], checked when the layer is built.
+//! [`AdaptiveConcurrencyBuilder`]: the settings, partitions, key and answer of an adaptive
+//! concurrency limit, checked when the layer is built (the layer itself is assembled by the
+//! `concurrency` module, which adaptive limits plug into).
 
 use std::fmt;
 use std::hash::{BuildHasher as _, Hash as _, Hasher as _};
@@ -12,15 +13,18 @@ use http::StatusCode;
 use ratekeeper_core::clock::{Clock, MonotonicClock};
 
 use super::controller::ControllerSettings;
-use super::layer::{AdaptiveConcurrencyLayer, Answer, Shared};
 use super::partition::{Classify, Partitions, Unclassified};
+use super::state::{Adaptive, Answer};
 use crate::BuildError;
 use crate::key::{GlobalKey, KeyExtractor};
 
 /// The `Retry-After` of a refusal when none is set: 1 s, the smallest the header can say.
 const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
 
-/// Builds an [`AdaptiveConcurrencyLayer`]; [`build`](Self::build) checks the settings.
+/// Builds an adaptive [`ConcurrencyLimitLayer`](crate::concurrency::ConcurrencyLimitLayer)
+/// (made by
+/// [`ConcurrencyLimitLayer::adaptive`](crate::concurrency::ConcurrencyLimitLayer::adaptive));
+/// [`build`](Self::build) checks the settings.
 pub struct AdaptiveConcurrencyBuilder<K = GlobalKey, C = Unclassified> {
     key: K,
     classify: C,
@@ -35,7 +39,7 @@ pub struct AdaptiveConcurrencyBuilder<K = GlobalKey, C = Unclassified> {
 }
 
 impl AdaptiveConcurrencyBuilder {
-    pub(super) fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             key: GlobalKey,
             classify: Unclassified,
@@ -121,7 +125,7 @@ impl<K, C> AdaptiveConcurrencyBuilder<K, C> {
     }
 
     /// Most keys with a limit of their own (default 1024, at least 1); requests of further
-    /// keys share one overflow limit, counted in [`OVERFLOW_TOTAL`](super::OVERFLOW_TOTAL).
+    /// keys share one overflow limit, counted in [`ADAPTIVE_OVERFLOW_TOTAL`](crate::metrics::ADAPTIVE_OVERFLOW_TOTAL).
     pub fn max_keys(mut self, n: usize) -> Self {
         self.max_keys = n;
         self
@@ -165,15 +169,9 @@ impl<K, C> AdaptiveConcurrencyBuilder<K, C> {
         self
     }
 
-    /// Checks the settings and builds the layer.
-    ///
-    /// # Errors
-    ///
-    /// [`BuildError::Config`] naming the field: a controller setting out of range (see
-    /// [`ControllerSettings::validate`]), a partition share outside `(0, 1]`, shares adding
-    /// up to more than 1, an empty or repeated partition name, `max_keys` of 0, or an empty
-    /// name; or the key extractor's own error ([`KeyExtractor::check`]).
-    pub fn build(self) -> Result<AdaptiveConcurrencyLayer<K, C>, BuildError>
+    /// The settings checked, as [`build`](Self::build) builds the layer from them: its key
+    /// extractor and limit.
+    pub(crate) fn check(self) -> Result<(K, Adaptive<C>), BuildError>
     where
         K: KeyExtractor,
     {
@@ -214,15 +212,15 @@ impl<K, C> AdaptiveConcurrencyBuilder<K, C> {
         Ok(self.finish())
     }
 
-    pub(super) fn finish(self) -> AdaptiveConcurrencyLayer<K, C> {
+    fn finish(self) -> (K, Adaptive<C>) {
         let partitions = Partitions::new(&self.partitions);
         let answer = Answer::new(self.status, self.retry_after, &self.name, &partitions);
         let seed = std::hash::RandomState::new().build_hasher();
         let mut seed = seed;
         self.name.hash(&mut seed);
-        AdaptiveConcurrencyLayer {
-            shared: Arc::new(Shared {
-                key: self.key,
+        (
+            self.key,
+            Adaptive {
                 classify: self.classify,
                 counters: (0..partitions.len()).map(|_| Default::default()).collect(),
                 partitions,
@@ -236,8 +234,8 @@ impl<K, C> AdaptiveConcurrencyBuilder<K, C> {
                 max_keys: self.max_keys,
                 seed: AtomicU64::new(seed.finish()),
                 overflow_counter: OnceLock::new(),
-            }),
-        }
+            },
+        )
     }
 }
 

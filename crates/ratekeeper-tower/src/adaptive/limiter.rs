@@ -178,7 +178,7 @@ impl fmt::Debug for Permit {
     }
 }
 
-/// The state of one key's limit, from [`AdaptiveConcurrencyLayer::snapshot`](super::AdaptiveConcurrencyLayer::snapshot).
+/// The state of one key's limit, from [`ConcurrencyLimitLayer::snapshot`](crate::concurrency::ConcurrencyLimitLayer::snapshot).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Snapshot {

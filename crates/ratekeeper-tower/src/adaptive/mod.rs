@@ -3,9 +3,11 @@
 //!
 //! A fixed concurrency limit protects a service only if the number was chosen well, and
 //! the right number moves with deploys, hardware and downstream health.
-//! [`AdaptiveConcurrencyLayer`] measures instead: it admits requests up to a limit, records
+//! An adaptive [`ConcurrencyLimitLayer`](crate::concurrency::ConcurrencyLimitLayer)
+//! ([`ConcurrencyLimitLayer::adaptive`](crate::concurrency::ConcurrencyLimitLayer::adaptive): the
+//! concurrency layer with an [`Adaptive`] limit) measures instead: it admits requests up to a limit, records
 //! each admitted request's latency (from admission to the inner service's response), and a
-//! [`GradientController`] lowers the limit when latency rises above the minimum latency
+//! [`GradientController`](controller::GradientController) lowers the limit when latency rises above the minimum latency
 //! (`minRTT`, re-measured periodically at a low concurrency) and raises it while latency
 //! stays near it. The algorithm, its sources (Envoy's adaptive concurrency filter and
 //! Netflix concurrency-limits' Gradient2) and its settings are in [`controller`]'s docs.
@@ -13,7 +15,7 @@
 //! A request over the limit is answered at once (never queued): by default
 //! `503 Service Unavailable` with `Retry-After: 1` (whole seconds, rounded up, at least 1),
 //! `Cache-Control: no-store` and an RFC 9457 `application/problem+json` body of type
-//! [`TEMPORARY_REDUCED_CAPACITY_TYPE`]; with
+//! [`TEMPORARY_REDUCED_CAPACITY_TYPE`](crate::report::TEMPORARY_REDUCED_CAPACITY_TYPE); with
 //! [`too_many_requests`](AdaptiveConcurrencyBuilder::too_many_requests), a `429` whose body
 //! has the `quota-exceeded` type and names the layer as the violated policy. A layer that
 //! serves gRPC ([`grpc(true)`](AdaptiveConcurrencyBuilder::grpc)) answers a refused gRPC
@@ -23,7 +25,7 @@
 //! in rate-limit headers: it is the server's own, moving figure, not a client's quota.
 //!
 //! A request stays in flight until its response **body** ends (or fails, or is dropped),
-//! as with [`concurrency`](crate::concurrency); its latency sample is taken when the
+//! as with every [`concurrency`](crate::concurrency) limit; its latency sample is taken when the
 //! response head is ready, so a long download does not read as a slow server. A request
 //! that gets no response head (the inner service returns an error, such as a timeout or a
 //! reset connection, or the response future is dropped, as an outer timeout does) gives
@@ -60,10 +62,15 @@
 //!
 //! # Metrics and logs
 //!
-//! With a `metrics` recorder installed: the gauges [`LIMIT`], [`IN_FLIGHT`],
-//! [`LATENCY_SECONDS`] and [`MIN_LATENCY_SECONDS`] (labels `name`, `key`), the counter
-//! [`REQUESTS_TOTAL`] (labels `name`, `partition`, `outcome` = `admitted` | `shed`) and
-//! [`OVERFLOW_TOTAL`]. Every change of the limit is a `DEBUG` event
+//! With a `metrics` recorder installed: the gauges
+//! [`ADAPTIVE_LIMIT`](crate::metrics::ADAPTIVE_LIMIT),
+//! [`ADAPTIVE_IN_FLIGHT`](crate::metrics::ADAPTIVE_IN_FLIGHT),
+//! [`ADAPTIVE_LATENCY_SECONDS`](crate::metrics::ADAPTIVE_LATENCY_SECONDS) and
+//! [`ADAPTIVE_MIN_LATENCY_SECONDS`](crate::metrics::ADAPTIVE_MIN_LATENCY_SECONDS) (labels
+//! `name`, `key`), the counter
+//! [`ADAPTIVE_REQUESTS_TOTAL`](crate::metrics::ADAPTIVE_REQUESTS_TOTAL) (labels `name`,
+//! `partition`, `outcome` = `admitted` | `shed`) and
+//! [`ADAPTIVE_OVERFLOW_TOTAL`](crate::metrics::ADAPTIVE_OVERFLOW_TOTAL). Every change of the limit is a `DEBUG` event
 //! `adaptive concurrency limit changed` with `name`, `from`, `to`, `latency_ms` and
 //! `min_latency_ms`.
 //!
@@ -74,13 +81,13 @@
 //! use std::time::Duration;
 //! use axum::http::{Request, Response, StatusCode};
 //! use ratekeeper_tower::RequestParts;
-//! use ratekeeper_tower::adaptive::AdaptiveConcurrencyLayer;
+//! use ratekeeper_tower::concurrency::ConcurrencyLimitLayer;
 //! use ratekeeper_core::clock::ManualClock;
 //! use tower::{ServiceBuilder, ServiceExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let layer = AdaptiveConcurrencyLayer::builder()
+//! let layer = ConcurrencyLimitLayer::adaptive()
 //!     .min_limit(2)
 //!     .partition("critical", 0.5)
 //!     .partition("sheddable", 0.5)
@@ -114,23 +121,12 @@
 
 mod builder;
 pub mod controller;
-#[cfg(test)]
-mod failure_tests;
-mod future;
-mod layer;
 mod limiter;
 mod partition;
-mod service;
-#[cfg(test)]
-mod tests;
+mod state;
 
 pub use builder::AdaptiveConcurrencyBuilder;
-pub use controller::{ControllerSettings, GradientController, LimitChange};
-pub use future::{AdaptiveBody, ResponseFuture};
-pub use layer::{
-    AdaptiveConcurrencyLayer, IN_FLIGHT, LATENCY_SECONDS, LIMIT, MIN_LATENCY_SECONDS,
-    OVERFLOW_TOTAL, REQUESTS_TOTAL, TEMPORARY_REDUCED_CAPACITY_TYPE,
-};
+pub(crate) use limiter::Permit;
 pub use limiter::Snapshot;
 pub use partition::{Classify, Unclassified};
-pub use service::AdaptiveConcurrency;
+pub use state::Adaptive;

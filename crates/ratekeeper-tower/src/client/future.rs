@@ -10,8 +10,8 @@ use tokio::sync::futures::OwnedNotified;
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
+use super::deadline::OverDeadline;
 use super::error::{Error, WaitTooLong};
-use super::layer::OverDeadline;
 use super::parse::announced_wait_at;
 use super::state::Shared;
 

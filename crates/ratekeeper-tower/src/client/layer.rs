@@ -3,27 +3,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tower_layer::Layer;
 
+use super::deadline::OverDeadline;
 use super::key::{ClientKey, Origin};
-use super::service::Polite;
 use super::state::Shared;
 
-/// What a request does when the server asked for a longer wait than
-/// [`PoliteLayer::max_wait`] allows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum OverDeadline {
-    /// Fail at once with [`Error::WaitTooLong`](super::Error::WaitTooLong), without sending
-    /// (the default): the caller decides whether to give up, queue the work or tell its user.
-    #[default]
-    Fail,
-    /// Send at once, as if nothing had been announced (the server will most likely refuse
-    /// it again, and its answer renews the wait).
-    SendAnyway,
-}
-
-/// A [`Layer`] that makes an HTTP client wait when the server said nothing is left.
+/// A [`Layer`](tower_layer::Layer) that makes an HTTP client wait when the server said nothing is left.
 ///
 /// Wraps any `Service<http::Request<B>>` that answers `http::Response<_>` and is `Clone`
 /// (hyper's `Client`, a `tower::buffer::Buffer`, a `service_fn`). Clones of the layer, and
@@ -162,13 +147,5 @@ impl<K> fmt::Debug for PoliteLayer<K> {
             .field("max_wait", &self.max_wait)
             .field("over_deadline", &self.over_deadline)
             .finish_non_exhaustive()
-    }
-}
-
-impl<S, K> Layer<S> for PoliteLayer<K> {
-    type Service = Polite<S, K>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        Polite::from_parts(inner, self.clone())
     }
 }

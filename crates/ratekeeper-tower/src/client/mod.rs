@@ -112,6 +112,7 @@
 //! # }
 //! ```
 
+mod deadline;
 mod error;
 mod future;
 mod key;
@@ -126,10 +127,11 @@ use std::time::{Duration, SystemTime};
 
 use http::{HeaderMap, StatusCode};
 
+pub use deadline::OverDeadline;
 pub use error::{Error, WaitTooLong};
 pub use future::ResponseFuture;
 pub use key::{ClientKey, Origin};
-pub use layer::{OverDeadline, PoliteLayer};
+pub use layer::PoliteLayer;
 pub use service::Polite;
 
 /// How long a response asks its client to wait before the next request, read as

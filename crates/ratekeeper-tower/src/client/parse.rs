@@ -25,11 +25,10 @@ const UNIX_MILLIS_FROM: u64 = 1_000_000_000_000;
 /// Numbers at or above this (the year 33 658 as Unix milliseconds) are ignored.
 const IMPLAUSIBLE_FROM: u64 = 1_000_000_000_000_000;
 
-const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
-const X_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
-const X_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
-const LEGACY_REMAINING: HeaderName = HeaderName::from_static("ratelimit-remaining");
-const LEGACY_RESET: HeaderName = HeaderName::from_static("ratelimit-reset");
+use crate::headers::{
+    RATELIMIT, RATELIMIT_REMAINING as LEGACY_REMAINING, RATELIMIT_RESET as LEGACY_RESET,
+    X_RATELIMIT_REMAINING as X_REMAINING, X_RATELIMIT_RESET as X_RESET,
+};
 
 /// How long a response asks its client to wait before the next request, if it says
 /// anything about it; `now` is the wall-clock time used for HTTP-dates and Unix times.

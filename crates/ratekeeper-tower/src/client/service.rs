@@ -3,12 +3,14 @@ use std::task::{Context, Poll};
 
 use http::{Request, Response};
 use tokio::time::Instant;
+use tower_layer::Layer;
 use tower_service::Service;
 
+use super::deadline::OverDeadline;
 use super::error::{Error, WaitTooLong};
 use super::future::ResponseFuture;
 use super::key::{ClientKey, Origin};
-use super::layer::{OverDeadline, PoliteLayer};
+use super::layer::PoliteLayer;
 
 /// A client service that waits, before sending, for the time its server announced; made by
 /// [`PoliteLayer`].
@@ -173,5 +175,13 @@ where
             shared,
             key,
         )
+    }
+}
+
+impl<S, K> Layer<S> for PoliteLayer<K> {
+    type Service = Polite<S, K>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Polite::from_parts(inner, self.clone())
     }
 }

@@ -1,5 +1,13 @@
 //! Keyed concurrency limit: at most `max` requests in flight per key.
 //!
+//! One middleware, [`ConcurrencyLimitLayer`] / [`ConcurrencyLimit`] / [`ResponseFuture`],
+//! whose slots are counted by a [`Limit`]: [`Local`] (this process's memory, the default),
+//! [`Shared`] (a store shared by every instance, [`ConcurrencyLimitLayer::shared`]) or
+//! [`Adaptive`](crate::adaptive::Adaptive) (a limit found from latency,
+//! [`ConcurrencyLimitLayer::adaptive`]). The inner service must be `Clone` (as axum's
+//! `Router` is): with a shared store, the ready service goes with the request while the
+//! store decides, and a clone takes its place.
+//!
 //! [`ConcurrencyLimitLayer`] counts, per key (default: the peer IP), the requests that have
 //! been admitted and whose response **body** has not ended yet: the permit is released when
 //! the body yields its last frame, fails, or is dropped, not when the handler returns, so a
@@ -56,7 +64,7 @@
 //! use std::num::NonZeroU32;
 //! use axum::http::{Request, Response, StatusCode};
 //! use ratekeeper_tower::concurrency::ConcurrencyLimitLayer;
-//! use ratekeeper_tower::GlobalKey;
+//! use ratekeeper_tower::key::GlobalKey;
 //! use tower::{ServiceBuilder, ServiceExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -83,9 +91,8 @@
 //!
 //! [`ConcurrencyLimitLayer::shared`] counts the slots in a store shared by every instance
 //! (the Redis store's `RedisStore::slots()`, with the `redis` feature), so the limit holds
-//! across a fleet: the layer becomes a [`SharedConcurrencyLimitLayer`], which takes a slot
-//! with one round trip before calling the inner service (so the inner service must be
-//! `Clone + Send`, as axum's `Router` is) and holds it until the response body ends. With
+//! across a fleet: the layer's slots become [`Shared`] ones; the layer takes a slot with one
+//! round trip before calling the inner service and holds it until the response body ends. With
 //! Redis, a slot is a lease renewed while its request runs, so the slots of an instance that
 //! dies free themselves within the lease (2.5 s by default, renewed every 0.5 s). Any
 //! [`SharedSlots`] store works:
@@ -98,7 +105,7 @@
 //! use ratekeeper_tower::concurrency::ConcurrencyLimitLayer;
 //! use ratekeeper_core::store::slots::{AcquireFuture, Acquired, SharedSlots, SlotLease};
 //! use ratekeeper_core::Key;
-//! use ratekeeper_tower::GlobalKey;
+//! use ratekeeper_tower::key::GlobalKey;
 //! use tower::{ServiceBuilder, ServiceExt};
 //!
 //! /// Slots in this process (a stand-in for `RedisStore::slots()`).
@@ -141,14 +148,26 @@
 //!
 //! [`SharedSlots`]: ratekeeper_core::store::slots::SharedSlots
 
+mod adaptive;
+mod answer;
+mod counter;
 mod future;
+mod held;
 mod layer;
+mod limit;
+mod local;
+mod permit;
 mod service;
 mod shared;
 mod upgrade;
 
+#[cfg(test)]
+mod tests;
+
 pub use future::{ConcurrencyBody, ResponseFuture};
 pub use layer::ConcurrencyLimitLayer;
+pub use limit::Limit;
+pub use local::Local;
 pub use service::ConcurrencyLimit;
-pub use shared::{SharedConcurrencyLimit, SharedConcurrencyLimitLayer, SharedResponseFuture};
+pub use shared::Shared;
 pub use upgrade::{ConcurrencyPermit, UpgradeSlot};

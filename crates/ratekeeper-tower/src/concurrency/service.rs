@@ -1,65 +1,65 @@
 use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use http::{Request, Response};
-use ratekeeper_core::store::Decisions;
-use ratekeeper_core::{Decision, Outcome};
 use tower_service::Service;
 
-use super::future::ResponseFuture;
-use super::layer::{ConcurrencyLimitLayer, NAME};
-use super::upgrade::Held;
+use super::future::{ConcurrencyBody, ResponseFuture};
+use super::held::HeldFuture;
+use super::limit::{Answer, Limit};
+use super::local::Local;
 use crate::key::{KeyExtractor, PeerIp};
-use crate::report::{Reporter, trailers_only};
+use crate::report::grpc_content_type;
 
 /// The keyed concurrency-limiting service (see the [module docs](super)). Decides in `call`;
 /// `poll_ready` only forwards.
-pub struct ConcurrencyLimit<S, K = PeerIp> {
+///
+/// `L` counts the slots: [`Local`] (this process, the default), [`Shared`](super::Shared)
+/// (a store shared by every instance; the ready inner service goes with the request while
+/// the store decides, a clone takes its place) or [`Adaptive`](crate::adaptive::Adaptive).
+pub struct ConcurrencyLimit<S, K = PeerIp, L = Local> {
     inner: S,
-    layer: ConcurrencyLimitLayer<K>,
+    pub(crate) key: Arc<K>,
+    pub(crate) limit: Arc<L>,
 }
 
-impl<S, K> ConcurrencyLimit<S, K> {
-    pub(crate) fn new(inner: S, layer: ConcurrencyLimitLayer<K>) -> Self {
-        Self { inner, layer }
+impl<S, K, L> ConcurrencyLimit<S, K, L> {
+    pub(crate) fn new(inner: S, key: Arc<K>, limit: Arc<L>) -> Self {
+        Self { inner, key, limit }
     }
 
     define_inner_service_accessors!();
-
-    /// A layer that builds services sharing this service's counter.
-    pub fn layer(&self) -> ConcurrencyLimitLayer<K> {
-        self.layer.clone()
-    }
 }
 
-impl<S: Clone, K> Clone for ConcurrencyLimit<S, K> {
+impl<S: Clone, K, L> Clone for ConcurrencyLimit<S, K, L> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
-            layer: self.layer.clone(),
+            key: Arc::clone(&self.key),
+            limit: Arc::clone(&self.limit),
         }
     }
 }
 
-impl<S: fmt::Debug, K> fmt::Debug for ConcurrencyLimit<S, K> {
+impl<S: fmt::Debug, K, L: fmt::Debug> fmt::Debug for ConcurrencyLimit<S, K, L> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ConcurrencyLimit")
             .field("inner", &self.inner)
-            .field("layer", &self.layer)
-            .finish()
+            .field("limit", &self.limit)
+            .finish_non_exhaustive()
     }
 }
 
-impl<S, K, ReqB, ResB> Service<Request<ReqB>> for ConcurrencyLimit<S, K>
+impl<S, K, L, ReqB, ResB> Service<Request<ReqB>> for ConcurrencyLimit<S, K, L>
 where
-    S: Service<Request<ReqB>, Response = Response<ResB>>,
+    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
     K: KeyExtractor,
+    L: Limit,
 {
-    type Response = Response<super::ConcurrencyBody<ResB>>;
+    type Response = Response<ConcurrencyBody<ResB>>;
     type Error = S::Error;
-    type Future = ResponseFuture<S::Future>;
+    type Future = ResponseFuture<S::Future, S, Request<ReqB>>;
 
     #[inline]
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
@@ -67,60 +67,32 @@ where
     }
 
     fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
-        let key = match self.layer.key.extract(&req) {
+        let key = match self.key.extract(&req) {
             Ok(key) => key,
             Err(err) => {
-                let grpc = self.layer.reporter.grpc_call(req.version(), req.headers());
-                return ResponseFuture::key_error(&err, grpc);
+                let grpc = if self.limit.serves_grpc() {
+                    grpc_content_type(req.version(), req.headers())
+                } else {
+                    None
+                };
+                let describe = self.limit.describe();
+                return ResponseFuture::held(HeldFuture::key_error(&err, grpc, describe));
             }
         };
-        let max = self.layer.counter.max();
-        match self.layer.counter.acquire(&key) {
-            Some((permit, free)) => {
-                let decisions =
-                    Decisions::new([Decision::new(Outcome::Allowed, max, free, Duration::ZERO)]);
-                let held = Held::for_request(permit, &mut req);
-                ResponseFuture::called(
-                    self.inner.call(req),
-                    held,
-                    Arc::clone(&self.layer.reporter),
-                    decisions,
-                )
+        match self.limit.acquire(&key, &mut req).0 {
+            Answer::Admitted(admitted) => {
+                ResponseFuture::held(HeldFuture::called(self.inner.call(req), admitted))
             }
-            None => {
-                let grpc = self.layer.reporter.grpc_call(req.version(), req.headers());
-                let (status, headers, body) = refused(&self.layer.reporter, max, grpc);
-                ResponseFuture::answered(status, headers, body)
+            Answer::Refused(status, headers, body) => {
+                ResponseFuture::held(HeldFuture::answered(status, headers, body))
+            }
+            Answer::Pending(pending) => {
+                // The service that was made ready goes with this request; a clone takes its
+                // place.
+                let clone = self.inner.clone();
+                let inner = std::mem::replace(&mut self.inner, clone);
+                ResponseFuture::acquiring(pending.acquire, inner, req, pending.decide)
             }
         }
     }
-}
-
-/// The answer when all `max` slots of the key are taken: 429 with `Retry-After: 1` (or a
-/// gRPC trailers-only `RESOURCE_EXHAUSTED` when `grpc`, from [`Reporter::grpc_call`], is set).
-pub(crate) fn refused(
-    reporter: &Reporter,
-    max: u32,
-    grpc: Option<http::HeaderValue>,
-) -> (http::StatusCode, http::HeaderMap, bytes::Bytes) {
-    tracing::debug!(max, "concurrency limit reached");
-    let decisions = Decisions::new([Decision::new(
-        Outcome::Denied {
-            retry_after: Duration::from_secs(1),
-        },
-        max,
-        0,
-        Duration::ZERO,
-    )]);
-    let (mut status, mut headers, mut body) = reporter.limited(&decisions, &[0], None, unix_now);
-    if let Some(content_type) = grpc {
-        (status, body) = trailers_only(status, &mut headers, &body, Some(NAME), content_type);
-    }
-    (status, headers, body)
-}
-
-pub(crate) fn unix_now() -> Duration {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
 }

@@ -1,191 +1,113 @@
-//! The keyed concurrency layer over a shared slot store (`ConcurrencyLimitLayer::shared`).
+//! [`Shared`]: the slots of a store shared by every instance
+//! ([`ConcurrencyLimitLayer::shared`](super::ConcurrencyLimitLayer::shared)).
 
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http::{Request, Response};
+use http::{HeaderMap, Request, Version};
 use ratekeeper_core::store::slots::{Acquired, SharedSlots};
-use ratekeeper_core::store::{Decisions, FailurePolicy};
-use ratekeeper_core::{Decision, Outcome};
-use tower_layer::Layer;
-use tower_service::Service;
+use ratekeeper_core::store::{Decisions, FailurePolicy, StoreError};
+use ratekeeper_core::{Decision, Key, Outcome};
 
-use super::ConcurrencyBody;
-use super::future::ResponseFuture;
-use super::layer::Permit;
-use super::service::refused;
-use super::upgrade::Held;
-use crate::key::{KeyExtractor, PeerIp};
+use super::answer::refused;
+use super::limit::{Acquire, Answer, Decide, Decided, Limit, Pending};
+use super::permit::Permit;
 use crate::report::{Reporter, Unavailable, trailers_only};
 
-/// The keyed concurrency layer whose slots live in a shared store (made by
+/// The slots of a [`ConcurrencyLimitLayer`](super::ConcurrencyLimitLayer) counted in a store
+/// shared by every instance (made by
 /// [`ConcurrencyLimitLayer::shared`](super::ConcurrencyLimitLayer::shared)): at most `max`
 /// requests in flight per key across every instance sharing the store.
 ///
-/// Same answers as [`ConcurrencyLimitLayer`](super::ConcurrencyLimitLayer) (headers, 429
-/// with `Retry-After: 1`, gRPC, upgrades, slot held until the response body ends). The
-/// decision takes one round trip to the store, made in the response future before the inner
-/// service is called. When the store cannot decide, its failure policy applies:
-/// [`FailurePolicy::Deny`] answers `503 Service Unavailable` with `Retry-After` (see
-/// [`SharedConcurrencyLimitLayer::unavailable_retry_after`]); every other policy passes the
-/// request without a slot and without rate-limit headers (fail open).
-pub struct SharedConcurrencyLimitLayer<K = PeerIp> {
-    pub(crate) key: Arc<K>,
+/// Same answers as [`Local`](super::Local) (headers, 429 with `Retry-After: 1`, gRPC,
+/// upgrades, slot held until the response body ends). The decision takes one round trip to
+/// the store, made in the response future before the inner service is called. When the store
+/// cannot decide, its failure policy applies: [`FailurePolicy::Deny`] answers
+/// `503 Service Unavailable` with `Retry-After` (see
+/// [`ConcurrencyLimitLayer::unavailable_retry_after`](super::ConcurrencyLimitLayer::unavailable_retry_after));
+/// every other policy passes the request without a slot and without rate-limit headers
+/// (fail open).
+pub struct Shared {
+    pub(crate) state: Arc<State>,
+}
+
+/// What every service of a shared limit reads.
+pub(crate) struct State {
     pub(crate) max: u32,
     pub(crate) slots: Arc<dyn SharedSlots>,
     pub(crate) reporter: Arc<Reporter>,
-    pub(crate) unavailable: Arc<Unavailable>,
+    pub(crate) unavailable: Unavailable,
 }
 
-impl<K> SharedConcurrencyLimitLayer<K> {
-    /// How long a client should wait before it retries after the `503 Service Unavailable`
-    /// answered when the slot store cannot decide and fails closed
-    /// ([`FailurePolicy::Deny`]).
-    ///
-    /// The 503 carries it as `Retry-After` in whole seconds, rounded up and at least 1, with
-    /// `Cache-Control: no-store` and an RFC 9457 `application/problem+json` body of type
-    /// [`TEMPORARY_REDUCED_CAPACITY_TYPE`](crate::report::TEMPORARY_REDUCED_CAPACITY_TYPE)
-    /// whose `detail` names the same seconds; a gRPC call (with
-    /// [`ConcurrencyLimitLayer::grpc`](super::ConcurrencyLimitLayer::grpc)) gets `UNAVAILABLE`
-    /// with the same delay as `retry-after` metadata and a `google.rpc.RetryInfo`. Default
-    /// 1 s: the Redis store's default circuit-breaker open period (500 ms) rounded up; with a
-    /// longer breaker period, set the same duration here.
-    pub fn unavailable_retry_after(mut self, retry_after: Duration) -> Self {
-        self.unavailable = Arc::new(Unavailable::concurrency(retry_after));
-        self
-    }
-}
-
-impl<K> Clone for SharedConcurrencyLimitLayer<K> {
-    fn clone(&self) -> Self {
-        Self {
-            key: Arc::clone(&self.key),
-            max: self.max,
-            slots: Arc::clone(&self.slots),
-            reporter: Arc::clone(&self.reporter),
-            unavailable: Arc::clone(&self.unavailable),
-        }
-    }
-}
-
-impl<K> fmt::Debug for SharedConcurrencyLimitLayer<K> {
+impl fmt::Debug for Shared {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SharedConcurrencyLimitLayer")
-            .field("max", &self.max)
-            .field("style", &self.reporter.style)
+        f.debug_struct("Shared")
+            .field("max", &self.state.max)
+            .field("style", &self.state.reporter.style)
             .finish_non_exhaustive()
     }
 }
 
-impl<S, K> Layer<S> for SharedConcurrencyLimitLayer<K> {
-    type Service = SharedConcurrencyLimit<S, K>;
+impl Limit for Shared {
+    fn acquire<B>(&self, key: &Key, _req: &mut Request<B>) -> Acquire {
+        Acquire(Answer::Pending(Pending {
+            acquire: self.state.slots.acquire(key, self.state.max),
+            decide: Arc::clone(&self.state) as _,
+        }))
+    }
 
-    fn layer(&self, inner: S) -> Self::Service {
-        SharedConcurrencyLimit {
-            inner,
-            layer: self.clone(),
-        }
+    fn serves_grpc(&self) -> bool {
+        self.state.reporter.grpc
+    }
+
+    fn describe(&self) -> &'static str {
+        "concurrency limiter"
     }
 }
 
-/// The service of [`SharedConcurrencyLimitLayer`].
-pub struct SharedConcurrencyLimit<S, K = PeerIp> {
-    inner: S,
-    layer: SharedConcurrencyLimitLayer<K>,
-}
-
-impl<S: Clone, K> Clone for SharedConcurrencyLimit<S, K> {
-    fn clone(&self) -> Self {
-        Self {
-            inner: self.inner.clone(),
-            layer: self.layer.clone(),
-        }
-    }
-}
-
-impl<S: fmt::Debug, K> fmt::Debug for SharedConcurrencyLimit<S, K> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SharedConcurrencyLimit")
-            .field("inner", &self.inner)
-            .field("layer", &self.layer)
-            .finish()
-    }
-}
-
-/// The response future of [`SharedConcurrencyLimit`] (boxed: the store does I/O anyway).
-pub type SharedResponseFuture<B, E> =
-    Pin<Box<dyn Future<Output = Result<Response<ConcurrencyBody<B>>, E>> + Send>>;
-
-impl<S, K, ReqB, ResB> Service<Request<ReqB>> for SharedConcurrencyLimit<S, K>
-where
-    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Send + 'static,
-    ReqB: Send + 'static,
-    ResB: Send + 'static,
-    K: KeyExtractor,
-{
-    type Response = Response<ConcurrencyBody<ResB>>;
-    type Error = S::Error;
-    type Future = SharedResponseFuture<ResB, S::Error>;
-
-    #[inline]
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, mut req: Request<ReqB>) -> Self::Future {
-        let key = match self.layer.key.extract(&req) {
-            Ok(key) => key,
+impl Decide for State {
+    /// What the store's answer means for a request: a slot, a refusal (all slots taken, or
+    /// the store failed closed), or a pass: the store failed open and the request goes on
+    /// without a slot or headers.
+    fn decide(
+        &self,
+        answer: Result<Acquired, StoreError>,
+        version: Version,
+        headers: &HeaderMap,
+    ) -> Decided {
+        let max = self.max;
+        match answer {
+            Ok(Acquired::Held { lease, free }) => Decided::Slot {
+                permit: Permit::Shared(lease),
+                reporter: Arc::clone(&self.reporter),
+                decisions: Decisions::new([Decision::new(
+                    Outcome::Allowed,
+                    max,
+                    free,
+                    Duration::ZERO,
+                )]),
+            },
+            Ok(Acquired::Full) => {
+                let grpc = self.reporter.grpc_call(version, headers);
+                let (status, headers, body) = refused(&self.reporter, max, grpc);
+                Decided::Refused(status, headers, body)
+            }
+            Err(err) if err.failure_policy() == FailurePolicy::Deny => {
+                // The store logs the outage once per transition; one DEBUG event per request.
+                tracing::debug!(error = %err, "shared concurrency slots unavailable; failing closed");
+                let (mut status, mut answer_headers, mut body) = self.unavailable.parts();
+                if let Some(content_type) = self.reporter.grpc_call(version, headers) {
+                    (status, body) =
+                        trailers_only(status, &mut answer_headers, &body, None, content_type);
+                }
+                Decided::Refused(status, answer_headers, body)
+            }
             Err(err) => {
-                let grpc = self.layer.reporter.grpc_call(req.version(), req.headers());
-                return Box::pin(ResponseFuture::<S::Future>::key_error(&err, grpc));
+                tracing::debug!(error = %err, "shared concurrency slots unavailable; failing open");
+                Decided::Pass
             }
-        };
-        let max = self.layer.max;
-        let acquire = self.layer.slots.acquire(&key, max);
-        let reporter = Arc::clone(&self.layer.reporter);
-        let unavailable = Arc::clone(&self.layer.unavailable);
-        // The service that was made ready goes with this request; a clone takes its place.
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
-        Box::pin(async move {
-            match acquire.await {
-                Ok(Acquired::Held { lease, free }) => {
-                    let decisions = Decisions::new([Decision::new(
-                        Outcome::Allowed,
-                        max,
-                        free,
-                        Duration::ZERO,
-                    )]);
-                    let held = Held::for_request(Permit::shared(lease), &mut req);
-                    ResponseFuture::called(inner.call(req), held, reporter, decisions).await
-                }
-                Ok(Acquired::Full) => {
-                    let grpc = reporter.grpc_call(req.version(), req.headers());
-                    let (status, headers, body) = refused(&reporter, max, grpc);
-                    ResponseFuture::<S::Future>::answered(status, headers, body).await
-                }
-                Err(err) if err.failure_policy() == FailurePolicy::Deny => {
-                    // The store logs the outage once per transition; one DEBUG event per request.
-                    tracing::debug!(error = %err, "shared concurrency slots unavailable; failing closed");
-                    let (mut status, mut headers, mut body) = unavailable.parts();
-                    if let Some(content_type) = reporter.grpc_call(req.version(), req.headers()) {
-                        (status, body) =
-                            trailers_only(status, &mut headers, &body, None, content_type);
-                    }
-                    ResponseFuture::<S::Future>::answered(status, headers, body).await
-                }
-                Err(err) => {
-                    tracing::debug!(error = %err, "shared concurrency slots unavailable; failing open");
-                    ResponseFuture::passed(inner.call(req)).await
-                }
-            }
-        })
+        }
     }
 }
 
@@ -203,9 +125,11 @@ mod tests {
     use ratekeeper_core::store::slots::{AcquireFuture, SlotLease};
     use tower::{ServiceBuilder, ServiceExt};
 
+    use http::Response;
+
     use super::*;
-    use crate::GlobalKey;
     use crate::concurrency::ConcurrencyLimitLayer;
+    use crate::key::GlobalKey;
 
     /// Answers what `mode` says: 0 a slot (counted in `held` until dropped), 1 full, 2 a
     /// store failure with `policy`.

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use http::header::UPGRADE;
 use http::{Method, Request};
 
-use super::layer::Permit;
+use super::permit::Permit;
 
 /// The concurrency slot of an upgrade request, in its extensions (see the
 /// [module docs](super#upgrades-and-websocket-sessions)).

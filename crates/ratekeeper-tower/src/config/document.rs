@@ -6,6 +6,8 @@ use std::fmt;
 #[allow(clippy::wildcard_imports)]
 // The document reader checks what `config` builds, with its names.
 use super::*;
+use crate::error::BuildError;
+use ratekeeper_core::Policy;
 
 #[cfg(feature = "toml")]
 impl LayerConfig {

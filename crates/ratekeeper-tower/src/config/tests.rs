@@ -2,6 +2,7 @@
 //! reported with their line, column and field.
 
 use super::*;
+use crate::error::BuildError;
 
 const API: &str = "[[policies]]\nname = \"api\"\nquota = \"10/m\"\n";
 

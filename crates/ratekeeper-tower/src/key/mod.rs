@@ -92,7 +92,7 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use http::{Request, StatusCode};
 use ratekeeper_core::Key;
 
-pub use crate::request::RequestParts;
+use crate::RequestParts;
 
 /// Why no key could be extracted.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

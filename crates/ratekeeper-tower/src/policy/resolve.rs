@@ -22,7 +22,7 @@ use crate::request::RequestParts;
 /// use ratekeeper_core::{Policy, Quota};
 /// use ratekeeper_tower::RequestParts;
 /// use ratekeeper_tower::policy::{Plan, resolve_fn};
-/// use ratekeeper_tower::{GlobalKey, RateLimitLayer};
+/// use ratekeeper_tower::{key::GlobalKey, RateLimitLayer};
 ///
 /// let per_minute = |n| Quota::per_minute(NonZeroU32::new(n).unwrap());
 /// // A bare closure.

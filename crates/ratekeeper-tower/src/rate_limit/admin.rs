@@ -1,4 +1,4 @@
-//! [`Admin`]: a handle from a [`RateLimitLayer`](super::RateLimitLayer) to show a client
+//! [`Admin`]: a handle from a [`RateLimitLayer`](crate::RateLimitLayer) to show a client
 //! key's state and reset it, naming policies by their names (an operator's route, a support
 //! tool), with any [`Store`].
 
@@ -10,8 +10,8 @@ use ratekeeper_core::{Decision, Key};
 
 use super::limiter::Limiter;
 
-/// Peeks at and resets client keys in a [`RateLimitLayer`](super::RateLimitLayer)'s store,
-/// by policy name. From [`RateLimitLayer::admin`](super::RateLimitLayer::admin); cheap to
+/// Peeks at and resets client keys in a [`RateLimitLayer`](crate::RateLimitLayer)'s store,
+/// by policy name. From [`RateLimitLayer::admin`](crate::RateLimitLayer::admin); cheap to
 /// clone (one [`Arc`]), `Send + Sync`, and it keeps the layer's store alive.
 ///
 /// It calls the store's [`Store::peek`] and [`Store::reset`], so it works with every store:
@@ -36,7 +36,7 @@ use super::limiter::Limiter;
 /// ```
 /// use std::num::NonZeroU32;
 /// use ratekeeper_core::{Key, Policy, Quota};
-/// use ratekeeper_tower::{GlobalKey, RateLimitLayer};
+/// use ratekeeper_tower::{key::GlobalKey, RateLimitLayer};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -93,8 +93,10 @@ impl Answer {
 /// settings and the request's version and `content-type`.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Refusal {
-    /// A denial goes to the inner service, a [`Fallback`](crate::fallback::Fallback), marked
-    /// for it, instead of getting a 429. Other answers (a 503, a key error) stay answers.
+    /// A denial goes to the [`Fallback`](super::Fallback) behind the rate limit instead of
+    /// getting a 429 (the inner service's type says so,
+    /// [`Inner::FALLBACK`](super::Inner::FALLBACK)). Other answers (a 503, a key error) stay
+    /// answers.
     pub(crate) fallback: bool,
     /// The request is a gRPC call to a layer that serves gRPC: answers are trailers-only
     /// responses carrying the request's `content-type` (see [`trailers_only`]).

@@ -16,10 +16,12 @@ use http::{HeaderMap, Request, Response};
 use pin_project_lite::pin_project;
 use ratekeeper_core::store::{Checked, Decisions, StoreError};
 use tokio::time::Sleep;
-use tower_service::Service;
 
 use super::answer::{Answer, Refusal};
-use super::limiter::{Erased, FAILED, NO_RESPONSE, Prepared, Respond, Verdict, store_failed};
+use super::inner::Inner;
+use super::limiter::{
+    Erased, FAILED, NO_RESPONSE, Prepared, Respond, StoreFailed, Verdict, store_failed,
+};
 use super::ticket::Ticket;
 use crate::body::ResponseBody;
 use crate::usage::Metered;
@@ -142,13 +144,13 @@ pub(crate) fn dispatch<I, L, S, ReqB, SF, P, C>(
 where
     I: Ready<S>,
     L: Share<SF>,
-    S: Service<Request<ReqB>>,
+    S: Inner<Request<ReqB>>,
     P: FnOnce(&Request<ReqB>) -> Prepared,
     C: FnOnce(&Ticket) -> Checked<SF>,
 {
     let ticket = match prepare(&req) {
         Prepared::Charge(ticket) => ticket,
-        Prepared::Exempt => return ResponseFuture::unchecked(inner.service().call(req)),
+        Prepared::Exempt => return ResponseFuture::unchecked(inner.service().pass(req)),
         Prepared::Failed(answer, refusal) => {
             return ResponseFuture::refused(answer, refusal, req.headers());
         }
@@ -157,8 +159,15 @@ where
         Checked::Ready(Ok(decisions)) => decisions,
         Checked::Ready(Err(err)) => {
             return match store_failed(&err, req.extensions_mut(), limiter.limiter().unavailable()) {
-                None => ResponseFuture::unchecked(inner.service().call(req)),
-                Some(answer) => ResponseFuture::refused(answer, ticket.refusal, req.headers()),
+                StoreFailed::Degrade(degrade) if S::FALLBACK => {
+                    ResponseFuture::unchecked(inner.service().degrade(req, degrade))
+                }
+                StoreFailed::Pass | StoreFailed::Degrade(_) => {
+                    ResponseFuture::unchecked(inner.service().pass(req))
+                }
+                StoreFailed::Answer(answer) => {
+                    ResponseFuture::refused(answer, ticket.refusal, req.headers())
+                }
             };
         }
         Checked::Pending(check) => {
@@ -169,8 +178,16 @@ where
         .limiter()
         .verdict(&ticket, &decisions, req.extensions_mut())
     {
-        Verdict::Pass => ResponseFuture::called(
-            inner.service().call(req),
+        // `S::FALLBACK` is a constant: without a fallback this arm is compiled away (the
+        // limiter never gives this verdict then).
+        Verdict::Degrade if S::FALLBACK => ResponseFuture::called(
+            inner
+                .service()
+                .degrade(req, limiter.limiter().degrade(&ticket, &decisions)),
+            Settlement::new(limiter.responder(), ticket, decisions),
+        ),
+        Verdict::Pass | Verdict::Degrade => ResponseFuture::called(
+            inner.service().pass(req),
             Settlement::new(limiter.responder(), ticket, decisions),
         ),
         Verdict::Answer(answer) => ResponseFuture::refused(answer, ticket.refusal, req.headers()),
@@ -187,7 +204,7 @@ where
 
 impl<S, ReqB, SF> Pending<S, Request<ReqB>, SF>
 where
-    S: Service<Request<ReqB>>,
+    S: Inner<Request<ReqB>>,
 {
     /// The [`dispatch`] for the held request, on the store's answer (or its check, still
     /// deciding).
@@ -224,7 +241,7 @@ where
             limiter,
         } = self;
         ResponseFuture::called(
-            inner.call(req),
+            inner.pass(req),
             Settlement::new(Share::responder(limiter), ticket, decisions),
         )
     }
@@ -318,7 +335,7 @@ impl Drop for Settlement {
 }
 
 pin_project! {
-    /// Response future of [`RateLimit`](super::RateLimit).
+    /// Response future of [`RateLimit`](crate::RateLimit).
     pub struct ResponseFuture<F, S, Req, SF> {
         #[pin]
         kind: Kind<F, S, Req, SF>,
@@ -437,7 +454,7 @@ impl<F, S, Req, SF> ResponseFuture<F, S, Req, SF> {
 impl<F, S, ReqB, SF, ResB, E> Future for ResponseFuture<F, S, Request<ReqB>, SF>
 where
     F: Future<Output = Result<Response<ResB>, E>>,
-    S: Service<Request<ReqB>, Response = Response<ResB>, Error = E, Future = F>,
+    S: Inner<Request<ReqB>, Response = Response<ResB>, Error = E, Future = F>,
     SF: Future<Output = Result<Decisions, StoreError>>,
 {
     type Output = Result<Response<ResponseBody<ResB>>, E>;

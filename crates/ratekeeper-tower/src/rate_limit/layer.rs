@@ -1,25 +1,17 @@
-//! [`RateLimitLayer`]: the layer, sharing one limiter with every service it builds.
+//! [`RateLimitLayer`](crate::RateLimitLayer): the layer, sharing one limiter with every service it builds.
 
 use std::fmt;
 use std::sync::Arc;
 
-use ratekeeper_core::store::{MemoryStore, PolicyId, Store};
-use ratekeeper_core::{Key, Policy, Quota};
-use smallvec::SmallVec;
+use ratekeeper_core::store::{MemoryStore, PolicyId};
+use ratekeeper_core::{Key, Quota};
 use tower_layer::Layer;
 
 use super::admin::Admin;
-use super::diag::{self, Diagnostics};
 use super::limiter::Limiter;
-use super::meter::Meter;
-use super::mode::Mode;
 use super::service::RateLimit;
 use crate::key::PeerIp;
-use crate::policy::{AllPolicies, Rules};
-use crate::report::{
-    DEFAULT_UNAVAILABLE_RETRY_AFTER, HeaderStyle, Reporter, ResetFormat, Unavailable,
-};
-use crate::usage::UsageRules;
+use crate::policy::AllPolicies;
 
 /// A [`tower::Layer`](https://docs.rs/tower/0.5/tower/trait.Layer.html) that rate limits requests (see the [module docs](super)).
 ///
@@ -33,35 +25,17 @@ impl RateLimitLayer {
     /// Limits each client IP (IPv6 by /64) to `quota`, with the GCRA algorithm, the
     /// in-memory store, cost 1 per request and `X-RateLimit-*` headers. The policy is named
     /// `"default"`. Logs the INFO event of a built layer (see
-    /// [`RateLimitBuilder::build`](super::RateLimitBuilder::build)).
+    /// [`RateLimitBuilder::build`](crate::RateLimitBuilder::build)).
+    ///
+    /// The same as `RateLimitLayer::builder().quota(quota).build()`, which cannot fail for
+    /// these settings: one GCRA policy with a valid name, cost 1 within any burst, the peer
+    /// IP key and the memory store, which accepts every such policy.
     pub fn new(quota: Quota) -> Self {
-        let mut store = MemoryStore::new();
-        let policy = Policy::new("default", quota);
-        // "default" is a valid name and GCRA is always supported by the memory store.
-        let id = store.register(&policy).unwrap_or(PolicyId::from_index(0));
-        diag::built(
-            std::slice::from_ref(&policy),
-            "PeerIp",
-            "MemoryStore",
-            HeaderStyle::default(),
-            Mode::default(),
-        );
-        let reporter = Reporter::new(&[policy], HeaderStyle::default(), ResetFormat::default());
-        Self::from_limiter(Limiter {
-            store,
-            ids: SmallVec::from_elem(id, 1),
-            meter: Meter::new(reporter.names.clone(), false),
-            reporter,
-            key: PeerIp::new(),
-            cost: 1,
-            resolver: AllPolicies,
-            rules: Rules::default(),
-            mode: Mode::default(),
-            request_info: false,
-            diag: Diagnostics::new(true, false),
-            usage: UsageRules::default(),
-            unavailable: Unavailable::rate_limit(DEFAULT_UNAVAILABLE_RETRY_AFTER),
-        })
+        match Self::builder().quota(quota).build() {
+            Ok(layer) => layer,
+            // Unreachable: see above; `tests::new_builds_any_quota` checks the extremes.
+            Err(err) => unreachable!("a default GCRA policy builds on the memory store: {err}"),
+        }
     }
 }
 
@@ -77,7 +51,7 @@ impl<K, Co, St, R> RateLimitLayer<K, Co, St, R> {
     }
 
     /// The store, for calls of its own (for example [`MemoryStore::forget`]).
-    /// [`RateLimitLayer::admin`] peeks at and resets keys by policy name, with any store.
+    /// [`RateLimitLayer::admin`](crate::RateLimitLayer::admin) peeks at and resets keys by policy name, with any store.
     pub fn store(&self) -> &St {
         &self.limiter.store
     }

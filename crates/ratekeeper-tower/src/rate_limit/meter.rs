@@ -7,44 +7,10 @@ use metrics::{Counter, Histogram};
 use ratekeeper_core::Outcome;
 use ratekeeper_core::store::Decisions;
 
+use crate::metrics::{
+    BANS_TOTAL, DECISIONS_TOTAL, SHADOW_CHECKED_TOTAL, SHADOW_WOULD_REFUSE_TOTAL, USAGE_RATIO,
+};
 use crate::policy::Applied;
-
-/// The counter's name: one count per charged policy per decision, labels `policy` (the
-/// policy's name) and `outcome` (`allowed`, `denied`, or `cannot_fit` for a cost larger than
-/// the burst). Each policy's own decision is counted: with several policies, a request one
-/// of them denies counts as allowed for the others, which were not charged (all or
-/// nothing). Every request is counted once, by the decision that settled what happens to it,
-/// whether the store answered at once or later: shadow-mode overruns and requests a fallback
-/// answers as denied (so a shadow rollout shows how many requests a limit would deny), a
-/// [`Mode::Delay`](super::Mode::Delay) reservation as allowed when it is made, a Delay-mode
-/// request that re-checks after sleeping by its last answer only.
-pub const DECISIONS_TOTAL: &str = "ratekeeper_decisions_total";
-
-/// The usage histogram's name: for every charged policy of every decision, the share of the
-/// policy's capacity the key had used once it was checked, `(limit - remaining) / limit`
-/// (`limit` and `remaining` as in the rate-limit headers: the capacity
-/// ([`Policy::capacity`](ratekeeper_core::Policy::capacity)) and the units left after the
-/// decision), from `0.0` (untouched) to `1.0` (nothing left), label `policy`. Its p99 near
-/// 1.0 says the busiest clients live at the limit; near 0 says the limit is far above the
-/// traffic. Recorded in every mode.
-pub const USAGE_RATIO: &str = "ratekeeper_usage_ratio";
-
-/// In [`Mode::Shadow`](super::Mode::Shadow) only: every decision of a charged policy
-/// (label `policy`). With [`SHADOW_WOULD_REFUSE_TOTAL`], the share of requests the policy
-/// would refuse: `rate(ratekeeper_shadow_would_refuse_total[5m]) /
-/// rate(ratekeeper_shadow_checked_total[5m])`.
-pub const SHADOW_CHECKED_TOTAL: &str = "ratekeeper_shadow_checked_total";
-
-/// In [`Mode::Shadow`](super::Mode::Shadow) only: decisions the policy denied, which the
-/// layer let through (label `policy`; a cost that can never fit counts too).
-pub const SHADOW_WOULD_REFUSE_TOTAL: &str = "ratekeeper_shadow_would_refuse_total";
-
-/// One count per ban a policy starts (label `policy`): a key the policy refused as often as
-/// its [`Ban`](ratekeeper_core::Ban) allows is now refused for the ban's duration. Counted
-/// once per ban, by the request whose refusal started it (not per request the ban refuses),
-/// in every mode (in [`Mode::Shadow`](super::Mode::Shadow) the store bans, the layer lets the
-/// requests through). Each ban is also logged at INFO, target `ratekeeper`.
-pub const BANS_TOTAL: &str = "ratekeeper_bans_total";
 
 /// Per policy, one counter handle per outcome, registered with the `metrics` recorder the
 /// first time that policy has that outcome (so a recorder installed after the layer was
@@ -156,7 +122,7 @@ mod tests {
     use tower::{Layer, Service, service_fn};
 
     use super::*;
-    use crate::{GlobalKey, RateLimitLayer};
+    use crate::{RateLimitLayer, key::GlobalKey};
 
     /// `ratekeeper_decisions_total` by `(policy, outcome)`, from a debugging recorder.
     fn decisions(snapshotter: &Snapshotter) -> HashMap<(String, String), u64> {

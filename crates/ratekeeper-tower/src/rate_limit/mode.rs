@@ -14,7 +14,7 @@ use ratekeeper_core::store::Store;
 /// use axum::http::{Request, Response, StatusCode};
 /// use ratekeeper_core::Quota;
 /// use ratekeeper_tower::rate_limit::Mode;
-/// use ratekeeper_tower::{GlobalKey, RateLimitLayer};
+/// use ratekeeper_tower::{key::GlobalKey, RateLimitLayer};
 /// use tower::{ServiceBuilder, ServiceExt};
 ///
 /// # #[tokio::main(flavor = "current_thread")]

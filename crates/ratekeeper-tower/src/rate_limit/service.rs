@@ -8,6 +8,7 @@ use ratekeeper_core::store::Store;
 use tower_service::Service;
 
 use super::future::{ResponseFuture, dispatch};
+use super::inner::Inner;
 use super::limiter::Limiter;
 use crate::body::ResponseBody;
 use crate::cost::Cost;
@@ -28,26 +29,11 @@ pub struct RateLimit<
 > {
     inner: S,
     pub(super) limiter: Arc<Limiter<K, Co, St, R>>,
-    /// The inner service is a [`Fallback`](crate::fallback::Fallback): denied requests go to
-    /// it (see the ticket's refusal).
-    fallback: bool,
 }
 
 impl<S, K, Co, St, R> RateLimit<S, K, Co, St, R> {
     pub(crate) fn from_limiter(inner: S, limiter: Arc<Limiter<K, Co, St, R>>) -> Self {
-        Self {
-            inner,
-            limiter,
-            fallback: false,
-        }
-    }
-
-    pub(crate) fn with_fallback(inner: S, limiter: Arc<Limiter<K, Co, St, R>>) -> Self {
-        Self {
-            inner,
-            limiter,
-            fallback: true,
-        }
+        Self { inner, limiter }
     }
 
     define_inner_service_accessors!();
@@ -58,7 +44,6 @@ impl<S: Clone, K, Co, St, R> Clone for RateLimit<S, K, Co, St, R> {
         Self {
             inner: self.inner.clone(),
             limiter: Arc::clone(&self.limiter),
-            fallback: self.fallback,
         }
     }
 }
@@ -74,7 +59,7 @@ impl<S: fmt::Debug, K, Co, St, R> fmt::Debug for RateLimit<S, K, Co, St, R> {
 
 impl<S, K, Co, St, R, ReqB, ResB> Service<Request<ReqB>> for RateLimit<S, K, Co, St, R>
 where
-    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
+    S: Inner<Request<ReqB>, Response = Response<ResB>> + Clone,
     K: KeyExtractor,
     Co: Cost,
     St: Store<Key>,
@@ -86,7 +71,7 @@ where
 
     #[inline]
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
+        Inner::poll_ready(&mut self.inner, cx)
     }
 
     // Out of line on purpose: inlined into a caller (axum's `MapIntoResponse`), the future
@@ -94,7 +79,8 @@ where
     #[inline(never)]
     fn call(&mut self, req: Request<ReqB>) -> Self::Future {
         let limiter = &self.limiter;
-        let fallback = self.fallback;
+        // Whether denials go to a fallback is the inner service's type's to say.
+        let fallback = S::FALLBACK;
         // The memory store answers at once: the verdict is taken on the borrowed service and
         // limiter.
         dispatch(

@@ -9,17 +9,12 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD_NO_PAD;
 use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
-use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Version};
+use http::{HeaderMap, HeaderValue, StatusCode, Version};
+
+use crate::headers::{GRPC_MESSAGE, GRPC_STATUS, GRPC_STATUS_DETAILS_BIN};
 
 /// The start of every gRPC media type, in lower case.
 const PREFIX: &[u8] = b"application/grpc";
-
-/// `grpc-status`.
-static GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
-/// `grpc-message`.
-static GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
-/// `grpc-status-details-bin`.
-static GRPC_STATUS_DETAILS_BIN: HeaderName = HeaderName::from_static("grpc-status-details-bin");
 
 /// gRPC status `INVALID_ARGUMENT`.
 const INVALID_ARGUMENT: u8 = 3;

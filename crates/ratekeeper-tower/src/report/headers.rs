@@ -9,8 +9,9 @@ use ratekeeper_core::decision::ceil_secs;
 use ratekeeper_core::store::Decisions;
 use ratekeeper_core::{Decision, Policy};
 
-use super::{RATELIMIT, RATELIMIT_POLICY, Reporter, names};
+use super::Reporter;
 use crate::client::parse::plausible_wait;
+use crate::headers::{RATELIMIT, RATELIMIT_POLICY};
 
 /// Which rate-limit headers to send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -96,14 +97,14 @@ impl Fields {
     fn names(self) -> [HeaderName; 3] {
         match self {
             Self::XRateLimit => [
-                names::X_RATELIMIT_LIMIT,
-                names::X_RATELIMIT_REMAINING,
-                names::X_RATELIMIT_RESET,
+                crate::headers::X_RATELIMIT_LIMIT,
+                crate::headers::X_RATELIMIT_REMAINING,
+                crate::headers::X_RATELIMIT_RESET,
             ],
             Self::Legacy => [
-                names::RATELIMIT_LIMIT,
-                names::RATELIMIT_REMAINING,
-                names::RATELIMIT_RESET,
+                crate::headers::RATELIMIT_LIMIT,
+                crate::headers::RATELIMIT_REMAINING,
+                crate::headers::RATELIMIT_RESET,
             ],
         }
     }

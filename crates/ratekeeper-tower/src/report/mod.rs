@@ -56,7 +56,7 @@
 //! use axum::http::{Request, Response, StatusCode};
 //! use ratekeeper_core::{Policy, Quota};
 //! use ratekeeper_tower::report::{HeaderStyle, Limited, PartitionKey};
-//! use ratekeeper_tower::{GlobalKey, RateLimitLayer};
+//! use ratekeeper_tower::{key::GlobalKey, RateLimitLayer};
 //! use tower::{ServiceBuilder, ServiceExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -139,7 +139,7 @@
 //! use std::num::NonZeroU32;
 //! use axum::http::{Request, Response, StatusCode};
 //! use ratekeeper_core::{Policy, Quota};
-//! use ratekeeper_tower::{GlobalKey, RateLimitLayer};
+//! use ratekeeper_tower::{key::GlobalKey, RateLimitLayer};
 //! use tower::{ServiceBuilder, ServiceExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -188,8 +188,6 @@ mod tests;
 mod unavailable;
 mod unkeyed;
 
-use http::HeaderName;
-
 pub(crate) use grpc::{grpc_content_type, trailers_only};
 pub use headers::{HeaderStyle, ResetFormat};
 pub use partition_key::PartitionKey;
@@ -199,44 +197,6 @@ pub(crate) use reporter::Reporter;
 pub use unavailable::TEMPORARY_REDUCED_CAPACITY_TYPE;
 pub(crate) use unavailable::{DEFAULT_UNAVAILABLE_RETRY_AFTER, Unavailable};
 pub use unkeyed::Unkeyed;
-
-/// The single-policy field names as constants: a use is a compile-time value, while a
-/// clone of the public statics goes through `Bytes`' vtable (three per response).
-pub(crate) mod names {
-    use http::HeaderName;
-
-    pub(crate) const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
-    pub(crate) const X_RATELIMIT_REMAINING: HeaderName =
-        HeaderName::from_static("x-ratelimit-remaining");
-    pub(crate) const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
-    pub(crate) const RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("ratelimit-limit");
-    pub(crate) const RATELIMIT_REMAINING: HeaderName =
-        HeaderName::from_static("ratelimit-remaining");
-    pub(crate) const RATELIMIT_RESET: HeaderName = HeaderName::from_static("ratelimit-reset");
-}
-
-/// `X-RateLimit-Limit`.
-pub static X_RATELIMIT_LIMIT: HeaderName = names::X_RATELIMIT_LIMIT;
-/// `X-RateLimit-Remaining`.
-pub static X_RATELIMIT_REMAINING: HeaderName = names::X_RATELIMIT_REMAINING;
-/// `X-RateLimit-Reset`.
-pub static X_RATELIMIT_RESET: HeaderName = names::X_RATELIMIT_RESET;
-/// `RateLimit` (draft-ietf-httpapi-ratelimit-headers-11 §4): current state per policy.
-pub static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
-/// `RateLimit-Policy` (draft-ietf-httpapi-ratelimit-headers-11 §3): the policies.
-pub static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
-/// `RateLimit-Limit` (drafts -00 to -03; [`HeaderStyle::IetfLegacy`]).
-pub static RATELIMIT_LIMIT: HeaderName = names::RATELIMIT_LIMIT;
-/// `RateLimit-Remaining` (drafts -00 to -03; [`HeaderStyle::IetfLegacy`]).
-pub static RATELIMIT_REMAINING: HeaderName = names::RATELIMIT_REMAINING;
-/// `RateLimit-Reset` (drafts -00 to -03, delta seconds; [`HeaderStyle::IetfLegacy`]).
-pub static RATELIMIT_RESET: HeaderName = names::RATELIMIT_RESET;
-/// `RateLimit-Degraded`: set on a response that a degraded-response fallback produced
-/// instead of a 429 (see [`crate::fallback::Fallback`]). Its value is a Structured Field
-/// String (RFC 9651 §3.3.3) naming the policy that limited the request, e.g.
-/// `RateLimit-Degraded: "burst"`, or `"store-unavailable"` when the store could not decide.
-/// This field is ratekeeper's own, not part of any standard.
-pub static RATELIMIT_DEGRADED: HeaderName = HeaderName::from_static("ratelimit-degraded");
 
 /// The problem type of a 429 (draft-ietf-httpapi-ratelimit-headers, IANA HTTP problem types).
 pub const QUOTA_EXCEEDED_TYPE: &str =

@@ -11,9 +11,8 @@ use ratekeeper_core::Decision;
 use ratekeeper_core::decision::ceil_secs;
 
 use super::headers::{Shown, number};
-use super::{
-    HeaderStyle, Limited, Reporter, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
-};
+use super::{HeaderStyle, Limited, Reporter};
+use crate::headers::{X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET};
 
 impl Reporter {
     /// Whether this 429 is the usual one (default rejection, `X-RateLimit` style, a retry

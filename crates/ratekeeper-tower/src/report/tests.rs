@@ -12,6 +12,7 @@ use ratekeeper_core::{Decision, Policy};
 use super::headers::number;
 use super::problem::problem_json;
 use super::*;
+use crate::headers::*;
 use ratekeeper_core::{Outcome, Quota};
 use std::num::NonZeroU32;
 

@@ -76,7 +76,7 @@
 //! use axum::http::{HeaderName, Request, Response};
 //! use ratekeeper_core::{Policy, Quota};
 //! use ratekeeper_tower::usage::Usage;
-//! use ratekeeper_tower::{GlobalKey, RateLimitLayer, RequestParts};
+//! use ratekeeper_tower::{key::GlobalKey, RateLimitLayer, RequestParts};
 //! use tower::{ServiceBuilder, ServiceExt};
 //!
 //! # #[tokio::main(flavor = "current_thread")]

@@ -17,7 +17,7 @@ use ratekeeper_core::store::MemoryStore;
 
 use super::{BodyEvent, Usage};
 use crate::policy::{Plan, Settle};
-use crate::{BuildError, GlobalKey, RateLimitBuilder, RateLimitLayer, RequestParts};
+use crate::{BuildError, RateLimitBuilder, RateLimitLayer, RequestParts, key::GlobalKey};
 
 /// A response body that yields its frames, then (if `hang`) waits for ever.
 struct Frames {

@@ -91,7 +91,7 @@ enum Phase {
 ///
 /// ```
 /// use std::time::Duration;
-/// use ratekeeper_tower::adaptive::{ControllerSettings, GradientController};
+/// use ratekeeper_tower::adaptive::controller::{ControllerSettings, GradientController};
 ///
 /// let settings = ControllerSettings { min_rtt_requests: 5, ..ControllerSettings::default() };
 /// let mut c = GradientController::new(settings, 7, 0);

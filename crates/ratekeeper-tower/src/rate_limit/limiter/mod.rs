@@ -26,12 +26,13 @@ mod respond;
 pub(crate) use respond::{FAILED, NO_RESPONSE, Respond};
 
 use super::answer::{Answer, Refusal};
+use super::degrade::Degrade;
 use super::diag::{DECISION_TARGET, Diagnostics};
 use super::meter::Meter;
 use super::mode::Mode;
 use super::ticket::Ticket;
 use crate::cost::Cost;
-use crate::degraded::{Degrade, StoreDegraded};
+use crate::degraded::StoreDegraded;
 use crate::info::Info;
 use crate::key::KeyExtractor;
 use crate::policy::{AllPolicies, Applied, Plan, Resolve, Rules};
@@ -56,6 +57,10 @@ pub(crate) enum Verdict {
     /// and refuse the request if it cannot pass by `deadline` (the ticket's, set at its first
     /// denial).
     Retry { wait: Duration, deadline: Instant },
+    /// Denied, and the ticket's refusal goes to the fallback: hand it the request with
+    /// [`Erased::degrade`] (the decisions are reported on its response and settled after it,
+    /// as for a pass). No payload, so the verdict keeps the size it has without a fallback.
+    Degrade,
 }
 
 /// What the layer does before the store: exempt, refuse, or charge.
@@ -98,7 +103,8 @@ impl<K, Co, St, R> Limiter<K, Co, St, R> {
     }
 
     /// Exemptions, key, cost and resolver for one request: its [`Ticket`]. `fallback` says
-    /// the inner service is a [`Fallback`](crate::fallback::Fallback) (denials go to it).
+    /// the rate limit has a [`Fallback`](super::Fallback) behind it (denials go to it; known
+    /// from the inner service's type, [`Inner::FALLBACK`](super::inner::Inner::FALLBACK)).
     // Always inlined into `call`: the ticket is then built where it is used, not copied out
     // of the returned value.
     #[inline(always)]
@@ -194,7 +200,7 @@ impl<K, Co, St, R> Limiter<K, Co, St, R> {
             .map_or("", |n| &**n)
     }
 
-    /// Each ban this answer started: counted ([`BANS_TOTAL`](super::meter::BANS_TOTAL)) and
+    /// Each ban this answer started: counted ([`BANS_TOTAL`](crate::metrics::BANS_TOTAL)) and
     /// logged at INFO, target `ratekeeper`, with the policy, the key (hashed unless raw keys
     /// were asked for) and how long the ban lasts. A store reports a ban's start once, so
     /// this runs once per ban, whatever the mode does with the request.
@@ -348,9 +354,8 @@ where
         self.record(applied, decisions);
         self.log_denial(applied, decisions);
         if ticket.refusal.fallback {
-            extensions.insert(Degrade::limited(self.deciding_name(applied, decisions)));
             self.insert_info(applied, decisions, extensions);
-            Verdict::Pass
+            Verdict::Degrade
         } else {
             Verdict::Answer(self.limited(ticket, decisions))
         }
@@ -385,18 +390,27 @@ fn denied_charge<'a>(applied: &'a Applied, decisions: &Decisions) -> (&'a Key, u
     (key, entry.map_or(0, |e| e.cost))
 }
 
+/// What follows a store that could not decide ([`store_failed`]).
+pub(crate) enum StoreFailed {
+    /// The request goes on to the inner service (fail open).
+    Pass,
+    /// The request goes to the fallback ([`FailurePolicy::Degrade`]; without a fallback the
+    /// inner service takes it, as for [`StoreFailed::Pass`]).
+    Degrade(Degrade),
+    /// This answer, the limiter's 503 ([`FailurePolicy::Deny`]: failing closed is not a rate
+    /// limit, so not a 429).
+    Answer(Answer),
+}
+
 /// The store could not decide: its failure policy says whether the request goes on (marked
-/// [`StoreDegraded`], for a fallback or handler to read) or gets a 503
-/// ([`FailurePolicy::Deny`]: failing closed is not a rate limit, so not a 429).
-///
-/// `None`: the request goes on (fail open or degrade); `Some`: the 503 to answer with, the
-/// limiter's `unavailable`.
+/// [`StoreDegraded`], for a handler or the fallback to read), to the fallback, or gets the
+/// limiter's 503, `unavailable`.
 #[cold]
 pub(crate) fn store_failed(
     err: &StoreError,
     extensions: &mut Extensions,
     unavailable: &Unavailable,
-) -> Option<Answer> {
+) -> StoreFailed {
     // `Local` and `FailSoft` are answered inside the store; should one ever reach the layer,
     // it fails open.
     let action = match err.failure_policy() {
@@ -405,11 +419,15 @@ pub(crate) fn store_failed(
     };
     if action == FailurePolicy::Deny {
         tracing::debug!(error = %err, "rate-limit store could not decide; answering 503 (fail closed)");
-        return Some(Answer::unavailable(unavailable));
+        return StoreFailed::Answer(Answer::unavailable(unavailable));
     }
     tracing::debug!(error = %err, %action, "rate-limit store could not decide; the request goes on without rate-limit headers");
     extensions.insert(StoreDegraded { action });
-    None
+    if action == FailurePolicy::Degrade {
+        StoreFailed::Degrade(Degrade::store_unavailable())
+    } else {
+        StoreFailed::Pass
+    }
 }
 
 /// The limiter as the request path sees it: in `call` statically (the concrete [`Limiter`],
@@ -425,7 +443,8 @@ pub(crate) trait Erased<SF>: Respond {
     /// is counted by its last answer only), writes one DEBUG event per decision (target
     /// `ratekeeper::decision`; the layer's first "cost can never fit" case also at WARN;
     /// shadow-mode overruns also at DEBUG, target `ratekeeper::shadow`), marks the request's
-    /// `extensions` for what comes after it ([`Info`], the fallback marker). The ticket is
+    /// `extensions` for the handler ([`Info`]); a denial the fallback answers is
+    /// [`Verdict::Degrade`]. The ticket is
     /// only read (so the request path can build it in place): a Delay-mode deadline set at the
     /// first denial comes back in [`Verdict::Retry`].
     fn verdict(
@@ -443,6 +462,9 @@ pub(crate) trait Erased<SF>: Respond {
     fn responder(self: Arc<Self>) -> Arc<dyn Respond>;
     /// The 503 when the store cannot decide and fails closed (see [`store_failed`]).
     fn unavailable(&self) -> &Unavailable;
+    /// What the fallback is handed with a request of [`Verdict::Degrade`]: the policy whose
+    /// denial the headers report.
+    fn degrade(&self, ticket: &Ticket, decisions: &Decisions) -> Degrade;
 }
 
 impl<K, Co, St, R> Erased<St::Future> for Limiter<K, Co, St, R>
@@ -489,6 +511,11 @@ where
 
     fn unavailable(&self) -> &Unavailable {
         &self.unavailable
+    }
+
+    #[cold]
+    fn degrade(&self, ticket: &Ticket, decisions: &Decisions) -> Degrade {
+        Degrade::limited(self.deciding_name(&ticket.charges, decisions))
     }
 }
 

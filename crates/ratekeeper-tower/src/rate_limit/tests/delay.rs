@@ -13,8 +13,9 @@ use ratekeeper_core::{Key, Policy, Quota};
 use tower::{Service, ServiceBuilder, ServiceExt};
 
 use super::{futures_poll, ok};
-use crate::rate_limit::{Mode, TokioClock};
-use crate::{GlobalKey, RateLimitLayer};
+use crate::rate_limit::Mode;
+use crate::{RateLimitLayer, key::GlobalKey};
+use ratekeeper_core::clock::TokioClock;
 
 fn delayed(max_wait: Duration) -> RateLimitLayer<GlobalKey, u64, MemoryStore<Key, TokioClock>> {
     RateLimitLayer::builder()

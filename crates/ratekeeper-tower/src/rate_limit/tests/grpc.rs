@@ -9,7 +9,7 @@ use ratekeeper_core::{Policy, Quota};
 use tower::{Service, ServiceBuilder, ServiceExt};
 
 use super::ok;
-use crate::{GlobalKey, RateLimitLayer};
+use crate::{RateLimitLayer, key::GlobalKey};
 
 /// One call of `svc` with `content-type` set (or not): status, headers, body.
 async fn call_with<S>(svc: &S, content_type: Option<&str>) -> (StatusCode, http::HeaderMap, String)
@@ -177,7 +177,7 @@ async fn behind_a_fallback_a_grpc_call_without_a_key_still_gets_invalid_argument
     let (status, headers, body) = call_with(&svc, Some("application/grpc")).await;
     assert_eq!((status, body.as_str()), (StatusCode::OK, ""));
     assert_eq!(headers["grpc-status"], "3");
-    assert!(headers.get(&crate::report::RATELIMIT_DEGRADED).is_none());
+    assert!(headers.get(&crate::headers::RATELIMIT_DEGRADED).is_none());
 }
 
 #[tokio::test]

@@ -9,7 +9,7 @@ use ratekeeper_core::{Policy, Quota};
 use tower::{Service, ServiceBuilder, ServiceExt};
 
 use super::futures_poll;
-use crate::{GlobalKey, RateLimitLayer};
+use crate::{RateLimitLayer, key::GlobalKey};
 
 /// One request per minute, globally, with `settle` on policy `default`, on a manual clock.
 fn settled(settle: crate::policy::Settle) -> RateLimitLayer<GlobalKey> {

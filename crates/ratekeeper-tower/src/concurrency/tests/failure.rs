@@ -14,7 +14,8 @@ use tokio::time::{Instant, sleep, timeout};
 use tower::{ServiceExt, service_fn};
 use tower_layer::Layer;
 
-use super::*;
+use crate::adaptive::controller::{ControllerSettings, GradientController};
+use crate::concurrency::ConcurrencyLimitLayer;
 
 /// Healthy answers take this long.
 const SERVICE_TIME: Duration = Duration::from_millis(10);
@@ -42,7 +43,7 @@ enum Failing {
 /// [`UPSTREAM_TIMEOUT`] (as `failing` says); returns how long after the switch the limit
 /// first read `min_limit`, and the limit at the switch.
 async fn settle_time(failing: Failing) -> (Option<Duration>, u32) {
-    let layer = AdaptiveConcurrencyLayer::builder()
+    let layer = ConcurrencyLimitLayer::adaptive()
         .controller(ControllerSettings {
             min_rtt_requests: 5,
             ..ControllerSettings::default()

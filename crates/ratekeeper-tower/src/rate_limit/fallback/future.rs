@@ -7,7 +7,7 @@ use http::{HeaderValue, Request, Response};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
-use crate::report::RATELIMIT_DEGRADED;
+use crate::headers::RATELIMIT_DEGRADED;
 
 pin_project! {
     /// Response future of [`Fallback`](super::Fallback).

@@ -1,6 +1,7 @@
-//! [`AdaptiveConcurrencyLayer`]: the state its services share (one limiter per key, the
-//! refusal rendered once) and its metric names. The builder is in [`builder`](super::builder),
-//! a key's limiter and its permits in [`limiter`](super::limiter).
+//! [`Adaptive`]: the adaptive limit as a [`ConcurrencyLimitLayer`](crate::concurrency::ConcurrencyLimitLayer)
+//! counts it (one limiter per key, the refusal rendered once), and its metric names. The
+//! builder is in [`builder`](super::builder), a key's limiter and its permits in
+//! [`limiter`](super::limiter).
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,31 +15,16 @@ use http::{HeaderMap, HeaderValue, StatusCode};
 use metrics::Counter;
 use ratekeeper_core::Key;
 use ratekeeper_core::clock::Clock;
-use tower_layer::Layer;
 
-use super::builder::AdaptiveConcurrencyBuilder;
 use super::controller::ControllerSettings;
 use super::limiter::{Gauges, Limiter, Permit, Snapshot};
-use super::partition::Partitions;
-use super::{AdaptiveConcurrency, Unclassified};
-use crate::key::GlobalKey;
-
-/// Gauge: the current in-flight limit, labels `name` (the layer's name) and `key`.
-pub const LIMIT: &str = "ratekeeper_adaptive_limit";
-/// Gauge: requests in flight (admitted, response body not ended), labels `name` and `key`.
-pub const IN_FLIGHT: &str = "ratekeeper_adaptive_in_flight";
-/// Gauge: the latency estimate of the last update interval (its percentile latency), in
-/// seconds, labels `name` and `key`.
-pub const LATENCY_SECONDS: &str = "ratekeeper_adaptive_latency_seconds";
-/// Gauge: the measured minimum latency (`minRTT`), in seconds, labels `name` and `key`.
-pub const MIN_LATENCY_SECONDS: &str = "ratekeeper_adaptive_min_latency_seconds";
-/// Counter: requests by outcome, labels `name`, `partition` and `outcome` (`admitted`, or
-/// `shed` for a request the layer answered because its partition was over its share at the
-/// limit).
-pub const REQUESTS_TOTAL: &str = "ratekeeper_adaptive_requests_total";
-/// Counter: requests of keys beyond [`AdaptiveConcurrencyBuilder::max_keys`], which share
-/// one overflow limiter (key label `overflow`), label `name`.
-pub const OVERFLOW_TOTAL: &str = "ratekeeper_adaptive_overflow_total";
+use super::partition::{Partitions, Unclassified};
+use crate::headers::GRPC_MESSAGE;
+use crate::metrics::{
+    ADAPTIVE_IN_FLIGHT, ADAPTIVE_LATENCY_SECONDS, ADAPTIVE_LIMIT, ADAPTIVE_MIN_LATENCY_SECONDS,
+    ADAPTIVE_OVERFLOW_TOTAL, ADAPTIVE_REQUESTS_TOTAL,
+};
+use crate::report::trailers_only;
 
 /// The refusal a layer answers with, rendered once.
 pub(crate) struct Answer {
@@ -110,11 +96,13 @@ fn problem(status: StatusCode, name: &str, partition: &str, secs: u64) -> Bytes 
     Bytes::from(body)
 }
 
-pub use crate::report::TEMPORARY_REDUCED_CAPACITY_TYPE;
+use crate::report::TEMPORARY_REDUCED_CAPACITY_TYPE;
 
-/// The state every service built by one layer shares.
-pub(crate) struct Shared<K, C> {
-    pub(crate) key: K,
+/// The limit of an adaptive [`ConcurrencyLimitLayer`](crate::concurrency::ConcurrencyLimitLayer)
+/// (its [`Limit`](crate::concurrency::Limit), made by [`AdaptiveConcurrencyBuilder::build`](super::AdaptiveConcurrencyBuilder::build)):
+/// one limiter per key, found from latency, with the partitions that `C` puts requests into.
+/// Every service the layer builds, and their clones, share it.
+pub struct Adaptive<C = Unclassified> {
     pub(crate) classify: C,
     pub(crate) partitions: Partitions,
     pub(crate) answer: Answer,
@@ -132,7 +120,7 @@ pub(crate) struct Shared<K, C> {
     pub(super) overflow_counter: OnceLock<Counter>,
 }
 
-impl<K, C> Shared<K, C> {
+impl<C> Adaptive<C> {
     /// The limiter of `key`: its own, or the overflow limiter once `max_keys` keys have one.
     pub(crate) fn limiter(&self, key: &Key) -> Arc<Limiter> {
         if let Some(l) = self.limiters.get(key) {
@@ -140,7 +128,9 @@ impl<K, C> Shared<K, C> {
         }
         if self.limiters.len() >= self.max_keys {
             self.overflow_counter
-                .get_or_init(|| metrics::counter!(OVERFLOW_TOTAL, "name" => self.name.to_string()))
+                .get_or_init(
+                    || metrics::counter!(ADAPTIVE_OVERFLOW_TOTAL, "name" => self.name.to_string()),
+                )
                 .increment(1);
             return Arc::clone(self.overflow.get_or_init(|| self.new_limiter("overflow")));
         }
@@ -157,10 +147,10 @@ impl<K, C> Shared<K, C> {
             ("key", key_label.to_owned()),
         ];
         let gauges = Gauges {
-            limit: metrics::gauge!(LIMIT, &labels),
-            in_flight: metrics::gauge!(IN_FLIGHT, &labels),
-            latency: metrics::gauge!(LATENCY_SECONDS, &labels),
-            min_latency: metrics::gauge!(MIN_LATENCY_SECONDS, &labels),
+            limit: metrics::gauge!(ADAPTIVE_LIMIT, &labels),
+            in_flight: metrics::gauge!(ADAPTIVE_IN_FLIGHT, &labels),
+            latency: metrics::gauge!(ADAPTIVE_LATENCY_SECONDS, &labels),
+            min_latency: metrics::gauge!(ADAPTIVE_MIN_LATENCY_SECONDS, &labels),
         };
         // A different jitter sequence per key (and per process: the seed is random).
         let seed = self
@@ -175,15 +165,6 @@ impl<K, C> Shared<K, C> {
         ))
     }
 
-    /// The `content-type` of a refused gRPC call's answer, when the layer serves gRPC and
-    /// `req` is a gRPC call; `None` for an HTTP answer.
-    pub(crate) fn grpc_call<B>(&self, req: &http::Request<B>) -> Option<HeaderValue> {
-        if !self.grpc {
-            return None;
-        }
-        crate::report::grpc_content_type(req.version(), req.headers())
-    }
-
     fn partition_name(&self, partition: usize) -> &str {
         self.partitions.names.get(partition).map_or("", |n| &**n)
     }
@@ -195,7 +176,7 @@ impl<K, C> Shared<K, C> {
         if let Some(slot) = self.counters.get(partition).and_then(|c| c.get(outcome)) {
             slot.get_or_init(|| {
                 metrics::counter!(
-                    REQUESTS_TOTAL,
+                    ADAPTIVE_REQUESTS_TOTAL,
                     "name" => self.name.to_string(),
                     "partition" => self.partition_name(partition).to_owned(),
                     "outcome" => if outcome == 0 { "admitted" } else { "shed" },
@@ -214,70 +195,59 @@ impl<K, C> Shared<K, C> {
     }
 }
 
-/// A [`tower::Layer`](https://docs.rs/tower/0.5/tower/trait.Layer.html) that adapts the
-/// number of requests in flight to the latency it observes (see the [module docs](super)).
-/// Every service it builds, and their clones, share one limit per key.
-pub struct AdaptiveConcurrencyLayer<K = GlobalKey, C = Unclassified> {
-    pub(crate) shared: Arc<Shared<K, C>>,
-}
-
-impl AdaptiveConcurrencyLayer {
-    /// One limit for every request, with the default [`ControllerSettings`], no partitions,
-    /// `503` refusals with `Retry-After: 1`.
-    pub fn new() -> Self {
-        AdaptiveConcurrencyBuilder::new().finish()
+impl<C> Adaptive<C> {
+    /// The state of `key`'s limit, `None` before its first request.
+    pub(crate) fn snapshot(&self, key: &Key) -> Option<Snapshot> {
+        self.limiters.get(key).map(|l| l.snapshot())
     }
 
-    /// A builder for the settings, partitions, key and answer.
-    pub fn builder() -> AdaptiveConcurrencyBuilder {
-        AdaptiveConcurrencyBuilder::new()
-    }
-}
-
-impl Default for AdaptiveConcurrencyLayer {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl<K, C> AdaptiveConcurrencyLayer<K, C> {
-    /// The state of `key`'s limit (`Key::Global` for an unkeyed layer), `None` before its
-    /// first request.
-    pub fn snapshot(&self, key: &Key) -> Option<Snapshot> {
-        self.shared.limiters.get(key).map(|l| l.snapshot())
-    }
-
-    /// The partition names, in the order they were declared (`["all"]` without partitions).
-    pub fn partitions(&self) -> impl Iterator<Item = &str> {
-        self.shared.partitions.names.iter().map(|n| &**n)
-    }
-}
-
-impl<K, C> Clone for AdaptiveConcurrencyLayer<K, C> {
-    fn clone(&self) -> Self {
-        Self {
-            shared: Arc::clone(&self.shared),
+    /// The answer to a request of `partition` over the limit, in the form `req` reads.
+    pub(crate) fn refusal<B>(
+        &self,
+        partition: usize,
+        req: &http::Request<B>,
+    ) -> (StatusCode, HeaderMap, Bytes) {
+        let answer = &self.answer;
+        let mut headers = answer.headers.clone();
+        let body = answer.bodies.get(partition).cloned().unwrap_or_default();
+        let grpc = if self.grpc {
+            crate::report::grpc_content_type(req.version(), req.headers())
+        } else {
+            None
+        };
+        let Some(content_type) = grpc else {
+            return (answer.status, headers, body);
+        };
+        let (status, body) = trailers_only(
+            answer.status,
+            &mut headers,
+            &body,
+            Some(&self.name),
+            content_type,
+        );
+        if answer.status != StatusCode::TOO_MANY_REQUESTS {
+            // UNAVAILABLE: say why, rather than the fail-closed store text.
+            let message = format!(
+                "server overloaded; retry after {} s",
+                answer.retry_after_secs
+            );
+            if let Ok(v) = HeaderValue::try_from(message) {
+                headers.insert(GRPC_MESSAGE, v);
+            }
         }
+        (status, headers, body)
     }
 }
 
-impl<K, C> fmt::Debug for AdaptiveConcurrencyLayer<K, C> {
+impl<C> fmt::Debug for Adaptive<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AdaptiveConcurrencyLayer")
-            .field("name", &self.shared.name)
-            .field("settings", &self.shared.settings)
-            .field("partitions", &self.shared.partitions)
-            .field("status", &self.shared.answer.status)
-            .field("grpc", &self.shared.grpc)
-            .field("keys", &self.shared.limiters.len())
+        f.debug_struct("Adaptive")
+            .field("name", &self.name)
+            .field("settings", &self.settings)
+            .field("partitions", &self.partitions)
+            .field("status", &self.answer.status)
+            .field("grpc", &self.grpc)
+            .field("keys", &self.limiters.len())
             .finish_non_exhaustive()
-    }
-}
-
-impl<S, K, C> Layer<S> for AdaptiveConcurrencyLayer<K, C> {
-    type Service = AdaptiveConcurrency<S, K, C>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        AdaptiveConcurrency::new(inner, self.clone())
     }
 }

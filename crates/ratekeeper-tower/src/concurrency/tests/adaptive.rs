@@ -16,9 +16,13 @@ use tower::service_fn;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use super::*;
 use crate::RequestParts;
+use crate::adaptive::controller::ControllerSettings;
+use crate::adaptive::*;
+use crate::concurrency::{ConcurrencyBody, ConcurrencyLimitLayer};
 use crate::key::KeyError;
+use crate::metrics::{ADAPTIVE_IN_FLIGHT, ADAPTIVE_LIMIT, ADAPTIVE_REQUESTS_TOTAL};
+use crate::report::TEMPORARY_REDUCED_CAPACITY_TYPE;
 
 type Inner = tower::util::ServiceFn<fn(Request<()>) -> Ready<Result<Response<String>, Infallible>>>;
 
@@ -31,9 +35,9 @@ fn inner() -> Inner {
 }
 
 /// Calls and polls once (the inner service answers at once).
-fn call<S>(svc: &mut S, req: Request<()>) -> Response<AdaptiveBody<String>>
+fn call<S>(svc: &mut S, req: Request<()>) -> Response<ConcurrencyBody<String>>
 where
-    S: Service<Request<()>, Response = Response<AdaptiveBody<String>>, Error = Infallible>,
+    S: Service<Request<()>, Response = Response<ConcurrencyBody<String>>, Error = Infallible>,
 {
     let future = pin!(svc.call(req));
     let mut cx = Context::from_waker(Waker::noop());
@@ -44,7 +48,7 @@ where
 }
 
 /// Reads the body to its end (which releases the request's place in flight).
-fn read(res: Response<AdaptiveBody<String>>) -> Bytes {
+fn read(res: Response<ConcurrencyBody<String>>) -> Bytes {
     let mut body = pin!(res.into_body());
     let mut cx = Context::from_waker(Waker::noop());
     let mut out = Vec::new();
@@ -60,13 +64,13 @@ fn get(path: &str) -> Request<()> {
     Request::get(path).body(()).unwrap()
 }
 
-fn global(layer: &AdaptiveConcurrencyLayer<impl Sized, impl Sized>) -> Snapshot {
+fn global<K, C>(layer: &ConcurrencyLimitLayer<K, Adaptive<C>>) -> Snapshot {
     layer.snapshot(&Key::Global).unwrap()
 }
 
 #[test]
 fn refusals_are_503_problem_json_with_retry_after() {
-    let layer = AdaptiveConcurrencyLayer::builder()
+    let layer = ConcurrencyLimitLayer::adaptive()
         .min_limit(1)
         .retry_after(Duration::from_millis(1500))
         .clock(ManualClock::new())
@@ -93,7 +97,7 @@ fn refusals_are_503_problem_json_with_retry_after() {
 
 #[test]
 fn refusals_can_be_429_naming_the_layer() {
-    let layer = AdaptiveConcurrencyLayer::builder()
+    let layer = ConcurrencyLimitLayer::adaptive()
         .min_limit(1)
         .too_many_requests()
         .name("api")
@@ -127,7 +131,7 @@ fn grpc_calls_get_unavailable_or_resource_exhausted() {
             "rate limit \"adaptive\" exceeded; retry after 1 s",
         ),
     ] {
-        let mut builder = AdaptiveConcurrencyLayer::builder()
+        let mut builder = ConcurrencyLimitLayer::adaptive()
             .min_limit(1)
             .grpc(true)
             .clock(ManualClock::new());
@@ -146,7 +150,7 @@ fn grpc_calls_get_unavailable_or_resource_exhausted() {
         assert!(read(refused).is_empty());
     }
     // A layer that does not serve gRPC answers every refusal with an HTTP status.
-    let mut svc = AdaptiveConcurrencyLayer::builder()
+    let mut svc = ConcurrencyLimitLayer::adaptive()
         .min_limit(1)
         .clock(ManualClock::new())
         .build()
@@ -159,7 +163,7 @@ fn grpc_calls_get_unavailable_or_resource_exhausted() {
 #[test]
 fn latency_moves_the_limit_through_the_service() {
     let clock = ManualClock::new();
-    let layer = AdaptiveConcurrencyLayer::builder()
+    let layer = ConcurrencyLimitLayer::adaptive()
         .controller(ControllerSettings {
             min_rtt_requests: 5,
             ..ControllerSettings::default()
@@ -204,7 +208,7 @@ fn latency_moves_the_limit_through_the_service() {
 
 #[test]
 fn sheddable_requests_are_shed_first_and_critical_keeps_its_share() {
-    let layer = AdaptiveConcurrencyLayer::builder()
+    let layer = ConcurrencyLimitLayer::adaptive()
         .controller(ControllerSettings {
             min_limit: 10,
             initial_limit: 10,
@@ -254,7 +258,7 @@ fn keyed_limits_are_separate_and_bounded() {
         let tenant = req.uri().path().trim_start_matches('/');
         Ok(Key::Str(tenant.into()))
     };
-    let layer = AdaptiveConcurrencyLayer::builder()
+    let layer = ConcurrencyLimitLayer::adaptive()
         .min_limit(1)
         .key(by_tenant)
         .max_keys(2)
@@ -306,7 +310,7 @@ fn metrics_report_limit_in_flight_and_shed_requests() {
     let snapshotter: Snapshotter = recorder.snapshotter();
     let gauge = |v: f64| DebugValue::Gauge(v.into());
     metrics::with_local_recorder(&recorder, || {
-        let layer = AdaptiveConcurrencyLayer::builder()
+        let layer = ConcurrencyLimitLayer::adaptive()
             .min_limit(1)
             .partition("critical", 1.0)
             .clock(ManualClock::new())
@@ -318,12 +322,18 @@ fn metrics_report_limit_in_flight_and_shed_requests() {
         call(&mut svc, get("/"));
         let snapshot = snapshotter.snapshot().into_vec();
         let global = [("name", "adaptive"), ("key", "global")];
-        assert_eq!(metric(&snapshot, LIMIT, &global), Some(&gauge(1.0)));
-        assert_eq!(metric(&snapshot, IN_FLIGHT, &global), Some(&gauge(1.0)));
+        assert_eq!(
+            metric(&snapshot, ADAPTIVE_LIMIT, &global),
+            Some(&gauge(1.0))
+        );
+        assert_eq!(
+            metric(&snapshot, ADAPTIVE_IN_FLIGHT, &global),
+            Some(&gauge(1.0))
+        );
         let requests = |outcome| {
             metric(
                 &snapshot,
-                REQUESTS_TOTAL,
+                ADAPTIVE_REQUESTS_TOTAL,
                 &[("partition", "critical"), ("outcome", outcome)],
             )
         };
@@ -331,17 +341,20 @@ fn metrics_report_limit_in_flight_and_shed_requests() {
         assert_eq!(requests("shed"), Some(&DebugValue::Counter(2)));
         read(held);
         let snapshot = snapshotter.snapshot().into_vec();
-        assert_eq!(metric(&snapshot, IN_FLIGHT, &global), Some(&gauge(0.0)));
+        assert_eq!(
+            metric(&snapshot, ADAPTIVE_IN_FLIGHT, &global),
+            Some(&gauge(0.0))
+        );
     });
 }
 
 #[test]
 fn bad_settings_are_build_errors() {
-    let field = |r: Result<AdaptiveConcurrencyLayer<_, _>, crate::BuildError>| match r {
+    let field = |r: Result<ConcurrencyLimitLayer<_, Adaptive<_>>, crate::BuildError>| match r {
         Err(crate::BuildError::Config { field, .. }) => field,
         other => panic!("{other:?}"),
     };
-    let b = AdaptiveConcurrencyLayer::builder;
+    let b = ConcurrencyLimitLayer::adaptive;
     assert_eq!(
         field(b().partition("a", 0.8).partition("b", 0.3).build()),
         "adaptive.partition"
@@ -362,7 +375,7 @@ fn bad_settings_are_build_errors() {
 #[test]
 fn an_inner_error_releases_its_place_and_never_ends_a_min_rtt_measurement() {
     let clock = ManualClock::new();
-    let layer = AdaptiveConcurrencyLayer::builder()
+    let layer = ConcurrencyLimitLayer::adaptive()
         .min_limit(1)
         .clock(clock.clone())
         .build()

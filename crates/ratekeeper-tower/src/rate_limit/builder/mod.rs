@@ -1,29 +1,23 @@
-//! [`RateLimitBuilder`]: policies, key, cost, store, headers and mode, checked into a
-//! [`RateLimitLayer`].
+//! [`RateLimitBuilder`](crate::RateLimitBuilder): policies, key, cost, store, headers and mode, checked into a
+//! [`RateLimitLayer`](crate::RateLimitLayer).
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratekeeper_core::store::{MemoryStore, Store};
-use ratekeeper_core::{Algorithm, Key, Policy, Quota};
-use smallvec::SmallVec;
+use ratekeeper_core::store::MemoryStore;
+use ratekeeper_core::{Key, Policy, Quota};
 
-use super::diag::{self, Diagnostics, short_type_name};
 use super::layer::RateLimitLayer;
-use super::limiter::Limiter;
-use super::meter::Meter;
 use super::mode::Mode;
-use crate::error::BuildError;
 use crate::key::PeerIp;
-use crate::policy::{AllPolicies, Resolve, Rules, Settle};
-use crate::report::{
-    DEFAULT_UNAVAILABLE_RETRY_AFTER, HeaderStyle, PartitionKey, Rejection, Reporter, ResetFormat,
-    Unavailable,
-};
-use crate::usage::{Usage, UsageRules};
+use crate::policy::{AllPolicies, Rules, Settle};
+use crate::report::{HeaderStyle, PartitionKey, Rejection, ResetFormat};
+use crate::usage::Usage;
 
-/// Everything a [`RateLimitBuilder`] holds that does not change its type, moved as a whole when a
+mod build;
+
+/// Everything a [`RateLimitBuilder`](crate::RateLimitBuilder) holds that does not change its type, moved as a whole when a
 /// strategy (key, cost, store, resolver) is swapped.
 #[derive(Default)]
 struct Settings {
@@ -52,12 +46,12 @@ impl RateLimitLayer {
     }
 }
 
-/// Builds a [`RateLimitLayer`]: policies, key extractor, cost, store, headers.
+/// Builds a [`RateLimitLayer`](crate::RateLimitLayer): policies, key extractor, cost, store, headers.
 ///
 /// ```
 /// use std::num::NonZeroU32;
 /// use ratekeeper_core::{Policy, Quota};
-/// use ratekeeper_tower::{GlobalKey, RateLimitLayer};
+/// use ratekeeper_tower::{key::GlobalKey, RateLimitLayer};
 ///
 /// let layer = RateLimitLayer::builder()
 ///     .policy(Policy::new("burst", Quota::per_second(NonZeroU32::new(50).unwrap())))
@@ -458,7 +452,7 @@ impl<K, Co, St, R> RateLimitBuilder<K, Co, St, R> {
     /// RFC 9457 `application/problem+json` body of type
     /// [`TEMPORARY_REDUCED_CAPACITY_TYPE`](crate::report::TEMPORARY_REDUCED_CAPACITY_TYPE)
     /// whose `detail` names the same seconds; a gRPC call gets `UNAVAILABLE` with the same
-    /// delay as `retry-after` and a `google.rpc.RetryInfo` (see [`RateLimitBuilder::grpc`]).
+    /// delay as `retry-after` and a `google.rpc.RetryInfo` (see [`RateLimitBuilder::grpc`](crate::RateLimitBuilder::grpc)).
     /// Default 1 s: the Redis store's default circuit-breaker open period (500 ms) rounded
     /// up, after which the breaker lets a request probe Redis again. With a longer breaker
     /// period (`RedisStoreBuilder::breaker`), set the same duration here, so clients come
@@ -466,144 +460,6 @@ impl<K, Co, St, R> RateLimitBuilder<K, Co, St, R> {
     pub fn unavailable_retry_after(mut self, retry_after: Duration) -> Self {
         self.settings.unavailable_retry_after = Some(retry_after);
         self
-    }
-
-    /// Registers the policies with the store and builds the layer.
-    ///
-    /// Logs one INFO event (target `ratekeeper`) naming the policies (name, quota,
-    /// algorithm), the key extractor, the store, the header style and the mode, so the
-    /// limits in force are in the startup log.
-    ///
-    /// # Errors
-    ///
-    /// [`BuildError`] when there is no policy, a name is reused or invalid, the key
-    /// extractor refuses its settings ([`KeyExtractor::check`](crate::key::KeyExtractor::check):
-    /// a header name that is not a valid field name), the store
-    /// refuses a policy, a fixed cost is 0 or larger than a policy's burst, or the resolver
-    /// refuses the policies (a [`RouteTable`](crate::route::RouteTable) route template that
-    /// can never match, an unknown policy name, a route cost above a burst).
-    pub fn build(self) -> Result<RateLimitLayer<K, Co, St, R>, BuildError>
-    where
-        K: crate::key::KeyExtractor,
-        St: Store<Key>,
-        R: Resolve,
-    {
-        let Self {
-            mut settings,
-            key,
-            cost,
-            mut store,
-            resolver,
-        } = self;
-        let policies = &settings.policies;
-        if policies.is_empty() {
-            return Err(BuildError::NoPolicy);
-        }
-        for (i, p) in policies.iter().enumerate() {
-            if policies[..i].iter().any(|q| q.name() == p.name()) {
-                return Err(BuildError::DuplicatePolicy(p.name().to_owned()));
-            }
-        }
-        if let Some(p) = policies
-            .iter()
-            .find(|p| p.algorithm() == Algorithm::Concurrency)
-        {
-            return Err(BuildError::ConcurrencyPolicy(p.name().to_owned()));
-        }
-        if let Some(cost) = settings.fixed_cost {
-            if cost == 0 {
-                return Err(BuildError::ZeroCost);
-            }
-            if let Some(p) = policies.iter().find(|p| cost > u64::from(p.capacity())) {
-                return Err(BuildError::CostExceedsBurst {
-                    policy: p.name().to_owned(),
-                    cost,
-                    burst: p.capacity(),
-                });
-            }
-        }
-        for (name, settle) in &settings.settle {
-            let index = policies
-                .iter()
-                .position(|p| p.name() == name)
-                .and_then(|i| u32::try_from(i).ok())
-                .ok_or_else(|| BuildError::UnknownPolicy(name.clone()))?;
-            settings.rules.settle.push((index, *settle));
-        }
-        let mut usage = UsageRules::default();
-        for (name, rule) in std::mem::take(&mut settings.usage) {
-            let index = policies
-                .iter()
-                .position(|p| p.name() == name)
-                .and_then(|i| u32::try_from(i).ok())
-                .ok_or(BuildError::UnknownPolicy(name))?;
-            let capacity = policies
-                .get(index as usize)
-                .map_or(u32::MAX, ratekeeper_core::Policy::capacity);
-            usage.set(index, rule, capacity);
-        }
-        let rules = &mut settings.rules;
-        if rules.exempt_networks.is_empty() {
-            rules.exempt_trust = None;
-        } else if rules.exempt_trust.is_none() {
-            rules.exempt_trust = key.trusted_proxies().cloned();
-        }
-        // The trust rules' NAT64 prefixes read the addresses they resolve: the networks
-        // are read with them too.
-        if let Some(trust) = &rules.exempt_trust {
-            for prefix in trust.nat64_prefixes() {
-                if !rules.nat64.contains(prefix) {
-                    rules.nat64.push(*prefix);
-                }
-            }
-        }
-        let exempt = std::mem::take(&mut rules.exempt_networks);
-        rules.exempt_networks = crate::key::normalize_nets(exempt, &rules.nat64);
-        key.check()?;
-        resolver.check(policies)?;
-        let mut ids = SmallVec::new();
-        for p in policies {
-            ids.push(store.register(p)?);
-            if p.ban().is_some() {
-                // The bans counter at 0 (a Prometheus series should exist before its first
-                // event); a no-op without a recorder installed.
-                metrics::counter!(super::BANS_TOTAL, "policy" => p.name().to_owned()).increment(0);
-            }
-        }
-        let mut reporter = Reporter::new(policies, settings.style, settings.reset);
-        reporter.rejection = settings.rejection;
-        reporter.partition_key = settings.partition_key;
-        reporter.grpc = settings.grpc;
-        diag::built(
-            policies,
-            &key.describe(),
-            &short_type_name::<St>(),
-            settings.style,
-            settings.mode,
-        );
-        let diag = Diagnostics::new(
-            !settings.quiet_forwarded && key.keys_by_peer(),
-            settings.raw_keys,
-        );
-        Ok(RateLimitLayer::from_limiter(Limiter {
-            store,
-            ids,
-            diag,
-            meter: Meter::new(reporter.names.clone(), settings.mode == Mode::Shadow),
-            reporter,
-            key,
-            cost,
-            resolver,
-            rules: settings.rules,
-            mode: settings.mode,
-            request_info: settings.request_info,
-            usage,
-            unavailable: Unavailable::rate_limit(
-                settings
-                    .unavailable_retry_after
-                    .unwrap_or(DEFAULT_UNAVAILABLE_RETRY_AFTER),
-            ),
-        }))
     }
 }
 

@@ -1,8 +1,8 @@
-//! The response future and body of the concurrency limiters
-//! ([`concurrency`](crate::concurrency) and [`adaptive`](crate::adaptive)), written once:
-//! the inner service's response, whose body holds the request's permit until it ends, or
-//! an answer the layer wrote itself. Each limiter wraps them in its own public types and
-//! says, through [`Admission`], what it does with the response and what the body holds.
+//! The held response future and body of the concurrency limit: the inner service's
+//! response, whose body holds the request's permit until it ends, or an answer the layer
+//! wrote itself. The public [`ResponseFuture`](super::ResponseFuture) and
+//! [`ConcurrencyBody`](super::ConcurrencyBody) wrap them; [`Admission`] says what is done
+//! with the response and what the body holds.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -29,7 +29,7 @@ pub(crate) trait Admission {
 }
 
 pin_project! {
-    /// The response future of a concurrency limiter, before its public wrapper.
+    /// The response future of the concurrency limit, before its public wrapper.
     #[project = HeldFutureProj]
     pub(crate) enum HeldFuture<F, A> {
         /// The inner service was called; `admission` is `None` for a request passed without

@@ -1,0 +1,4 @@
+//! The concurrency middleware end to end, one file per kind of limit.
+
+mod adaptive;
+mod failure;
