@@ -79,6 +79,7 @@ mod error;
 mod ignored;
 mod redis;
 mod values;
+mod vars;
 
 use std::ffi::OsString;
 use std::fmt;
