@@ -257,7 +257,7 @@ where
             value: v,
             expected: "a positive integer",
         })?,
-        (None, None) => crate::server::MEMORY_MAX_KEYS,
+        (None, None) => super::defaults::MEMORY_MAX_KEYS,
     };
     let tiered_max_lease = match env.var("TIERED_MAX_LEASE") {
         None => std::num::NonZeroU32::new(100).unwrap_or(std::num::NonZeroU32::MIN),

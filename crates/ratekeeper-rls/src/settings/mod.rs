@@ -74,6 +74,7 @@
 //! `REDIS_TYPE=sentinel`, `GRPC_UDS`, `GRPC_SERVER_USE_TLS=true`) are errors.
 
 mod cli;
+pub(crate) mod defaults;
 mod env;
 mod error;
 mod ignored;
