@@ -88,6 +88,9 @@ pub mod store;
 #[cfg(feature = "tokio")]
 pub mod throttle;
 
+#[cfg(feature = "tokio")]
+mod seconds;
+
 pub use algorithm::Algorithm;
 pub use decision::{Decision, Outcome};
 pub use key::Key;

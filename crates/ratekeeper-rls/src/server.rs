@@ -71,13 +71,7 @@ use crate::service::{Options, RateLimiter, Shared};
 use crate::settings::{Settings, StoreKind};
 use crate::stats::{self, Stats};
 
-/// The default of [`Settings::memory_max_keys`](crate::settings::Settings::memory_max_keys):
-/// the most counters the memory store holds per limit. Past it, idle ones are evicted, and
-/// new ones share one overflow counter while every counter held is live.
-pub const MEMORY_MAX_KEYS: std::num::NonZeroUsize = match std::num::NonZeroUsize::new(1 << 20) {
-    Some(n) => n,
-    None => std::num::NonZeroUsize::MIN,
-};
+pub use crate::settings::defaults::MEMORY_MAX_KEYS;
 
 /// How often the gRPC health status is brought in line with the health check.
 const HEALTH_EVERY: Duration = Duration::from_millis(500);

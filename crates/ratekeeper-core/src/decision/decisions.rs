@@ -5,8 +5,6 @@ use smallvec::SmallVec;
 use super::Receipt;
 use crate::Decision;
 use crate::clock::nanos;
-#[cfg(doc)]
-use crate::store::Store;
 
 /// The decisions for a list of charges, in the same order.
 ///
@@ -20,6 +18,8 @@ use crate::store::Store;
 /// Each allowed decision comes with the [`Receipt`] of what its charge took
 /// ([`Decisions::receipts`]); equality compares the decisions, the delay and finality, not
 /// the receipts (whose stamps are in each store's own time unit).
+///
+/// [`Store::reserve`]: crate::store::Store::reserve
 #[derive(Debug, Clone)]
 pub struct Decisions {
     items: Items,
@@ -153,6 +153,10 @@ impl Decisions {
     /// [`Store::refund`] the charges if the request is dropped before it proceeds.
     /// [`Duration::ZERO`](std::time::Duration::ZERO) for "allowed now" and for every answer
     /// of [`Store::check`].
+    ///
+    /// [`Store::reserve`]: crate::store::Store::reserve
+    /// [`Store::refund`]: crate::store::Store::refund
+    /// [`Store::check`]: crate::store::Store::check
     #[inline]
     pub const fn delay(&self) -> std::time::Duration {
         std::time::Duration::from_nanos(self.delay_ns)
@@ -162,6 +166,9 @@ impl Decisions {
     /// wait within `max_wait` can admit the request, so the caller rejects at once instead of
     /// retrying after `retry_after`. `false` for [`Store::check`] answers and for stores
     /// (or algorithms) that cannot reserve, whose callers fall back to check-and-retry.
+    ///
+    /// [`Store::reserve`]: crate::store::Store::reserve
+    /// [`Store::check`]: crate::store::Store::check
     #[inline]
     pub const fn is_final(&self) -> bool {
         self.is_final

@@ -13,6 +13,7 @@ use futures_util::future::join_all;
 use ratekeeper_core::Decision;
 use ratekeeper_core::store::{FailurePolicy, StoreError};
 
+use super::outcome::{Applied, Outcome};
 use super::{Shared, response};
 use crate::config::{Algorithm, Charging, Lookup, OnStoreFailure, Unit};
 use crate::limiter::{Hit, counter_key, reset_secs, until_reset};
@@ -58,44 +59,6 @@ impl ServiceError {
             Self::NoConfig | Self::Store(_) => tonic::Status::unavailable(message),
         }
     }
-}
-
-/// The rule that applies to one descriptor, with what its status and stats need.
-pub(super) struct Applied<'a> {
-    pub(super) requests_per_unit: u32,
-    pub(super) unit: Unit,
-    /// The window in seconds (the unit's length unless the rule gives a `period`).
-    pub(super) period_secs: u64,
-    algorithm: Algorithm,
-    /// The rule's `on_store_failure`, if it has one.
-    on_failure: Option<OnStoreFailure>,
-    pub(super) name: Option<&'a str>,
-    unlimited: bool,
-    shadow: bool,
-    pub(super) quota: bool,
-    replaces: &'a [String],
-    pub(super) metadata: Option<&'a serde_json::Map<String, serde_json::Value>>,
-    /// The counter's identity in clear (hashed before it reaches the store).
-    counter: String,
-    key1: String,
-    key2: String,
-}
-
-impl Applied<'_> {
-    fn current_limit(&self) -> RateLimit {
-        RateLimit {
-            name: self.name.unwrap_or_default().to_owned(),
-            requests_per_unit: self.requests_per_unit,
-            unit: self.unit.to_proto() as i32,
-        }
-    }
-}
-
-/// What one descriptor's check found.
-pub(super) struct Outcome<'a> {
-    pub(super) status: DescriptorStatus,
-    pub(super) rule: Option<Applied<'a>>,
-    pub(super) unlimited: bool,
 }
 
 fn push_len_prefixed(out: &mut String, s: &str) {

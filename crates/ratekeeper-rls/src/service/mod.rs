@@ -22,6 +22,7 @@
 
 mod decide;
 mod ietf;
+mod outcome;
 mod response;
 
 use std::sync::Arc;

@@ -8,7 +8,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::{ListValue, Struct, Value, value::Kind};
 
-use super::decide::Outcome;
+use super::outcome::Outcome;
 use super::{Shared, ietf};
 use crate::limiter::until_reset;
 

@@ -1,7 +1,7 @@
 //! Combining flags, environment and defaults.
 
 use std::ffi::OsString;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::Parser as _;
@@ -9,67 +9,13 @@ use clap::Parser as _;
 use super::cli::Cli;
 use super::ignored::IGNORED;
 use super::redis::redis_settings;
-use super::values::{parse_addr, parse_bool, parse_duration, parse_host};
+use super::values::{parse_addr, parse_bool, parse_duration};
+use super::vars::Env;
 use super::{
     HeaderFormat, LogFormat, LogLevel, MetricsSettings, ResponseHeaderNames, Settings,
     SettingsError, StoreKind,
 };
 use crate::config::{LoadOptions, OnStoreFailure};
-
-/// Looks variables up; an empty value counts as unset.
-pub(super) struct Env<F> {
-    get: F,
-}
-
-impl<F: Fn(&str) -> Option<String>> Env<F> {
-    /// The variable's value; empty counts as unset.
-    pub(super) fn var(&self, name: &str) -> Option<String> {
-        (self.get)(name).filter(|v| !v.is_empty())
-    }
-
-    pub(super) fn bool(&self, name: &'static str, default: bool) -> Result<bool, SettingsError> {
-        match self.var(name) {
-            None => Ok(default),
-            Some(v) => parse_bool(&v).ok_or(SettingsError::InvalidEnv {
-                name,
-                value: v,
-                expected: "a boolean (true/false, 1/0, t/f)",
-            }),
-        }
-    }
-
-    fn string(&self, name: &'static str, default: &str) -> String {
-        self.var(name).unwrap_or_else(|| default.to_owned())
-    }
-
-    fn port(&self, name: &'static str, default: u16) -> Result<u16, SettingsError> {
-        match self.var(name) {
-            None => Ok(default),
-            Some(v) => v.trim().parse().map_err(|_| SettingsError::InvalidEnv {
-                name,
-                value: v,
-                expected: "a port number (0-65535)",
-            }),
-        }
-    }
-
-    fn host_port(
-        &self,
-        host: &'static str,
-        port: &'static str,
-        default_port: u16,
-    ) -> Result<SocketAddr, SettingsError> {
-        let ip = match self.var(host) {
-            None => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-            Some(v) => parse_host(&v).ok_or(SettingsError::InvalidEnv {
-                name: host,
-                value: v,
-                expected: "an IP address, `::`, `0.0.0.0` or `localhost`",
-            })?,
-        };
-        Ok(SocketAddr::new(ip, self.port(port, default_port)?))
-    }
-}
 
 fn flag_addr(flag: &'static str, value: &str) -> Result<SocketAddr, SettingsError> {
     parse_addr(value).ok_or_else(|| SettingsError::InvalidFlag {
@@ -311,7 +257,7 @@ where
             value: v,
             expected: "a positive integer",
         })?,
-        (None, None) => crate::server::MEMORY_MAX_KEYS,
+        (None, None) => super::defaults::MEMORY_MAX_KEYS,
     };
     let tiered_max_lease = match env.var("TIERED_MAX_LEASE") {
         None => std::num::NonZeroU32::new(100).unwrap_or(std::num::NonZeroU32::MIN),

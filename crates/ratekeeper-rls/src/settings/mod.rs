@@ -74,11 +74,13 @@
 //! `REDIS_TYPE=sentinel`, `GRPC_UDS`, `GRPC_SERVER_USE_TLS=true`) are errors.
 
 mod cli;
+pub(crate) mod defaults;
 mod env;
 mod error;
 mod ignored;
 mod redis;
 mod values;
+mod vars;
 
 use std::ffi::OsString;
 use std::fmt;

@@ -1,6 +1,6 @@
 //! Redis settings from `REDIS_URL`, `REDIS_SOCKET_TYPE`, `REDIS_AUTH`, `REDIS_TLS` or `--redis`.
 
-use super::env::Env;
+use super::vars::Env;
 use super::{RedisSettings, SettingsError, StoreKind};
 
 /// Splits `scheme://user:pass@rest` into the URL without credentials and the credentials.

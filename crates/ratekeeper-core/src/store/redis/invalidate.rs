@@ -31,14 +31,12 @@
 //! that, so a silently broken connection is noticed within two pings.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock, Weak};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use tokio::sync::{Notify, watch};
 
 use super::keys;
-use super::shared::Shared;
 use crate::Key;
 use crate::store::PolicyId;
 
@@ -46,10 +44,6 @@ use crate::store::PolicyId;
 pub(super) const UNSUBSCRIBED_HOLD: Duration = Duration::from_secs(1);
 /// How often the subscription connection is pinged (and how long a ping may take).
 pub(super) const PING_EVERY: Duration = Duration::from_secs(1);
-/// Pause between two attempts to subscribe.
-const RETRY_EVERY: Duration = Duration::from_millis(100);
-/// How long connecting and subscribing may take.
-const SUBSCRIBE_WITHIN: Duration = Duration::from_secs(1);
 
 /// What an invalidation names: every remembered state (the channel was down), or one client
 /// key (by digest) under some policies.
@@ -85,7 +79,7 @@ pub(crate) type Listener = Box<dyn Fn(&Invalidated) + Send + Sync>;
 pub(super) struct Invalidation {
     pub(super) channel: String,
     /// Where to subscribe: the standalone Redis, or each node of a Cluster in turn.
-    targets: Vec<redis::Client>,
+    pub(super) targets: Vec<redis::Client>,
     /// Whether the subscription is live (the negative cache reads it).
     pub(super) live: Arc<AtomicBool>,
     /// Bumped by every invalidation (a check sent before one never caches its answer).
@@ -96,9 +90,9 @@ pub(super) struct Invalidation {
     ready: Notify,
     /// Policy names by id (what a message names).
     names: RwLock<Vec<Arc<str>>>,
-    listeners: RwLock<Vec<Listener>>,
+    pub(super) listeners: RwLock<Vec<Listener>>,
     /// Dropped with the store: ends the subscription task.
-    stop: watch::Sender<()>,
+    pub(super) stop: watch::Sender<()>,
 }
 
 impl Invalidation {
@@ -152,7 +146,7 @@ impl Invalidation {
     }
 
     /// An attempt ended (live, or failed): wakes the build waiting for the first one.
-    fn attempt_ended(&self) {
+    pub(super) fn attempt_ended(&self) {
         self.attempted.store(true, Ordering::Release);
         self.ready.notify_waiters();
     }
@@ -174,7 +168,7 @@ impl Invalidation {
     }
 
     /// What `payload` invalidates (`None`: nothing this store knows, or not a message).
-    fn parse(&self, payload: &[u8]) -> Option<Invalidated> {
+    pub(super) fn parse(&self, payload: &[u8]) -> Option<Invalidated> {
         let text = std::str::from_utf8(payload).ok()?;
         let (digest, policy) = match text.split_once(':') {
             Some((d, p)) => (d, Some(p)),
@@ -200,159 +194,6 @@ impl Invalidation {
 /// The digest a message names `key` by: the SHA-1 (hex) of its hash-tag body.
 pub(crate) fn digest(key: &Key) -> String {
     sha1_smol::Sha1::from(keys::tag(key)).digest().to_string()
-}
-
-impl Shared {
-    /// Applies `what`: the negative cache forgets it, then the listeners are told.
-    pub(super) fn invalidate(&self, what: &Invalidated) {
-        self.invalidation.epoch.fetch_add(1, Ordering::AcqRel);
-        if let Some(cache) = &self.negative {
-            match what {
-                Invalidated::All => cache.clear(),
-                Invalidated::Key { .. } => cache.forget_where(|p, k| what.covers(p, k)),
-            }
-        }
-        for listener in self
-            .invalidation
-            .listeners
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-        {
-            listener(what);
-        }
-    }
-
-    /// Tells every instance (this one included) that `key` was reset under `policy`
-    /// (`None`: every policy), within the deadline; a failure is logged at DEBUG (the other
-    /// instances then learn of the reset when their remembered denials run out).
-    pub(super) async fn publish_reset(&self, policy: Option<PolicyId>, key: &Key) {
-        self.publish(self.invalidation.message(policy, key)).await;
-    }
-
-    /// Publishes `message` on the invalidation channel within the deadline.
-    async fn publish(&self, message: String) {
-        let mut cmd = redis::cmd("PUBLISH");
-        cmd.arg(&self.invalidation.channel).arg(message);
-        let mut conn = self.script.conn.link().clone();
-        let call = cmd.query_async::<i64>(&mut conn);
-        match tokio::time::timeout(self.deadline, call).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(err)) => tracing::debug!(error = %err, "redis store: publishing failed"),
-            Err(_) => tracing::debug!("redis store: publishing timed out"),
-        }
-    }
-
-    /// Starts the subscription task on the current runtime (see the module docs); it ends
-    /// when the store is dropped.
-    pub(super) fn start_subscription(self: &Arc<Self>) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        if self.invalidation.targets.is_empty() {
-            return;
-        }
-        let weak = Arc::downgrade(self);
-        let mut stop = self.invalidation.stop.subscribe();
-        let targets = self.invalidation.targets.clone();
-        let channel = self.invalidation.channel.clone();
-        runtime.spawn(async move {
-            for attempt in 0usize.. {
-                let Some(client) = targets.get(attempt % targets.len()) else {
-                    return;
-                };
-                tokio::select! {
-                    _ = stop.changed() => return,
-                    () = session(&weak, client, &channel) => {}
-                }
-                let Some(shared) = weak.upgrade() else {
-                    return;
-                };
-                if shared.invalidation.live.swap(false, Ordering::AcqRel) {
-                    tracing::debug!("redis store: invalidation channel lost; resubscribing");
-                }
-                shared.invalidation.attempt_ended();
-                drop(shared);
-                tokio::select! {
-                    _ = stop.changed() => return,
-                    () = tokio::time::sleep(RETRY_EVERY) => {}
-                }
-            }
-        });
-    }
-}
-
-/// One subscription: connects, subscribes, then applies each message until the connection
-/// fails or a ping goes unanswered.
-async fn session(weak: &Weak<Shared>, client: &redis::Client, channel: &str) {
-    let subscribe = async {
-        let mut pubsub = client.get_async_pubsub().await?;
-        pubsub.subscribe(channel).await?;
-        Ok::<_, redis::RedisError>(pubsub)
-    };
-    let pubsub = match tokio::time::timeout(SUBSCRIBE_WITHIN, subscribe).await {
-        Ok(Ok(pubsub)) => pubsub,
-        Ok(Err(err)) => {
-            tracing::debug!(error = %err, "redis store: subscribing to invalidations failed");
-            return;
-        }
-        Err(_) => return,
-    };
-    let (mut sink, mut stream) = pubsub.split();
-    // Live only once a message of its own came back on it (a subscription Redis refused,
-    // for one, may not say so).
-    let Some(shared) = weak.upgrade() else {
-        return;
-    };
-    let hello = format!("hello:{}", shared.instance_id);
-    shared.publish(hello.clone()).await;
-    let heard = async {
-        while let Some(message) = stream.next().await {
-            let payload = message.get_payload_bytes();
-            if payload == hello.as_bytes() {
-                return true;
-            }
-            if let Some(what) = shared.invalidation.parse(payload) {
-                shared.invalidate(&what);
-            }
-        }
-        false
-    };
-    if !matches!(
-        tokio::time::timeout(SUBSCRIBE_WITHIN, heard).await,
-        Ok(true)
-    ) {
-        tracing::debug!("redis store: the invalidation channel did not deliver; retrying");
-        return;
-    }
-    // Live from now on; what was remembered before may have missed an invalidation.
-    shared.invalidation.live.store(true, Ordering::Release);
-    shared.invalidate(&Invalidated::All);
-    shared.invalidation.attempt_ended();
-    drop(shared);
-    let mut ping = tokio::time::interval(PING_EVERY);
-    ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            message = stream.next() => {
-                let Some(message) = message else {
-                    return;
-                };
-                let Some(shared) = weak.upgrade() else {
-                    return;
-                };
-                if let Some(what) = shared.invalidation.parse(message.get_payload_bytes()) {
-                    shared.invalidate(&what);
-                }
-            }
-            _ = ping.tick() => {
-                let pong = tokio::time::timeout(PING_EVERY, sink.ping::<redis::Value>()).await;
-                if !matches!(pong, Ok(Ok(_))) {
-                    return;
-                }
-            }
-        }
-    }
 }
 
 #[cfg(test)]

@@ -337,6 +337,7 @@ mod script;
 mod settle;
 mod shared;
 mod slots;
+mod subscription;
 
 pub use builder::RedisStoreBuilder;
 pub use slots::RedisSlots;

@@ -22,8 +22,8 @@ pub enum TieredConfigError {
     /// that sized them is measured again).
     #[error(
         "the lease TTL ({}) must be at least the lease period ({})",
-        crate::throttle::seconds(*ttl),
-        crate::throttle::seconds(*period)
+        crate::seconds::seconds(*ttl),
+        crate::seconds::seconds(*period)
     )]
     TtlBelowPeriod {
         /// The TTL given.
