@@ -17,7 +17,7 @@ const CONFIG: &str = "\
 domain: sk
 descriptors:
   - key: k
-    rate_limit: {period: 10s, requests_per_unit: 10}
+    rate_limit: {unit: minute, requests_per_unit: 10}
 ";
 
 /// The host's clock moved by `offset_ns` (a skewed replica).
@@ -75,6 +75,9 @@ async fn server(
     (server, client)
 }
 
+/// A minute in microseconds (Redis `TIME`'s unit here).
+const MINUTE: u64 = 60_000_000;
+
 /// Redis `TIME` in microseconds.
 fn redis_micros(redis: &RedisServer) -> u64 {
     let out = redis.cli(&["TIME"]).expect("redis answers TIME");
@@ -85,10 +88,11 @@ fn redis_micros(redis: &RedisServer) -> u64 {
     secs * 1_000_000 + micros
 }
 
-/// Two replicas, one 3 s ahead and one 3 s behind, called just after a 10 s boundary of
-/// Redis time: the one behind believes it is still in the previous window, the one ahead
-/// is 3 s into the current one. Both report the reset of Redis's window (8 to 10 s), and
-/// 20 hits alternating between them admit 10 (the limit) within the one Redis window.
+/// Two replicas, one 3 s ahead and one 3 s behind, called just after a minute boundary of
+/// Redis time (10 per minute): the one behind believes it is still in the previous minute,
+/// the one ahead is 3 s into the current one. Both report the reset of Redis's window (58 to
+/// 60 s), and 20 hits alternating between them admit 10 (the limit) within the one
+/// Redis-time minute.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn skewed_replicas_count_in_one_redis_window() {
     let redis = RedisServer::start();
@@ -97,12 +101,12 @@ async fn skewed_replicas_count_in_one_redis_window() {
     let (_a, mut ahead) = server(dir.path(), &redis, 3_000_000_000).await;
     let (_b, mut behind) = server(dir.path(), &redis, -3_000_000_000).await;
     for attempt in 0..3 {
-        // Wait for 300 ms past the next 10 s boundary of Redis time.
+        // Wait for 300 ms past the next minute boundary of Redis time.
         let now = redis_micros(&redis);
-        let target = (now / 10_000_000 + 1) * 10_000_000 + 300_000;
+        let target = (now / MINUTE + 1) * MINUTE + 300_000;
         tokio::time::sleep(Duration::from_micros(target - now)).await;
         let start = redis_micros(&redis);
-        let window = start / 10_000_000;
+        let window = start / MINUTE;
         let client = format!("c{attempt}");
         let mut admitted = 0;
         let mut resets = Vec::new();
@@ -119,15 +123,15 @@ async fn skewed_replicas_count_in_one_redis_window() {
             resets.push(r.statuses[0].duration_until_reset.unwrap().seconds);
         }
         let end = redis_micros(&redis);
-        if end / 10_000_000 != window || start % 10_000_000 >= 2_000_000 {
+        if end / MINUTE != window || start % MINUTE >= 2_000_000 {
             // A loaded machine let the burst start late or straddle a boundary: again.
             continue;
         }
         assert_eq!(admitted, 10, "the limit per Redis-time window");
-        // Redis time is 0.3 to 2 s into its window: 8 to 10 s left (the replicas' own
-        // clocks would say 5-7 s ahead and 1-3 s behind).
+        // Redis time is 0.3 to 2 s into its minute: 58 to 60 s left (the replicas' own
+        // clocks would say 55-57 s ahead and 1-3 s behind).
         assert!(
-            resets.iter().all(|r| (8..=10).contains(r)),
+            resets.iter().all(|r| (58..=60).contains(r)),
             "resets {resets:?}"
         );
         return;
