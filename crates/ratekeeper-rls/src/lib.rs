@@ -13,7 +13,7 @@
 //!   HTTP `/healthcheck` and `/json`, debug `/rlconfig`, `/metrics` and `/healthcheck`, and the
 //!   Prometheus listener when enabled; hot reload; a graceful stop.
 //! - [`service`]: how `ShouldRateLimit` answers (rules, hits, modes, headers, metadata) and
-//!   [`RateLimiter`], the tonic service to mount in a server of your own.
+//!   [`service::RateLimiter`], the tonic service to mount in a server of your own.
 //! - [`stats`]: the reference's metric names, with a cap on label series.
 //!
 //! Counting goes through ratekeeper-core's stores: a fixed window of `unit` seconds aligned on
@@ -46,11 +46,10 @@ pub mod compat;
 pub mod config;
 mod http;
 mod limiter;
-pub mod server;
+mod server;
 pub mod service;
 pub mod settings;
 pub mod stats;
 
 pub use clock::UnixClock;
-pub use server::{Server, ServerBuilder, ServerError};
-pub use service::{RateLimiter, ServiceError};
+pub use server::{MEMORY_MAX_KEYS, Server, ServerBuilder, ServerError};
