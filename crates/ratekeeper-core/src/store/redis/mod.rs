@@ -337,10 +337,13 @@ mod script;
 mod settle;
 mod shared;
 mod slots;
+mod stats;
 mod subscription;
 
 pub use builder::RedisStoreBuilder;
+pub use policy::MAX_TOLERANCE_MICROS;
 pub use slots::RedisSlots;
+pub use stats::RedisStats;
 
 use std::fmt;
 use std::future::Future;
@@ -357,27 +360,6 @@ use smallvec::SmallVec;
 
 use super::{Charge, Checked, Correction, Decisions, PolicyId, Refund, Store, StoreError};
 use crate::{Key, Policy};
-
-/// Largest state span the Redis store accepts (GCRA tolerance `burst * T`, fixed-window
-/// length `W`), in µs: 2^48 µs, about 8.9 years.
-/// Lua numbers are doubles, exact up to 2^53; Unix time in µs is below 2^51 until 2041, so
-/// `now + tau` stays exact.
-pub const MAX_TOLERANCE_MICROS: u64 = 1 << 48;
-
-/// Counters of one [`RedisStore`] (also exported through the [`metrics`] crate).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub struct RedisStats {
-    /// Decisions Redis made.
-    pub redis_decisions: u64,
-    /// Requests the negative cache denied without a round trip.
-    pub negative_cache_hits: u64,
-    /// Decisions made by the failure policy (timeout, error, stale call or open breaker).
-    pub degraded: u64,
-    /// Redis errors and timeouts seen (a subset of `degraded`: the rest were skipped by the
-    /// open circuit breaker), refund failures included.
-    pub errors: u64,
-}
 
 /// One owned charge: policy, client key, cost. What [`RedisStore::check_async`] takes.
 pub type OwnedCharge = (PolicyId, Key, u64);

@@ -3,13 +3,18 @@
 
 use std::sync::Arc;
 
-use super::MAX_TOLERANCE_MICROS;
 pub(super) use super::protocol::{
     ALGO_FIXED_WINDOW, ALGO_GCRA, RESERVE_GCRA, RESERVE_NONE, RESERVE_SHAPER,
 };
 use super::protocol::{ALGO_SLIDING_LOG, ALGO_SLIDING_WINDOW, MAX_EXACT};
 use crate::store::StoreError;
 use crate::{Algorithm, Policy};
+
+/// Largest state span the Redis store accepts (GCRA tolerance `burst * T`, fixed-window
+/// length `W`), in µs: 2^48 µs, about 8.9 years.
+/// Lua numbers are doubles, exact up to 2^53; Unix time in µs is below 2^51 until 2041, so
+/// `now + tau` stays exact.
+pub const MAX_TOLERANCE_MICROS: u64 = 1 << 48;
 
 /// A registered policy as the script sees it.
 #[derive(Debug, Clone)]
