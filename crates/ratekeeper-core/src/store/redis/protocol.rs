@@ -324,6 +324,16 @@ fn script_texts() -> &'static [String; 2] {
     &TEXTS
 }
 
+/// The limiter's script text (the body of [`limiter_script`]).
+pub(super) fn limiter_text() -> &'static str {
+    &script_texts()[0]
+}
+
+/// The lease's script text (the body of [`lease_script`]).
+pub(super) fn lease_text() -> &'static str {
+    &script_texts()[1]
+}
+
 /// The limiter as a script (Redis 6: `EVALSHA`).
 pub(super) fn limiter_script() -> &'static redis::Script {
     static SCRIPT: LazyLock<redis::Script> =

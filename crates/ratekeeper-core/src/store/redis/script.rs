@@ -9,7 +9,10 @@
 //! server replaced by one without functions) loads the library again and sends the call
 //! once more, or falls back to `EVALSHA`; `EVALSHA` of a script Redis no longer has
 //! (`NOSCRIPT`: a restart, `SCRIPT FLUSH`) loads it (`SCRIPT LOAD`) and sends the call once
-//! more. No manual step is ever needed.
+//! more. When that second call misses too (a Cluster whose slot map is stale after a
+//! failover: the load went to the old primary, the call to the new one), the call is sent a
+//! third time as an `EVAL` carrying the script's text, which needs nothing loaded. No manual
+//! step is ever needed.
 
 use std::fmt;
 use std::sync::Arc;
@@ -91,6 +94,14 @@ impl Entry {
         }
     }
 
+    /// The script's text (what `EVAL` sends).
+    fn text(self) -> &'static str {
+        match self {
+            Self::Limiter => protocol::limiter_text(),
+            Self::Lease => protocol::lease_text(),
+        }
+    }
+
     fn script(self) -> &'static redis::Script {
         match self {
             Self::Limiter => protocol::limiter_script(),
@@ -117,6 +128,24 @@ impl Entry {
         cmd.arg(keys);
         cmd
     }
+}
+
+/// Whether `err` is Redis's `NOSCRIPT` (no script with that hash is loaded).
+fn is_no_script(err: &redis::RedisError) -> bool {
+    err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+}
+
+/// `evalsha` (an `EVALSHA` of `entry`'s script) as an `EVAL` of the script's text: the same
+/// keys and arguments, nothing that must be loaded first.
+fn eval(entry: Entry, evalsha: &redis::Cmd) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(entry.text());
+    for arg in evalsha.args_iter().skip(2) {
+        if let redis::Arg::Simple(bytes) = arg {
+            cmd.arg(bytes);
+        }
+    }
+    cmd
 }
 
 /// Whether `err` says Redis has no such function (`FUNCTION FLUSH`), or no functions at all
@@ -331,7 +360,7 @@ impl ScriptRunner {
     /// store's connection; its reply. A function Redis does not have (any more) loads the
     /// library again and sends the call once more, or, on a Redis without functions, falls
     /// back to `EVALSHA`; a script Redis does not have (`NOSCRIPT`) is loaded and the call
-    /// sent once more.
+    /// sent once more. A call that still finds nothing loaded is sent as an `EVAL`.
     pub(super) async fn send(
         &self,
         entry: Entry,
@@ -343,27 +372,31 @@ impl ScriptRunner {
         let result = match link.query(&cmd).await {
             Err(err) if functions && is_missing_function(&err) => {
                 if link.load_library().await.map_err(redis_failure)? {
-                    link.query(&cmd).await
+                    match link.query(&cmd).await {
+                        Err(err) if is_missing_function(&err) => {
+                            link.query(&eval(entry, &build(false))).await
+                        }
+                        other => other,
+                    }
                 } else {
                     self.evalsha(entry, &build(false)).await
                 }
             }
-            Err(err)
-                if !functions
-                    && err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
-            {
-                self.evalsha(entry, &cmd).await
-            }
+            Err(err) if !functions && is_no_script(&err) => self.evalsha(entry, &cmd).await,
             other => other,
         };
         result.map_err(redis_failure)
     }
 
-    /// Loads `entry`'s script and sends `cmd` (its `EVALSHA`).
+    /// Loads `entry`'s script and sends `cmd` (its `EVALSHA`); as an `EVAL` when Redis
+    /// still does not have it.
     async fn evalsha(&self, entry: Entry, cmd: &redis::Cmd) -> redis::RedisResult<redis::Value> {
         let link = self.conn.link();
         entry.script().load_async(&mut link.clone()).await?;
-        link.query(cmd).await
+        match link.query(cmd).await {
+            Err(err) if is_no_script(&err) => link.query(&eval(entry, cmd)).await,
+            other => other,
+        }
     }
 
     /// Reads a reply's head (Redis `TIME` µs, the status), teaches the guard Redis's time
@@ -420,6 +453,24 @@ mod tests {
                 _ => "<cursor>".to_owned(),
             })
             .collect()
+    }
+
+    #[test]
+    fn an_eval_carries_the_script_text_and_the_same_keys_and_arguments() {
+        let mut evalsha = Entry::Limiter.command(false, 1, 2, 0);
+        evalsha.arg("rl:v2:{s:k}:p").arg(42).arg("x");
+        let sent = args(&eval(Entry::Limiter, &evalsha));
+        assert_eq!(sent[0], "EVAL");
+        assert_eq!(sent[1], protocol::limiter_text());
+        assert_eq!(sent[2..], args(&evalsha)[2..]);
+        assert_eq!(sent[2..], ["1", "rl:v2:{s:k}:p", "42", "x"]);
+        // The lease's text for the lease; each text is the one its hash names.
+        let lease = args(&eval(Entry::Lease, &Entry::Lease.command(false, 0, 0, 0)));
+        assert_eq!(lease[..3], ["EVAL", protocol::lease_text(), "0"]);
+        for entry in [Entry::Limiter, Entry::Lease] {
+            let hash = redis::Script::new(entry.text()).get_hash().to_owned();
+            assert_eq!(hash, entry.script().get_hash());
+        }
     }
 
     #[test]
