@@ -64,7 +64,7 @@ use tokio::task::JoinHandle;
 use tonic_health::ServingStatus;
 
 use crate::clock::{SharedClock, UnixClock};
-use crate::config::{OnStoreFailure, RateLimitConfig, watch as config_watch};
+use crate::config::{RateLimitConfig, watch as config_watch};
 use crate::http;
 use crate::limiter::{Backend, Limiter};
 use crate::service::{Options, RateLimiter, Shared};
@@ -159,9 +159,8 @@ impl ServerBuilder {
     /// its `on_store_failure` says (the settings' `ON_STORE_FAILURE` when it has none);
     /// `Deny` here refuses every limit whatever its own value. The limits whose
     /// `on_store_failure` is `fail_soft` go through a second handle on the same keys, built
-    /// with [`FailurePolicy::FailSoft`] when the default (`ON_STORE_FAILURE`) or a rule of
-    /// the config at start asks for it; a `fail_soft` rule that only a later reload brings
-    /// fails as `unavailable` until the next start.
+    /// with [`FailurePolicy::FailSoft`] at start on every Redis or tiered store (so a rule
+    /// that a later reload brings fails soft too, and every replica counts in the shares).
     ///
     /// Every failure counts `ratelimit_service_should_rate_limit_error{err_type="redis_error"}`.
     pub fn on_store_failure(mut self, policy: FailurePolicy) -> Self {
@@ -227,7 +226,6 @@ async fn build_backend(
     injected: bool,
     local_injected: bool,
     on_failure: FailurePolicy,
-    fail_soft: bool,
 ) -> Result<(Backend, Option<RedisStore>), ServerError> {
     if settings.store == StoreKind::Memory {
         return Ok((
@@ -271,12 +269,10 @@ async fn build_backend(
     };
     let store = connect(on_failure).await?;
     // The handle of the limits that fail soft: the same keys, each replica's share of the
-    // limit in memory while Redis is unreachable.
-    let soft = if fail_soft {
-        Some(connect(FailurePolicy::FailSoft).await?)
-    } else {
-        None
-    };
+    // limit in memory while Redis is unreachable. Built whatever the config at start says:
+    // a reload may bring a `fail_soft` rule, and every replica registers, so the share each
+    // one enforces counts them all.
+    let soft = Some(connect(FailurePolicy::FailSoft).await?);
     if settings.store == StoreKind::Tiered {
         let tiered = TieredStore::builder()
             .max_lease(settings.tiered_max_lease)
@@ -318,20 +314,8 @@ impl Server {
                 .unwrap_or_else(|| Arc::new(UnixClock::new())),
         );
         let _ = stats::prometheus();
-        // The fail-soft handle (a second connection that registers this replica in Redis)
-        // only when a limit may need it: the default, or a rule of the config at start.
-        let fail_soft = settings.on_store_failure == OnStoreFailure::FailSoft
-            || RateLimitConfig::load_path(settings.config_path(), &settings.load)
-                .is_ok_and(|c| c.uses_fail_soft());
-        let (backend, soft) = build_backend(
-            &settings,
-            &clock,
-            injected,
-            local_injected,
-            b.on_failure,
-            fail_soft,
-        )
-        .await?;
+        let (backend, soft) =
+            build_backend(&settings, &clock, injected, local_injected, b.on_failure).await?;
         let mut limiter = Limiter::new(backend, clock);
         if let Some(soft) = soft {
             limiter = limiter.with_fail_soft(soft);

@@ -335,19 +335,6 @@ impl RateLimitConfig {
         &self.inner.warnings
     }
 
-    /// Whether a rule of any domain has `on_store_failure: fail_soft`.
-    pub(crate) fn uses_fail_soft(&self) -> bool {
-        fn level(l: &Level) -> bool {
-            l.nodes.iter().any(|d| {
-                d.rule
-                    .as_ref()
-                    .is_some_and(|r| r.on_store_failure == Some(OnStoreFailure::FailSoft))
-                    || level(&d.children)
-            })
-        }
-        self.inner.domains.values().any(|d| level(&d.level))
-    }
-
     /// How `domain`'s requests are charged (`charging:` in its file; with merged files,
     /// [`Charging::AllOrNothing`] when any of them says so). Unknown domains:
     /// [`Charging::PerDescriptor`].

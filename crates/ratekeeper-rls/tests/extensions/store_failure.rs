@@ -171,3 +171,56 @@ async fn each_policy_answers_by_the_deadline_on_a_virtual_clock() {
         }
     }
 }
+
+/// A `fail_soft` rule that only a reload brings (the config at start has none, and
+/// `ON_STORE_FAILURE` is `unavailable`) fails soft once Redis is gone: the fail-soft handle
+/// exists from the start, whatever the config said then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fail_soft_rule_a_reload_brings_fails_soft() {
+    let config = |limit: u32, on_failure: &str| {
+        format!(
+            "domain: sf\ndescriptors:\n  - key: soft\n    rate_limit: {{unit: minute, \
+             requests_per_unit: {limit}, on_store_failure: {on_failure}}}\n"
+        )
+    };
+    let env = [("REDIS_TIMEOUT", "100ms")];
+    let mut rls = Rls::start(Backend::Redis, &config(10, "unavailable"), &env).await;
+    let path = rls.dir.path().join("config.yaml");
+    std::fs::write(&path, config(3, "fail_soft")).expect("rewrite the config");
+    // The reload is seen by the new limit; each call decides with Redis up (a loaded
+    // machine may miss the 100 ms deadline on one: bounded retries).
+    let mut tries = 0;
+    loop {
+        let r = rls
+            .try_call(req("sf", vec![desc(&[("soft", "c")])], 0))
+            .await;
+        let limit = r.ok().and_then(|r| {
+            r.statuses[0]
+                .current_limit
+                .as_ref()
+                .map(|l| l.requests_per_unit)
+        });
+        if limit == Some(3) {
+            break;
+        }
+        tries += 1;
+        assert!(tries < 200, "the reloaded config never decided: {limit:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    rls.redis.as_mut().unwrap().kill();
+    // As in the start-time case: one unit for a counter first seen in the outage, then
+    // this replica's share (the whole limit, as the only replica) in the next window.
+    let want = [Ok(ok()), Ok(over()), Ok(over())];
+    for (i, want) in want.into_iter().enumerate() {
+        let (got, has_limit, took) = answer(&mut rls, "soft").await;
+        assert_eq!(got, want, "call {i}");
+        assert!(has_limit, "call {i}: current_limit");
+        assert!(took < DEADLINE + SLACK, "call {i} took {took:?}");
+    }
+    rls.clock.advance(Duration::from_secs(60));
+    for i in 0..3 {
+        assert_eq!(answer(&mut rls, "soft").await.0, Ok(ok()), "hit {}", i + 1);
+    }
+    assert_eq!(answer(&mut rls, "soft").await.0, Ok(over()), "hit 4");
+}
