@@ -135,11 +135,41 @@ fn is_no_script(err: &redis::RedisError) -> bool {
     err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
 }
 
-/// `evalsha` (an `EVALSHA` of `entry`'s script) as an `EVAL` of the script's text: the same
-/// keys and arguments, nothing that must be loaded first.
-fn eval(entry: Entry, evalsha: &redis::Cmd) -> redis::Cmd {
+/// Sends `evalsha` (an `EVALSHA` of `script`, whose text is `text`) on `link`; a script Redis
+/// does not have (`NOSCRIPT`) is loaded and the call sent again (see [`load_and_send`]).
+pub(super) async fn send_script(
+    link: &Link,
+    script: &redis::Script,
+    text: &str,
+    evalsha: &redis::Cmd,
+) -> redis::RedisResult<redis::Value> {
+    match link.query(evalsha).await {
+        Err(err) if is_no_script(&err) => load_and_send(link, script, text, evalsha).await,
+        other => other,
+    }
+}
+
+/// Loads `script` (`SCRIPT LOAD`) and sends `evalsha` (its `EVALSHA`); when Redis still does
+/// not have it (a Cluster slot map that sent the load to the old primary after a failover),
+/// sends the call as an `EVAL` of `text`, which needs nothing loaded.
+async fn load_and_send(
+    link: &Link,
+    script: &redis::Script,
+    text: &str,
+    evalsha: &redis::Cmd,
+) -> redis::RedisResult<redis::Value> {
+    script.load_async(&mut link.clone()).await?;
+    match link.query(evalsha).await {
+        Err(err) if is_no_script(&err) => link.query(&eval(text, evalsha)).await,
+        other => other,
+    }
+}
+
+/// `evalsha` (an `EVALSHA` of the script whose text is `text`) as an `EVAL` of that text:
+/// the same keys and arguments, nothing that must be loaded first.
+fn eval(text: &str, evalsha: &redis::Cmd) -> redis::Cmd {
     let mut cmd = redis::cmd("EVAL");
-    cmd.arg(entry.text());
+    cmd.arg(text);
     for arg in evalsha.args_iter().skip(2) {
         if let redis::Arg::Simple(bytes) = arg {
             cmd.arg(bytes);
@@ -374,7 +404,7 @@ impl ScriptRunner {
                 if link.load_library().await.map_err(redis_failure)? {
                     match link.query(&cmd).await {
                         Err(err) if is_missing_function(&err) => {
-                            link.query(&eval(entry, &build(false))).await
+                            link.query(&eval(entry.text(), &build(false))).await
                         }
                         other => other,
                     }
@@ -391,12 +421,7 @@ impl ScriptRunner {
     /// Loads `entry`'s script and sends `cmd` (its `EVALSHA`); as an `EVAL` when Redis
     /// still does not have it.
     async fn evalsha(&self, entry: Entry, cmd: &redis::Cmd) -> redis::RedisResult<redis::Value> {
-        let link = self.conn.link();
-        entry.script().load_async(&mut link.clone()).await?;
-        match link.query(cmd).await {
-            Err(err) if is_no_script(&err) => link.query(&eval(entry, cmd)).await,
-            other => other,
-        }
+        load_and_send(self.conn.link(), entry.script(), entry.text(), cmd).await
     }
 
     /// Reads a reply's head (Redis `TIME` µs, the status), teaches the guard Redis's time
@@ -459,13 +484,16 @@ mod tests {
     fn an_eval_carries_the_script_text_and_the_same_keys_and_arguments() {
         let mut evalsha = Entry::Limiter.command(false, 1, 2, 0);
         evalsha.arg("rl:v2:{s:k}:p").arg(42).arg("x");
-        let sent = args(&eval(Entry::Limiter, &evalsha));
+        let sent = args(&eval(Entry::Limiter.text(), &evalsha));
         assert_eq!(sent[0], "EVAL");
         assert_eq!(sent[1], protocol::limiter_text());
         assert_eq!(sent[2..], args(&evalsha)[2..]);
         assert_eq!(sent[2..], ["1", "rl:v2:{s:k}:p", "42", "x"]);
         // The lease's text for the lease; each text is the one its hash names.
-        let lease = args(&eval(Entry::Lease, &Entry::Lease.command(false, 0, 0, 0)));
+        let lease = args(&eval(
+            Entry::Lease.text(),
+            &Entry::Lease.command(false, 0, 0, 0),
+        ));
         assert_eq!(lease[..3], ["EVAL", protocol::lease_text(), "0"]);
         for entry in [Entry::Limiter, Entry::Lease] {
             let hash = redis::Script::new(entry.text()).get_hash().to_owned();

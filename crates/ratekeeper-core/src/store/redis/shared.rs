@@ -8,6 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use redis::FromRedisValue;
+
 use super::breaker::Breaker;
 use super::error::{BadReply, unavailable};
 use super::failure::Outage;
@@ -16,7 +18,7 @@ use super::invalidate::Invalidation;
 use super::negative::NegativeCache;
 use super::protocol::FLEET_SCRIPT;
 use super::reply::{Row, Rows};
-use super::script::{Mode, ScriptRunner};
+use super::script::{Mode, ScriptRunner, send_script};
 use crate::Decision;
 use crate::clock::Clock;
 use crate::store::{Decisions, Receipt, StoreError};
@@ -164,10 +166,18 @@ impl Shared {
         let key = format!("{}:v2:{{fleet}}:instances", self.prefix);
         static SCRIPT: std::sync::OnceLock<redis::Script> = std::sync::OnceLock::new();
         let script = SCRIPT.get_or_init(|| redis::Script::new(FLEET_SCRIPT));
-        let mut invocation = script.prepare_invoke();
-        invocation.key(key).arg(&self.instance_id).arg(FLEET_TTL_MS);
-        let mut conn = self.script.conn.link().clone();
-        let call = invocation.invoke_async::<u32>(&mut conn);
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(script.get_hash())
+            .arg(1)
+            .arg(key)
+            .arg(&self.instance_id)
+            .arg(FLEET_TTL_MS);
+        let link = self.script.conn.link();
+        let call = async {
+            send_script(link, script, FLEET_SCRIPT, &cmd)
+                .await
+                .and_then(|v| Ok(u32::from_redis_value(v)?))
+        };
         match tokio::time::timeout(self.deadline, call).await {
             Ok(Ok(n)) if n > 0 => {
                 self.outage.instances.store(n, Ordering::Relaxed);

@@ -5,10 +5,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use redis::FromRedisValue;
+
 use super::error::{BadReply, redis_failure, unavailable};
 use super::keys;
 use super::protocol::CONCURRENCY_SCRIPT;
-use super::script::Conn;
+use super::script::{Conn, send_script};
 use crate::Key;
 use crate::store::slots::{AcquireFuture, Acquired, SharedSlots, SlotLease};
 use crate::store::{FailurePolicy, StoreError};
@@ -225,18 +227,18 @@ impl Config {
 
     /// One script call: `{ok, held}`.
     async fn run(&self, key: &str, op: &str, id: &str, max: u32) -> Result<(i64, i64), StoreError> {
-        let mut invocation = self.script.prepare_invoke();
-        invocation
-            .key(key)
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.script.get_hash())
+            .arg(1)
+            .arg(key)
             .arg(op)
             .arg(id)
             .arg(max)
             .arg(self.lease_ms());
-        let reply: Vec<i64> = match &self.conn {
-            Conn::Single(c) => invocation.invoke_async(&mut c.clone()).await,
-            Conn::Cluster(c) => invocation.invoke_async(&mut c.clone()).await,
-        }
-        .map_err(redis_failure)?;
+        let reply = send_script(self.conn.link(), &self.script, CONCURRENCY_SCRIPT, &cmd)
+            .await
+            .and_then(|v| Ok(Vec::<i64>::from_redis_value(v)?))
+            .map_err(redis_failure)?;
         match reply.as_slice() {
             &[ok, held] => Ok((ok, held)),
             _ => Err(unavailable(BadReply("concurrency script: wrong reply"))),
