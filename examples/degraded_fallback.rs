@@ -18,7 +18,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::handler::Handler;
 use axum::routing::get;
-use ratekeeper_axum::core::decision::ceil_secs;
+use ratekeeper_axum::core::ceil_secs;
 use ratekeeper_axum::{RateLimitLayer, core::Quota, extract::RateLimitInfo};
 
 /// The "cache" behind the app: the version of the last fresh answer.

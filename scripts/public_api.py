@@ -26,9 +26,8 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CRATES = ["ratekeeper-core", "ratekeeper-tower", "ratekeeper-axum", "ratekeeper-rls"]
-# Crates held to one path per item (`--check` fails otherwise). ratekeeper-core still offers
-# its vocabulary (Quota, Policy, Key, ...) both at its root and in the defining modules.
-ONE_PATH = {"ratekeeper-tower", "ratekeeper-axum", "ratekeeper-rls"}
+# Crates held to one path per item (`--check` fails otherwise): every published crate.
+ONE_PATH = {"ratekeeper-core", "ratekeeper-tower", "ratekeeper-axum", "ratekeeper-rls"}
 API_DIR = os.path.join(ROOT, "api")
 
 

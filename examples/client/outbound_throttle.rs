@@ -42,7 +42,7 @@ pub fn upstream_app() -> Router {
 }
 
 /// [`upstream_app`] with its limiter's store on `clock` (a test passes a
-/// [`TokioClock`](ratekeeper_axum::core::throttle::TokioClock) to run under tokio's paused
+/// [`TokioClock`](ratekeeper_axum::core::clock::TokioClock) to run under tokio's paused
 /// time).
 ///
 /// # Errors
@@ -96,7 +96,7 @@ pub async fn run_client(
 }
 
 /// [`run_client`] with the throttle's store on `clock` (a test passes a
-/// [`TokioClock`](ratekeeper_axum::core::throttle::TokioClock) to run under tokio's paused
+/// [`TokioClock`](ratekeeper_axum::core::clock::TokioClock) to run under tokio's paused
 /// time, where `duration` and the report's `elapsed` are tokio time too).
 ///
 /// # Errors

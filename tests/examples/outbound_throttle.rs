@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use ratekeeper_axum::core::throttle::TokioClock;
+use ratekeeper_axum::core::clock::TokioClock;
 use ratekeeper_tests::spawn;
 
 // The example app itself, not a copy; its `main` and the items this file does not use

@@ -8,7 +8,7 @@ use axum::Router;
 use axum::routing::get;
 use ratekeeper_axum::key::HeaderKey;
 use ratekeeper_axum::{RateLimitLayer, core::Algorithm, core::Policy, core::Quota};
-use ratekeeper_tests::TestServer;
+use ratekeeper_tests::{TestServer, readme};
 use reqwest::StatusCode;
 
 // The README's recipe, exactly as the README shows it (checked below).
@@ -164,19 +164,8 @@ async fn the_admin_route_refuses_requests_without_the_token() {
 /// The README shows the recipe exactly as this test compiles it.
 #[test]
 fn the_readme_shows_the_admin_recipe() {
-    let readme = include_str!("../../README.md");
-    let block = readme
-        .split("<!-- recipe:admin-route:begin -->")
-        .nth(1)
-        .and_then(|rest| rest.split("<!-- recipe:admin-route:end -->").next())
-        .expect("the README has the admin recipe between its markers");
-    let code = block
-        .trim()
-        .strip_prefix("```rust")
-        .and_then(|c| c.strip_suffix("```"))
-        .expect("the recipe is one rust code block");
     assert_eq!(
-        code.trim(),
+        readme::recipe("admin-route"),
         include_str!("../../examples/recipes/admin_route.rs").trim(),
         "README.md and examples/recipes/admin_route.rs differ"
     );

@@ -14,8 +14,9 @@ use ratekeeper_axum::{
     core::Quota, key::GlobalKey,
 };
 use ratekeeper_core::clock::ManualClock;
+use ratekeeper_core::clock::TokioClock;
 use ratekeeper_core::store::{Charge, MemoryStore};
-use ratekeeper_core::throttle::{Throttle, TokioClock};
+use ratekeeper_core::throttle::Throttle;
 use ratekeeper_core::{Outcome, QuotaError};
 use ratekeeper_tests::TestServer;
 

@@ -8,9 +8,7 @@
 //! `x-user` header; policy `login` = `10/15min`, sliding log, `Settle::COUNT_UNAUTHORIZED`,
 //! ban after 1 refusal within 15 min, lasting 15 min.
 
-use std::io;
 use std::num::NonZeroU32;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
@@ -26,8 +24,8 @@ use ratekeeper_core::Key;
 use ratekeeper_core::clock::ManualClock;
 use ratekeeper_core::store::{MemoryStore, Store};
 use ratekeeper_tests::TestServer;
+use ratekeeper_tests::logs::Captured;
 use tower::ServiceExt;
-use tracing_subscriber::fmt::MakeWriter;
 
 const FIFTEEN_MINUTES: Duration = Duration::from_secs(15 * 60);
 /// The longest any single request of a test may take.
@@ -163,28 +161,6 @@ async fn ten_failed_logins_ban_the_client_for_fifteen_minutes() {
     assert_eq!(login(&server, "alice", "wrong").await, unauthorized());
 }
 
-/// A `MakeWriter` that appends formatted events to a shared buffer.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> MakeWriter<'a> for Captured {
-    type Writer = Self;
-    fn make_writer(&'a self) -> Self {
-        self.clone()
-    }
-}
-
 /// Each ban is counted once in `ratekeeper_bans_total{policy}` and logged once at INFO
 /// (target `ratekeeper`, key hashed), however many requests it then refuses.
 #[tokio::test]
@@ -241,7 +217,7 @@ async fn a_ban_is_counted_and_logged_once() {
         })
         .collect();
     assert_eq!(bans, [("login".to_owned(), DebugValue::Counter(3))]);
-    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let text = captured.text();
     let lines: Vec<_> = text.lines().filter(|l| l.contains("key banned")).collect();
     assert_eq!(lines.len(), 3, "{text}");
     for line in &lines {

@@ -13,6 +13,7 @@ use ratekeeper_axum::core::store::MemoryStore;
 use ratekeeper_axum::core::{Key, Policy, Quota};
 use ratekeeper_axum::key::{HeaderKey, PeerIp};
 use ratekeeper_tests::TestServer;
+use ratekeeper_tests::logs::Captured;
 
 /// A server limiting `GET /` to `limit` requests a minute per `Authorization` credential,
 /// falling back to the peer IP, on a store whose clock never moves.
@@ -109,27 +110,6 @@ async fn a_value_that_is_not_a_credential_falls_back_to_the_peer() {
     assert_eq!(status(&server, "Bearer abc").await, 429);
 }
 
-/// Everything a log subscriber wrote.
-#[derive(Clone, Default)]
-struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("log buffer").extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
-    type Writer = Self;
-    fn make_writer(&'a self) -> Self {
-        self.clone()
-    }
-}
-
 /// With the memory store, through the router: 16-byte and 1 000-byte bearer tokens appear in no log
 /// line (TRACE, raw keys on) and no rendered metric, while the logs do name the keys (by
 /// their digest). The runtime runs on this thread, inside the local recorder and subscriber.
@@ -199,7 +179,7 @@ fn tokens_reach_no_log_line_or_metric() {
         });
     });
     let rendered = metrics.render();
-    let logged = String::from_utf8_lossy(&logs.0.lock().expect("log buffer")).into_owned();
+    let logged = logs.text();
     assert!(
         rendered.contains("ratekeeper_decisions_total"),
         "{rendered}"

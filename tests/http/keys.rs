@@ -30,9 +30,9 @@ use ratekeeper_axum::key::{ForwardedIp, HeaderKey, PeerAddr, Source, UserKey};
 use ratekeeper_axum::policy::{Settle, resolve_fn};
 use ratekeeper_axum::route::RouteTable;
 use ratekeeper_axum::{
-    RateLimitLayer, core::Algorithm, core::Key, core::Policy, core::Quota, key::KeyError,
-    key::KeyExtractor, key::PeerIp,
+    RateLimitLayer, core::Algorithm, core::Key, core::Policy, core::Quota, key::PeerIp,
 };
+use ratekeeper_tests::keys::recording;
 use ratekeeper_tests::{TestServer, ok_app, spawn_service};
 use tower::{Layer, ServiceExt};
 use tower_http::cors::CorsLayer;
@@ -92,32 +92,6 @@ async fn from_peer(app: &Router, peer: &str, mut req: Request) -> Response {
     req.extensions_mut()
         .insert(PeerAddr(SocketAddr::new(ip, 40_000)));
     app.clone().oneshot(req).await.unwrap()
-}
-
-/// A key extractor that records every key it hands out.
-struct Recording<K> {
-    inner: K,
-    log: Arc<Mutex<Vec<String>>>,
-}
-
-impl<K: KeyExtractor> KeyExtractor for Recording<K> {
-    fn extract<B>(&self, req: &http::Request<B>) -> Result<Key, KeyError> {
-        let key = self.inner.extract(req);
-        let shown = key
-            .as_ref()
-            .map_or_else(|e| format!("error: {e}"), ToString::to_string);
-        self.log.lock().unwrap().push(shown);
-        key
-    }
-}
-
-fn recording<K: KeyExtractor>(inner: K) -> (Arc<Mutex<Vec<String>>>, Recording<K>) {
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let extractor = Recording {
-        inner,
-        log: Arc::clone(&log),
-    };
-    (log, extractor)
 }
 
 fn last(log: &Mutex<Vec<String>>) -> String {

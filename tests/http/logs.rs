@@ -12,9 +12,7 @@
 //! - a bad Redis URL is a one-line sentence that calls it a configuration error.
 
 use std::convert::Infallible;
-use std::io::Write;
 use std::num::NonZeroU32;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::http::{Method, Request, Response, StatusCode};
@@ -23,44 +21,9 @@ use ratekeeper_axum::core::store::redis::RedisStore;
 use ratekeeper_axum::key::{ForwardedIp, PeerAddr};
 use ratekeeper_axum::route::RouteTable;
 use ratekeeper_axum::{BuildError, RateLimitLayer, core::Policy, core::Quota, key::GlobalKey};
+use ratekeeper_tests::logs::Captured;
 use ratekeeper_tests::redis::{DECISION_DEADLINE, RedisServer};
 use tower::{Layer, Service, ServiceExt, service_fn};
-use tracing_subscriber::fmt::MakeWriter;
-
-/// Everything the subscriber wrote, one event per line.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-
-    fn lines(&self, level: &str) -> Vec<String> {
-        self.text()
-            .lines()
-            .filter(|l| l.split_whitespace().next() == Some(level))
-            .map(str::to_owned)
-            .collect()
-    }
-}
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> MakeWriter<'a> for Captured {
-    type Writer = Self;
-    fn make_writer(&'a self) -> Self {
-        self.clone()
-    }
-}
 
 /// Captures events at `filter` (an `EnvFilter` directive) for the rest of the scope.
 fn capture(filter: &str) -> (Captured, tracing::subscriber::DefaultGuard) {

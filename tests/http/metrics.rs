@@ -6,8 +6,6 @@
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::{Ready, ready};
-use std::io;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
@@ -17,6 +15,7 @@ use ratekeeper_axum::core::store::{MemoryStore, Store};
 use ratekeeper_axum::metrics::DECISIONS_TOTAL;
 use ratekeeper_axum::rate_limit::Mode;
 use ratekeeper_axum::{RateLimitLayer, core::Key, core::Policy, core::Quota, key::GlobalKey};
+use ratekeeper_tests::logs::Captured;
 use ratekeeper_tests::redis::{DECISION_DEADLINE, RedisServer};
 use tower::{Service, ServiceExt, service_fn};
 
@@ -189,29 +188,6 @@ async fn redis_store_counts_each_decision_once_in_every_mode() {
     check_every_mode(|case| async move { redis_store(server, &format!("{case:?}")).await }).await;
 }
 
-/// A `MakeWriter` that appends formatted events to a shared buffer.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
-    type Writer = Captured;
-
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
-    }
-}
-
 /// A cost larger than the burst: 429 without `Retry-After`, one WARN, counted once as
 /// `cannot_fit`, on the memory store and on Redis.
 async fn never_fits<St: Store<Key>>(store: St) {
@@ -241,7 +217,7 @@ async fn never_fits<St: Store<Key>>(store: St) {
     };
     assert_eq!(res.status(), StatusCode::TOO_MANY_REQUESTS);
     assert!(res.headers().get("retry-after").is_none());
-    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let text = logs.text();
     let warnings: Vec<&str> = text
         .lines()
         .filter(|l| l.contains("WARN") && l.contains("can never be allowed"))

@@ -22,11 +22,9 @@ use axum::routing::get;
 use ratekeeper_axum::core::clock::ManualClock;
 use ratekeeper_axum::core::store::MemoryStore;
 use ratekeeper_axum::key::{ForwardedIp, PeerAddr, Source};
-use ratekeeper_axum::{
-    RateLimitLayer, core::Algorithm, core::Key, core::Policy, core::Quota, key::GlobalKey,
-    key::KeyError, key::KeyExtractor,
-};
-use ratekeeper_tests::{TestServer, ok_app};
+use ratekeeper_axum::{RateLimitLayer, core::Algorithm, core::Policy, core::Quota, key::GlobalKey};
+use ratekeeper_tests::keys::recording;
+use ratekeeper_tests::{TestServer, ok_app, readme};
 use tower::ServiceExt;
 
 // The README's recipe, exactly as the README shows it (checked below).
@@ -40,33 +38,13 @@ fn one_per_minute() -> Policy {
         .with_algorithm(Algorithm::FixedWindow)
 }
 
-/// A key extractor that records every key it hands out.
-struct Recording<K> {
-    inner: K,
-    log: Arc<Mutex<Vec<String>>>,
-}
-
-impl<K: KeyExtractor> KeyExtractor for Recording<K> {
-    fn extract<B>(&self, req: &http::Request<B>) -> Result<Key, KeyError> {
-        let key = self.inner.extract(req);
-        let shown = key
-            .as_ref()
-            .map_or_else(|e| format!("error: {e}"), ToString::to_string);
-        self.log.lock().unwrap().push(shown);
-        key
-    }
-}
-
 /// An app limited to one request per minute per key of `key`, on a clock that stands still;
 /// and the log of the keys it charged.
 fn limited_app(key: ForwardedIp) -> (Router, Arc<Mutex<Vec<String>>>) {
-    let log = Arc::new(Mutex::new(Vec::new()));
+    let (log, key) = recording(key);
     let layer = RateLimitLayer::builder()
         .policy(one_per_minute())
-        .key(Recording {
-            inner: key,
-            log: log.clone(),
-        })
+        .key(key)
         .store(MemoryStore::with_clock(ManualClock::new()))
         .build()
         .unwrap();
@@ -239,19 +217,8 @@ async fn a_grpc_content_type_cannot_turn_a_429_into_a_200() {
 /// The README's recipe is this file's `recipe` module, word for word.
 #[test]
 fn the_readme_recipe_is_the_tested_code() {
-    let readme = include_str!("../../README.md");
-    let block = readme
-        .split("<!-- recipe:bearer-token:begin -->")
-        .nth(1)
-        .and_then(|rest| rest.split("<!-- recipe:bearer-token:end -->").next())
-        .expect("the README has the bearer-token recipe between its markers");
-    let code = block
-        .trim()
-        .strip_prefix("```rust")
-        .and_then(|c| c.strip_suffix("```"))
-        .expect("the recipe is one rust code block");
     assert_eq!(
-        code.trim(),
+        readme::recipe("bearer-token"),
         include_str!("recipes/bearer_token.rs").trim(),
         "README.md and tests/http/recipes/bearer_token.rs differ"
     );

@@ -3,9 +3,7 @@
 //! plain SHA-256 digest, with a deployment secret set) in Redis key names
 //! (`redis-cli --scan`), in the rendered metrics, or in the log lines (TRACE, raw keys on).
 
-use std::io::Write;
 use std::num::NonZeroU32;
-use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::routing::get;
@@ -15,30 +13,9 @@ use ratekeeper_axum::core::store::redis::RedisStore;
 use ratekeeper_axum::core::{Policy, Quota};
 use ratekeeper_axum::key::{CredentialSecret, HeaderKey};
 use ratekeeper_tests::TestServer;
+use ratekeeper_tests::logs::Captured;
 use ratekeeper_tests::redis::{DECISION_DEADLINE, RedisServer};
 use sha2::{Digest, Sha256};
-use tracing_subscriber::fmt::MakeWriter;
-
-/// Everything the subscriber wrote.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("log buffer").extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> MakeWriter<'a> for Captured {
-    type Writer = Self;
-    fn make_writer(&'a self) -> Self {
-        self.clone()
-    }
-}
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -118,7 +95,7 @@ fn bearer_tokens_never_reach_redis_metrics_or_logs_in_clear() {
 
     let keys = server.cli(&["--scan"]).expect("redis-cli --scan");
     let rendered = metrics.render();
-    let logged = String::from_utf8_lossy(&logs.0.lock().expect("log buffer")).into_owned();
+    let logged = logs.text();
     assert!(
         keys.contains("hmac-sha256"),
         "the keys hold the keyed digest: {keys}"

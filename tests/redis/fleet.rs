@@ -18,6 +18,7 @@ use ratekeeper_axum::core::store::redis::RedisStore;
 use ratekeeper_axum::core::store::{FailurePolicy, Store};
 use ratekeeper_axum::{RateLimitLayer, core::Policy, core::Quota, key::GlobalKey};
 use ratekeeper_tests::fleet::{Fault, Outcome, Scenario, run};
+use ratekeeper_tests::logs::Captured;
 use ratekeeper_tests::redis::{RedisCluster, RedisServer};
 use ratekeeper_tests::spawn;
 
@@ -263,37 +264,6 @@ async fn a_restarted_redis_decides_again_long_before_the_breaker_period_ends() {
     assert_eq!(store.stats().redis_decisions, before + 1);
 }
 
-/// Everything a `tracing` subscriber wrote (for [`the_first_degraded_decision_warns_at_once`]).
-#[derive(Clone, Default)]
-struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl Captured {
-    fn warnings(&self) -> Vec<String> {
-        let text = String::from_utf8_lossy(&self.0.lock().expect("log buffer")).into_owned();
-        text.lines()
-            .filter(|l| l.split_whitespace().next() == Some("WARN"))
-            .map(str::to_owned)
-            .collect()
-    }
-}
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("log buffer").extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
-    type Writer = Self;
-    fn make_writer(&'a self) -> Self {
-        self.clone()
-    }
-}
-
 /// Case: outage, its log. The first degraded decision of an outage logs a WARN at once (the
 /// error and the failure policy in force), before the circuit breaker opens (here after 5
 /// failures in a row), and the next degraded decisions do not log another.
@@ -336,11 +306,11 @@ fn the_first_degraded_decision_warns_at_once() {
         for _ in 0..3 {
             let err = store.check_async(&charge).await.expect_err("Redis is down");
             assert_eq!(err.failure_policy(), FailurePolicy::Allow);
-            warned_after.push(logs.warnings().len());
+            warned_after.push(logs.lines("WARN").len());
         }
         store.is_breaker_open()
     });
-    let warnings = logs.warnings();
+    let warnings = logs.lines("WARN");
     assert_eq!(warned_after, [1, 1, 1], "{warnings:?}");
     assert!(!breaker_open, "3 failures of 5 open nothing");
     assert!(warnings[0].contains("could not decide"), "{}", warnings[0]);

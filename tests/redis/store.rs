@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use axum::Router;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+use ratekeeper_axum::core::ceil_secs;
 use ratekeeper_axum::core::clock::ManualClock;
-use ratekeeper_axum::core::decision::ceil_secs;
 use ratekeeper_axum::core::store::redis::{OwnedCharge, RedisStore, RedisStoreBuilder};
 use ratekeeper_axum::core::store::{
     Charge, Decisions, MemoryStore, PolicyId, Receipt, Refund, Store,

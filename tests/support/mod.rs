@@ -14,6 +14,9 @@
 pub mod differential;
 pub mod fleet;
 pub mod flood;
+pub mod keys;
+pub mod logs;
+pub mod readme;
 pub mod redis;
 pub mod slots;
 pub mod streams;

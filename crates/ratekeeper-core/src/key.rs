@@ -1,21 +1,4 @@
-//! Keys: who is limited.
-//!
-//! A [`Key`] is a small value (no allocation for IP addresses, prefixes, integers and
-//! strings up to 24 bytes) that hashes fast. Keys of different kinds never collide:
-//! `Key::from("192.0.2.1")` and `Key::from(ip)` are different keys.
-//!
-//! # Example
-//!
-//! ```
-//! use std::net::{IpAddr, Ipv4Addr};
-//! use ratekeeper_core::Key;
-//!
-//! let ip = Key::Ip(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)));
-//! assert_eq!(ip.to_string(), "ip:192.0.2.1");
-//! assert_ne!(ip, Key::from("192.0.2.1"));
-//! assert_eq!(Key::from("alice").to_string(), "alice");
-//! assert_eq!(Key::tuple([Key::from("api"), Key::from(7u64)]).to_string(), "(api,7)");
-//! ```
+//! [`Key`]: who is limited.
 
 use std::fmt;
 use std::hash::{Hash, Hasher};
@@ -26,10 +9,27 @@ use compact_str::CompactString;
 
 /// A partition key: the identity one budget belongs to.
 ///
+/// A `Key` is a small value (no allocation for IP addresses, prefixes, integers and
+/// strings up to 24 bytes) that hashes fast. Keys of different kinds never collide:
+/// `Key::from("192.0.2.1")` and `Key::from(ip)` are different keys.
+///
 /// `Hash` is written by hand so that the common keys (an IPv4 address, an integer, global)
 /// feed the hasher one or two words instead of a chain of enum discriminants, which keeps
 /// memory-store checks cheap. It agrees with the derived `Eq`: equal keys write the same
 /// words.
+///
+/// # Example
+///
+/// ```
+/// use std::net::{IpAddr, Ipv4Addr};
+/// use ratekeeper_core::Key;
+///
+/// let ip = Key::Ip(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)));
+/// assert_eq!(ip.to_string(), "ip:192.0.2.1");
+/// assert_ne!(ip, Key::from("192.0.2.1"));
+/// assert_eq!(Key::from("alice").to_string(), "alice");
+/// assert_eq!(Key::tuple([Key::from("api"), Key::from(7u64)]).to_string(), "(api,7)");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum Key {

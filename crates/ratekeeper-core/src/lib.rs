@@ -7,7 +7,8 @@
 //! - [`Quota`]: `limit` per `period` with a `burst`; invalid values are [`QuotaError`]s.
 //! - [`Policy`]: a named quota plus an [`Algorithm`] (GCRA by default).
 //! - [`Decision`]: allowed / denied with an exact `retry_after` / can never fit, plus
-//!   `limit`, `remaining` and `reset_after` for headers.
+//!   `limit`, `remaining` and `reset_after` for headers ([`ceil_secs`] rounds a duration up
+//!   to the whole seconds a header carries).
 //! - [`clock`]: the [`Clock`](clock::Clock) trait, a monotonic clock and a manual clock (and,
 //!   with the `tokio` feature, a clock on tokio's time).
 //! - [`store`]: the [`Store`](store::Store) trait and the in-memory [`MemoryStore`](store::MemoryStore)
@@ -80,10 +81,10 @@ struct ReadmeDoctests;
 
 pub mod algorithm;
 pub mod clock;
-pub mod decision;
-pub mod key;
-pub mod policy;
-pub mod quota;
+mod decision;
+mod key;
+mod policy;
+mod quota;
 pub mod store;
 #[cfg(feature = "tokio")]
 pub mod throttle;
@@ -91,8 +92,8 @@ pub mod throttle;
 #[cfg(feature = "tokio")]
 mod seconds;
 
-pub use algorithm::Algorithm;
-pub use decision::{Decision, Outcome};
+pub use algorithm::kind::{Algorithm, UnknownAlgorithm};
+pub use decision::{Decision, Outcome, ceil_secs};
 pub use key::Key;
-pub use policy::{Ban, Policy, PolicyError};
-pub use quota::{Quota, QuotaError, QuotaParseError};
+pub use policy::{Ban, BanAfter, Policy, PolicyError};
+pub use quota::{Quota, QuotaError, QuotaParseError, QuotaPart};

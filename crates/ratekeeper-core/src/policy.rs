@@ -1,41 +1,4 @@
-//! Policies: a named quota plus an algorithm.
-//!
-//! # Example
-//!
-//! ```
-//! use std::num::NonZeroU32;
-//! use ratekeeper_core::{Algorithm, Policy, Quota};
-//!
-//! let api = Policy::new("api", Quota::per_minute(NonZeroU32::new(1000).unwrap()));
-//! assert_eq!(api.name(), "api");
-//! assert_eq!(api.algorithm(), Algorithm::Gcra);
-//!
-//! let search = Policy::new("search", "60/m".parse()?)
-//!     .with_algorithm(Algorithm::SlidingWindow);
-//! assert_eq!(search.capacity(), 60); // window algorithms hold `limit` per window
-//!
-//! // Only GCRA and the leaky bucket take a burst; a window algorithm refuses one.
-//! let bursty = Policy::new("search", "60/m burst 10".parse()?)
-//!     .with_algorithm(Algorithm::SlidingWindow);
-//! assert!(bursty.validate().unwrap_err().is_burst());
-//! # Ok::<(), ratekeeper_core::quota::QuotaParseError>(())
-//! ```
-//!
-//! With the `serde` feature a policy reads from configuration as
-//! `{ name = "search", quota = "60/m", algorithm = "sliding-window" }` (`algorithm`
-//! is optional and defaults to `gcra`; unknown fields are errors):
-//!
-//! ```
-//! # #[cfg(feature = "serde")] {
-//! use ratekeeper_core::{Algorithm, Policy};
-//! let p: Policy = serde_json::from_str(
-//!     r#"{"name": "daily", "quota": "1000/day", "algorithm": "fixed-window"}"#,
-//! ).unwrap();
-//! assert_eq!(p.algorithm(), Algorithm::FixedWindow);
-//! let err = serde_json::from_str::<Policy>(r#"{"name": "x", "quota": "-1/min"}"#).unwrap_err();
-//! assert!(err.to_string().contains("invalid limit \"-1\""));
-//! # }
-//! ```
+//! [`Policy`]: a named quota plus an algorithm, and its [`Ban`].
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -145,7 +108,7 @@ impl PolicyError {
 /// let zero = Policy::new("p", "1/s".parse()?)
 ///     .with_ban(Ban::after(NonZeroU32::MIN, Duration::ZERO).lasting(fifteen_minutes));
 /// assert!(zero.validate().unwrap_err().is_ban());
-/// # Ok::<(), ratekeeper_core::quota::QuotaParseError>(())
+/// # Ok::<(), ratekeeper_core::QuotaParseError>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Ban {
@@ -316,6 +279,43 @@ mod ban_serde {
 }
 
 /// A named quota plus an algorithm. Cheap to clone.
+///
+/// # Example
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use ratekeeper_core::{Algorithm, Policy, Quota};
+///
+/// let api = Policy::new("api", Quota::per_minute(NonZeroU32::new(1000).unwrap()));
+/// assert_eq!(api.name(), "api");
+/// assert_eq!(api.algorithm(), Algorithm::Gcra);
+///
+/// let search = Policy::new("search", "60/m".parse()?)
+///     .with_algorithm(Algorithm::SlidingWindow);
+/// assert_eq!(search.capacity(), 60); // window algorithms hold `limit` per window
+///
+/// // Only GCRA and the leaky bucket take a burst; a window algorithm refuses one.
+/// let bursty = Policy::new("search", "60/m burst 10".parse()?)
+///     .with_algorithm(Algorithm::SlidingWindow);
+/// assert!(bursty.validate().unwrap_err().is_burst());
+/// # Ok::<(), ratekeeper_core::QuotaParseError>(())
+/// ```
+///
+/// With the `serde` feature a policy reads from configuration as
+/// `{ name = "search", quota = "60/m", algorithm = "sliding-window" }` (`algorithm`
+/// is optional and defaults to `gcra`; unknown fields are errors):
+///
+/// ```
+/// # #[cfg(feature = "serde")] {
+/// use ratekeeper_core::{Algorithm, Policy};
+/// let p: Policy = serde_json::from_str(
+///     r#"{"name": "daily", "quota": "1000/day", "algorithm": "fixed-window"}"#,
+/// ).unwrap();
+/// assert_eq!(p.algorithm(), Algorithm::FixedWindow);
+/// let err = serde_json::from_str::<Policy>(r#"{"name": "x", "quota": "-1/min"}"#).unwrap_err();
+/// assert!(err.to_string().contains("invalid limit \"-1\""));
+/// # }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[cfg_attr(
     feature = "serde",
@@ -417,7 +417,7 @@ impl Policy {
     /// assert_eq!(fw.advertised(), (10, Duration::from_secs(60)));
     /// let p3 = Policy::new("p3", "7/s".parse()?);
     /// assert_eq!(p3.advertised(), (7, Duration::from_secs(1)));
-    /// # Ok::<(), ratekeeper_core::quota::QuotaParseError>(())
+    /// # Ok::<(), ratekeeper_core::QuotaParseError>(())
     /// ```
     pub fn advertised(&self) -> (u32, std::time::Duration) {
         let q = &self.quota;
@@ -458,7 +458,7 @@ impl Policy {
     /// );
     /// let gcra = Policy::new("search", "10/m burst 3".parse()?);
     /// assert!(gcra.validate().is_ok());
-    /// # Ok::<(), ratekeeper_core::quota::QuotaParseError>(())
+    /// # Ok::<(), ratekeeper_core::QuotaParseError>(())
     /// ```
     pub fn validate(&self) -> Result<(), PolicyError> {
         self.validate_name()?;

@@ -11,8 +11,8 @@
 //!   [`ThrottleError::WouldExceedDeadline`] instead of sleeping in vain;
 //! - a denied attempt charges nothing, so waiting never moves the state.
 //!
-//! Any [`Store`] works; use a store on [`TokioClock`] so tokio's paused time (tests) and the
-//! limiter agree on "now".
+//! Any [`Store`] works; use a store on [`TokioClock`](crate::clock::TokioClock) so tokio's
+//! paused time (tests) and the limiter agree on "now".
 //!
 //! # Example
 //!
@@ -50,10 +50,6 @@ use smallvec::SmallVec;
 
 use crate::Policy;
 use crate::store::{Charge, Checked, Decisions, PolicyId, Store, StoreError};
-
-/// The clock of [`crate::clock`] that follows tokio's time, also reachable here (its home is
-/// `ratekeeper_core::clock::TokioClock`).
-pub use crate::clock::TokioClock;
 
 /// Why [`Throttle::acquire`] gave up.
 #[derive(Debug, thiserror::Error)]
@@ -170,6 +166,7 @@ impl<K, St: Store<K>> Throttle<K, St> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::TokioClock;
     use crate::store::MemoryStore;
     use crate::{Algorithm, Key, Quota};
 

@@ -14,7 +14,7 @@ use crate::{Decision, Outcome, Quota};
 /// seen from two sides; ITU-T I.371 Annex A). A Redis mirror stores the same integer.
 ///
 /// - **Meter** ([`LeakyBucket::decide`], what the memory store runs for
-///   [`Algorithm::LeakyBucket`](super::Algorithm::LeakyBucket)): a request passes at once if
+///   [`Algorithm::LeakyBucket`](crate::Algorithm::LeakyBucket)): a request passes at once if
 ///   it fits in the bucket, otherwise it is refused, exactly like [`Gcra`] with `burst` =
 ///   queue depth. nginx `limit_req` with `burst=b` and no `nodelay` corresponds to burst
 ///   `b + 1` here (nginx counts the request being served apart from the queue), so nginx's

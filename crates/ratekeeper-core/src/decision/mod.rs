@@ -1,36 +1,4 @@
-//! Decisions: what a limiter answers for one request against one policy.
-//!
-//! A [`Decision`] carries everything the response headers need: the policy's `limit`, the
-//! whole cost-1 requests still `remaining` (never negative), `reset_after` (time until the
-//! key's state is back to "as if absent") and, for a denial, the exact `retry_after`.
-//! "Denied now" ([`Outcome::Denied`]) and "can never fit" ([`Outcome::CannotFit`], cost larger
-//! than the burst) are different outcomes: the second has no retry time.
-//!
-//! A store answers a list of charges with [`Decisions`](crate::store::Decisions) (one
-//! [`Decision`] per charge, in charge order), each allowed charge with the
-//! [`Receipt`] of what it took, so that a refund gives back only that.
-//! The algorithms produce these values; the stores pass them on (both are in
-//! `ratekeeper_core::store`).
-//!
-//! # Example
-//!
-//! ```
-//! use std::num::NonZeroU32;
-//! use std::time::Duration;
-//! use ratekeeper_core::algorithm::Gcra;
-//! use ratekeeper_core::Quota;
-//!
-//! let gcra = Gcra::new(&Quota::per_minute(NonZeroU32::new(10).unwrap()));
-//! let (decision, tat) = gcra.decide(0, 0, 1);
-//! assert!(decision.is_allowed());
-//! assert_eq!(decision.remaining(), 9);
-//! assert_eq!(decision.reset_after(), Duration::from_secs(6));
-//! assert_eq!(tat, Some(6_000_000_000));
-//!
-//! let (never, _) = gcra.decide(0, 0, 11);
-//! assert!(never.is_cannot_fit());
-//! assert_eq!(never.retry_after(), None);
-//! ```
+//! [`Decision`]: what a limiter answers for one request against one policy.
 
 pub(crate) mod decisions;
 pub(crate) mod receipt;
@@ -60,8 +28,40 @@ pub enum Outcome {
 
 /// One policy's answer for one request.
 ///
+/// A `Decision` carries everything the response headers need: the policy's `limit`, the
+/// whole cost-1 requests still `remaining` (never negative), `reset_after` (time until the
+/// key's state is back to "as if absent") and, for a denial, the exact `retry_after`.
+/// "Denied now" ([`Outcome::Denied`]) and "can never fit" ([`Outcome::CannotFit`], cost larger
+/// than the burst) are different outcomes: the second has no retry time.
+///
+/// A store answers a list of charges with [`Decisions`](crate::store::Decisions) (one
+/// [`Decision`] per charge, in charge order), each allowed charge with the
+/// [`Receipt`](crate::store::Receipt) of what it took, so that a refund gives back only that.
+/// The algorithms produce these values; the stores pass them on (both are in
+/// `ratekeeper_core::store`).
+///
 /// 32 bytes: durations are kept as whole nanoseconds (`u64`, saturating at about 584 years),
 /// so an answer of two policies stays small enough to be returned by value cheaply.
+///
+/// # Example
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use std::time::Duration;
+/// use ratekeeper_core::algorithm::Gcra;
+/// use ratekeeper_core::Quota;
+///
+/// let gcra = Gcra::new(&Quota::per_minute(NonZeroU32::new(10).unwrap()));
+/// let (decision, tat) = gcra.decide(0, 0, 1);
+/// assert!(decision.is_allowed());
+/// assert_eq!(decision.remaining(), 9);
+/// assert_eq!(decision.reset_after(), Duration::from_secs(6));
+/// assert_eq!(tat, Some(6_000_000_000));
+///
+/// let (never, _) = gcra.decide(0, 0, 11);
+/// assert!(never.is_cannot_fit());
+/// assert_eq!(never.retry_after(), None);
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Decision {
     /// `retry_after` of a denial in ns (0 for the other outcomes).
@@ -265,7 +265,7 @@ impl fmt::Debug for Decision {
 ///
 /// ```
 /// use std::time::Duration;
-/// use ratekeeper_core::decision::ceil_secs;
+/// use ratekeeper_core::ceil_secs;
 /// assert_eq!(ceil_secs(Duration::from_millis(5_800)), 6);
 /// assert_eq!(ceil_secs(Duration::from_nanos(1)), 1);
 /// assert_eq!(ceil_secs(Duration::ZERO), 0);

@@ -1,66 +1,4 @@
-//! Quotas: `limit` units per `period`, with a `burst` (bucket capacity).
-//!
-//! A [`Quota`] is validated when it is built, so a limiter can never be silently built as
-//! "unlimited" or "deny all": a zero limit, a zero period, a zero burst, a
-//! period longer than `u64::MAX` nanoseconds (about 584 years), or a burst whose refill time
-//! `burst × T` (the GCRA tolerance, `T = period / limit`) exceeds `u64::MAX` ns is a
-//! [`QuotaError`].
-//!
-//! Why the last rule: GCRA and the leaky bucket hold `burst × T` nanoseconds in one `u64`.
-//! If that product saturated, the usable capacity would be `u64::MAX / T` rather than
-//! `burst`, and a cost in between would be refused with a finite wait, again after that
-//! wait, for ever. Refusing the quota keeps capacity, "can never fit" and `Remaining` one
-//! number (`burst`). [`Quota::max_burst`] gives the largest burst a rate accepts: 213,503
-//! for 1 per day (`u64::MAX / 86_400_000_000_000`).
-//!
-//! # Example
-//!
-//! ```
-//! use std::num::NonZeroU32;
-//! use std::time::Duration;
-//! use ratekeeper_core::{Quota, QuotaError};
-//!
-//! // 10 requests per minute, all of which may arrive at once (burst 10).
-//! let quota = Quota::per_minute(NonZeroU32::new(10).unwrap());
-//! assert_eq!(quota.limit(), 10);
-//! assert_eq!(quota.burst(), 10);
-//! assert_eq!(quota.emission_interval(), Duration::from_secs(6));
-//!
-//! // 60 per minute, at most 10 at once.
-//! let free_tier = Quota::new(60, Duration::from_secs(60))?.with_burst(10)?;
-//! assert_eq!(free_tier.burst(), 10);
-//!
-//! // Invalid values are typed errors, never panics.
-//! assert_eq!(Quota::new(0, Duration::from_secs(1)), Err(QuotaError::ZeroLimit));
-//! assert_eq!(Quota::new(10, Duration::ZERO), Err(QuotaError::ZeroPeriod));
-//! let daily = Quota::per_day(NonZeroU32::new(1).unwrap());
-//! assert_eq!(daily.max_burst(), 213_503);
-//! assert_eq!(daily.with_burst(213_504), Err(QuotaError::ToleranceTooLong));
-//!
-//! // From strings (configuration files, environment variables).
-//! let parsed: Quota = "60/m burst 10".parse().unwrap();
-//! assert_eq!(parsed, free_tier);
-//! assert_eq!("5000 per second".parse::<Quota>().unwrap().limit(), 5000);
-//! assert_eq!("1000/day".parse::<Quota>().unwrap().period(), Duration::from_secs(86_400));
-//! let err = "100/fortnight".parse::<Quota>().unwrap_err();
-//! assert_eq!(err.to_string(), "invalid quota \"100/fortnight\": unknown time unit \"fortnight\" \
-//!     (use ns, us, ms, s, m, h or d, or their names)");
-//! # Ok::<(), QuotaError>(())
-//! ```
-//!
-//! # Syntax
-//!
-//! ```text
-//! quota  = limit sep period [ "burst" burst ]
-//! sep    = "/" | "per"
-//! period = [ count ] unit          e.g. "min", "10s", "1500 ms", "second"
-//! unit   = ns | us | ms | s | sec | second(s) | m | min | minute(s) | h | hr | hour(s)
-//!        | d | day(s)              (case-insensitive)
-//! ```
-//!
-//! `limit`, `count` and `burst` are decimal integers (`_` allowed as a separator); `limit` and
-//! `burst` fit in `u32`. [`Quota`]'s `Display` writes this syntax back, so a quota survives a
-//! round trip through a string, and serde (feature `serde`) uses it.
+//! [`Quota`]: `limit` units per `period`, with a `burst`, and its parser.
 
 use std::num::NonZeroU32;
 use std::time::Duration;
@@ -112,6 +50,19 @@ impl QuotaError {
 
 /// `limit` units per `period`, with a `burst` (the bucket capacity; defaults to `limit`).
 ///
+/// A `Quota` is validated when it is built, so a limiter can never be silently built as
+/// "unlimited" or "deny all": a zero limit, a zero period, a zero burst, a
+/// period longer than `u64::MAX` nanoseconds (about 584 years), or a burst whose refill time
+/// `burst × T` (the GCRA tolerance, `T = period / limit`) exceeds `u64::MAX` ns is a
+/// [`QuotaError`].
+///
+/// Why the last rule: GCRA and the leaky bucket hold `burst × T` nanoseconds in one `u64`.
+/// If that product saturated, the usable capacity would be `u64::MAX / T` rather than
+/// `burst`, and a cost in between would be refused with a finite wait, again after that
+/// wait, for ever. Refusing the quota keeps capacity, "can never fit" and `Remaining` one
+/// number (`burst`). [`Quota::max_burst`] gives the largest burst a rate accepts: 213,503
+/// for 1 per day (`u64::MAX / 86_400_000_000_000`).
+///
 /// Derived GCRA values: the emission interval `T = period / limit` (rounded **up** to a whole
 /// nanosecond and at least 1 ns, so the effective rate never exceeds the quota: a rate above
 /// 1 per ns refills at 1 per ns, while its burst is exact) and the
@@ -123,6 +74,55 @@ impl QuotaError {
 /// pairing one of them with a burst other than the limit is refused by
 /// [`Policy::validate`](crate::Policy::validate); see
 /// [`Algorithm::capacity`](crate::Algorithm::capacity).
+///
+/// # Example
+///
+/// ```
+/// use std::num::NonZeroU32;
+/// use std::time::Duration;
+/// use ratekeeper_core::{Quota, QuotaError};
+///
+/// // 10 requests per minute, all of which may arrive at once (burst 10).
+/// let quota = Quota::per_minute(NonZeroU32::new(10).unwrap());
+/// assert_eq!(quota.limit(), 10);
+/// assert_eq!(quota.burst(), 10);
+/// assert_eq!(quota.emission_interval(), Duration::from_secs(6));
+///
+/// // 60 per minute, at most 10 at once.
+/// let free_tier = Quota::new(60, Duration::from_secs(60))?.with_burst(10)?;
+/// assert_eq!(free_tier.burst(), 10);
+///
+/// // Invalid values are typed errors, never panics.
+/// assert_eq!(Quota::new(0, Duration::from_secs(1)), Err(QuotaError::ZeroLimit));
+/// assert_eq!(Quota::new(10, Duration::ZERO), Err(QuotaError::ZeroPeriod));
+/// let daily = Quota::per_day(NonZeroU32::new(1).unwrap());
+/// assert_eq!(daily.max_burst(), 213_503);
+/// assert_eq!(daily.with_burst(213_504), Err(QuotaError::ToleranceTooLong));
+///
+/// // From strings (configuration files, environment variables).
+/// let parsed: Quota = "60/m burst 10".parse().unwrap();
+/// assert_eq!(parsed, free_tier);
+/// assert_eq!("5000 per second".parse::<Quota>().unwrap().limit(), 5000);
+/// assert_eq!("1000/day".parse::<Quota>().unwrap().period(), Duration::from_secs(86_400));
+/// let err = "100/fortnight".parse::<Quota>().unwrap_err();
+/// assert_eq!(err.to_string(), "invalid quota \"100/fortnight\": unknown time unit \"fortnight\" \
+///     (use ns, us, ms, s, m, h or d, or their names)");
+/// # Ok::<(), QuotaError>(())
+/// ```
+///
+/// # Syntax
+///
+/// ```text
+/// quota  = limit sep period [ "burst" burst ]
+/// sep    = "/" | "per"
+/// period = [ count ] unit          e.g. "min", "10s", "1500 ms", "second"
+/// unit   = ns | us | ms | s | sec | second(s) | m | min | minute(s) | h | hr | hour(s)
+///        | d | day(s)              (case-insensitive)
+/// ```
+///
+/// `limit`, `count` and `burst` are decimal integers (`_` allowed as a separator); `limit` and
+/// `burst` fit in `u32`. [`Quota`]'s `Display` writes this syntax back, so a quota survives a
+/// round trip through a string, and serde (feature `serde`) uses it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Quota {
     limit: NonZeroU32,

@@ -352,7 +352,7 @@ pub(crate) fn until_reset(now: Duration, period_secs: u64) -> u64 {
 /// `duration_until_reset` from a store decision: its `reset_after` rounded up to whole
 /// seconds, within [1, `period_secs`] (never 0, as the reference's).
 pub(crate) fn reset_secs(decision: &Decision, period_secs: u64) -> u64 {
-    ratekeeper_core::decision::ceil_secs(decision.reset_after()).clamp(1, period_secs.max(1))
+    ratekeeper_core::ceil_secs(decision.reset_after()).clamp(1, period_secs.max(1))
 }
 
 #[cfg(test)]

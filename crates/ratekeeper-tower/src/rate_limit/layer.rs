@@ -27,15 +27,11 @@ impl RateLimitLayer {
     /// `"default"`. Logs the INFO event of a built layer (see
     /// [`RateLimitBuilder::build`](crate::RateLimitBuilder::build)).
     ///
-    /// The same as `RateLimitLayer::builder().quota(quota).build()`, which cannot fail for
-    /// these settings: one GCRA policy with a valid name, cost 1 within any burst, the peer
-    /// IP key and the memory store, which accepts every such policy.
+    /// The same layer as `RateLimitLayer::builder().quota(quota).build()`, without a
+    /// `Result`: these settings (one GCRA policy with a valid name, cost 1 within any burst,
+    /// the peer IP key and the memory store, which accepts every such policy) cannot fail.
     pub fn new(quota: Quota) -> Self {
-        match Self::builder().quota(quota).build() {
-            Ok(layer) => layer,
-            // Unreachable: see above; `tests::new_builds_any_quota` checks the extremes.
-            Err(err) => unreachable!("a default GCRA policy builds on the memory store: {err}"),
-        }
+        super::builder::RateLimitBuilder::layer_for(quota)
     }
 }
 

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, UNIX_EPOCH};
 
 use http::{HeaderMap, HeaderName, HeaderValue};
-use ratekeeper_core::decision::ceil_secs;
+use ratekeeper_core::ceil_secs;
 use ratekeeper_core::store::Decisions;
 use ratekeeper_core::{Decision, Policy};
 

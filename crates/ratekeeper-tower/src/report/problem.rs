@@ -7,7 +7,7 @@ use bytes::Bytes;
 use http::header::CONTENT_TYPE;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use ratekeeper_core::Decision;
-use ratekeeper_core::decision::ceil_secs;
+use ratekeeper_core::ceil_secs;
 use ratekeeper_core::store::Decisions;
 use smallvec::SmallVec;
 

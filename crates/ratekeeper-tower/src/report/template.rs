@@ -8,7 +8,7 @@ use http::header::{CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, RETRY_AFTER};
 use http::response::Parts;
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 use ratekeeper_core::Decision;
-use ratekeeper_core::decision::ceil_secs;
+use ratekeeper_core::ceil_secs;
 
 use super::headers::{Shown, number};
 use super::{HeaderStyle, Limited, Reporter};

@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::header::{CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue, StatusCode};
-use ratekeeper_core::decision::ceil_secs;
+use ratekeeper_core::ceil_secs;
 
 /// The problem type of a 503 (draft-ietf-httpapi-ratelimit-headers, IANA HTTP problem types):
 /// the server can take less than usual for now.

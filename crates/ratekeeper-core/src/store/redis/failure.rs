@@ -350,7 +350,7 @@ impl Failover {
 fn share_of(policy: &Policy, n: u32) -> Result<Policy, StoreError> {
     let n = n.max(1);
     let quota = policy.quota();
-    let invalid = |e: crate::quota::QuotaError| {
+    let invalid = |e: crate::QuotaError| {
         StoreError::UnsupportedQuota(format!(
             "policy {:?}: its fail-soft share of 1/{n} is not a valid quota: {e}",
             policy.name()

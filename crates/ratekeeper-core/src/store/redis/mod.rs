@@ -307,7 +307,7 @@
 //! assert!(!third.is_allowed());
 //! // T = 30 s: the next unit frees up 30 s after the first request (Redis TIME, µs).
 //! let wait = third.retry_after().expect("denied now, not never");
-//! assert_eq!(ratekeeper_core::decision::ceil_secs(wait), 30);
+//! assert_eq!(ratekeeper_core::ceil_secs(wait), 30);
 //! assert_eq!(store.stats().degraded, 0);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! # })

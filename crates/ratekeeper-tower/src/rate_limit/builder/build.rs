@@ -1,8 +1,8 @@
 //! [`RateLimitBuilder::build`](crate::RateLimitBuilder::build): the checks of the settings, the policies registered with
 //! the store, and the layer assembled from them.
 
-use ratekeeper_core::store::Store;
-use ratekeeper_core::{Algorithm, Key};
+use ratekeeper_core::store::{PolicyId, Store};
+use ratekeeper_core::{Algorithm, Key, Quota};
 use smallvec::SmallVec;
 
 use super::RateLimitBuilder;
@@ -15,6 +15,25 @@ use crate::rate_limit::meter::Meter;
 use crate::rate_limit::mode::Mode;
 use crate::report::{DEFAULT_UNAVAILABLE_RETRY_AFTER, Reporter, Unavailable};
 use crate::usage::UsageRules;
+
+impl RateLimitBuilder {
+    /// The layer of [`RateLimitLayer::new`]: one GCRA policy named `"default"` on a new
+    /// memory store, which needs none of [`RateLimitBuilder::build`]'s checks (one valid
+    /// policy name, cost 1 within any burst, the peer IP key, every request charged to the
+    /// policy). The memory store refuses only a policy that fails
+    /// [`Policy::validate`](ratekeeper_core::Policy::validate), which a GCRA policy with a
+    /// valid name and no ban passes for every quota.
+    pub(in crate::rate_limit) fn layer_for(quota: Quota) -> RateLimitLayer {
+        let mut builder = Self::new().quota(quota);
+        let mut ids = SmallVec::new();
+        for p in &builder.settings.policies {
+            if let Ok(id) = builder.store.register(p) {
+                ids.push(id);
+            }
+        }
+        builder.assemble(ids, UsageRules::default())
+    }
+}
 
 impl<K, Co, St, R> RateLimitBuilder<K, Co, St, R> {
     /// Registers the policies with the store and builds the layer.
@@ -91,6 +110,40 @@ impl<K, Co, St, R> RateLimitBuilder<K, Co, St, R> {
                 .map_or(u32::MAX, ratekeeper_core::Policy::capacity);
             usage.set(index, rule, capacity);
         }
+        key.check()?;
+        resolver.check(policies)?;
+        let mut ids = SmallVec::new();
+        for p in policies {
+            ids.push(store.register(p)?);
+        }
+        Ok(Self {
+            settings,
+            key,
+            cost,
+            store,
+            resolver,
+        }
+        .assemble(ids, usage))
+    }
+
+    /// The layer from settings whose checks passed and whose policies the store registered
+    /// as `ids` (in order): [`RateLimitBuilder::build`] after its checks, and
+    /// [`RateLimitLayer::new`], whose settings need none. Cannot fail.
+    pub(in crate::rate_limit) fn assemble(
+        self,
+        ids: SmallVec<[PolicyId; 4]>,
+        usage: UsageRules,
+    ) -> RateLimitLayer<K, Co, St, R>
+    where
+        K: crate::key::KeyExtractor,
+    {
+        let Self {
+            mut settings,
+            key,
+            cost,
+            store,
+            resolver,
+        } = self;
         let rules = &mut settings.rules;
         if rules.exempt_networks.is_empty() {
             rules.exempt_trust = None;
@@ -108,17 +161,12 @@ impl<K, Co, St, R> RateLimitBuilder<K, Co, St, R> {
         }
         let exempt = std::mem::take(&mut rules.exempt_networks);
         rules.exempt_networks = crate::key::normalize_nets(exempt, &rules.nat64);
-        key.check()?;
-        resolver.check(policies)?;
-        let mut ids = SmallVec::new();
-        for p in policies {
-            ids.push(store.register(p)?);
-            if p.ban().is_some() {
-                // The bans counter at 0 (a Prometheus series should exist before its first
-                // event); a no-op without a recorder installed.
-                metrics::counter!(crate::metrics::BANS_TOTAL, "policy" => p.name().to_owned())
-                    .increment(0);
-            }
+        let policies = &settings.policies;
+        for p in policies.iter().filter(|p| p.ban().is_some()) {
+            // The bans counter at 0 (a Prometheus series should exist before its first
+            // event); a no-op without a recorder installed.
+            metrics::counter!(crate::metrics::BANS_TOTAL, "policy" => p.name().to_owned())
+                .increment(0);
         }
         let mut reporter = Reporter::new(policies, settings.style, settings.reset);
         reporter.rejection = settings.rejection;
@@ -135,7 +183,7 @@ impl<K, Co, St, R> RateLimitBuilder<K, Co, St, R> {
             !settings.quiet_forwarded && key.keys_by_peer(),
             settings.raw_keys,
         );
-        Ok(RateLimitLayer::from_limiter(Limiter {
+        RateLimitLayer::from_limiter(Limiter {
             store,
             ids,
             diag,
@@ -153,6 +201,6 @@ impl<K, Co, St, R> RateLimitBuilder<K, Co, St, R> {
                     .unavailable_retry_after
                     .unwrap_or(DEFAULT_UNAVAILABLE_RETRY_AFTER),
             ),
-        }))
+        })
     }
 }

@@ -217,9 +217,7 @@ impl<K, Co, St, R> Limiter<K, Co, St, R> {
             let key = self
                 .diag
                 .key_text(entry.key.as_ref().unwrap_or(&applied.key));
-            let seconds = decision
-                .retry_after()
-                .map_or(0, ratekeeper_core::decision::ceil_secs);
+            let seconds = decision.retry_after().map_or(0, ratekeeper_core::ceil_secs);
             tracing::info!(
                 target: "ratekeeper",
                 policy,
