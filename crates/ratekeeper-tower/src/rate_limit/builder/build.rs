@@ -27,8 +27,14 @@ impl RateLimitBuilder {
         let mut builder = Self::new().quota(quota);
         let mut ids = SmallVec::new();
         for p in &builder.settings.policies {
-            if let Ok(id) = builder.store.register(p) {
-                ids.push(id);
+            match builder.store.register(p) {
+                Ok(id) => ids.push(id),
+                // Not reached (see above); were it reached, the error is told, not dropped.
+                Err(error) => tracing::error!(
+                    %error,
+                    policy = p.name(),
+                    "rate limit layer: the memory store refused the policy; requests are not limited by it"
+                ),
             }
         }
         builder.assemble(ids, UsageRules::default())
