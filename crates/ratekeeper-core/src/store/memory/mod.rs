@@ -275,12 +275,26 @@ where
 
     /// A handle with every policy registered so far through any clone, when this one's
     /// list is older (`None`: it is up to date).
-    #[cold]
-    #[inline(never)]
+    // Inlined: the up-to-date test (one atomic load and a compare) is on every check; only
+    // the refresh is out of line.
+    #[inline]
     fn refreshed(&self) -> Option<Self> {
-        if self.registry.count() == self.reg.len() {
+        if self.is_current() {
             return None;
         }
+        self.refresh()
+    }
+
+    /// Whether this handle knows every policy registered through any clone.
+    #[inline]
+    fn is_current(&self) -> bool {
+        self.registry.count() == self.reg.len()
+    }
+
+    /// [`MemoryStore::refreshed`] for a handle whose list is older than the registry's.
+    #[cold]
+    #[inline(never)]
+    fn refresh(&self) -> Option<Self> {
         self.registry.refresh.get().map(|refresh| refresh(self))
     }
 
@@ -331,13 +345,36 @@ where
         self.check_at(charges, self.clock.now())
     }
 
-    /// A check at `now`: [`MemoryStore::with_bans`] when some policy has a ban, else
-    /// [`MemoryStore::check_plain`].
+    /// A check at `now` on the policies registered through any clone (see
+    /// [`MemoryStore::check_known`]).
     #[inline]
     fn check_at(&self, charges: &[Charge<'_, K>], now: u64) -> Result<Decisions, StoreError> {
-        if let Some(fresh) = self.refreshed() {
-            return fresh.check_at(charges, now);
+        if !self.is_current() {
+            return self.check_refreshed(charges, now);
         }
+        self.check_known(charges, now)
+    }
+
+    /// [`MemoryStore::check_at`] through a handle that does not know every registered
+    /// policy: out of line, so the usual check inlines one copy of the check.
+    #[cold]
+    #[inline(never)]
+    fn check_refreshed(
+        &self,
+        charges: &[Charge<'_, K>],
+        now: u64,
+    ) -> Result<Decisions, StoreError> {
+        match self.refresh() {
+            Some(fresh) => fresh.check_known(charges, now),
+            None => self.check_known(charges, now),
+        }
+    }
+
+    /// A check at `now` on the policies this handle knows: [`MemoryStore::with_bans`] when
+    /// some policy has a ban, else [`MemoryStore::check_plain`]. Not recursive, so that
+    /// [`MemoryStore::check_at`] inlines into its caller.
+    #[inline]
+    fn check_known(&self, charges: &[Charge<'_, K>], now: u64) -> Result<Decisions, StoreError> {
         if self.reg.has_bans {
             return self.with_bans(charges, now, None);
         }
