@@ -44,8 +44,8 @@ pub enum BuildError {
          use a concurrency limit layer"
     )]
     ConcurrencyPolicy(String),
-    /// Settings from a configuration file that do not fit together (see
-    /// [`config`](crate::config), feature `serde`).
+    /// Settings from a configuration file that do not fit together (see the `config`
+    /// module, feature `serde`).
     #[error("configuration error in `{}`: {}", OneLine(field), OneLine(message))]
     Config {
         /// The field's path (`key.header`).
