@@ -48,29 +48,36 @@ where
         reserving: bool,
         charge: impl Fn(&Slot<K>, &Charge<'_, K>) -> Reserved,
     ) -> Result<Decisions, StoreError> {
+        // The policies' entries, looked up once for the whole call.
+        let entries = self.reg.entries();
+        let slot_of = |c: &Charge<'_, K>| {
+            entries
+                .get(c.policy.index())
+                .map(|e| &e.1)
+                .ok_or(StoreError::UnknownPolicy(c.policy))
+        };
         for c in charges {
-            self.slot(c.policy)?;
+            slot_of(c)?;
         }
         // Key by key: each charge ranked by the first charge of its key, then its own index.
-        let mut order: SmallVec<[usize; 4]> = (0..charges.len()).collect();
-        order.sort_by_key(|&i| {
-            let first = charges
-                .iter()
-                .position(|c| c.key == charges[i].key)
-                .unwrap_or(i);
-            (first, i)
-        });
+        // One or two charges are key by key in request order, whatever their keys.
+        let ranked: SmallVec<[usize; 4]>;
+        let order: &[usize] = match IN_ORDER.get(..charges.len()) {
+            Some(order) => order,
+            None => {
+                ranked = by_key(charges);
+                &ranked
+            }
+        };
         let mut taken: SmallVec<[(usize, Decision, Receipt); 2]> = SmallVec::new();
         let mut delay = 0;
-        for &i in &order {
+        for &i in order {
             let c = &charges[i];
-            let slot = self.slot(c.policy)?;
-            let r = charge(slot, c);
+            let r = charge(slot_of(c)?, c);
             if r.decision.is_denied() {
                 for &(j, _, receipt) in taken.iter().rev() {
                     let prev = &charges[j];
-                    let slot = self.slot(prev.policy)?;
-                    with_keyed!(slot, k => k.refund(prev.key, now, prev.cost, receipt));
+                    with_keyed!(slot_of(prev)?, k => k.refund(prev.key, now, prev.cost, receipt));
                 }
                 let refused = self.refusal(charges, i, r.decision, now, reserving)?;
                 let mut report = SmallVec::<[Decision; 4]>::new();
@@ -78,7 +85,7 @@ where
                     if j == i {
                         report.push(refused);
                     } else {
-                        let slot = self.slot(other.policy)?;
+                        let slot = slot_of(other)?;
                         report.push(with_keyed!(slot, k => k.peek(other.key, now, other.cost)));
                     }
                 }
@@ -88,7 +95,9 @@ where
             delay = r.delay.max(delay);
             taken.push((i, r.decision, r.receipt));
         }
-        taken.sort_unstable_by_key(|&(i, ..)| i);
+        if order.len() > IN_ORDER.len() {
+            taken.sort_unstable_by_key(|&(i, ..)| i);
+        }
         Ok(
             Decisions::with_receipts(taken.into_iter().map(|(_, d, r)| (d, r)))
                 .with_delay(std::time::Duration::from_nanos(delay)),
@@ -146,4 +155,22 @@ where
             state.reset_after(),
         ))
     }
+}
+
+/// The order of one or two charges: request order, which is key by key (the second charge's
+/// key is either the first's or a later one).
+const IN_ORDER: [usize; 2] = [0, 1];
+
+/// The indices of `charges` key by key: each charge ranked by the first charge of its key,
+/// then by its own index.
+fn by_key<K: Eq>(charges: &[Charge<'_, K>]) -> SmallVec<[usize; 4]> {
+    let mut order: SmallVec<[usize; 4]> = (0..charges.len()).collect();
+    order.sort_by_key(|&i| {
+        let first = charges
+            .iter()
+            .position(|c| c.key == charges[i].key)
+            .unwrap_or(i);
+        (first, i)
+    });
+    order
 }

@@ -41,6 +41,62 @@ fn several_policies_are_all_or_nothing() {
     assert_eq!(d.deciding(), Some(1));
 }
 
+/// Three charges on keys A, B, A are taken key by key (A, A, then B): the second charge of A
+/// is the refusal (two charges of 1 never fit a burst of 1), and B, spent beforehand, only
+/// reports its state. In request order B would be the refusal, with A's second charge
+/// untried.
+#[test]
+fn charges_are_taken_key_by_key_so_a_later_charge_of_the_first_key_is_refused() {
+    let (mut s, _) = store();
+    let p = s.register(&Policy::new("p", q(1, 60))).unwrap();
+    let (a, b) = (Key::from("a"), Key::from("b"));
+    assert!(s.check_now(&[Charge::new(p, &b, 1)]).unwrap().is_allowed());
+    let charges = [
+        Charge::new(p, &a, 1),
+        Charge::new(p, &b, 1),
+        Charge::new(p, &a, 1),
+    ];
+    let d = s.check_now(&charges).unwrap();
+    let [first, second, third] = d.as_slice() else {
+        panic!("three decisions expected, got {d:?}");
+    };
+    assert!(third.is_cannot_fit(), "A's second charge is the refusal");
+    assert!(second.is_denied() && !second.is_cannot_fit());
+    // A's first charge was given back.
+    assert_eq!(first.remaining(), 1);
+    assert!(s.check_now(&[Charge::new(p, &a, 1)]).unwrap().is_allowed());
+}
+
+/// Charges taken out of request order (key by key) answer in request order, receipts too.
+#[test]
+fn decisions_of_charges_taken_key_by_key_are_in_request_order() {
+    let (mut s, _) = store();
+    let ids: Vec<PolicyId> = [5, 3, 2]
+        .iter()
+        .map(|&n| s.register(&Policy::new(format!("p{n}"), q(n, 60))).unwrap())
+        .collect();
+    let (a, b) = (Key::from("a"), Key::from("b"));
+    let charges = [
+        Charge::new(ids[0], &a, 1),
+        Charge::new(ids[1], &b, 1),
+        Charge::new(ids[2], &a, 1),
+    ];
+    let d = s.check_now(&charges).unwrap();
+    assert!(d.is_allowed());
+    let limits: Vec<u32> = d.as_slice().iter().map(Decision::limit).collect();
+    assert_eq!(limits, [5, 3, 2]);
+    // Each receipt gives back its own charge: every policy is full again.
+    let refunds: Vec<Refund<'_, Key>> = charges
+        .iter()
+        .zip(d.receipts())
+        .map(|(&charge, receipt)| Refund { charge, receipt })
+        .collect();
+    s.refund(&refunds);
+    for (c, full) in charges.iter().zip([5, 3, 2]) {
+        assert_eq!(s.peek_now(c.policy, c.key).unwrap().remaining(), full);
+    }
+}
+
 const MS: u64 = 1_000_000;
 
 fn reserve(s: &MemoryStore<Key, ManualClock>, charges: &[Charge<'_, Key>]) -> Decisions {
