@@ -282,9 +282,8 @@ impl Gcra {
     /// `stamp` (the TAT that charge stored) still holds at `now`.
     ///
     /// A charge of `n` units took the slot `(stamp - n * T, stamp]` of the bucket's
-    /// schedule. The bucket drains one unit per `T`, so at `now` the part of that slot not
-    /// yet drained is `stamp - now` (at most `n * T`); that is all a refund may give back.
-    /// With the terms of [`Gcra`] (ns, saturating):
+    /// schedule, which drains from the front one unit per `T`. With the terms of [`Gcra`]
+    /// (ns, saturating):
     ///
     /// ```text
     /// stored <= now      : unchanged                  // drained: the charge holds nothing
@@ -295,14 +294,23 @@ impl Gcra {
     /// otherwise          : stored - min(n * T, min(stamp, stored) - now)
     /// ```
     ///
+    /// Exact under the FIFO ledger (see [`Receipt`]) as long as every slot still lies where
+    /// its stamp says: the charge is the latest, or the bucket drained it, or no charge
+    /// before the latest was ever refunded with a part still undrained. The last rule is a
+    /// refund out of the middle: it moves the slots after the charge up, so their stamps
+    /// then lie above their slots by an amount one TAT cannot record, and a later refund
+    /// read by these rules could give back part of another charge. A store that keeps the
+    /// promise for every order of refunds (the memory and Redis stores do) applies the last
+    /// rule to an explicit ledger of the key's slots instead of the TAT.
+    ///
     /// Why the third rule: a TAT beyond `now + tau` means a reservation made after this
     /// charge is booked for a later slot. Pulling the TAT back would let a newcomer in at
     /// the instant that waiter proceeds, so two requests would pass closer than `T` (the
     /// Delay-mode defect of a dropped waiter). The dropped slot stays unused instead: the
     /// refund gives back nothing rather than someone else's turn. In the last rule every
-    /// later charge has proceeded (or an earlier refund moved the TAT): the TAT moves back
-    /// by at most the undrained part of this charge and never below `now` (a
-    /// charge the bucket already drained gives back nothing).
+    /// later charge has proceeded: the TAT moves back by at most the undrained part of this
+    /// charge and never below `now` (a charge the bucket already drained gives back
+    /// nothing).
     ///
     /// ```
     /// use std::time::Duration;

@@ -1,11 +1,11 @@
 //! [`Ledger`]: the explicit FIFO schedule of a GCRA (or leaky-bucket) key whose stamps no
 //! longer tell where its charges stand.
 
-/// The most spans a [`Ledger`] keeps. Past it, the two spans with the smallest hole between
-/// them are joined (the earlier one moves up against the later one): every charge keeps
-/// at most what it held, so a refund may then give back less than its charge holds, never
-/// more. Each span holds at least one live charge, so a bucket of up to 63 units (more for
-/// larger costs) never reaches the bound.
+/// The most spans a [`Ledger`] keeps. Past it, the smallest hole between two spans is
+/// filled again (the refunds that cut it are undone for that time): the key may then wait
+/// longer than its exact schedule says, never less, and no refund ever gives back another
+/// charge's time. Each span holds part of at least one live charge, so a schedule of at
+/// most 64 live charges never reaches the bound (with checks alone, a burst of at most 64).
 pub(crate) const MAX_SPANS: usize = 64;
 
 /// The schedule of one GCRA key as a FIFO ledger of slots.
@@ -117,9 +117,13 @@ impl Ledger {
         to
     }
 
-    /// Gives back the slot `(stamp - len, stamp]` at `now`: takes its live part out of the
-    /// schedule (the slots after it move up) and returns how long it was. With `keep_turns =
-    /// Some(tau)` (a refund, not a correction), a slot with live slots after it gives back
+    /// Gives back up to `len` of the charge whose slot ends at `stamp`, at `now`: the live
+    /// time at or below `stamp`, from the top down, comes out of the schedule (the slots
+    /// after it move up); returns how much. A charge's slot is cut only by the drain (from
+    /// its front) and by its own give-backs (from its top), so its live part is the live time
+    /// right below the dead top of its slot, and as long as a charge's give-backs total at
+    /// most its cost, none of them reaches an earlier charge's slot. With `keep_turns =
+    /// Some(tau)` (a refund, not a correction), a charge with live slots after it gives back
     /// nothing while the schedule reaches beyond `now + tau`: a later reservation waits for
     /// its turn, which moving up would hand to a newcomer.
     pub(crate) fn give_back(
@@ -136,35 +140,44 @@ impl Ledger {
                 return 0;
             }
         }
-        self.take(stamp.saturating_sub(len), stamp)
+        self.take_below(stamp, len)
     }
 
-    /// Takes `(from, to]` out of the live spans; returns the length taken.
-    fn take(&mut self, from: u64, to: u64) -> u64 {
-        let mut taken = 0;
-        let mut kept = Vec::with_capacity(self.spans.len() + 1);
-        for &(a, b) in &self.spans {
-            let (lo, hi) = (a.max(from), b.min(to));
-            if lo >= hi {
-                kept.push((a, b));
+    /// Takes up to `len` of the live time at or below `stamp`, from the top down; returns
+    /// the length taken.
+    fn take_below(&mut self, stamp: u64, len: u64) -> u64 {
+        let mut left = len;
+        let mut i = self.spans.len();
+        while i > 0 && left > 0 {
+            i -= 1;
+            let (a, b) = self.spans[i];
+            if a >= stamp {
                 continue;
             }
-            taken += hi - lo;
-            if a < lo {
-                kept.push((a, lo));
-            }
-            if hi < b {
-                kept.push((hi, b));
+            let hi = b.min(stamp);
+            let lo = hi.saturating_sub(left).max(a);
+            left -= hi - lo;
+            // (a, b] less (lo, hi]: what is left below and above the cut.
+            match (a < lo, hi < b) {
+                (true, true) => {
+                    self.spans[i] = (a, lo);
+                    self.spans.insert(i + 1, (hi, b));
+                }
+                (true, false) => self.spans[i] = (a, lo),
+                (false, true) => self.spans[i] = (hi, b),
+                (false, false) => {
+                    self.spans.remove(i);
+                }
             }
         }
+        let taken = len - left;
         if taken > 0 {
-            self.spans = kept;
             self.bound();
         }
         taken
     }
 
-    /// Joins spans while there are more than [`MAX_SPANS`] (see there).
+    /// Fills holes while there are more than [`MAX_SPANS`] spans (see there).
     fn bound(&mut self) {
         while self.spans.len() > MAX_SPANS {
             let mut best = 0;
@@ -174,10 +187,8 @@ impl Ledger {
                     best = i;
                 }
             }
-            let (a, b) = self.spans[best];
-            let later = &mut self.spans[best + 1];
-            later.0 -= b - a;
-            self.spans.remove(best);
+            self.spans[best].1 = self.spans[best + 1].1;
+            self.spans.remove(best + 1);
         }
     }
 }
@@ -204,13 +215,24 @@ mod tests {
     }
 
     #[test]
-    fn a_drained_slot_gives_back_nothing_and_a_refund_twice_nothing_more() {
+    fn a_drained_slot_gives_back_nothing_and_a_partly_drained_one_its_rest() {
         let mut l = Ledger::new(0, 0, 300, 300);
         assert_eq!(l.give_back(300, 100, 100, None), 0);
         let mut l = Ledger::new(0, 0, 300, 300);
-        assert_eq!(l.give_back(50, 100, 200, None), 100);
-        assert_eq!(l.give_back(50, 100, 200, None), 0);
-        assert_eq!(l.tat(50), 200);
+        // At 150 the second slot (100, 200] is half drained.
+        assert_eq!(l.give_back(150, 100, 200, None), 50);
+        assert_eq!(l.tat(150), 250);
+    }
+
+    #[test]
+    fn give_backs_of_one_charge_come_off_its_own_slot_from_the_top() {
+        // (0, 100], (100, 400]: the second charge (300) gives back 100, then 150, then the
+        // 50 it has left; the first charge's slot stays whole.
+        let mut l = Ledger::new(0, 0, 400, 400);
+        assert_eq!(l.give_back(0, 100, 400, None), 100);
+        assert_eq!(l.give_back(0, 150, 400, None), 150);
+        assert_eq!(l.give_back(0, 50, 400, None), 50);
+        assert_eq!(l.tat(0), 100);
     }
 
     #[test]
@@ -225,23 +247,22 @@ mod tests {
     }
 
     #[test]
-    fn past_the_bound_spans_join_and_refunds_give_back_less_never_more() {
+    fn past_the_bound_holes_fill_and_refunds_give_back_only_their_own() {
         let mut l = Ledger::new(0, 0, 0, 0);
-        let stamps: Vec<u64> = (0..2 * MAX_SPANS as u64).map(|_| l.push(0, 10)).collect();
-        // Every other slot refunded: a hole after each kept one.
+        let stamps: Vec<u64> = (0..2 * MAX_SPANS as u64 + 2)
+            .map(|_| l.push(0, 10))
+            .collect();
+        // Every other slot refunded: a hole before each kept one, one past the bound.
         for s in stamps.iter().step_by(2) {
-            l.give_back(0, 10, *s, None);
+            assert_eq!(l.give_back(0, 10, *s, None), 10);
         }
-        assert!(l.spans.len() <= MAX_SPANS);
-        let live = l.live();
-        assert_eq!(live, 10 * MAX_SPANS as u64);
-        let mut back = 0;
+        assert_eq!(l.spans.len(), MAX_SPANS);
+        // One hole was filled again: the schedule is one slot longer than exact.
+        assert_eq!(l.live(), 10 * (MAX_SPANS as u64 + 2));
+        // Each kept slot still gives back its own 10, and nothing of another's.
         for s in stamps.iter().skip(1).step_by(2) {
-            let gave = l.give_back(0, 10, *s, None);
-            assert!(gave <= 10);
-            back += gave;
+            assert_eq!(l.give_back(0, 10, *s, None), 10);
         }
-        assert!(back <= live);
-        assert_eq!(l.live(), live - back);
+        assert_eq!(l.live(), 10);
     }
 }

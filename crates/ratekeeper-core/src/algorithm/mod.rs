@@ -73,7 +73,7 @@
 //!
 //! | algorithm | stamp | a refund of cost `n` at `now` gives back |
 //! |---|---|---|
-//! | GCRA, leaky bucket | TAT right after the charge | see [`Gcra::refunded`]: the undrained part of the charge, nothing while a later reservation waits |
+//! | GCRA, leaky bucket | TAT right after the charge (the end of its slot) | the undrained part of the charge's slot, in any order of refunds (the FIFO ledger of [`Receipt`]; [`Gcra::refunded`] on the TAT); nothing while a later reservation waits |
 //! | fixed window | window index | `min(n, count)` while the window is still the current one; nothing after |
 //! | sliding window counter | window index | `min(n, current)` in the same window; `min(n, previous)` in the next (the part the estimate still counts); nothing later |
 //! | sliding log | the entry's timestamp | at most `n` units of that entry, while `ts + W > now`; nothing once it expired |
@@ -146,7 +146,7 @@ pub use concurrency::Concurrency;
 pub use fixed_window::{FixedWindow, FixedWindowState};
 pub use gcra::Gcra;
 pub use leaky_bucket::{LeakyBucket, Shaped};
-pub(crate) use ledger::Ledger;
+pub(crate) use ledger::{Ledger, MAX_SPANS as LEDGER_MAX_SPANS};
 pub use sliding_log::{SlidingLog, SlidingLogState};
 pub use sliding_window::{SlidingWindow, SlidingWindowState};
 
