@@ -78,7 +78,7 @@
 //!   lives; after that they free nothing: a lease is a count of units, so a unit given back
 //!   is a unit, whatever the order); refunds of charges the Redis store made go to Redis
 //!   ([`TieredStore::refund_async`] waits for them), where each gives back exactly what its
-//!   charge still holds, in any order (see [`Receipt`](crate::store::Receipt)); a lease's
+//!   charge still holds, in any order (see [`Receipt`]); a lease's
 //!   unused units go back by its grant's receipt, from the top of the grant's own slot. The
 //!   key's remembered denial is forgotten, as the Redis store's negative cache forgets a
 //!   refunded key.
