@@ -5,8 +5,9 @@
 /// filled again (the refunds that cut it are undone for that time): the key may then wait
 /// longer than its exact schedule says, never less, and no refund ever gives back another
 /// charge's time. Each span holds part of at least one live charge, so a schedule of at
-/// most 64 live charges never reaches the bound (with checks alone, a burst of at most 64).
-pub(crate) const MAX_SPANS: usize = 64;
+/// most 1,024 live charges never reaches the bound (with checks alone, a burst of at most
+/// 1,024). A span is 16 bytes here and about 30 characters in a Redis value.
+pub(crate) const MAX_SPANS: usize = 1024;
 
 /// The schedule of one GCRA key as a FIFO ledger of slots.
 ///
@@ -115,6 +116,13 @@ impl Ledger {
         }
         self.next = to;
         to
+    }
+
+    /// Appends a slot of `len` that no receipt names, placed above `floor` (and above every
+    /// stamp handed out): time charged on another state of the key that joins this one.
+    pub(crate) fn push_above(&mut self, now: u64, floor: u64, len: u64) {
+        self.next = self.next.max(floor);
+        self.push(now, len);
     }
 
     /// Gives back up to `len` of the charge whose slot ends at `stamp`, at `now`: the live

@@ -24,7 +24,7 @@ use std::fmt;
 /// refunds take the latest charge (or a drained one); the first refund out of the middle of
 /// the schedule moves the key to an explicit ledger of its live slots, kept until the ledger
 /// is empty and every stamp the key handed out is stale. The bounds: a ledger keeps at most
-/// 64 live spans (a schedule of at most 64 live charges never reaches it; past it, the
+/// 1,024 live spans (a schedule of at most 1,024 live charges never reaches it; past it, the
 /// smallest hole between two spans is filled again, so the key may wait longer than its
 /// exact schedule says, never less); while a Delay-mode reservation waits beyond the
 /// tolerance, a refund of an earlier charge gives back nothing (moving the waiter's turn up

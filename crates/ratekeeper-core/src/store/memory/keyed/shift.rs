@@ -132,13 +132,23 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
         let tat = self.tat_of(&state);
         let fence = match fences.get_mut(&fence_key) {
             Some(fence) => {
-                // A check that raced a reset put the key back in its lane, whose state was
-                // the key's: it takes the fence's place, keeping every stamp bound.
+                // A check that started before the fence put the key back in its lane (its
+                // insertion raced the fence's). After a reset, the lane's state was the
+                // key's: it takes the fence's place. Beside a ledger, its live time joins
+                // the ledger's end (the key's limit holds; a refund of a charge made on that
+                // state gives back time of the ledger's below its stamp, never more than
+                // its cost), and every stamp bound is kept.
                 self.fenced.fetch_sub(1, Ordering::AcqRel);
                 self.release(1);
                 self.keys_gauge().decrement(1.0);
-                fence.state = A::State::default();
-                fence.ledger = Some(Ledger::new(now, now, tat, tat.max(fence.bound)));
+                match &mut fence.ledger {
+                    Some(ledger) => ledger.push_above(now, tat, tat.saturating_sub(now)),
+                    None => {
+                        fence.state = A::State::default();
+                        fence.ledger = Some(Ledger::new(now, now, tat, tat.max(fence.bound)));
+                    }
+                }
+                fence.bound = fence.bound.max(tat);
                 fence
             }
             None => fences.entry(fence_key).or_insert(Fence {

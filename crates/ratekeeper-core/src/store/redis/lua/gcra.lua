@@ -15,14 +15,14 @@
 -- stale (`next` passed); then its next charge starts a TAT again.
 local gcra = {}
 
--- Drains ledger L up to now: the time passed comes off the front of its spans.
-local function ledger_drain(L)
-  local left = now - L.at
+-- Drains ledger lg up to now: the time passed comes off the front of its spans.
+local function ledger_drain(lg)
+  local left = now - lg.at
   if left <= 0 then
     return
   end
-  L.at = now
-  local s, keep = L.spans, {}
+  lg.at = now
+  local s, keep = lg.spans, {}
   for j = 1, #s, 2 do
     local a, b = s[j], s[j + 1]
     if left >= b - a then
@@ -33,7 +33,7 @@ local function ledger_drain(L)
       left = 0
     end
   end
-  L.spans = keep
+  lg.spans = keep
 end
 
 -- The ledger state `raw` of key i, drained to now (LEDGER[K[i]]); returns its TAT.
@@ -42,26 +42,26 @@ local function ledger_load(i, raw)
   for d in string.gmatch(raw, '%d+') do
     v[#v + 1] = tonumber(d)
   end
-  local L = {at = v[3] or now, next = v[4] or 0, spans = {}, extra = 0}
+  local lg = {at = v[3] or now, next = v[4] or 0, spans = {}, extra = 0}
   for j = 5, #v - 1, 2 do
-    L.spans[#L.spans + 1] = v[j]
-    L.spans[#L.spans + 1] = v[j + 1]
+    lg.spans[#lg.spans + 1] = v[j]
+    lg.spans[#lg.spans + 1] = v[j + 1]
   end
-  ledger_drain(L)
+  ledger_drain(lg)
   local live = 0
-  for j = 1, #L.spans, 2 do
-    live = live + L.spans[j + 1] - L.spans[j]
+  for j = 1, #lg.spans, 2 do
+    live = live + lg.spans[j + 1] - lg.spans[j]
   end
-  L.tat = math.max(L.at, now) + live
-  LEDGER[K[i]] = L
-  return L.tat
+  lg.tat = math.max(lg.at, now) + live
+  LEDGER[K[i]] = lg
+  return lg.tat
 end
 
 -- Past LEDGER_MAX_SPANS spans, fills the smallest hole between two spans again (the key
 -- may then wait longer than its exact schedule says, never less). The time filled is in
--- L.extra: the call's TAT (L.tat, as cached) sees it from the next call on.
-local function ledger_bound(L)
-  local s = L.spans
+-- lg.extra: the call's TAT (lg.tat, as cached) sees it from the next call on.
+local function ledger_bound(lg)
+  local s = lg.spans
   while #s > 2 * LEDGER_MAX_SPANS do
     local best, gap = 1, s[3] - s[2]
     for j = 3, #s - 3, 2 do
@@ -70,42 +70,42 @@ local function ledger_bound(L)
         best, gap = j, g
       end
     end
-    L.extra = L.extra + gap
+    lg.extra = lg.extra + gap
     s[best + 1] = s[best + 3]
     table.remove(s, best + 2)
     table.remove(s, best + 2)
   end
 end
 
--- Where ledger L's next slot starts: `next`, or now when the schedule is empty and
+-- Where ledger lg's next slot starts: `next`, or now when the schedule is empty and
 -- `next` passed.
-local function ledger_from(L)
-  if #L.spans == 0 and now > L.next then
+local function ledger_from(lg)
+  if #lg.spans == 0 and now > lg.next then
     return now
   end
-  return L.next
+  return lg.next
 end
 
--- Appends a slot of `len` to ledger L.
-local function ledger_push(L, len)
-  local s = L.spans
-  local from = ledger_from(L)
+-- Appends a slot of `len` to ledger lg.
+local function ledger_push(lg, len)
+  local s = lg.spans
+  local from = ledger_from(lg)
   local to = from + len
   if #s > 0 and s[#s] == from then
     s[#s] = to
   else
     s[#s + 1] = from
     s[#s + 1] = to
-    ledger_bound(L)
+    ledger_bound(lg)
   end
-  L.next = to
-  L.tat = L.tat + len
+  lg.next = to
+  lg.tat = lg.tat + len
 end
 
--- Takes up to `len` of ledger L's live time at or below `stamp`, from the top down (the
+-- Takes up to `len` of ledger lg's live time at or below `stamp`, from the top down (the
 -- twin of Ledger::give_back); returns the length taken.
-local function ledger_take(L, stamp, len)
-  local s, left = L.spans, len
+local function ledger_take(lg, stamp, len)
+  local s, left = lg.spans, len
   local j = #s - 1
   while j >= 1 and left > 0 do
     local a, b = s[j], s[j + 1]
@@ -130,22 +130,22 @@ local function ledger_take(L, stamp, len)
   end
   local taken = len - left
   if taken > 0 then
-    L.tat = L.tat - taken
-    ledger_bound(L)
+    lg.tat = lg.tat - taken
+    ledger_bound(lg)
   end
   return taken
 end
 
--- Writes ledger L as key i's state, PX until it is empty and `next` passed (then deleted).
-local function ledger_store(i, L)
-  local last = math.max(L.tat + L.extra, L.next)
+-- Writes ledger lg as key i's state, PX until it is empty and `next` passed (then deleted).
+local function ledger_store(i, lg)
+  local last = math.max(lg.tat + lg.extra, lg.next)
   if last <= now then
     redis.call('DEL', K[i])
     return
   end
-  local parts = {'L', gcra.suffix(i), string.format(':%d:%d', L.at, L.next)}
-  for j = 1, #L.spans do
-    parts[#parts + 1] = string.format(':%d', L.spans[j])
+  local parts = {'L', gcra.suffix(i), string.format(':%d:%d', lg.at, lg.next)}
+  for j = 1, #lg.spans do
+    parts[#parts + 1] = string.format(':%d', lg.spans[j])
   end
   redis.call('SET', K[i], table.concat(parts), 'PX', px(last - now))
 end
@@ -218,12 +218,12 @@ end
 -- Writes the TAT (PX until it, deleted when it is in the past: "absent"); on a ledger,
 -- appends the slot of what was charged.
 function gcra.store(i, st)
-  local L = LEDGER[K[i]]
-  if L then
-    if st > L.tat then
-      ledger_push(L, st - L.tat)
+  local lg = LEDGER[K[i]]
+  if lg then
+    if st > lg.tat then
+      ledger_push(lg, st - lg.tat)
     end
-    ledger_store(i, L)
+    ledger_store(i, lg)
     return
   end
   if st <= now then
@@ -281,12 +281,12 @@ end
 -- The receipt of a charge: the TAT right after it; on a ledger, the end of the slot it
 -- takes (or took: the state may be written already).
 function gcra.receipt(i, st)
-  local L = LEDGER[K[i]]
-  if L then
-    if st <= L.tat then
-      return L.next - (L.tat - st)
+  local lg = LEDGER[K[i]]
+  if lg then
+    if st <= lg.tat then
+      return lg.next - (lg.tat - st)
     end
-    return ledger_from(L) + (st - L.tat)
+    return ledger_from(lg) + (st - lg.tat)
   end
   return st
 end
@@ -306,9 +306,9 @@ end
 -- drained, nor another charge's time.
 function gcra.give_back(i, s, pays_debt, stored)
   local st = stored(i)
-  local L = LEDGER[K[i]]
+  local lg = LEDGER[K[i]]
   local give = COST[i] * P1[i]
-  if not L then
+  if not lg then
     if st <= now then
       return
     end
@@ -323,17 +323,17 @@ function gcra.give_back(i, s, pays_debt, stored)
     if math.min(s, st) - now <= 0 then
       return
     end
-    L = {at = now, next = st, spans = {now, st}, tat = st, extra = 0}
-    LEDGER[K[i]] = L
+    lg = {at = now, next = st, spans = {now, st}, tat = st, extra = 0}
+    LEDGER[K[i]] = lg
   elseif not pays_debt then
-    local sp = L.spans
-    if #sp > 0 and sp[#sp] > s and L.tat + L.extra - now > P2[i] then
+    local sp = lg.spans
+    if #sp > 0 and sp[#sp] > s and lg.tat + lg.extra - now > P2[i] then
       return
     end
   end
-  if ledger_take(L, s, give) > 0 then
-    cache[K[i]] = L.tat
-    ledger_store(i, L)
+  if ledger_take(lg, s, give) > 0 then
+    cache[K[i]] = lg.tat
+    ledger_store(i, lg)
   end
 end
 
