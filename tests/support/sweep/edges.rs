@@ -36,10 +36,94 @@ const MS: u64 = 1_000_000;
 #[derive(Debug, Clone)]
 enum Life {
     Tat(u64),
+    /// GCRA, leaky bucket: a key's schedule after a refund out of its middle.
+    Ledger(Sched),
     Fixed(FixedWindowState),
     Counter(SlidingWindowState),
     Log(SlidingLogState),
     Held(u64),
+}
+
+/// A GCRA or leaky-bucket schedule as a FIFO ledger, as the memory store keeps one for a
+/// key after a refund out of the middle of its schedule: live spans `(from, to]` in the
+/// coordinates of its stamps, oldest first, drained from the front up to `at`; new slots
+/// are placed from `next` on (from `now` at the earliest when the schedule is empty).
+#[derive(Debug, Clone)]
+struct Sched {
+    spans: Vec<(u64, u64)>,
+    at: u64,
+    next: u64,
+}
+
+impl Sched {
+    fn drain(&mut self, now: u64) {
+        let mut left = now.saturating_sub(self.at);
+        self.at = self.at.max(now);
+        while left > 0 && !self.spans.is_empty() {
+            let (a, b) = self.spans[0];
+            if left >= b - a {
+                left -= b - a;
+                self.spans.remove(0);
+            } else {
+                self.spans[0].0 = a + left;
+                left = 0;
+            }
+        }
+    }
+
+    fn live(&self) -> u64 {
+        self.spans.iter().map(|(a, b)| b - a).sum()
+    }
+
+    fn tat(&mut self, now: u64) -> u64 {
+        self.drain(now);
+        self.at + self.live()
+    }
+
+    /// Appends a slot of `len`; its stamp.
+    fn push(&mut self, now: u64, len: u64) -> u64 {
+        self.drain(now);
+        let from = if self.spans.is_empty() {
+            self.next.max(now)
+        } else {
+            self.next
+        };
+        let to = from + len;
+        match self.spans.last_mut() {
+            Some(last) if last.1 == from => last.1 = to,
+            _ => self.spans.push((from, to)),
+        }
+        self.next = to;
+        to
+    }
+
+    /// A refund of `len` by the charge stamped `stamp`: nothing while a later slot waits
+    /// beyond `now + tau`; else the live time at or below `stamp`, from the top down.
+    fn refund(&mut self, now: u64, len: u64, stamp: u64, tau: u64) {
+        self.drain(now);
+        if self.spans.last().is_some_and(|l| l.1 > stamp) && self.live() > tau {
+            return;
+        }
+        let mut left = len;
+        let mut kept = Vec::new();
+        for &(a, b) in self.spans.iter().rev() {
+            let hi = b.min(stamp);
+            if a >= hi || left == 0 {
+                kept.push((a, b));
+                continue;
+            }
+            let lo = hi.saturating_sub(left).max(a);
+            left -= hi - lo;
+            if hi < b {
+                kept.push((hi, b));
+            }
+            if a < lo {
+                kept.push((a, lo));
+            }
+        }
+        kept.reverse();
+        self.spans = kept;
+    }
 }
 
 /// The algorithm of the policy under test, bound to its quota.
@@ -91,6 +175,11 @@ impl Pure {
                 }
                 (shaped.decision(), next)
             }
+            (Pure::Gcra(a) | Pure::Leaky(_, a), Life::Ledger(s)) => {
+                let tat = s.tat(now);
+                let (shaped, next) = a.reserve(tat, now, cost, Duration::ZERO);
+                (shaped.decision(), next.map(|next| s.push(now, next - tat)))
+            }
             (Pure::Fixed(a), Life::Fixed(s)) => {
                 let (d, next) = a.decide(*s, now, cost);
                 if let Some(next) = next {
@@ -130,6 +219,18 @@ impl Pure {
         let shaped = match (self, &mut *life) {
             (Pure::Gcra(a), Life::Tat(tat)) => Some(a.reserve(*tat, now, cost, max_wait)),
             (Pure::Leaky(a, _), Life::Tat(tat)) => Some(a.shape(*tat, now, cost, max_wait)),
+            (Pure::Gcra(a), Life::Ledger(s)) => {
+                let tat = s.tat(now);
+                let (shaped, next) = a.reserve(tat, now, cost, max_wait);
+                let stamp = next.map(|next| s.push(now, next - tat));
+                return (shaped.decision(), shaped.delay(), stamp);
+            }
+            (Pure::Leaky(a, _), Life::Ledger(s)) => {
+                let tat = s.tat(now);
+                let (shaped, next) = a.shape(tat, now, cost, max_wait);
+                let stamp = next.map(|next| s.push(now, next - tat));
+                return (shaped.decision(), shaped.delay(), stamp);
+            }
             _ => None,
         };
         match (shaped, life) {
@@ -146,11 +247,38 @@ impl Pure {
         }
     }
 
-    /// Gives back what the charge with model stamp `stamp` still holds.
-    fn refund(self, life: &mut Life, now: u64, cost: u64, stamp: u64) {
+    /// Gives back what the charge with model stamp `stamp` still holds. GCRA and the leaky
+    /// bucket: a refund out of the middle of the schedule (an earlier charge, partly
+    /// undrained) turns a key's own life into a ledger, and gives back nothing on the shared
+    /// overflow state (`shared`).
+    fn refund(self, life: &mut Life, now: u64, cost: u64, stamp: u64, shared: bool) {
         match (self, life) {
-            (Pure::Gcra(a), Life::Tat(tat)) => *tat = a.refunded(*tat, now, cost, stamp),
-            (Pure::Leaky(a, _), Life::Tat(tat)) => *tat = a.refunded(*tat, now, cost, stamp),
+            (Pure::Gcra(a) | Pure::Leaky(_, a), life @ Life::Tat(_)) => {
+                let Life::Tat(tat) = *life else {
+                    unreachable!("matched a TAT")
+                };
+                let next = a.refunded(tat, now, cost, stamp);
+                if next == tat || tat == stamp {
+                    *life = Life::Tat(next);
+                } else if !shared {
+                    let mut sched = Sched {
+                        spans: if tat > now {
+                            vec![(now, tat)]
+                        } else {
+                            Vec::new()
+                        },
+                        at: now,
+                        next: tat,
+                    };
+                    let len = cost * a.emission_interval_nanos();
+                    sched.refund(now, len, stamp, a.tolerance_nanos());
+                    *life = Life::Ledger(sched);
+                }
+            }
+            (Pure::Gcra(a) | Pure::Leaky(_, a), Life::Ledger(s)) => {
+                let len = cost * a.emission_interval_nanos();
+                s.refund(now, len, stamp, a.tolerance_nanos());
+            }
             (Pure::Fixed(a), Life::Fixed(s)) => *s = a.refunded(*s, now, cost, stamp),
             (Pure::Counter(a), Life::Counter(s)) => *s = a.refunded(*s, now, cost, stamp),
             (Pure::Log(a), Life::Log(s)) => a.refund(s, now, cost, stamp),
@@ -163,6 +291,7 @@ impl Pure {
     fn is_idle(self, life: &Life, now: u64) -> bool {
         match (self, life) {
             (Pure::Gcra(_) | Pure::Leaky(..), Life::Tat(tat)) => *tat <= now,
+            (Pure::Gcra(_) | Pure::Leaky(..), Life::Ledger(s)) => s.at + s.live() <= now,
             (Pure::Fixed(a), Life::Fixed(s)) => a.is_idle(*s, now),
             (Pure::Counter(a), Life::Counter(s)) => a.is_idle(*s, now),
             (Pure::Log(a), Life::Log(s)) => a.is_idle(s, now),
@@ -375,7 +504,7 @@ pub fn refund_receipts(data: &[u8]) {
                 let charge = Charge::new(p, &keys[o.key], o.cost);
                 store.refund(&[Refund::new(charge, o.receipt)]);
                 if o.life == 0 || own[o.key] == Some(o.life) {
-                    pure.refund(&mut lives[o.life], now, o.cost, o.stamp);
+                    pure.refund(&mut lives[o.life], now, o.cost, o.stamp, o.life == 0);
                 }
             }
             6 => {

@@ -282,9 +282,8 @@ impl Gcra {
     /// `stamp` (the TAT that charge stored) still holds at `now`.
     ///
     /// A charge of `n` units took the slot `(stamp - n * T, stamp]` of the bucket's
-    /// schedule. The bucket drains one unit per `T`, so at `now` the part of that slot not
-    /// yet drained is `stamp - now` (at most `n * T`); that is all a refund may give back.
-    /// With the terms of [`Gcra`] (ns, saturating):
+    /// schedule, which drains from the front one unit per `T`. With the terms of [`Gcra`]
+    /// (ns, saturating):
     ///
     /// ```text
     /// stored <= now      : unchanged                  // drained: the charge holds nothing
@@ -295,14 +294,23 @@ impl Gcra {
     /// otherwise          : stored - min(n * T, min(stamp, stored) - now)
     /// ```
     ///
+    /// Exact under the FIFO ledger (see [`Receipt`]) as long as every slot still lies where
+    /// its stamp says: the charge is the latest, or the bucket drained it, or no charge
+    /// before the latest was ever refunded with a part still undrained. The last rule is a
+    /// refund out of the middle: it moves the slots after the charge up, so their stamps
+    /// then lie above their slots by an amount one TAT cannot record, and a later refund
+    /// read by these rules could give back part of another charge. A store that keeps the
+    /// promise for every order of refunds (the memory and Redis stores do) applies the last
+    /// rule to an explicit ledger of the key's slots instead of the TAT.
+    ///
     /// Why the third rule: a TAT beyond `now + tau` means a reservation made after this
     /// charge is booked for a later slot. Pulling the TAT back would let a newcomer in at
     /// the instant that waiter proceeds, so two requests would pass closer than `T` (the
     /// Delay-mode defect of a dropped waiter). The dropped slot stays unused instead: the
     /// refund gives back nothing rather than someone else's turn. In the last rule every
-    /// later charge has proceeded (or an earlier refund moved the TAT): the TAT moves back
-    /// by at most the undrained part of this charge and never below `now` (a
-    /// charge the bucket already drained gives back nothing).
+    /// later charge has proceeded: the TAT moves back by at most the undrained part of this
+    /// charge and never below `now` (a charge the bucket already drained gives back
+    /// nothing).
     ///
     /// ```
     /// use std::time::Duration;
@@ -441,25 +449,15 @@ impl KeyedAlgorithm for Gcra {
         self.peek_from(state.load(Ordering::Acquire).max(now), now, cost)
     }
 
-    /// True when the refund was not of the latest charge and pulled the TAT back: later
-    /// charges' stamps may then lie above the TAT (see [`KeyedAlgorithm::refund`]).
+    /// Applies [`Gcra::refunded`] unless it is a refund out of the middle (see
+    /// [`KeyedAlgorithm::refund`]), which changes nothing and returns true.
     fn refund(&self, state: &AtomicU64, now: u64, cost: u64, stamp: u64) -> bool {
-        state
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |tat| {
-                let next = self.refunded(tat, now, cost, stamp);
-                (next != tat).then_some(next)
-            })
-            .is_ok_and(|tat| tat != stamp)
+        settle(state, stamp, |tat| self.refunded(tat, now, cost, stamp))
     }
 
     /// As [`KeyedAlgorithm::refund`], by [`Gcra::given_back`].
     fn give_back(&self, state: &AtomicU64, now: u64, cost: u64, stamp: u64) -> bool {
-        state
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |tat| {
-                let next = self.given_back(tat, now, cost, stamp);
-                (next != tat).then_some(next)
-            })
-            .is_ok_and(|tat| tat != stamp)
+        settle(state, stamp, |tat| self.given_back(tat, now, cost, stamp))
     }
 
     fn debit(&self, state: &AtomicU64, now: u64, extra: u64) {
@@ -470,14 +468,6 @@ impl KeyedAlgorithm for Gcra {
 
     fn is_idle(&self, state: &AtomicU64, now: u64) -> bool {
         state.load(Ordering::Acquire) <= now
-    }
-
-    /// `tat + tau <= now`. A refund of an earlier charge can pull the TAT below the stamp
-    /// of a later charge still outstanding, but never by `tau` or more (a check's stamp is
-    /// at most its time plus `tau`, and the TAT never falls below the time of the latest
-    /// charge), so then no receipt of this state can take anything from a later one.
-    fn is_idle_strict(&self, state: &AtomicU64, now: u64) -> bool {
-        state.load(Ordering::Acquire).saturating_add(self.tau) <= now
     }
 
     fn headroom(&self) -> u64 {
@@ -503,6 +493,28 @@ impl KeyedAlgorithm for Gcra {
             Gcra::reserve(self, tat, now, cost, Duration::from_nanos(max_wait))
         })
     }
+
+    fn tat_cell<'a>(&self, state: &'a AtomicU64) -> Option<&'a AtomicU64> {
+        Some(state)
+    }
+
+    fn slot(&self, cost: u64) -> u64 {
+        cost.saturating_mul(self.t.get())
+    }
+}
+
+/// Moves the TAT in `state` to `back(tat)` unless that is a refund out of the middle: a
+/// charge other than the latest (`tat != stamp`) whose give-back would pull the TAT back,
+/// which would leave the stamps of the charges after it above their slots. Such a refund
+/// changes nothing and returns true (the store settles it on the key's ledger).
+pub(super) fn settle(state: &AtomicU64, stamp: u64, back: impl Fn(u64) -> u64) -> bool {
+    let mut middle = false;
+    let _ = state.fetch_update(Ordering::AcqRel, Ordering::Acquire, |tat| {
+        let next = back(tat);
+        middle = next != tat && tat != stamp;
+        (next != tat && !middle).then_some(next)
+    });
+    middle
 }
 
 impl Gcra {

@@ -249,10 +249,6 @@ impl KeyedAlgorithm for LeakyBucket {
         LeakyBucket::is_idle(self, state.load(Ordering::Acquire), now)
     }
 
-    fn is_idle_strict(&self, state: &AtomicU64, now: u64) -> bool {
-        self.gcra.is_idle_strict(state, now)
-    }
-
     fn headroom(&self) -> u64 {
         self.gcra.headroom()
     }
@@ -278,6 +274,14 @@ impl KeyedAlgorithm for LeakyBucket {
             self.in_debt(tat, now, cost, max_wait)
                 .unwrap_or_else(|| self.shape(tat, now, cost, Duration::from_nanos(max_wait)))
         })
+    }
+
+    fn tat_cell<'a>(&self, state: &'a AtomicU64) -> Option<&'a AtomicU64> {
+        Some(state)
+    }
+
+    fn slot(&self, cost: u64) -> u64 {
+        cost.saturating_mul(self.gcra.emission_interval_nanos())
     }
 }
 

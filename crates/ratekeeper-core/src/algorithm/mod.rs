@@ -73,7 +73,7 @@
 //!
 //! | algorithm | stamp | a refund of cost `n` at `now` gives back |
 //! |---|---|---|
-//! | GCRA, leaky bucket | TAT right after the charge | see [`Gcra::refunded`]: the undrained part of the charge, nothing while a later reservation waits |
+//! | GCRA, leaky bucket | TAT right after the charge (the end of its slot) | the undrained part of the charge's slot, in any order of refunds (the FIFO ledger of [`Receipt`]; [`Gcra::refunded`] on the TAT); nothing while a later reservation waits |
 //! | fixed window | window index | `min(n, count)` while the window is still the current one; nothing after |
 //! | sliding window counter | window index | `min(n, current)` in the same window; `min(n, previous)` in the next (the part the estimate still counts); nothing later |
 //! | sliding log | the entry's timestamp | at most `n` units of that entry, while `ts + W > now`; nothing once it expired |
@@ -139,6 +139,7 @@ mod fixed_window;
 mod gcra;
 pub(crate) mod kind;
 mod leaky_bucket;
+mod ledger;
 mod sliding_log;
 mod sliding_window;
 
@@ -146,6 +147,7 @@ pub use concurrency::Concurrency;
 pub use fixed_window::{FixedWindow, FixedWindowState};
 pub use gcra::Gcra;
 pub use leaky_bucket::{LeakyBucket, Shaped};
+pub(crate) use ledger::{Ledger, MAX_SPANS as LEDGER_MAX_SPANS};
 pub use sliding_log::{SlidingLog, SlidingLogState};
 pub use sliding_window::{SlidingWindow, SlidingWindowState};
 
@@ -178,10 +180,15 @@ pub(crate) trait KeyedAlgorithm: Send + Sync + 'static {
 
     /// Gives back what the charge of `cost` units with receipt `stamp` still holds at `now`
     /// (the rules of each algorithm's `refunded`). Only called for a [`Receipt`] that is not
-    /// [`Receipt::NONE`]. True when the refund may leave a later charge's stamp above the
-    /// state (GCRA: a charge other than the latest gave back), so that until
-    /// [`KeyedAlgorithm::headroom`] has passed the store evicts by
-    /// [`KeyedAlgorithm::is_idle_strict`].
+    /// [`Receipt::NONE`].
+    ///
+    /// Returns true, changing nothing, for a refund this state cannot settle exactly: for
+    /// GCRA and the leaky bucket, a refund out of the middle of the schedule (a charge other
+    /// than the latest whose undrained part would come out). Taking it out of one TAT would
+    /// leave the stamps of the charges after it above their slots, so that their refunds
+    /// could give back more than they hold; the store settles it on the key's FIFO ledger
+    /// instead ([`Ledger`]), where every slot keeps its place. False otherwise (the refund
+    /// was applied, or gave back nothing).
     fn refund(&self, state: &Self::State, now: u64, cost: u64, stamp: u64) -> bool;
 
     /// Gives back `cost` units of the charge with receipt `stamp` for a correction (its
@@ -199,15 +206,8 @@ pub(crate) trait KeyedAlgorithm: Send + Sync + 'static {
     fn debit(&self, state: &Self::State, now: u64, extra: u64);
 
     /// Whether the state equals "absent" at `now`, so the key can be evicted unseen: no
-    /// receipt it handed out can take anything from a state created later (unless a
-    /// refund said otherwise; see [`KeyedAlgorithm::refund`]).
+    /// receipt it handed out can take anything from a state created later.
     fn is_idle(&self, state: &Self::State, now: u64) -> bool;
-
-    /// [`KeyedAlgorithm::is_idle`] for a state whose receipts may have stamps above it
-    /// (after a refund that returned true, within [`KeyedAlgorithm::headroom`]).
-    fn is_idle_strict(&self, state: &Self::State, now: u64) -> bool {
-        self.is_idle(state, now)
-    }
 
     /// How far past the time of its check a charge's stamp can lie: `tau` for GCRA and the
     /// leaky bucket (a stamp is a TAT), 0 for the others (a stamp is a time or a window).
@@ -231,6 +231,21 @@ pub(crate) trait KeyedAlgorithm: Send + Sync + 'static {
     /// `now` (in real time).
     fn stale(&self, bound: u64, now: u64) -> bool {
         bound < now
+    }
+
+    /// The GCRA family's state is one TAT: its cell, so that a store can run this
+    /// algorithm's decisions on a TAT it keeps elsewhere (a key's [`Ledger`]). `None` for
+    /// the others, which never return true from [`KeyedAlgorithm::refund`].
+    fn tat_cell<'a>(&self, state: &'a Self::State) -> Option<&'a std::sync::atomic::AtomicU64> {
+        let _ = state;
+        None
+    }
+
+    /// The length of the slot a charge of `cost` takes in a [`Ledger`] (`cost * T`,
+    /// saturating, for the GCRA family; 0 for the others).
+    fn slot(&self, cost: u64) -> u64 {
+        let _ = cost;
+        0
     }
 
     /// Permits the state holds (the concurrency counter); 0 for the others.

@@ -10,10 +10,26 @@ use std::fmt;
 ///
 /// | algorithm | stamp |
 /// |---|---|
-/// | GCRA, leaky bucket | the TAT right after this charge (the end of the slot it took) |
+/// | GCRA, leaky bucket | the end of the slot the charge took in the key's schedule (the TAT right after the charge, in the coordinates of the key's earlier stamps) |
 /// | fixed window, sliding window counter | the index of the window the charge counted in |
 /// | sliding log | the time of the log entry the charge added |
 /// | concurrency | the time of the check (a permit is the same whenever it was taken; a store may use the time to tell lives of a key apart) |
+///
+/// **GCRA and the leaky bucket: the FIFO ledger.** A charge of `n` units takes a slot of
+/// `n * T` at the end of the key's schedule; the bucket drains the schedule from the front,
+/// one unit of time per unit of time. A refund, in any order, gives back exactly the part of
+/// its own charge's slot not yet drained, and the slots after it move up: never time already
+/// drained, never another charge's (as long as the refunds and give-backs of one receipt
+/// total at most its charge's cost). The stores keep this with the key's state alone while
+/// refunds take the latest charge (or a drained one); the first refund out of the middle of
+/// the schedule moves the key to an explicit ledger of its live slots, kept until the ledger
+/// is empty and every stamp the key handed out is stale. The bounds: a ledger keeps at most
+/// 1,024 live spans (a schedule of at most 1,024 live charges never reaches it; past it, the
+/// smallest hole between two spans is filled again, so the key may wait longer than its
+/// exact schedule says, never less); while a Delay-mode reservation waits beyond the
+/// tolerance, a refund of an earlier charge gives back nothing (moving the waiter's turn up
+/// would hand it to a newcomer); and in the memory store, a refund out of the middle of the
+/// shared overflow state's schedule (keys beyond `max_keys`) gives back nothing.
 ///
 /// [`Receipt::NONE`] is the receipt of a denied charge (which took nothing) and of a charge
 /// whose store did not say; refunding it gives back nothing.

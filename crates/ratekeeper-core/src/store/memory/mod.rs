@@ -85,9 +85,7 @@ use crate::{Decision, Policy};
 ///
 /// Memory: a key whose state equals "absent" (bucket full again, window over) is idle and can
 /// be evicted with no visible effect, refunds included: no receipt of an evicted state
-/// takes anything from the key's next one (for GCRA and the leaky bucket, for a tolerance
-/// `tau` after a refund of a charge other than the latest, only a bucket full for `tau`
-/// is idle). The store sweeps idle keys by itself: a sweep runs
+/// takes anything from the key's next one. The store sweeps idle keys by itself: a sweep runs
 /// when the number of keys inserted since the last sweep reaches the number of keys the last
 /// sweep kept (at least 4096), so sweeping costs O(1) amortised per insert and memory stays
 /// within twice the keys that are live. [`MemoryStore::sweep`] runs one on demand.
@@ -107,7 +105,11 @@ use crate::{Decision, Policy};
 /// TAT after the charge, the window index, the log entry's time; see [`Receipt`]), and
 /// [`Store::refund`] gives back only what that charge still holds: nothing after its window
 /// closed, its entry expired or the bucket drained it, and never a slot booked by a later
-/// reservation. [`Receipt::NONE`] gives back nothing. The all-or-nothing rollback of a
+/// reservation. For GCRA and the leaky bucket, refunds in any order give back exactly the
+/// undrained part of their own charge's slot (the FIFO ledger of [`Receipt`]): a key that
+/// has a charge refunded out of the middle of its schedule keeps an explicit ledger of its
+/// slots, apart from the other keys, until its schedule is empty.
+/// [`Receipt::NONE`] gives back nothing. The all-or-nothing rollback of a
 /// multi-policy check or reservation uses the receipts it has just taken.
 ///
 /// [`Store::correct`] settles a charge whose true cost became known later: a give-back by

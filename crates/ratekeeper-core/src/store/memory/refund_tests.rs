@@ -313,3 +313,54 @@ fn all_or_nothing_rollback_gives_back_with_the_receipts_just_taken() {
     let d = s.check_now(&[both[0]]).unwrap();
     assert_eq!(d.as_slice()[0].remaining(), 0);
 }
+
+/// 5 per second, burst 5 (T = 200 ms): charges A and B, A refunded out of the middle (B's
+/// slot moves up to [t, t + 200 ms]), C charged at t (its slot after B's). 1 ms later B
+/// holds 199 ms, and its refund gives back exactly that, not C's time; C's refund then
+/// gives back its whole slot. Both GCRA and the leaky bucket; the key goes back to its
+/// lane once its schedule is empty and every stamp it handed out is stale.
+#[test]
+fn a_refund_out_of_the_middle_leaves_every_later_charge_exactly_its_own() {
+    for algorithm in [Algorithm::Gcra, Algorithm::LeakyBucket] {
+        let (mut s, clock) = store();
+        let p = s
+            .register(&Policy::new("p", q(5, 1)).with_algorithm(algorithm))
+            .unwrap();
+        let k = Key::from("client");
+        let c = [Charge::new(p, &k, 1)];
+        let reset_ns = |s: &MemoryStore<Key, ManualClock>| {
+            let d = s.peek_now(p, &k).unwrap();
+            u64::try_from(d.reset_after().as_nanos()).unwrap()
+        };
+        let t = 1_000_000 * MS;
+        clock.set(t);
+        let a = s.check_now(&c).unwrap().receipt(0);
+        let b = s.check_now(&c).unwrap().receipt(0);
+        s.refund(&[Refund::new(c[0], a)]);
+        assert_eq!(reset_ns(&s), 200 * MS);
+        let third = s.check_now(&c).unwrap();
+        assert_eq!(
+            third.as_slice()[0].reset_after(),
+            Duration::from_millis(400)
+        );
+        clock.set(t + MS);
+        s.refund(&[Refund::new(c[0], b)]);
+        assert_eq!(reset_ns(&s), 200 * MS, "{algorithm:?}: B gives back 199 ms");
+        s.refund(&[Refund::new(c[0], third.receipt(0))]);
+        assert_eq!(reset_ns(&s), 0, "{algorithm:?}: C gives back its 200 ms");
+        assert_eq!(s.len(), 1);
+        // Idle, and every stamp stale: a sweep lets the key go; its next charge is a new
+        // key's, in its lane.
+        clock.set(t + 2_000 * MS);
+        s.sweep();
+        assert_eq!(s.len(), 0);
+        let fresh = s.check_now(&c).unwrap();
+        assert_eq!(fresh.as_slice()[0].remaining(), 4);
+        s.refund(&[Refund::new(c[0], b)]);
+        assert_eq!(
+            reset_ns(&s),
+            200 * MS,
+            "{algorithm:?}: an old receipt gives nothing"
+        );
+    }
+}

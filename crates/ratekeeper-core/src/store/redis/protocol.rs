@@ -141,6 +141,10 @@ protocol! {
     /// A reservation's last value: not final (or allowed).
     NOT_FINAL: i64 = 0;
 
+    /// The most spans a GCRA key's FIFO ledger keeps (past it, spans join: a refund may
+    /// then give back less than its charge holds, never more).
+    LEDGER_MAX_SPANS: usize = crate::algorithm::LEDGER_MAX_SPANS;
+
     /// Lease key: the state.
     LEASE_KEY_STATE: usize = 1;
     /// Lease key: the lease record.

@@ -110,6 +110,7 @@ fn every_upper_case_name_in_the_chunks_is_defined() {
         "COST",
         "STAMP",
         "SUFFIX",
+        "LEDGER",
         "ALGORITHMS",
         "KEYS",
         "ARGV",

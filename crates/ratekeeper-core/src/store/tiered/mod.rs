@@ -75,9 +75,13 @@
 //!   a TTL. Its work per tick is bounded (4 096 leases; a larger backlog waits for the next
 //!   ticks). Each check also gives back its own key's expired units at once.
 //! - **Refunds** of locally spent units go back into the lease they came from (while it
-//!   lives; after that they free nothing); refunds of charges the Redis store made go to
-//!   Redis ([`TieredStore::refund_async`] waits for them), and the key's remembered denial
-//!   is forgotten, as the Redis store's negative cache forgets a refunded key.
+//!   lives; after that they free nothing: a lease is a count of units, so a unit given back
+//!   is a unit, whatever the order); refunds of charges the Redis store made go to Redis
+//!   ([`TieredStore::refund_async`] waits for them), where each gives back exactly what its
+//!   charge still holds, in any order (see [`Receipt`]); a lease's
+//!   unused units go back by its grant's receipt, from the top of the grant's own slot. The
+//!   key's remembered denial is forgotten, as the Redis store's negative cache forgets a
+//!   refunded key.
 //! - **Peek and reset**: [`TieredStore::peek_async`] is the Redis store's peek with the units
 //!   this instance holds added to `remaining`; [`TieredStore::reset_async`] drops this
 //!   instance's lease of the key (its units are not spent nor given back) and resets the

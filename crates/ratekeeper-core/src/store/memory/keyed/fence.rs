@@ -6,14 +6,16 @@ use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::Ordering;
 
 use crate::Decision;
-use crate::algorithm::{KeyedAlgorithm, Reserved, lock};
+use crate::algorithm::{KeyedAlgorithm, Ledger, Reserved, lock};
 use crate::store::Receipt;
 
 use super::lanes::{FenceKey, on_lane};
 use super::{Keyed, own_receipt};
 
 /// A reset key's state (see the module docs): it decides at `now + shift`, so every stamp
-/// it hands out is above `boundary`, the largest stamp any earlier life handed out.
+/// it hands out is above `boundary`, the largest stamp any earlier life handed out. Or a
+/// key with a FIFO ledger (GCRA, leaky bucket: see `shift`), which decides instead of
+/// `state`.
 pub(super) struct Fence<S> {
     pub(super) state: S,
     pub(super) shift: u64,
@@ -23,6 +25,8 @@ pub(super) struct Fence<S> {
     /// Concurrency permits taken before the reset and not yet released (their releases
     /// give back nothing).
     pub(super) old_permits: u64,
+    /// The key's schedule as a ledger, after a refund out of its middle.
+    pub(super) ledger: Option<Ledger>,
 }
 
 impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> Keyed<K, A, H> {
@@ -41,9 +45,12 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
             self.unfence(1);
             return None;
         }
-        let (decision, receipt) =
-            self.algorithm
-                .check(&fence.state, now.saturating_add(fence.shift), cost);
+        let (decision, receipt) = match &mut fence.ledger {
+            Some(ledger) => self.ledger_check(ledger, now, cost),
+            None => self
+                .algorithm
+                .check(&fence.state, now.saturating_add(fence.shift), cost),
+        };
         if let Some(stamp) = receipt.stamp() {
             fence.bound = fence.bound.max(stamp);
         }
@@ -67,12 +74,15 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
             self.unfence(1);
             return None;
         }
-        let mut reserved = self.algorithm.reserve(
-            &fence.state,
-            now.saturating_add(fence.shift),
-            cost,
-            max_wait,
-        );
+        let mut reserved = match &mut fence.ledger {
+            Some(ledger) => self.ledger_reserve(ledger, now, cost, max_wait),
+            None => self.algorithm.reserve(
+                &fence.state,
+                now.saturating_add(fence.shift),
+                cost,
+                max_wait,
+            ),
+        };
         if let Some(stamp) = reserved.receipt.stamp() {
             fence.bound = fence.bound.max(stamp);
         }
@@ -80,14 +90,17 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
         Some(reserved)
     }
 
-    /// Whether a fence can go: its state is idle and no stamp of any life of the key can
-    /// take anything from a state created now (concurrency: every permit is back).
+    /// Whether a fence can go: its state (or ledger) is idle and no stamp of any life of
+    /// the key can take anything from a state created now (concurrency: every permit is
+    /// back).
     pub(super) fn fence_is_done(&self, fence: &Fence<A::State>, now: u64) -> bool {
-        fence.old_permits == 0
-            && self
+        let idle = match &fence.ledger {
+            Some(ledger) => ledger.is_idle(now) && self.algorithm.stale(ledger.next(), now),
+            None => self
                 .algorithm
-                .is_idle(&fence.state, now.saturating_add(fence.shift))
-            && self.algorithm.stale(fence.bound, now)
+                .is_idle(&fence.state, now.saturating_add(fence.shift)),
+        };
+        fence.old_permits == 0 && idle && self.algorithm.stale(fence.bound, now)
     }
 
     /// `n` fences went: their keys no longer hold state.
@@ -145,7 +158,10 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
         let fence_key = FenceKey::of(key);
         if let Some(fence) = fences.get_mut(&fence_key) {
             // Fenced already: a new life behind a higher fence.
-            let side = self.algorithm.stamp_bound(now.saturating_add(fence.shift));
+            let side = match fence.ledger.take() {
+                Some(ledger) => ledger.next(),
+                None => self.algorithm.stamp_bound(now.saturating_add(fence.shift)),
+            };
             fence.old_permits = fence
                 .old_permits
                 .saturating_add(self.algorithm.permits(&fence.state))
@@ -179,6 +195,7 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
                     boundary: before,
                     bound: before,
                     old_permits: permits,
+                    ledger: None,
                 },
             );
         } else {

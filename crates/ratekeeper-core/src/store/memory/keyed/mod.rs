@@ -19,20 +19,32 @@
 //!   (292 years) of clock, or a tolerance that long: a refund that cannot tell the two
 //!   apart then gives back nothing.
 //! - **Eviction.** Only a state no receipt can take anything from goes (`is_idle`), so a
-//!   receipt of an evicted state finds nothing in the next one. For GCRA and the leaky
-//!   bucket, a refund of a charge other than the latest pulls the TAT below the stamps of
-//!   later charges (by less than `tau`); for `tau` after such a refund in a policy, its
-//!   sweeps evict only buckets full for `tau` (`is_idle_strict`).
+//!   receipt of an evicted state finds nothing in the next one.
 //! - **Reset.** [`Keyed::reset`] puts the key behind a fence: its new state runs in time
 //!   shifted forward (by a whole number of windows for the window algorithms, so decisions
 //!   are the same), so every stamp it hands out is larger than any stamp handed out before
 //!   the reset, and a receipt at or below the fence's boundary gives back nothing. The
 //!   fence goes (and the key returns to its lane) once both lives' stamps are stale in real
 //!   time; checks of a fenced key take the slow path meanwhile.
+//!
+//! # Refunds out of the middle of a schedule
+//!
+//! A GCRA or leaky-bucket key's state is its TAT, and a charge's stamp the end of its slot.
+//! A refund of the latest charge, or of one the bucket drained, is settled on the TAT. A
+//! refund out of the middle (an earlier charge, still partly undrained) moves the slots
+//! after it up, so their stamps would no longer say where they are: the key leaves its
+//! lane for the fence table (`shift`) with its schedule as an explicit FIFO ledger, which
+//! knows every live slot and the holes refunds cut, and where each later refund takes out
+//! exactly what its own charge still holds. The ledger decides exactly as the TAT would
+//! (its TAT is `now` plus its live length). The key goes back to its lane, as a new key,
+//! once the ledger is empty and every stamp it handed out is stale (as a fence goes).
+//! Keys that never see such a refund never leave their lane: their checks and their bytes
+//! are unchanged.
 
 mod fence;
 mod lanes;
 mod settle;
+mod shift;
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash};
@@ -153,8 +165,6 @@ pub(super) struct Keyed<K, A: KeyedAlgorithm, H = Hasher> {
     fenced: AtomicUsize,
     /// The largest stamp a reservation booked beyond the tolerance (0: none).
     max_booked: AtomicU64,
-    /// Until this time, sweeps evict by `is_idle_strict` (see the module docs).
-    strict_until: AtomicU64,
     /// Sweeps run (tests count them).
     #[cfg(test)]
     pub(super) sweeps: AtomicUsize,
@@ -188,7 +198,6 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
             fences: Mutex::new(HashMap::new()),
             fenced: AtomicUsize::new(0),
             max_booked: AtomicU64::new(0),
-            strict_until: AtomicU64::new(0),
             #[cfg(test)]
             sweeps: AtomicUsize::new(0),
         }
@@ -345,9 +354,13 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
         }
         if self.fenced.load(Ordering::Acquire) != 0 {
             if let Some(fence) = lock(&self.fences).get(&FenceKey::of(key)) {
-                return self
-                    .algorithm
-                    .peek(&fence.state, now.saturating_add(fence.shift), cost);
+                return match &fence.ledger {
+                    Some(ledger) => self.ledger_peek(ledger, now, cost),
+                    None => {
+                        self.algorithm
+                            .peek(&fence.state, now.saturating_add(fence.shift), cost)
+                    }
+                };
             }
         }
         if self.is_full() {
@@ -393,12 +406,7 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
         }
         #[cfg(test)]
         self.sweeps.fetch_add(1, Ordering::Relaxed);
-        let removed = if now < self.strict_until.load(Ordering::Acquire) {
-            self.map
-                .retain(|state| !self.algorithm.is_idle_strict(state, now))
-        } else {
-            self.map.retain(|state| !self.algorithm.is_idle(state, now))
-        };
+        let removed = self.map.retain(|state| !self.algorithm.is_idle(state, now));
         self.release(removed);
         if removed > 0 {
             // Precision: a gauge is an f64; key counts stay far below 2^53.

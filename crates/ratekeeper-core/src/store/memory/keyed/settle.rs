@@ -15,8 +15,11 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
     /// Gives back what the charge of `cost` with `receipt` still holds (nothing for
     /// [`Receipt::NONE`]), on the state the charge was made on: the overflow state for a
     /// receipt marked [`OVERFLOW_BIT`]; otherwise the key's own state in the same life (in
-    /// its lane; behind its fence when the stamp is above the fence's boundary). A charge
-    /// whose state is gone (evicted when idle, or reset) gives back nothing.
+    /// its lane; behind its fence when the stamp is above the fence's boundary; on its
+    /// ledger, where a refund out of the middle of a GCRA or leaky-bucket schedule moves
+    /// the key). A charge whose state is gone (evicted when idle, or reset) gives back
+    /// nothing. On the shared overflow state, a refund out of the middle of the schedule
+    /// gives back nothing (the state is every overflowed key's; no ledger is kept for it).
     pub(in crate::store::memory) fn refund(&self, key: &K, now: u64, cost: u64, receipt: Receipt) {
         self.settle_back(key, now, cost, receipt, false);
     }
@@ -50,39 +53,31 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
             // Unless the key's own stamps can reach bit 63 by now (then the two cannot be
             // told apart, and nothing comes back).
             if now.saturating_add(self.algorithm.headroom()) < OVERFLOW_BIT {
-                // The overflow state is never evicted.
+                // The overflow state is never evicted. A refund out of the middle of its
+                // schedule changes nothing (true): no ledger is kept for a shared state.
                 let _ = self.back(&self.overflow, now, cost, stamp & !OVERFLOW_BIT, correcting);
             }
             return;
         }
-        let found = on_lane!(self.map, key, |map, q, _own, _fence| match map.get(q) {
-            Some(state) => {
-                if self.back(&state, now, cost, stamp, correcting) {
-                    let until = now.saturating_add(self.algorithm.headroom());
-                    self.strict_until.fetch_max(until, Ordering::AcqRel);
-                }
-                true
+        let found = on_lane!(self.map, key, |map, q, _own, _fence| map
+            .get(q)
+            .map(|state| self.back(&state, now, cost, stamp, correcting)));
+        match found {
+            // Out of the middle of the schedule: settled on the key's ledger.
+            Some(true) => self.shift(key, now, cost, stamp, correcting),
+            Some(false) => {}
+            None if self.fenced.load(Ordering::Acquire) != 0 => {
+                self.refund_fenced(key, now, cost, stamp, correcting);
             }
-            None => false,
-        });
-        if !found && self.fenced.load(Ordering::Acquire) != 0 {
-            self.refund_fenced(key, now, cost, stamp, correcting);
+            None => {}
         }
     }
 
     #[cold]
     fn refund_fenced(&self, key: &K, now: u64, cost: u64, stamp: u64, correcting: bool) {
         let mut fences = lock(&self.fences);
-        let Some(fence) = fences.get_mut(&FenceKey::of(key)) else {
-            return;
-        };
-        if stamp > fence.boundary {
-            // A fence goes only once every stamp is stale, so what this returns is moot.
-            let shifted = now.saturating_add(fence.shift);
-            let _ = self.back(&fence.state, shifted, cost, stamp, correcting);
-        } else {
-            // A charge from before the reset: the reset forgot it; a permit is accounted.
-            fence.old_permits -= cost.min(fence.old_permits);
+        if let Some(fence) = fences.get_mut(&FenceKey::of(key)) {
+            self.fence_back(fence, now, cost, stamp, correcting);
         }
     }
 
@@ -109,8 +104,13 @@ impl<K: Hash + Eq + Clone + 'static, A: KeyedAlgorithm, H: BuildHasher + Clone> 
         if self.fenced.load(Ordering::Acquire) != 0 {
             let mut fences = lock(&self.fences);
             if let Some(fence) = fences.get_mut(&FenceKey::of(key)) {
-                let shifted = now.saturating_add(fence.shift);
-                self.algorithm.debit(&fence.state, shifted, extra);
+                match &mut fence.ledger {
+                    Some(ledger) => self.ledger_debit(ledger, now, extra),
+                    None => {
+                        let shifted = now.saturating_add(fence.shift);
+                        self.algorithm.debit(&fence.state, shifted, extra);
+                    }
+                }
                 return;
             }
         }
