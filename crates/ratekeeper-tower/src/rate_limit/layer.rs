@@ -31,7 +31,7 @@ impl RateLimitLayer {
     /// `Result`: these settings (one GCRA policy with a valid name, cost 1 within any burst,
     /// the peer IP key and the memory store, which accepts every such policy) cannot fail.
     pub fn new(quota: Quota) -> Self {
-        super::builder::RateLimitBuilder::layer_for(quota)
+        Self::builder().single_quota_layer(quota)
     }
 }
 

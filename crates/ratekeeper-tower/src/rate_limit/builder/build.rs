@@ -23,8 +23,8 @@ impl RateLimitBuilder {
     /// policy). The memory store refuses only a policy that fails
     /// [`Policy::validate`](ratekeeper_core::Policy::validate), which a GCRA policy with a
     /// valid name and no ban passes for every quota.
-    pub(in crate::rate_limit) fn layer_for(quota: Quota) -> RateLimitLayer {
-        let mut builder = Self::new().quota(quota);
+    pub(in crate::rate_limit) fn single_quota_layer(self, quota: Quota) -> RateLimitLayer {
+        let mut builder = self.quota(quota);
         let mut ids = SmallVec::new();
         for p in &builder.settings.policies {
             match builder.store.register(p) {
