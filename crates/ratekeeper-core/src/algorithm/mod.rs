@@ -147,7 +147,9 @@ pub use concurrency::Concurrency;
 pub use fixed_window::{FixedWindow, FixedWindowState};
 pub use gcra::Gcra;
 pub use leaky_bucket::{LeakyBucket, Shaped};
-pub(crate) use ledger::{Ledger, MAX_SPANS as LEDGER_MAX_SPANS};
+pub(crate) use ledger::Ledger;
+#[cfg(feature = "redis")]
+pub(crate) use ledger::MAX_SPANS as LEDGER_MAX_SPANS;
 pub use sliding_log::{SlidingLog, SlidingLogState};
 pub use sliding_window::{SlidingWindow, SlidingWindowState};
 
