@@ -53,7 +53,7 @@ local function ledger_load(i, raw)
     live = live + lg.spans[j + 1] - lg.spans[j]
   end
   lg.tat = math.max(lg.at, now) + live
-  LEDGER[K[i]] = lg
+  LEDGER[K[i]], ledgers = lg, true
   return lg.tat
 end
 
@@ -160,10 +160,6 @@ function gcra.load(i, raw)
   if not raw then
     return 0
   end
-  if string.byte(raw) == 76 then
-    -- 'L': a ledger.
-    return ledger_load(i, raw)
-  end
   -- Written under the parameters in force (the common case): "<TAT>" and the suffix
   -- ":<T>:<tau>" as this call sent them; read as stored.
   local suffix = gcra.suffix(i)
@@ -173,6 +169,10 @@ function gcra.load(i, raw)
     if tat then
       return tat
     end
+  end
+  if string.byte(raw) == 76 then
+    -- 'L': a ledger (its text never reads as a TAT above: it starts with a letter).
+    return ledger_load(i, raw)
   end
   local a, b, c = string.match(raw, '^(%d+):(%d+):?(%d*)$')
   if not a then
@@ -218,7 +218,7 @@ end
 -- Writes the TAT (PX until it, deleted when it is in the past: "absent"); on a ledger,
 -- appends the slot of what was charged.
 function gcra.store(i, st)
-  local lg = LEDGER[K[i]]
+  local lg = ledgers and LEDGER[K[i]]
   if lg then
     if st > lg.tat then
       ledger_push(lg, st - lg.tat)
@@ -281,7 +281,7 @@ end
 -- The receipt of a charge: the TAT right after it; on a ledger, the end of the slot it
 -- takes (or took: the state may be written already).
 function gcra.receipt(i, st)
-  local lg = LEDGER[K[i]]
+  local lg = ledgers and LEDGER[K[i]]
   if lg then
     if st <= lg.tat then
       return lg.next - (lg.tat - st)
@@ -306,7 +306,7 @@ end
 -- drained, nor another charge's time.
 function gcra.give_back(i, s, pays_debt, stored)
   local st = stored(i)
-  local lg = LEDGER[K[i]]
+  local lg = ledgers and LEDGER[K[i]]
   local give = COST[i] * P1[i]
   if not lg then
     if st <= now then
@@ -324,7 +324,7 @@ function gcra.give_back(i, s, pays_debt, stored)
       return
     end
     lg = {at = now, next = st, spans = {now, st}, tat = st, extra = 0}
-    LEDGER[K[i]] = lg
+    LEDGER[K[i]], ledgers = lg, true
   elseif not pays_debt then
     local sp = lg.spans
     if #sp > 0 and sp[#sp] > s and lg.tat + lg.extra - now > P2[i] then

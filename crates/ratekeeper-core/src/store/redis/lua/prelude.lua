@@ -19,14 +19,15 @@
 --            parameters are written back as the text they came in, with no formatting.
 -- cache      per key name, the state read (or written) during the call.
 -- LEDGER     per key name, the FIFO ledger of a GCRA key read during the call, when its
---            state is one (see gcra.lua).
+--            state is one (see gcra.lua); `ledgers` says whether it holds any (so a call
+--            on keys without a ledger never looks there).
 local now, server_now, min_ttl = 0, 0, 0
 local K = {}
 local n = 0
 local ALG, P1, P2, P3, COST, STAMP, SUFFIX = {}, {}, {}, {}, {}, {}, {}
 local argv, base = {}, {}
 local cache = {}
-local LEDGER = {}
+local LEDGER, ledgers = {}, false
 
 -- The arguments are the store's own (decimal integers): read with `+ 0` (one conversion,
 -- where `tonumber` makes two); a state read from a key, which could hold anything, is read
@@ -51,8 +52,8 @@ local function start(keys, args, now_arg, stale_arg, min_ttl_arg)
   end
   K, argv = keys, args
   cache = {}
-  if next(LEDGER) ~= nil then
-    LEDGER = {}
+  if ledgers then
+    LEDGER, ledgers = {}, false
   end
   return true
 end
