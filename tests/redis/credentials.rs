@@ -77,6 +77,18 @@ fn bearer_tokens_never_reach_redis_metrics_or_logs_in_clear() {
                     .layer(layer),
             )
             .await;
+            // A first request registers the layer's callsites (unless another test did);
+            // then every callsite's interest is recomputed with this test's subscriber in
+            // place: an interest computed on another thread while a callsite was being
+            // registered, before this subscriber existed, cannot hide the events below.
+            let warm_up = app
+                .get("/")
+                .header("authorization", "Bearer warm-up")
+                .send()
+                .await
+                .expect("GET /");
+            assert_eq!(warm_up.status().as_u16(), 200);
+            tracing::callsite::rebuild_interest_cache();
             for token in &tokens {
                 let mut statuses = Vec::new();
                 for scheme in ["Bearer", "bearer", "BEARER"] {
